@@ -1,0 +1,998 @@
+//! The operation set. One [`Op`] per node; operands are the node's inputs in
+//! the order each variant's doc gives. Ops serialise as JSON objects tagged
+//! by `"op"` (`{"op": "binary", "kind": "add"}`); that is also how the Python
+//! front end hands ops to the builder.
+//!
+//! The set covers every operation the seed's thunks are lowered from. Fused
+//! thunks that only passes create (fused decode MLP, split-last-axis, ...)
+//! have no op of their own.
+
+mod attrs;
+mod region;
+
+pub use attrs::*;
+pub use region::{RegionOperand, RegionStep, MAX_REGION_INPUTS, MAX_REGION_STEPS};
+
+use crate::dtype::DType;
+use crate::graph::Graph;
+use crate::quant::{QuantScheme, ScaleLayout, ScaledFormat};
+use crate::shape::{Dim, Shape};
+use serde::{Deserialize, Serialize};
+
+/// Families of ops; each has its own shape-inference module and (later) its
+/// own lowering and kernel module.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum OpFamily {
+    /// Graph leaves: inputs, params, state, constants.
+    Leaf,
+    /// Elementwise and elementwise regions.
+    Elementwise,
+    /// Dense, quantised, grouped and scaled matmuls.
+    MatMul,
+    /// Normalisations.
+    Norm,
+    /// Attention and positional encodings.
+    Attention,
+    /// Layout and indexing ops.
+    Shape,
+    /// Reductions, softmax, sampling.
+    Reduce,
+    /// Convolution and pooling.
+    Conv,
+    /// Recurrences and scans.
+    Sequence,
+    /// FFT and audio features.
+    Signal,
+    /// Random fills, VQ, SPD, splats, custom ops.
+    Misc,
+    /// Gradients.
+    Backward,
+}
+
+/// One operation. Field docs give operand order, shapes and result.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "op", rename_all = "snake_case")]
+pub enum Op {
+    // ---------------------------------------------------------------- leaves
+    /// A run-time input bound at each run. No operands.
+    Input {
+        /// Declared shape (may hold symbols).
+        shape: Shape,
+    },
+    /// A weight, set once after compile. No operands.
+    Param {
+        /// Declared shape.
+        shape: Shape,
+    },
+    /// Persistent state (KV cache, recurrent state): kept across runs, never
+    /// reused by the memory planner. No operands.
+    State {
+        /// Declared shape.
+        shape: Shape,
+    },
+    /// A constant. `values` has one entry (splat) or one per element.
+    Constant {
+        /// Declared shape (static).
+        shape: Shape,
+        /// Values, row-major, converted to `shape.dtype`.
+        values: Vec<f64>,
+    },
+
+    // ----------------------------------------------------------- elementwise
+    /// `act(x)`. Operands `[x]`; result has x's shape.
+    Activation {
+        /// The function.
+        kind: Activation,
+    },
+    /// `a <kind> b` with numpy broadcasting and dtype promotion. Operands `[a, b]`.
+    Binary {
+        /// The op.
+        kind: BinaryOp,
+    },
+    /// `a <kind> b` → bool, broadcasting. Operands `[a, b]`.
+    Compare {
+        /// The comparison.
+        kind: CmpOp,
+    },
+    /// `cond ? a : b`, three-way broadcast. Operands `[cond, a, b]`; result
+    /// dtype is the promotion of a and b.
+    Where,
+    /// Convert to `to`. Operands `[x]`. Float → int truncates toward zero.
+    Cast {
+        /// Target dtype.
+        to: DType,
+    },
+    /// `a * b + c`, broadcasting. Operands `[a, b, c]`.
+    Fma,
+    /// A fused chain of elementwise steps over 1..=16 broadcast inputs
+    /// (≤ 32 steps); the result is the last step's value.
+    ElementwiseRegion {
+        /// The steps, in order.
+        steps: Vec<RegionStep>,
+    },
+    /// SwiGLU: `x[.., :n] * silu(x[.., n:])` (or gate first). Operands `[x]`
+    /// with last dim `2n`; result last dim `n`.
+    #[serde(rename = "fused_swiglu")]
+    FusedSwiGLU {
+        /// When true the first half is the gate: `silu(x[..,:n]) * x[..,n:]`.
+        gate_first: bool,
+    },
+
+    // ---------------------------------------------------------------- matmul
+    /// numpy `matmul` on rank ≥ 2 operands with batch broadcasting; a rank-1
+    /// rhs `[k]` is treated as `[k, 1]` and the trailing 1 dropped. Operands `[a, b]`.
+    MatMul,
+    /// `act(a @ w + bias)`. Operands `[a [.., k], w [k, n], bias [n]]`.
+    FusedMatMulBiasAct {
+        /// Optional activation epilogue.
+        act: Option<Activation>,
+    },
+    /// `x @ dequant(w_q)ᵀ`. Operands `[x [.., k], w_q (u8, [n, row_bytes]),
+    /// aux...]` where aux are the scheme's scales / zero points
+    /// (`QuantScheme::aux_inputs`). Result `[.., n]` f32.
+    DequantMatMul {
+        /// Weight format.
+        scheme: QuantScheme,
+        /// Output features (rows of the weight).
+        n: usize,
+        /// Reduction length (elements per weight row).
+        k: usize,
+    },
+    /// Mixture-of-experts matmul: row `i` uses expert `expert_idx[i]`.
+    /// Operands `[x [m, k], w [experts, k, n], expert_idx [m] int]` → `[m, n]`.
+    GroupedMatMul,
+    /// Grouped matmul on packed GGUF expert weights. Operands
+    /// `[x [m, k], w_q (u8, [experts, n, row_bytes]), expert_idx [m]]` → `[m, n]` f32.
+    DequantGroupedMatMul {
+        /// Weight format (GGUF types).
+        scheme: QuantScheme,
+        /// Number of experts.
+        num_experts: usize,
+        /// Output features.
+        n: usize,
+        /// Reduction length.
+        k: usize,
+    },
+    /// Low-precision GEMM, TN: `(lhs·s_l) @ (rhs·s_r)ᵀ (+ bias)`. Operands
+    /// `[lhs u8 [m, k], rhs u8 [n, k], lhs_scale, rhs_scale, (bias [n])]` → f32 `[m, n]`.
+    ScaledMatMul {
+        /// Format of lhs codes.
+        lhs_fmt: ScaledFormat,
+        /// Format of rhs codes.
+        rhs_fmt: ScaledFormat,
+        /// Scale layout of both operands.
+        layout: ScaleLayout,
+    },
+    /// f32 → codes: `round_to_fmt(x / scale)`. Operands `[x [r, c], scale]` → u8 `[r, c]`.
+    ScaledQuantize {
+        /// Code format.
+        fmt: ScaledFormat,
+        /// Scale layout.
+        layout: ScaleLayout,
+    },
+    /// codes → f32: `decode(codes) * scale`. Operands `[codes u8 [r, c], scale]` → f32.
+    ScaledDequantize {
+        /// Code format.
+        fmt: ScaledFormat,
+        /// Scale layout.
+        layout: ScaleLayout,
+    },
+    /// Scales that map `max|x|` of each scale group onto the format's max.
+    /// Operands `[x [r, c]]` → f32 `layout.scale_dims(r, c)`.
+    ScaledQuantScale {
+        /// Code format.
+        fmt: ScaledFormat,
+        /// Scale layout.
+        layout: ScaleLayout,
+    },
+
+    // ----------------------------------------------------------------- norms
+    /// LayerNorm over the last axis. Operands `[x, gamma [h], beta [h]]`.
+    LayerNorm {
+        /// Variance epsilon.
+        eps: f32,
+    },
+    /// RMSNorm over the last axis: `x / sqrt(mean(x²) + eps) * gamma (+ beta)`.
+    /// Operands `[x, gamma [h]]` or `[x, gamma, beta]`.
+    RmsNorm {
+        /// Epsilon.
+        eps: f32,
+    },
+    /// GroupNorm on NCHW. Operands `[x [n, c, h, w], gamma [c], beta [c]]`.
+    GroupNorm {
+        /// Groups (divides c).
+        num_groups: usize,
+        /// Epsilon.
+        eps: f32,
+    },
+    /// LayerNorm across channels at each position of NCHW.
+    /// Operands `[x [n, c, h, w], gamma [c], beta [c]]`.
+    LayerNorm2d {
+        /// Epsilon.
+        eps: f32,
+    },
+    /// `LayerNorm(x + res (+ bias))`. Operands `[x, res, (bias [h]), gamma, beta]`.
+    #[serde(rename = "fused_residual_ln")]
+    FusedResidualLN {
+        /// Epsilon.
+        eps: f32,
+        /// Whether a bias operand is present.
+        has_bias: bool,
+    },
+    /// `RmsNorm(x + res (+ bias))`. Operands `[x, res, (bias [h]), gamma, (beta)]`.
+    FusedResidualRmsNorm {
+        /// Epsilon.
+        eps: f32,
+        /// Whether a bias operand is present.
+        has_bias: bool,
+    },
+    /// DiT adaLN: `norm(x)·(1 + scale) + shift`, scale/shift broadcast over
+    /// leading dims. Operands `[x [.., h], scale [.., h], shift [.., h]]`.
+    AdaLayerNorm {
+        /// Epsilon.
+        eps: f32,
+        /// LayerNorm (true) or RMSNorm (false).
+        layer_norm: bool,
+    },
+    /// DiT gated residual `x + gate·y`. Operands `[x, y, gate]` (gate broadcast).
+    GatedResidual,
+
+    // ------------------------------------------------------------- attention
+    /// Scaled dot-product attention. Operands `[q, k, v, (mask or bias)]`.
+    /// BSHD: q `[b, s, heads·d]`, k/v `[b, kv_s, kv_heads·d]`; BHSD:
+    /// q `[b, heads, s, d]`, k/v `[b, kv_heads, kv_s, d]`. Result has q's shape.
+    /// Query `i` sits at absolute position `kv_s - s + i` (cached decode).
+    Attention {
+        /// Query heads.
+        heads: usize,
+        /// Key/value heads (divides `heads`; GQA when smaller).
+        kv_heads: usize,
+        /// Head dimension.
+        head_dim: usize,
+        /// Masking.
+        mask: MaskKind,
+        /// Lookback for `SlidingWindow` (0 otherwise).
+        window: usize,
+        /// Operand layout.
+        layout: AttnLayout,
+        /// Score scale; `None` means `1/sqrt(head_dim)`.
+        score_scale: Option<f32>,
+        /// `softcap·tanh(s/softcap)` on scores; `None` disables.
+        softcap: Option<f32>,
+    },
+    /// QKV projection + NeoX RoPE + SDPA + output projection in one op (short
+    /// sequences). Operands `[x [b, s, hidden], w_qkv [hidden, 3·heads·d],
+    /// w_out [heads·d, hidden], (cos, sin [s, d/2]), (mask)]` → `[b, s, hidden]`.
+    FusedAttentionBlock {
+        /// Heads.
+        heads: usize,
+        /// Head dim.
+        head_dim: usize,
+        /// Masking (none, causal or custom).
+        mask: MaskKind,
+        /// Whether cos/sin operands are present.
+        rope: bool,
+    },
+    /// Rotary embedding on `[b, s, hidden]` (`hidden = heads·head_dim`), the
+    /// first `n_rot` dims of each head rotated. Operands `[x, cos, sin]` with
+    /// cos/sin `[s, n_rot/2]`, or `[b·s, n_rot/2]` when `per_token`.
+    Rope {
+        /// Pairing.
+        kind: RopeKind,
+        /// Head dim.
+        head_dim: usize,
+        /// Rotated dims per head (even, ≤ head_dim).
+        n_rot: usize,
+        /// cos/sin have one row per token rather than per position.
+        per_token: bool,
+    },
+    /// SAM2 axial 2-D RoPE over an `end_x × end_y` grid. Operands `[x [b, s, hidden]]`.
+    AxialRope2d {
+        /// Grid width.
+        end_x: usize,
+        /// Grid height.
+        end_y: usize,
+        /// Head dim.
+        head_dim: usize,
+        /// Heads.
+        num_heads: usize,
+        /// Frequency base.
+        theta: f32,
+        /// Grid rows repeated along the sequence.
+        repeat_factor: usize,
+    },
+
+    // ----------------------------------------------------------------- shape
+    /// Same elements, new dims (element counts must agree). Operands `[x]`.
+    Reshape {
+        /// New dims.
+        dims: Vec<Dim>,
+    },
+    /// Permute axes. Operands `[x]`.
+    Transpose {
+        /// `perm[i]` = input axis placed at output axis `i`.
+        perm: Vec<usize>,
+    },
+    /// Broadcast to `dims` (numpy `broadcast_to`). Operands `[x]`.
+    Expand {
+        /// Target dims.
+        dims: Vec<Dim>,
+    },
+    /// `x[.., start:start+len, ..]` along `axis`. Operands `[x]`.
+    Narrow {
+        /// Axis (negative counts from the end).
+        axis: i64,
+        /// First index.
+        start: usize,
+        /// Length.
+        len: usize,
+    },
+    /// Join along `axis`. Operands: one or more, equal but for `axis`.
+    Concat {
+        /// Axis.
+        axis: i64,
+    },
+    /// Embedding lookup along axis 0. Operands `[table [v, ..], idx (int)]`
+    /// → `idx.dims ++ table.dims[1..]`.
+    Gather,
+    /// `index_select`: operands `[x, idx (int, rank 1)]`; `axis` of x becomes `len(idx)`.
+    GatherAxis {
+        /// Axis.
+        axis: i64,
+    },
+    /// `out[idx[i]] += updates[i]` into zeros. Operands `[updates [u, ..], idx [u]]`
+    /// → `[out_dim, ..]`.
+    ScatterAdd {
+        /// Leading dim of the result.
+        out_dim: usize,
+    },
+    /// Flip along `axes`. Operands `[x]`.
+    Reverse {
+        /// Axes to flip.
+        axes: Vec<i64>,
+    },
+    /// Nearest-neighbour 2× upsample of NCHW. Operands `[x [n, c, h, w]]` → `[n, c, 2h, 2w]`.
+    ResizeNearest2x,
+    /// ONNX ScatterND. Operands `[data, indices [.., q], updates]` → data's shape.
+    ScatterNd,
+    /// ONNX ScatterElements (replace). Operands `[data, indices, updates]` → data's shape.
+    ScatterElements {
+        /// Axis.
+        axis: i64,
+    },
+    /// ONNX GatherND. Operands `[data, indices [.., q]]`.
+    GatherNd {
+        /// Leading batch dims shared by data and indices.
+        batch_dims: usize,
+    },
+    /// ONNX GatherElements. Operands `[data, indices]` → indices' dims, data's dtype.
+    GatherElements {
+        /// Axis.
+        axis: i64,
+    },
+
+    // ------------------------------------------------------------ reductions
+    /// Reduce over `axes` (empty = all). Operands `[x]`.
+    Reduce {
+        /// Reduction.
+        kind: ReduceOp,
+        /// Axes.
+        axes: Vec<i64>,
+        /// Keep reduced axes as size 1.
+        keep_dims: bool,
+    },
+    /// Softmax along `axis`. Operands `[x]`.
+    Softmax {
+        /// Axis.
+        axis: i64,
+    },
+    /// Per-row softmax cross-entropy. Operands `[logits [n, c], labels]` with
+    /// labels int `[n]` (class ids) or float `[n, c]` (soft targets) → f32 `[n]`.
+    SoftmaxCrossEntropy,
+    /// Gradient of the integer-label loss. Operands `[logits [n, c], labels [n], d_loss [n]]` → `[n, c]`.
+    SoftmaxCrossEntropyBackward,
+    /// Inclusive (or exclusive) prefix sum along `axis`. Operands `[x]`.
+    Cumsum {
+        /// Axis.
+        axis: i64,
+        /// Exclusive scan.
+        exclusive: bool,
+    },
+    /// Indices of the `k` largest along `axis` (descending) → i32. Operands `[x]`.
+    TopK {
+        /// How many.
+        k: usize,
+        /// Axis.
+        axis: i64,
+    },
+    /// Index of the maximum along `axis` → i32. Operands `[x]`.
+    ArgMax {
+        /// Axis.
+        axis: i64,
+        /// Keep the reduced axis as size 1.
+        keep_dims: bool,
+    },
+    /// Index of the minimum along `axis` → i32. Operands `[x]`.
+    ArgMin {
+        /// Axis.
+        axis: i64,
+        /// Keep the reduced axis as size 1.
+        keep_dims: bool,
+    },
+    /// Draw a token per row. Operands `[logits [b, vocab]]` → i32 `[b]`.
+    /// `temperature == 0` is greedy.
+    Sample {
+        /// Softmax temperature.
+        temperature: f32,
+        /// Keep the k most likely (0 = all).
+        top_k: usize,
+        /// Nucleus threshold (1 = off).
+        top_p: f32,
+        /// Seed of the draw.
+        seed: u64,
+    },
+
+    // ------------------------------------------------------------------ conv
+    /// 2-D convolution, NCHW. Operands `[x [n, c_in, h, w], w [c_out, c_in/g, kh, kw], (bias [c_out])]`.
+    Conv2d {
+        /// Stride (h, w).
+        stride: [usize; 2],
+        /// Zero padding (h, w).
+        padding: [usize; 2],
+        /// Dilation (h, w).
+        dilation: [usize; 2],
+        /// Groups.
+        groups: usize,
+    },
+    /// Transposed 2-D convolution (PyTorch layout). Operands
+    /// `[x [n, c_in, h, w], w [c_in, c_out/g, kh, kw], (bias [c_out])]`.
+    ConvTranspose2d {
+        /// Stride.
+        stride: [usize; 2],
+        /// Padding.
+        padding: [usize; 2],
+        /// Dilation.
+        dilation: [usize; 2],
+        /// Extra size added to one side of the output.
+        output_padding: [usize; 2],
+        /// Groups.
+        groups: usize,
+    },
+    /// Max or average pooling, NCHW. Operands `[x]`.
+    Pool2d {
+        /// `max` or `mean`.
+        kind: ReduceOp,
+        /// Window.
+        kernel: [usize; 2],
+        /// Stride.
+        stride: [usize; 2],
+        /// Padding (ignored by max; counted as zeros by mean... excluded from the count).
+        padding: [usize; 2],
+    },
+    /// im2col, NCHW. Operands `[x [n, c, h, w]]` → `[n, c·kh·kw, h_out·w_out]`.
+    Im2Col {
+        /// Window.
+        kernel: [usize; 2],
+        /// Stride.
+        stride: [usize; 2],
+        /// Padding.
+        padding: [usize; 2],
+        /// Dilation.
+        dilation: [usize; 2],
+    },
+
+    // -------------------------------------------------------------- sequence
+    /// Mamba selective scan (Gu & Dao 2023). Operands `[x [b, s, h],
+    /// delta [b, s, h], a [h, n], b_ [b, s, n], c [b, s, n]]` → `[b, s, h]`.
+    SelectiveScan,
+    /// Mamba-2 SSD scan (Dao & Gu 2024). Operands `[x [b, s, heads·p], dt [b, s, heads],
+    /// a [heads], b_ [b, s, n], c [b, s, n]]` → `[b, s, heads·p]`.
+    Mamba2 {
+        /// Heads.
+        heads: usize,
+        /// Per-head channels p.
+        head_dim: usize,
+        /// State size n.
+        state_size: usize,
+    },
+    /// Gated DeltaNet (Yang et al. 2024). Operands `[q, k, v [b, s, heads·n],
+    /// g [b, s, heads], beta [b, s, heads], state [b, heads, n, n] (State)]`
+    /// → `[b, s, heads·n]`; the state is updated in place.
+    GatedDeltaNet {
+        /// Heads.
+        heads: usize,
+        /// Key/value dim n per head.
+        state_size: usize,
+    },
+    /// LSTM (PyTorch gate order i, f, g, o). Operands `[x [b, s, in], w_ih, w_hh,
+    /// bias, h0, c0]` → `[b, s, dirs·hidden]`.
+    Lstm {
+        /// Hidden size.
+        hidden: usize,
+        /// Stacked layers.
+        num_layers: usize,
+        /// Both directions.
+        bidirectional: bool,
+        /// Append the final (h, c) rows to the output (`[b, s + 2, ..]`).
+        carry: bool,
+    },
+    /// GRU (PyTorch gate order r, z, n). Operands `[x, w_ih, w_hh, b_ih, b_hh, h0]`.
+    Gru {
+        /// Hidden size.
+        hidden: usize,
+        /// Layers.
+        num_layers: usize,
+        /// Both directions.
+        bidirectional: bool,
+        /// Append the final h row to the output.
+        carry: bool,
+    },
+    /// Elman RNN (tanh or relu). Operands `[x, w_ih, w_hh, bias, h0]`.
+    Rnn {
+        /// Hidden size.
+        hidden: usize,
+        /// Layers.
+        num_layers: usize,
+        /// Both directions.
+        bidirectional: bool,
+        /// Append the final h row to the output.
+        carry: bool,
+        /// ReLU instead of tanh.
+        relu: bool,
+    },
+    /// Generic scan. The body takes `num_carry` carries then one slice of each
+    /// scanned operand, and returns `num_carry` new carries then `y`.
+    /// Operands `[carry_init.., xs..]` (xs scanned along axis 0, length
+    /// `length`) → `y` stacked `[length, ..]`.
+    Scan {
+        /// The body graph.
+        body: Box<Graph>,
+        /// Number of carried values.
+        num_carry: usize,
+        /// Steps.
+        length: usize,
+        /// Scan from the end.
+        reverse: bool,
+    },
+
+    // ---------------------------------------------------------------- signal
+    /// 1-D complex FFT along the last axis on the 2N-real-block layout
+    /// (`[re_0..re_{n-1}, im_0..im_{n-1}]`). Operands `[x [.., 2n]]` → same shape.
+    Fft {
+        /// Inverse transform.
+        inverse: bool,
+        /// Normalisation.
+        norm: FftNorm,
+    },
+    /// `log(filters @ |spec[:n_bins]|² + 1e-10)` from an FFT block spectrum.
+    /// Operands `[spec [outer, 2·n_fft], filters [n_mels, n_bins]]` → `[outer, n_mels]`.
+    LogMel {
+        /// FFT length.
+        n_fft: usize,
+    },
+    /// Welch periodogram peaks: mean power over `n_segments` spectra, then the
+    /// `k` largest bins. Operands `[spec [batch·n_segments, 2·n_fft]]` → f32 `[batch, k]`.
+    WelchPeaks {
+        /// FFT length.
+        n_fft: usize,
+        /// Segments averaged per row.
+        n_segments: usize,
+        /// Peaks returned.
+        k: usize,
+    },
+
+    // ------------------------------------------------------------------ misc
+    /// Normal fill. No operands.
+    RngNormal {
+        /// Result dims.
+        dims: Vec<Dim>,
+        /// Mean.
+        mean: f32,
+        /// Standard deviation.
+        scale: f32,
+        /// Per-op seed (`None` = derive from the graph's RNG options).
+        seed: Option<u64>,
+    },
+    /// Uniform fill in `[low, high)`. No operands.
+    RngUniform {
+        /// Result dims.
+        dims: Vec<Dim>,
+        /// Lower bound.
+        low: f32,
+        /// Upper bound.
+        high: f32,
+        /// Per-op seed.
+        seed: Option<u64>,
+    },
+    /// Nearest codebook row. Operands `[x [n, d], codebook [k, d]]` → i32 `[n]`.
+    VqAssign {
+        /// Distance.
+        metric: VqMetric,
+    },
+    /// SPD-manifold op (see [`SpdOp`]). Operands: BiMap `[x [b, n, n], w [n, m]]`;
+    /// ReEig / LogEig `[x]`; BatchNorm `[x, bias [n, n]]`; KarcherMean `[x]`.
+    Spd {
+        /// Which op.
+        kind: SpdOp,
+        /// Eigenvalue floor (ReEig) / iteration tolerance (Karcher).
+        eps: f32,
+    },
+    /// 3-D Gaussian splatting forward (Kerbl et al. 2023). Operands
+    /// `[positions [g, 3], scales [g, 3], rotations [g, 4], opacities [g],
+    /// colors [g, 3], sh [g, k, 3], camera [20]]` → `[height, width, 3]`.
+    GaussianSplatRender {
+        /// Splat parameters.
+        cfg: SplatConfig,
+    },
+    /// Per-splat screen-space preparation (operands as the render) → `[g, 16]`.
+    GaussianSplatPrepare {
+        /// Splat parameters.
+        cfg: SplatConfig,
+    },
+    /// Rasterise prepared splats. Operands `[prep [g, 16], camera [20]]` → `[height, width, 3]`.
+    GaussianSplatRasterize {
+        /// Splat parameters.
+        cfg: SplatConfig,
+    },
+    /// A user op registered from Python (`rlx.register_op`); its shape comes
+    /// from the user's shape function.
+    Custom {
+        /// Registered name.
+        name: String,
+        /// Free-form attributes handed to the kernel.
+        attrs: serde_json::Value,
+        /// Result shape.
+        out: Shape,
+    },
+
+    // -------------------------------------------------------------- backward
+    /// Attention gradient w.r.t. q, k or v. Operands `[q, k, v, dy, (mask)]` →
+    /// the shape of the chosen operand.
+    AttentionBackward {
+        /// q, k or v.
+        wrt: Wrt,
+        /// Heads.
+        heads: usize,
+        /// Head dim.
+        head_dim: usize,
+        /// Masking.
+        mask: MaskKind,
+        /// Sliding window.
+        window: usize,
+        /// Layout.
+        layout: AttnLayout,
+    },
+    /// RMSNorm gradient. Operands `[x, gamma, beta, dy]` → x's shape (input)
+    /// or `[h]` (gamma, beta).
+    RmsNormBackward {
+        /// Epsilon.
+        eps: f32,
+        /// input, gamma or beta.
+        wrt: Wrt,
+    },
+    /// RoPE gradient (the inverse rotation). Operands `[dy, cos, sin]`.
+    RopeBackward {
+        /// Pairing.
+        kind: RopeKind,
+        /// Head dim.
+        head_dim: usize,
+        /// Rotated dims.
+        n_rot: usize,
+    },
+    /// Cumsum gradient (reverse cumsum). Operands `[dy]`.
+    CumsumBackward {
+        /// Axis.
+        axis: i64,
+        /// Exclusive.
+        exclusive: bool,
+    },
+    /// GatherAxis gradient: scatter-add `dy` rows back. Operands `[dy, idx]`
+    /// → dy's dims with `axis` set to `axis_dim`.
+    GatherBackward {
+        /// Axis.
+        axis: i64,
+        /// Size of the gathered-from axis.
+        axis_dim: usize,
+    },
+    /// Max-pool gradient. Operands `[x, dy]` → x's shape.
+    MaxPool2dBackward {
+        /// Window.
+        kernel: [usize; 2],
+        /// Stride.
+        stride: [usize; 2],
+        /// Padding.
+        padding: [usize; 2],
+    },
+    /// Conv2d gradient w.r.t. input. Operands `[dy, w]` → `[n, c_in, h, w]`.
+    Conv2dBackwardInput {
+        /// Stride.
+        stride: [usize; 2],
+        /// Padding.
+        padding: [usize; 2],
+        /// Dilation.
+        dilation: [usize; 2],
+        /// Groups.
+        groups: usize,
+        /// Spatial size of the forward input.
+        input_hw: [usize; 2],
+    },
+    /// Conv2d gradient w.r.t. weight. Operands `[x, dy]` → `[c_out, c_in/g, kh, kw]`.
+    Conv2dBackwardWeight {
+        /// Stride.
+        stride: [usize; 2],
+        /// Padding.
+        padding: [usize; 2],
+        /// Dilation.
+        dilation: [usize; 2],
+        /// Groups.
+        groups: usize,
+        /// Kernel size.
+        kernel: [usize; 2],
+    },
+    /// adaLN gradient, packed `[dx ∥ dscale ∥ dshift]` flat. Operands `[x, scale, dy]`.
+    AdaLayerNormBackward {
+        /// Epsilon.
+        eps: f32,
+        /// LayerNorm or RMSNorm.
+        layer_norm: bool,
+    },
+    /// Gated-residual gradient, packed `[dx ∥ dy ∥ dgate]` flat. Operands `[y, gate, dy]`.
+    GatedResidualBackward,
+    /// Log-mel gradient w.r.t. the spectrum. Operands `[spec, filters, dy]` → spec's shape.
+    LogMelBackward {
+        /// FFT length.
+        n_fft: usize,
+    },
+    /// Splat gradient, packed per-splat gradients flat. Operands: the render's
+    /// seven plus `d_loss [height, width, 3]`.
+    GaussianSplatRenderBackward {
+        /// Splat parameters.
+        cfg: SplatConfig,
+        /// Clip on |d_loss|.
+        loss_grad_clip: f32,
+        /// Spherical-harmonics band used.
+        sh_band: u32,
+        /// Largest allowed scale ratio.
+        max_anisotropy: f32,
+    },
+    /// SPD-op gradient. Operands: the forward's, then `dy`; result is the first
+    /// operand's shape.
+    SpdBackward {
+        /// Which op.
+        kind: SpdOp,
+        /// As the forward.
+        eps: f32,
+    },
+    /// Scan gradient w.r.t. the initial carries (`wrt_xs = false`) or the
+    /// scanned operands. Operands `[carry_init.., xs.., dy]`.
+    ScanBackward {
+        /// The forward body.
+        body: Box<Graph>,
+        /// Carries.
+        num_carry: usize,
+        /// Steps.
+        length: usize,
+        /// Differentiate w.r.t. xs (else the carries).
+        wrt_xs: bool,
+    },
+}
+
+/// Parameters shared by the Gaussian-splat ops.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct SplatConfig {
+    /// Image width.
+    pub width: u32,
+    /// Image height.
+    pub height: u32,
+    /// Tile edge in pixels.
+    pub tile_size: u32,
+    /// Splat extent in standard deviations.
+    pub radius_scale: f32,
+    /// Minimum alpha that contributes.
+    pub alpha_cutoff: f32,
+    /// Most splats blended per pixel.
+    pub max_splat_steps: u32,
+    /// Stop blending below this transmittance.
+    pub transmittance_threshold: f32,
+    /// Capacity of the tile lists.
+    pub max_list_entries: u32,
+}
+
+impl Op {
+    /// Snake-case name, as serialised and as printed in errors.
+    pub fn name(&self) -> &'static str {
+        use Op::*;
+        match self {
+            Input { .. } => "input",
+            Param { .. } => "param",
+            State { .. } => "state",
+            Constant { .. } => "constant",
+            Activation { .. } => "activation",
+            Binary { .. } => "binary",
+            Compare { .. } => "compare",
+            Where => "where",
+            Cast { .. } => "cast",
+            Fma => "fma",
+            ElementwiseRegion { .. } => "elementwise_region",
+            FusedSwiGLU { .. } => "fused_swiglu",
+            MatMul => "mat_mul",
+            FusedMatMulBiasAct { .. } => "fused_mat_mul_bias_act",
+            DequantMatMul { .. } => "dequant_mat_mul",
+            GroupedMatMul => "grouped_mat_mul",
+            DequantGroupedMatMul { .. } => "dequant_grouped_mat_mul",
+            ScaledMatMul { .. } => "scaled_mat_mul",
+            ScaledQuantize { .. } => "scaled_quantize",
+            ScaledDequantize { .. } => "scaled_dequantize",
+            ScaledQuantScale { .. } => "scaled_quant_scale",
+            LayerNorm { .. } => "layer_norm",
+            RmsNorm { .. } => "rms_norm",
+            GroupNorm { .. } => "group_norm",
+            LayerNorm2d { .. } => "layer_norm2d",
+            FusedResidualLN { .. } => "fused_residual_ln",
+            FusedResidualRmsNorm { .. } => "fused_residual_rms_norm",
+            AdaLayerNorm { .. } => "ada_layer_norm",
+            GatedResidual => "gated_residual",
+            Attention { .. } => "attention",
+            FusedAttentionBlock { .. } => "fused_attention_block",
+            Rope { .. } => "rope",
+            AxialRope2d { .. } => "axial_rope2d",
+            Reshape { .. } => "reshape",
+            Transpose { .. } => "transpose",
+            Expand { .. } => "expand",
+            Narrow { .. } => "narrow",
+            Concat { .. } => "concat",
+            Gather => "gather",
+            GatherAxis { .. } => "gather_axis",
+            ScatterAdd { .. } => "scatter_add",
+            Reverse { .. } => "reverse",
+            ResizeNearest2x => "resize_nearest2x",
+            ScatterNd => "scatter_nd",
+            ScatterElements { .. } => "scatter_elements",
+            GatherNd { .. } => "gather_nd",
+            GatherElements { .. } => "gather_elements",
+            Reduce { .. } => "reduce",
+            Softmax { .. } => "softmax",
+            SoftmaxCrossEntropy => "softmax_cross_entropy",
+            SoftmaxCrossEntropyBackward => "softmax_cross_entropy_backward",
+            Cumsum { .. } => "cumsum",
+            TopK { .. } => "top_k",
+            ArgMax { .. } => "arg_max",
+            ArgMin { .. } => "arg_min",
+            Sample { .. } => "sample",
+            Conv2d { .. } => "conv2d",
+            ConvTranspose2d { .. } => "conv_transpose2d",
+            Pool2d { .. } => "pool2d",
+            Im2Col { .. } => "im2_col",
+            SelectiveScan => "selective_scan",
+            Mamba2 { .. } => "mamba2",
+            GatedDeltaNet { .. } => "gated_delta_net",
+            Lstm { .. } => "lstm",
+            Gru { .. } => "gru",
+            Rnn { .. } => "rnn",
+            Scan { .. } => "scan",
+            Fft { .. } => "fft",
+            LogMel { .. } => "log_mel",
+            WelchPeaks { .. } => "welch_peaks",
+            RngNormal { .. } => "rng_normal",
+            RngUniform { .. } => "rng_uniform",
+            VqAssign { .. } => "vq_assign",
+            Spd { .. } => "spd",
+            GaussianSplatRender { .. } => "gaussian_splat_render",
+            GaussianSplatPrepare { .. } => "gaussian_splat_prepare",
+            GaussianSplatRasterize { .. } => "gaussian_splat_rasterize",
+            Custom { .. } => "custom",
+            AttentionBackward { .. } => "attention_backward",
+            RmsNormBackward { .. } => "rms_norm_backward",
+            RopeBackward { .. } => "rope_backward",
+            CumsumBackward { .. } => "cumsum_backward",
+            GatherBackward { .. } => "gather_backward",
+            MaxPool2dBackward { .. } => "max_pool2d_backward",
+            Conv2dBackwardInput { .. } => "conv2d_backward_input",
+            Conv2dBackwardWeight { .. } => "conv2d_backward_weight",
+            AdaLayerNormBackward { .. } => "ada_layer_norm_backward",
+            GatedResidualBackward => "gated_residual_backward",
+            LogMelBackward { .. } => "log_mel_backward",
+            GaussianSplatRenderBackward { .. } => "gaussian_splat_render_backward",
+            SpdBackward { .. } => "spd_backward",
+            ScanBackward { .. } => "scan_backward",
+        }
+    }
+
+    /// The op's family.
+    pub fn family(&self) -> OpFamily {
+        use Op::*;
+        match self {
+            Input { .. } | Param { .. } | State { .. } | Constant { .. } => OpFamily::Leaf,
+            Activation { .. }
+            | Binary { .. }
+            | Compare { .. }
+            | Where
+            | Cast { .. }
+            | Fma
+            | ElementwiseRegion { .. }
+            | FusedSwiGLU { .. } => OpFamily::Elementwise,
+            MatMul
+            | FusedMatMulBiasAct { .. }
+            | DequantMatMul { .. }
+            | GroupedMatMul
+            | DequantGroupedMatMul { .. }
+            | ScaledMatMul { .. }
+            | ScaledQuantize { .. }
+            | ScaledDequantize { .. }
+            | ScaledQuantScale { .. } => OpFamily::MatMul,
+            LayerNorm { .. }
+            | RmsNorm { .. }
+            | GroupNorm { .. }
+            | LayerNorm2d { .. }
+            | FusedResidualLN { .. }
+            | FusedResidualRmsNorm { .. }
+            | AdaLayerNorm { .. }
+            | GatedResidual => OpFamily::Norm,
+            Attention { .. } | FusedAttentionBlock { .. } | Rope { .. } | AxialRope2d { .. } => {
+                OpFamily::Attention
+            }
+            Reshape { .. }
+            | Transpose { .. }
+            | Expand { .. }
+            | Narrow { .. }
+            | Concat { .. }
+            | Gather
+            | GatherAxis { .. }
+            | ScatterAdd { .. }
+            | Reverse { .. }
+            | ResizeNearest2x
+            | ScatterNd
+            | ScatterElements { .. }
+            | GatherNd { .. }
+            | GatherElements { .. } => OpFamily::Shape,
+            Reduce { .. }
+            | Softmax { .. }
+            | SoftmaxCrossEntropy
+            | Cumsum { .. }
+            | TopK { .. }
+            | ArgMax { .. }
+            | ArgMin { .. }
+            | Sample { .. } => OpFamily::Reduce,
+            Conv2d { .. } | ConvTranspose2d { .. } | Pool2d { .. } | Im2Col { .. } => {
+                OpFamily::Conv
+            }
+            SelectiveScan
+            | Mamba2 { .. }
+            | GatedDeltaNet { .. }
+            | Lstm { .. }
+            | Gru { .. }
+            | Rnn { .. }
+            | Scan { .. } => OpFamily::Sequence,
+            Fft { .. } | LogMel { .. } | WelchPeaks { .. } => OpFamily::Signal,
+            RngNormal { .. }
+            | RngUniform { .. }
+            | VqAssign { .. }
+            | Spd { .. }
+            | GaussianSplatRender { .. }
+            | GaussianSplatPrepare { .. }
+            | GaussianSplatRasterize { .. }
+            | Custom { .. } => OpFamily::Misc,
+            SoftmaxCrossEntropyBackward
+            | AttentionBackward { .. }
+            | RmsNormBackward { .. }
+            | RopeBackward { .. }
+            | CumsumBackward { .. }
+            | GatherBackward { .. }
+            | MaxPool2dBackward { .. }
+            | Conv2dBackwardInput { .. }
+            | Conv2dBackwardWeight { .. }
+            | AdaLayerNormBackward { .. }
+            | GatedResidualBackward
+            | LogMelBackward { .. }
+            | GaussianSplatRenderBackward { .. }
+            | SpdBackward { .. }
+            | ScanBackward { .. } => OpFamily::Backward,
+        }
+    }
+
+    /// True for graph leaves (no operands).
+    pub fn is_leaf(&self) -> bool {
+        self.family() == OpFamily::Leaf
+    }
+}

@@ -1,0 +1,19 @@
+//! `rlx._rlx`: the native module. Bindings only — the logic lives in the
+//! core crates. Ops cross the boundary as JSON (the serde form of
+//! [`rlx_ir::Op`]); errors become the `rlx.RlxError` hierarchy; a Rust panic
+//! becomes a Python `pyo3.PanicException` (PyO3 catches unwinds at every
+//! `#[pyfunction]` / `#[pymethods]` boundary), never an abort.
+
+mod errors;
+mod graph;
+
+use pyo3::prelude::*;
+
+/// The native module.
+#[pymodule]
+fn _rlx(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add("__version__", env!("CARGO_PKG_VERSION"))?;
+    errors::register(m)?;
+    graph::register(m)?;
+    Ok(())
+}

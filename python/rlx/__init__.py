@@ -1,0 +1,26 @@
+"""rlx: an ML compiler and runtime with a Python front end and a Rust core."""
+
+from rlx._rlx import __version__
+from rlx.errors import (
+    DTypeError,
+    GraphError,
+    KernelError,
+    RlxError,
+    ShapeError,
+    UnsupportedOpError,
+    WeightFormatError,
+)
+from rlx.graph import Graph, Node
+
+__all__ = [
+    "DTypeError",
+    "Graph",
+    "GraphError",
+    "KernelError",
+    "Node",
+    "RlxError",
+    "ShapeError",
+    "UnsupportedOpError",
+    "WeightFormatError",
+    "__version__",
+]

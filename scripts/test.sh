@@ -1,0 +1,14 @@
+#!/usr/bin/env bash
+# Set up (scripts/setup.sh) and run every check and test: rustfmt, clippy,
+# cargo doc, cargo test, ruff, the .pyi stub check and pytest.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash scripts/setup.sh
+. .venv/bin/activate
+echo "== cargo fmt --check";  cargo fmt --all -- --check
+echo "== cargo clippy";       cargo clippy --all-targets --quiet -- -D warnings
+echo "== cargo doc";          RUSTDOCFLAGS="-D warnings" cargo doc --no-deps --quiet
+echo "== cargo test";         cargo test --quiet
+echo "== ruff";               ruff check python tests bench scripts
+echo "== stubtest";           python -m mypy.stubtest rlx._rlx --allowlist scripts/stubtest-allowlist.txt
+echo "== pytest";             python -m pytest -q tests
