@@ -1,5 +1,5 @@
 //! rlx-metal: lowers an rlx-ir graph to a thunk schedule over byte offsets,
 //! plans memory, runs fusion passes and executes schedules (host CPU,
 //! numpy reference, Metal, and the MSL-on-CPU simulator).
-//!
-//! Empty for now: the thunk set lands with the "Compile and run" issue.
+
+pub mod compile;

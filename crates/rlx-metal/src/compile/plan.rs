@@ -1,0 +1,468 @@
+//! The memory planner: places every value of a schedule in one activation
+//! arena so that values whose lifetimes overlap never share bytes.
+//!
+//! * Lifetimes are closed intervals of schedule steps `[start, end]`; a value
+//!   last read at step `e` frees its bytes for values defined at `e + 1` or
+//!   later (never at `e` itself: a thunk must not write over an operand it
+//!   is still reading, unless it is explicitly in place).
+//! * Placement is best-fit over a coalescing free list, in order of start
+//!   step; when nothing fits, the arena grows (extending a free block that
+//!   touches its end, if there is one).
+//! * Views (reshape, same-size cast, leading-axis narrow) alias their
+//!   parent: they take no bytes of their own and keep the parent alive
+//!   until the view's last use.
+//! * State values (KV caches, recurrent state) sit in a region at the start
+//!   of the arena that placement never reuses.
+//!
+//! The plan reports the arena size against the naive sum of all value sizes.
+
+use std::collections::BTreeMap;
+use thiserror::Error;
+
+/// Alignment of every placed value, in bytes (a cache line; Metal needs 16
+/// for most buffer bindings, 256 for some).
+pub const DEFAULT_ALIGN: usize = 64;
+
+/// How a value gets its bytes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ValueKind {
+    /// Placed by the planner in the reusable part of the arena.
+    Planned,
+    /// Persistent state: its own bytes for the whole life of the executable.
+    State,
+    /// An alias of `parent` (an earlier value) starting `byte_offset` bytes in.
+    View {
+        /// Index of the aliased value (must be smaller than the view's).
+        parent: usize,
+        /// Offset of the view inside the parent.
+        byte_offset: usize,
+    },
+}
+
+/// One value to place.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Value {
+    /// Size in bytes.
+    pub size: usize,
+    /// Step that defines it (0 for run inputs, written before the first step).
+    pub start: usize,
+    /// Last step that reads it (`usize::MAX` or the schedule length for
+    /// outputs and constants that must survive the run).
+    pub end: usize,
+    /// Placement kind.
+    pub kind: ValueKind,
+}
+
+/// The result of planning.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MemoryPlan {
+    /// Byte offset of each value in the arena (views included).
+    pub offsets: Vec<usize>,
+    /// Total arena size: state region plus the planned region.
+    pub arena_bytes: usize,
+    /// Size of the state region at the start of the arena.
+    pub state_bytes: usize,
+    /// Sum of the sizes of all non-view values (what a planner-less
+    /// allocator would use).
+    pub naive_bytes: usize,
+}
+
+/// Planner errors.
+#[derive(Debug, Error, Clone, PartialEq, Eq)]
+pub enum PlanError {
+    /// A view refers to itself or a later value.
+    #[error("[plan] value {view} is a view of value {parent}, which is not an earlier value")]
+    BadParent {
+        /// The view.
+        view: usize,
+        /// Its parent.
+        parent: usize,
+    },
+    /// A view does not fit inside its parent.
+    #[error("[plan] value {view} views bytes {start}..{end} of value {parent}, which has {size}")]
+    ViewOutOfBounds {
+        /// The view.
+        view: usize,
+        /// Its parent.
+        parent: usize,
+        /// First byte viewed.
+        start: usize,
+        /// One past the last byte viewed.
+        end: usize,
+        /// Parent size.
+        size: usize,
+    },
+    /// A value whose interval ends before it starts.
+    #[error("[plan] value {value} ends at step {end} before it starts at step {start}")]
+    BadInterval {
+        /// The value.
+        value: usize,
+        /// Start step.
+        start: usize,
+        /// End step.
+        end: usize,
+    },
+}
+
+fn align_up(x: usize, a: usize) -> usize {
+    x.div_ceil(a).saturating_mul(a)
+}
+
+/// Free blocks of the planned region, keyed by offset, coalesced.
+#[derive(Default)]
+struct FreeList {
+    blocks: BTreeMap<usize, usize>,
+}
+
+impl FreeList {
+    fn insert(&mut self, mut off: usize, mut size: usize) {
+        if let Some((&prev_off, &prev_size)) = self.blocks.range(..off).next_back() {
+            if prev_off + prev_size == off {
+                self.blocks.remove(&prev_off);
+                off = prev_off;
+                size += prev_size;
+            }
+        }
+        if let Some(&next_size) = self.blocks.get(&(off + size)) {
+            self.blocks.remove(&(off + size));
+            size += next_size;
+        }
+        self.blocks.insert(off, size);
+    }
+
+    /// Smallest block that holds `size` (lowest offset on ties).
+    fn best_fit(&self, size: usize) -> Option<(usize, usize)> {
+        self.blocks
+            .iter()
+            .filter(|(_, &s)| s >= size)
+            .min_by_key(|(&o, &s)| (s, o))
+            .map(|(&o, &s)| (o, s))
+    }
+
+    fn take(&mut self, off: usize, block: usize, size: usize) {
+        self.blocks.remove(&off);
+        if block > size {
+            self.blocks.insert(off + size, block - size);
+        }
+    }
+
+    /// The free block that ends exactly at `top`, if any.
+    fn tail(&self, top: usize) -> Option<(usize, usize)> {
+        self.blocks
+            .iter()
+            .next_back()
+            .filter(|(&o, &s)| o + s == top)
+            .map(|(&o, &s)| (o, s))
+    }
+}
+
+/// Place `values` in one arena (see the module doc).
+pub fn plan(values: &[Value], align: usize) -> Result<MemoryPlan, PlanError> {
+    let align = align.max(1);
+    let n = values.len();
+    // Resolve each value to its root storage and extend root lifetimes by views.
+    let mut root = vec![0usize; n];
+    let mut root_off = vec![0usize; n];
+    let mut end: Vec<usize> = Vec::with_capacity(n);
+    for (i, v) in values.iter().enumerate() {
+        if v.end < v.start {
+            return Err(PlanError::BadInterval {
+                value: i,
+                start: v.start,
+                end: v.end,
+            });
+        }
+        end.push(v.end);
+        match v.kind {
+            ValueKind::View {
+                parent,
+                byte_offset,
+            } => {
+                if parent >= i {
+                    return Err(PlanError::BadParent { view: i, parent });
+                }
+                let psize = values[parent].size;
+                let vend = byte_offset.saturating_add(v.size);
+                if vend > psize {
+                    return Err(PlanError::ViewOutOfBounds {
+                        view: i,
+                        parent,
+                        start: byte_offset,
+                        end: vend,
+                        size: psize,
+                    });
+                }
+                root[i] = root[parent];
+                root_off[i] = root_off[parent] + byte_offset;
+            }
+            _ => {
+                root[i] = i;
+            }
+        }
+    }
+    for i in 0..n {
+        let r = root[i];
+        if r != i {
+            end[r] = end[r].max(end[i]);
+            // A view defined before its root is impossible (parent < view), so
+            // only the end moves.
+        }
+    }
+
+    // State region first, at fixed offsets.
+    let mut offsets = vec![0usize; n];
+    let mut state_top = 0usize;
+    let mut naive = 0usize;
+    for (i, v) in values.iter().enumerate() {
+        if !matches!(v.kind, ValueKind::View { .. }) {
+            naive = naive.saturating_add(v.size);
+        }
+        if v.kind == ValueKind::State {
+            offsets[i] = state_top;
+            state_top = align_up(state_top.saturating_add(v.size), align);
+        }
+    }
+    let base = state_top;
+
+    // Planned values in order of start step (stable on index).
+    let mut order: Vec<usize> = (0..n)
+        .filter(|&i| values[i].kind == ValueKind::Planned)
+        .collect();
+    order.sort_by_key(|&i| (values[i].start, i));
+
+    let mut free = FreeList::default();
+    let mut top = 0usize; // relative to `base`
+                          // live values ordered by (end, index) for release
+    let mut live: BTreeMap<(usize, usize), (usize, usize)> = BTreeMap::new();
+    for &i in &order {
+        let v = values[i];
+        // release everything whose last use is strictly before this start
+        while let Some((&(e, j), &(off, size))) = live.iter().next() {
+            if e >= v.start {
+                break;
+            }
+            live.remove(&(e, j));
+            free.insert(off, size);
+        }
+        let size = align_up(v.size.max(1), align);
+        let off = if let Some((off, block)) = free.best_fit(size) {
+            free.take(off, block, size);
+            off
+        } else if let Some((off, block)) = free.tail(top) {
+            free.take(off, block, block);
+            top = off + size;
+            off
+        } else {
+            let off = top;
+            top += size;
+            off
+        };
+        offsets[i] = base + off;
+        live.insert((end[i], i), (off, size));
+    }
+    for i in 0..n {
+        if root[i] != i {
+            offsets[i] = offsets[root[i]] + root_off[i];
+        }
+    }
+    Ok(MemoryPlan {
+        offsets,
+        arena_bytes: base + top,
+        state_bytes: state_top,
+        naive_bytes: naive,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn planned(size: usize, start: usize, end: usize) -> Value {
+        Value {
+            size,
+            start,
+            end,
+            kind: ValueKind::Planned,
+        }
+    }
+
+    /// Effective interval of every value after view extension.
+    fn effective(values: &[Value]) -> Vec<(usize, usize)> {
+        let mut iv: Vec<(usize, usize)> = values.iter().map(|v| (v.start, v.end)).collect();
+        for i in (0..values.len()).rev() {
+            if let ValueKind::View { parent, .. } = values[i].kind {
+                iv[parent].1 = iv[parent].1.max(iv[i].1);
+            }
+        }
+        iv
+    }
+
+    fn check_no_overlap(values: &[Value], p: &MemoryPlan) {
+        let iv = effective(values);
+        for i in 0..values.len() {
+            if matches!(values[i].kind, ValueKind::View { .. }) {
+                continue;
+            }
+            let (ai, bi) = (p.offsets[i], p.offsets[i] + values[i].size);
+            assert!(bi <= p.arena_bytes, "value {i} beyond arena");
+            for j in i + 1..values.len() {
+                if matches!(values[j].kind, ValueKind::View { .. }) {
+                    continue;
+                }
+                let live_overlap = iv[i].0 <= iv[j].1 && iv[j].0 <= iv[i].1;
+                let state =
+                    values[i].kind == ValueKind::State || values[j].kind == ValueKind::State;
+                if !(live_overlap || state) || values[i].size == 0 || values[j].size == 0 {
+                    continue;
+                }
+                let (aj, bj) = (p.offsets[j], p.offsets[j] + values[j].size);
+                assert!(
+                    bi <= aj || bj <= ai,
+                    "values {i} and {j} overlap: {ai}..{bi} vs {aj}..{bj}"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn chain_reuses_memory() {
+        // a -> b -> c -> d: each value dies right after the next is made,
+        // so two buffers suffice.
+        let vals: Vec<Value> = (0..4).map(|i| planned(1000, i, i + 1)).collect();
+        let p = plan(&vals, 64).unwrap();
+        check_no_overlap(&vals, &p);
+        assert_eq!(p.naive_bytes, 4000);
+        assert_eq!(p.arena_bytes, 2 * 1024);
+    }
+
+    #[test]
+    fn views_alias_and_extend_parent() {
+        let vals = vec![
+            planned(4096, 0, 1),
+            Value {
+                size: 1024,
+                start: 1,
+                end: 5,
+                kind: ValueKind::View {
+                    parent: 0,
+                    byte_offset: 2048,
+                },
+            },
+            planned(4096, 2, 3),
+        ];
+        let p = plan(&vals, 64).unwrap();
+        assert_eq!(p.offsets[1], p.offsets[0] + 2048);
+        // value 2 must not reuse value 0 (kept alive by its view until 5)
+        assert!(p.offsets[2] >= p.offsets[0] + 4096 || p.offsets[2] + 4096 <= p.offsets[0]);
+        check_no_overlap(&vals, &p);
+    }
+
+    #[test]
+    fn state_is_never_reused() {
+        let vals = vec![
+            Value {
+                size: 512,
+                start: 0,
+                end: 0,
+                kind: ValueKind::State,
+            },
+            planned(512, 1, 2),
+            planned(512, 3, 4),
+        ];
+        let p = plan(&vals, 64).unwrap();
+        assert_eq!(p.offsets[0], 0);
+        assert_eq!(p.state_bytes, 512);
+        assert!(p.offsets[1] >= 512 && p.offsets[2] >= 512);
+    }
+
+    #[test]
+    fn bad_views_are_rejected() {
+        let vals = vec![
+            planned(100, 0, 1),
+            Value {
+                size: 80,
+                start: 1,
+                end: 2,
+                kind: ValueKind::View {
+                    parent: 0,
+                    byte_offset: 40,
+                },
+            },
+        ];
+        let e = plan(&vals, 64).unwrap_err();
+        assert!(
+            e.to_string()
+                .starts_with("[plan] value 1 views bytes 40..120"),
+            "{e}"
+        );
+        let vals = vec![Value {
+            size: 8,
+            start: 0,
+            end: 1,
+            kind: ValueKind::View {
+                parent: 0,
+                byte_offset: 0,
+            },
+        }];
+        assert!(matches!(plan(&vals, 64), Err(PlanError::BadParent { .. })));
+    }
+
+    #[test]
+    fn offsets_beyond_4gib() {
+        let big = 3usize << 30;
+        let vals = vec![planned(big, 0, 2), planned(big, 1, 2), planned(16, 2, 3)];
+        let p = plan(&vals, 64).unwrap();
+        check_no_overlap(&vals, &p);
+        assert!(p.arena_bytes > 4 << 30);
+    }
+
+    fn arb_values() -> impl Strategy<Value = Vec<Value>> {
+        prop::collection::vec(
+            (1usize..5000, 0usize..40, 0usize..15, 0u8..10, any::<u16>()),
+            1..60,
+        )
+        .prop_map(|raw| {
+            let mut out: Vec<Value> = Vec::new();
+            for (i, (size, start, len, kind, pick)) in raw.into_iter().enumerate() {
+                let kind = match kind {
+                    0 => ValueKind::State,
+                    1 | 2 if i > 0 => {
+                        let parent = pick as usize % i;
+                        let psize = out[parent].size;
+                        let off = (pick as usize * 7) % psize;
+                        let size = (psize - off).min(size);
+                        out.push(Value {
+                            size,
+                            start: out[parent].start.max(start.min(out[parent].end)),
+                            end: out[parent].start.max(start.min(out[parent].end)) + len,
+                            kind: ValueKind::View {
+                                parent,
+                                byte_offset: off,
+                            },
+                        });
+                        continue;
+                    }
+                    _ => ValueKind::Planned,
+                };
+                out.push(Value {
+                    size,
+                    start,
+                    end: start + len,
+                    kind,
+                });
+            }
+            out
+        })
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(400))]
+        #[test]
+        fn random_plans_never_overlap(vals in arb_values()) {
+            let p = plan(&vals, 64).unwrap();
+            check_no_overlap(&vals, &p);
+            prop_assert!(p.arena_bytes <= p.naive_bytes + 64 * vals.len());
+        }
+    }
+}
