@@ -260,6 +260,22 @@ pub fn dim_product(a: &Dim, b: &Dim) -> Option<Dim> {
     }
 }
 
+/// Normalise `axes` against `x`, rejecting out-of-range and repeated axes.
+pub fn distinct_axes(op: &Op, x: &Shape, axes: &[i64]) -> Result<Vec<usize>> {
+    let mut out: Vec<usize> = Vec::with_capacity(axes.len());
+    for &a in axes {
+        let n = x.axis(op.name(), a)?;
+        if out.contains(&n) {
+            return Err(IrError::shape(
+                op.name(),
+                format!("axis {a} repeated in {axes:?} for {x}"),
+            ));
+        }
+        out.push(n);
+    }
+    Ok(out)
+}
+
 /// Helpers for the family modules' unit tests: shapes from strings like
 /// `"f32[2, seq, 8]"` and assertions on inference results.
 #[cfg(test)]

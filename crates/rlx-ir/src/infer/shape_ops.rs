@@ -100,22 +100,6 @@ pub(super) fn infer(op: &Op, inputs: &[&Shape]) -> Result<Shape> {
     }
 }
 
-/// Normalise `axes` against `x`, rejecting out-of-range and repeated axes.
-pub(super) fn distinct_axes(op: &Op, x: &Shape, axes: &[i64]) -> Result<Vec<usize>> {
-    let mut out: Vec<usize> = Vec::with_capacity(axes.len());
-    for &a in axes {
-        let n = x.axis(op.name(), a)?;
-        if out.contains(&n) {
-            return Err(IrError::shape(
-                op.name(),
-                format!("axis {a} repeated in {axes:?} for {x}"),
-            ));
-        }
-        out.push(n);
-    }
-    Ok(out)
-}
-
 /// Reshape: equal element counts when everything is static; with symbols,
 /// the symbols must match as a multiset and the static parts' products must
 /// agree (an empty tensor on both sides is always fine).
