@@ -98,3 +98,12 @@ def run_thunk(t: dict, mem: Memory) -> None:
     if fn is None:
         raise KeyError(f"[{name}] no numpy reference registered")
     fn(t, mem)
+
+
+# --- families (part 1) ---
+# Imported by name so the module ``shape`` does not shadow the parameter
+# names above for linters; each import registers its references.
+import importlib as _importlib  # noqa: E402
+
+for _family in ("elementwise", "matmul", "norm", "attention", "shape", "reduce", "conv"):
+    _importlib.import_module(f"{__name__}.{_family}")
