@@ -276,62 +276,6 @@ pub fn distinct_axes(op: &Op, x: &Shape, axes: &[i64]) -> Result<Vec<usize>> {
     Ok(out)
 }
 
-/// Helpers for the family modules' unit tests: shapes from strings like
-/// `"f32[2, seq, 8]"` and assertions on inference results.
-#[cfg(test)]
-pub(crate) mod testutil {
-    use super::super::infer_shape;
-    use crate::dtype::DType;
-    use crate::error::IrError;
-    use crate::op::Op;
-    use crate::shape::{Dim, Shape};
-
-    /// Parse `"f32[2, seq]"` (numbers are static dims, words are symbols).
-    pub fn sh(spec: &str) -> Shape {
-        let (dt, rest) = spec.split_once('[').expect("shape spec needs '['");
-        let body = rest.strip_suffix(']').expect("shape spec needs ']'");
-        let dims = body
-            .split(',')
-            .map(str::trim)
-            .filter(|t| !t.is_empty())
-            .map(|t| match t.parse::<usize>() {
-                Ok(n) => Dim::Static(n),
-                Err(_) => Dim::Sym(t.to_string()),
-            })
-            .collect();
-        Shape::new(dims, DType::parse(dt).expect("dtype"))
-    }
-
-    fn run(op: &Op, ins: &[&str]) -> Result<Shape, IrError> {
-        let shapes: Vec<Shape> = ins.iter().map(|s| sh(s)).collect();
-        let refs: Vec<&Shape> = shapes.iter().collect();
-        infer_shape(op, &refs)
-    }
-
-    /// Assert inference succeeds with result `want` (a shape spec).
-    pub fn ok(op: &Op, ins: &[&str], want: &str) {
-        match run(op, ins) {
-            Ok(s) => assert_eq!(s, sh(want), "{} on {ins:?}", op.name()),
-            Err(e) => panic!("{} on {ins:?} failed: {e}", op.name()),
-        }
-    }
-
-    /// Assert inference fails with a message that starts with `[<op>]` and
-    /// contains `needle`; returns the error.
-    pub fn err(op: &Op, ins: &[&str], needle: &str) -> IrError {
-        match run(op, ins) {
-            Ok(s) => panic!("{} on {ins:?} should fail, gave {s}", op.name()),
-            Err(e) => {
-                let m = e.to_string();
-                let prefix = format!("[{}] ", op.name());
-                assert!(m.starts_with(&prefix), "{m:?} should start with {prefix:?}");
-                assert!(m.contains(needle), "{m:?} should contain {needle:?}");
-                e
-            }
-        }
-    }
-}
-
 // ------------------------------------------------------------------------
 // Helpers added for the conv / sequence / signal / misc / backward families.
 
@@ -417,4 +361,60 @@ pub fn finite(op: &Op, v: f32, what: &str) -> Result<()> {
         ));
     }
     Ok(())
+}
+
+/// Helpers for the family modules' unit tests: shapes from strings like
+/// `"f32[2, seq, 8]"` and assertions on inference results.
+#[cfg(test)]
+pub(crate) mod testutil {
+    use super::super::infer_shape;
+    use crate::dtype::DType;
+    use crate::error::IrError;
+    use crate::op::Op;
+    use crate::shape::{Dim, Shape};
+
+    /// Parse `"f32[2, seq]"` (numbers are static dims, words are symbols).
+    pub fn sh(spec: &str) -> Shape {
+        let (dt, rest) = spec.split_once('[').expect("shape spec needs '['");
+        let body = rest.strip_suffix(']').expect("shape spec needs ']'");
+        let dims = body
+            .split(',')
+            .map(str::trim)
+            .filter(|t| !t.is_empty())
+            .map(|t| match t.parse::<usize>() {
+                Ok(n) => Dim::Static(n),
+                Err(_) => Dim::Sym(t.to_string()),
+            })
+            .collect();
+        Shape::new(dims, DType::parse(dt).expect("dtype"))
+    }
+
+    fn run(op: &Op, ins: &[&str]) -> Result<Shape, IrError> {
+        let shapes: Vec<Shape> = ins.iter().map(|s| sh(s)).collect();
+        let refs: Vec<&Shape> = shapes.iter().collect();
+        infer_shape(op, &refs)
+    }
+
+    /// Assert inference succeeds with result `want` (a shape spec).
+    pub fn ok(op: &Op, ins: &[&str], want: &str) {
+        match run(op, ins) {
+            Ok(s) => assert_eq!(s, sh(want), "{} on {ins:?}", op.name()),
+            Err(e) => panic!("{} on {ins:?} failed: {e}", op.name()),
+        }
+    }
+
+    /// Assert inference fails with a message that starts with `[<op>]` and
+    /// contains `needle`; returns the error.
+    pub fn err(op: &Op, ins: &[&str], needle: &str) -> IrError {
+        match run(op, ins) {
+            Ok(s) => panic!("{} on {ins:?} should fail, gave {s}", op.name()),
+            Err(e) => {
+                let m = e.to_string();
+                let prefix = format!("[{}] ", op.name());
+                assert!(m.starts_with(&prefix), "{m:?} should start with {prefix:?}");
+                assert!(m.contains(needle), "{m:?} should contain {needle:?}");
+                e
+            }
+        }
+    }
 }
