@@ -10,7 +10,7 @@ from rlx.errors import (
     UnsupportedOpError,
     WeightFormatError,
 )
-from rlx.graph import Graph, Node
+from rlx.graph import Graph, Node, SplatConfig
 
 __all__ = [
     "DTypeError",
@@ -20,6 +20,7 @@ __all__ = [
     "Node",
     "RlxError",
     "ShapeError",
+    "SplatConfig",
     "UnsupportedOpError",
     "WeightFormatError",
     "__version__",
