@@ -121,7 +121,8 @@ pub enum Op {
 
     // ---------------------------------------------------------------- matmul
     /// numpy `matmul` on rank ≥ 2 operands with batch broadcasting; a rank-1
-    /// rhs `[k]` is treated as `[k, 1]` and the trailing 1 dropped. Operands `[a, b]`.
+    /// rhs `[k]` is treated as `[k, 1]` and the trailing 1 dropped (a rank-1
+    /// lhs likewise as `[1, k]`, leading 1 dropped). Operands `[a, b]`.
     MatMul,
     /// `act(a @ w + bias)`. Operands `[a [.., k], w [k, n], bias [n]]`.
     FusedMatMulBiasAct {
