@@ -331,3 +331,90 @@ pub(crate) mod testutil {
         }
     }
 }
+
+// ------------------------------------------------------------------------
+// Helpers added for the conv / sequence / signal / misc / backward families.
+
+/// The error for an op handed to a family module it does not belong to
+/// (a dispatch bug, never a user error, but reported rather than panicking).
+pub fn wrong_family(op: &Op, family: &str) -> IrError {
+    IrError::Unsupported {
+        op: op.name().to_string(),
+        msg: format!("not an op of the {family} family"),
+    }
+}
+
+/// Fail unless `d` is the static size `n`.
+pub fn dim_is(op: &Op, d: &Dim, n: usize, what: &str) -> Result<()> {
+    if d.as_static() != Some(n) {
+        return Err(IrError::shape(
+            op.name(),
+            format!("{what} must be {n}, got {d}"),
+        ));
+    }
+    Ok(())
+}
+
+/// Fail unless `a` and `b` have equal dims and dtype; `what` names the pair.
+pub fn same_shape(op: &Op, a: &Shape, b: &Shape, what: &str) -> Result<()> {
+    if a != b {
+        return Err(IrError::shape(op.name(), format!("{what}: {a} vs {b}")));
+    }
+    Ok(())
+}
+
+/// `a · b` on dims: the static product, or the other dim when one side is the
+/// static size 1. A product involving a symbol and any other size cannot be
+/// written as a [`Dim`] and is refused.
+pub fn dim_mul(op: &Op, a: &Dim, b: &Dim, what: &str) -> Result<Dim> {
+    match (a, b) {
+        (Dim::Static(x), Dim::Static(y)) => x
+            .checked_mul(*y)
+            .map(Dim::Static)
+            .ok_or_else(|| IrError::shape(op.name(), format!("{what}: {x} * {y} overflows"))),
+        (d, o) | (o, d) if o.is_one() => Ok(d.clone()),
+        _ => Err(IrError::shape(
+            op.name(),
+            format!("{what}: cannot multiply {a} by {b} (a product with a symbol must be static)"),
+        )),
+    }
+}
+
+/// `a · b` on sizes, or an error naming `what` on overflow.
+pub fn checked_mul(op: &Op, a: usize, b: usize, what: &str) -> Result<usize> {
+    a.checked_mul(b)
+        .ok_or_else(|| IrError::shape(op.name(), format!("{what}: {a} * {b} overflows")))
+}
+
+/// Fail unless every entry of a per-axis attribute is at least 1.
+pub fn all_positive(op: &Op, v: &[usize], what: &str) -> Result<()> {
+    if v.contains(&0) {
+        return Err(IrError::attr(
+            op.name(),
+            format!("{what} must be >= 1 on every axis, got {v:?}"),
+        ));
+    }
+    Ok(())
+}
+
+/// Fail unless the scalar attribute `v` is at least 1.
+pub fn positive(op: &Op, v: usize, what: &str) -> Result<()> {
+    if v == 0 {
+        return Err(IrError::attr(
+            op.name(),
+            format!("{what} must be >= 1, got 0"),
+        ));
+    }
+    Ok(())
+}
+
+/// Fail unless the float attribute `v` is finite.
+pub fn finite(op: &Op, v: f32, what: &str) -> Result<()> {
+    if !v.is_finite() {
+        return Err(IrError::attr(
+            op.name(),
+            format!("{what} must be finite, got {v}"),
+        ));
+    }
+    Ok(())
+}
