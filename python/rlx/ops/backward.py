@@ -214,7 +214,7 @@ class BackwardOps(GraphBase):
         max_anisotropy: float = 1e3,
         name: str = "",
     ) -> Node:
-        """Splat gradient, packed per-splat gradients flat."""
+        """Splat gradient: one row of packed gradients per splat ``[g, 26]`` with sh ``[g, 4, 3]``."""
         op = {
             "op": "gaussian_splat_render_backward",
             "cfg": cfg.to_json(),
@@ -242,7 +242,7 @@ class BackwardOps(GraphBase):
         wrt_xs: bool = False,
         name: str = "",
     ) -> Node:
-        """Scan gradient w.r.t. the initial carries (or ``xs`` when ``wrt_xs``)."""
+        """Scan gradient w.r.t. the initial carries (or ``xs`` when ``wrt_xs``), packed flat."""
         if length is None:
             length = self._static(xs[0], 0, "scan_backward", "length") if xs else 0
         op = {

@@ -93,7 +93,11 @@ class SequenceOps(GraphBase):
         name: str = "",
     ) -> Node:
         """LSTM (gates i, f, g, o) over x ``[b, s, in]`` → ``[b, s, dirs·hidden]``
-        (``[b, s + 2, ..]`` with ``carry``). ``hidden`` defaults to w_hh's last dim."""
+        (``[b, s + 2, ..]`` with ``carry``).
+
+        Weights are stacked per layer·direction: w_ih ``[L·dirs, 4h, in]``, w_hh
+        ``[L·dirs, 4h, h]``, bias ``[L·dirs, 4h]``, h0 / c0 ``[L·dirs, b, h]``.
+        ``hidden`` defaults to w_hh's last dim."""
         op = self._rnn_attrs(
             w_hh, hidden, "lstm", num_layers=num_layers, bidirectional=bidirectional, carry=carry
         )
