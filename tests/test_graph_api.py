@@ -7,7 +7,6 @@ import json
 
 import numpy as np
 import pytest
-
 import rlx
 from rlx import Graph, Node
 
@@ -580,7 +579,10 @@ def test_outputs_len_print_json_verify(g: Graph) -> None:
     assert len(g) == 4
     text = str(g)
     assert "%3 = softmax{axis=-1}(%2) : f32[2, seq, 4]  # probs -> out" in text
-    assert "binary{kind=\"mul\"}" in text
+    assert "= binary{kind=mul}(%0, %1) : f32[2, seq, 4]  # binary_2" in text
+    assert "%1 = constant{values=[2.0]}() : f32[]" in text
+    plain = g.format(attrs=False).splitlines()
+    assert plain[4] == "  %3 = softmax(%2) : f32[2, seq, 4]  # probs -> out"
     g.verify()
     g2 = Graph.from_json(g.to_json())
     assert len(g2) == len(g) and g2.outputs()[0].shape == (2, "seq", 4)

@@ -1,6 +1,7 @@
 """rlx: an ML compiler and runtime with a Python front end and a Rust core."""
 
 from rlx._rlx import __version__
+from rlx._types import dtype_name
 from rlx.errors import (
     DTypeError,
     GraphError,
@@ -24,4 +25,5 @@ __all__ = [
     "UnsupportedOpError",
     "WeightFormatError",
     "__version__",
+    "dtype_name",
 ]

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import Any, Sequence, Union
+from collections.abc import Sequence
+from typing import Any, Union
 
 import numpy as np
 
@@ -50,7 +51,7 @@ def pair(v: Pair, what: str = "value") -> list[int]:
 def dims_list(shape: ShapeLike | int | str) -> list[Dim]:
     """Normalise a shape argument to a JSON-ready list of ints / symbols."""
     if isinstance(shape, (int, np.integer, str)):
-        shape = [shape]  # type: ignore[list-item]
+        shape = [shape]
     out: list[Dim] = []
     for d in shape:
         if isinstance(d, str):

@@ -17,7 +17,8 @@ per-family mixins under :mod:`rlx.ops`.
 from __future__ import annotations
 
 import json
-from typing import Any, Iterator
+from collections.abc import Iterator
+from typing import Any
 
 from rlx import _rlx
 from rlx._types import DTypeLike, ShapeLike
@@ -48,6 +49,8 @@ def _fmt_attr(k: str, v: Any) -> str:
         return f"values={v}" if len(v) <= 4 else f"values=<{len(v)} values>"
     if k == "steps" and isinstance(v, list):
         return f"steps=<{len(v)}>"
+    if isinstance(v, str):
+        return f"{k}={v}"
     return f"{k}={json.dumps(v, separators=(',', ':'))}"
 
 
@@ -135,7 +138,7 @@ class Graph(
         """Readable listing, one node per line:
         ``%3 = binary{kind=add}(%1, %2) : f32[2, 3]  # add_3``."""
         if not attrs:
-            return str(self._g)
+            return str(self._g).rstrip("\n")
         outs = set(self._g.outputs())
         lines = [f"graph {self.name} ({len(self)} nodes)"]
         for i in range(len(self._g)):
@@ -153,7 +156,7 @@ class Graph(
             mark = " -> out" if i in outs else ""
             shape = f"{dt}[{', '.join(str(x) for x in dims)}]"
             lines.append(f"  %{i} = {op}{a}({args}) : {shape}  # {nm}{mark}")
-        return "\n".join(lines) + "\n"
+        return "\n".join(lines)
 
     def __str__(self) -> str:
         return self.format()

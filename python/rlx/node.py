@@ -186,7 +186,8 @@ class Node:
 
     # ---------------------------------------------------------------- layout
     def reshape(self, *dims: Dim | list[Dim] | tuple[Dim, ...]) -> Node:
-        """Reshape; one dim may be ``-1`` (inferred). ``x.reshape(2, -1)`` or ``x.reshape((2, -1))``."""
+        """Reshape; one dim may be ``-1`` (inferred). ``x.reshape(2, -1)`` or ``x.reshape((2,
+        -1))``."""
         return self.graph.reshape(self, *dims)
 
     def transpose(self, *perm: int) -> Node:

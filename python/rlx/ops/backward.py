@@ -3,7 +3,8 @@ concatenations, as the op docs in ``rlx_ir`` describe."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Optional, Sequence
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Optional
 
 from rlx._types import Pair, pair
 from rlx.node import Node
@@ -41,7 +42,8 @@ class BackwardOps(GraphBase):
         mask_input: Optional[Node] = None,
         name: str = "",
     ) -> Node:
-        """Attention gradient w.r.t. ``wrt`` (``"q"``, ``"k"`` or ``"v"``) → that operand's shape."""
+        """Attention gradient w.r.t. ``wrt`` (``"q"``, ``"k"`` or ``"v"``) → that operand's
+        shape."""
         if head_dim is None:
             if layout == "bhsd":
                 head_dim = self._static(q, -1, "attention_backward", "head_dim")
@@ -214,7 +216,8 @@ class BackwardOps(GraphBase):
         max_anisotropy: float = 1e3,
         name: str = "",
     ) -> Node:
-        """Splat gradient: one row of packed gradients per splat ``[g, 26]`` with sh ``[g, 4, 3]``."""
+        """Splat gradient: one row of packed gradients per splat ``[g, 26]`` with sh ``[g, 4,
+        3]``."""
         op = {
             "op": "gaussian_splat_render_backward",
             "cfg": cfg.to_json(),

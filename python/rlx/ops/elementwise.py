@@ -3,7 +3,8 @@ cast, fma, fused regions and SwiGLU."""
 
 from __future__ import annotations
 
-from typing import Any, Sequence, Union
+from collections.abc import Sequence
+from typing import Any, Union
 
 from rlx._types import DTypeLike, dtype_name
 from rlx.errors import GraphError
@@ -20,7 +21,7 @@ COMPARE_OPS = ("eq", "ne", "lt", "le", "gt", "ge")
 #: A region step: its serde dict, or a tuple shorthand
 #: ``("exp", "x0")``, ``("add", "s0", "x1")``, ``("cast", "f16", "s1")``
 #: where ``"xN"`` is region input N and ``"sN"`` the result of step N.
-RegionStepLike = Union[dict, tuple]
+RegionStepLike = Union[dict[str, Any], tuple[Any, ...]]
 
 
 def _region_operand(a: Any) -> dict[str, int]:

@@ -13,10 +13,10 @@ from rlx.ops._base import GraphBase
 #: A weight format: a GGUF type name (``"q4_k"``, ``"Q8_0"``), ``"fp8_e4m3"``,
 #: ``"fp8_e5m2"``, ``"nvfp4"``, ``"int8/32"`` / ``"int4/32a"`` (block size,
 #: ``a`` = asymmetric), or the serde dict (``{"gguf": "q4_k"}``).
-SchemeLike = Union[str, dict]
+SchemeLike = Union[str, dict[str, Any]]
 #: A scale layout: ``"per_tensor"``, ``"per_row"``, an int block size, or
 #: ``"block:32"``, or the serde dict (``{"block": {"size": 32}}``).
-LayoutLike = Union[str, int, dict]
+LayoutLike = Union[str, int, dict[str, Any]]
 
 _UNIT_SCHEMES = ("fp8_e4m3", "fp8_e5m2", "nvfp4")
 
@@ -93,7 +93,8 @@ class MatMulOps(GraphBase):
         return self._add(op, [x, w_q, *aux], name)
 
     def grouped_matmul(self, x: Node, w: Node, expert_idx: Node, *, name: str = "") -> Node:
-        """MoE matmul: row i of x ``[m, k]`` times ``w[expert_idx[i]]`` (w ``[e, k, n]``) → ``[m, n]``."""
+        """MoE matmul: row i of x ``[m, k]`` times ``w[expert_idx[i]]`` (w ``[e, k, n]``) →
+        ``[m, n]``."""
         return self._add({"op": "grouped_mat_mul"}, [x, w, expert_idx], name)
 
     def dequant_grouped_matmul(
@@ -108,7 +109,8 @@ class MatMulOps(GraphBase):
         k: Optional[int] = None,
         name: str = "",
     ) -> Node:
-        """Grouped matmul on packed GGUF experts ``w_q`` u8 ``[experts, n, row_bytes]`` → f32 ``[m, n]``."""
+        """Grouped matmul on packed GGUF experts ``w_q`` u8 ``[experts, n, row_bytes]`` → f32
+        ``[m, n]``."""
         op_name = "dequant_grouped_mat_mul"
         if num_experts is None:
             num_experts = self._static(w_q, 0, op_name, "num_experts")
@@ -138,7 +140,8 @@ class MatMulOps(GraphBase):
         layout: LayoutLike = "per_tensor",
         name: str = "",
     ) -> Node:
-        """Low-precision TN GEMM ``(lhs·s_l) @ (rhs·s_r)ᵀ (+ bias)``: u8 ``[m, k]``, ``[n, k]`` → f32 ``[m, n]``."""
+        """Low-precision TN GEMM ``(lhs·s_l) @ (rhs·s_r)ᵀ (+ bias)``: u8 ``[m, k]``, ``[n, k]``
+        → f32 ``[m, n]``."""
         op = {
             "op": "scaled_mat_mul",
             "lhs_fmt": lhs_fmt,
@@ -182,6 +185,7 @@ class MatMulOps(GraphBase):
         layout: LayoutLike = "per_tensor",
         name: str = "",
     ) -> Node:
-        """Scales mapping each group's ``max|x|`` to the format's max → f32 ``layout.scale_dims(r, c)``."""
+        """Scales mapping each group's ``max|x|`` to the format's max → f32
+        ``layout.scale_dims(r, c)``."""
         op = {"op": "scaled_quant_scale", "fmt": fmt, "layout": scale_layout(layout)}
         return self._add(op, [x], name)

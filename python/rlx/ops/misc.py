@@ -4,7 +4,8 @@ splatting and user custom ops."""
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Optional, Sequence
+from collections.abc import Sequence
+from typing import Any, Optional
 
 from rlx._types import DTypeLike, ShapeLike, dims_list
 from rlx.node import Node
@@ -41,7 +42,8 @@ class MiscOps(GraphBase):
         seed: Optional[int] = None,
         name: str = "",
     ) -> Node:
-        """Normal fill of ``shape`` (f32). ``seed=None`` derives one from the graph's RNG options."""
+        """Normal fill of ``shape`` (f32). ``seed=None`` derives one from the graph's RNG
+        options."""
         op = {"op": "rng_normal", "dims": dims_list(shape), "mean": mean, "scale": scale}
         op["seed"] = seed
         return self._add(op, [], name)

@@ -4,7 +4,8 @@ LSTM / GRU / RNN, and the generic ``scan`` over a body graph."""
 from __future__ import annotations
 
 import json
-from typing import TYPE_CHECKING, Any, Optional, Sequence
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any, Optional
 
 from rlx.node import Node
 from rlx.ops._base import GraphBase
@@ -24,7 +25,8 @@ class SequenceOps(GraphBase):
     def selective_scan(
         self, x: Node, delta: Node, a: Node, b: Node, c: Node, *, name: str = ""
     ) -> Node:
-        """Mamba selective scan: x, delta ``[b, s, h]``, a ``[h, n]``, b/c ``[b, s, n]`` → ``[b, s, h]``."""
+        """Mamba selective scan: x, delta ``[b, s, h]``, a ``[h, n]``, b/c ``[b, s, n]`` → ``[b,
+        s, h]``."""
         return self._add({"op": "selective_scan"}, [x, delta, a, b, c], name)
 
     def mamba2(

@@ -4,7 +4,8 @@ narrow, concat, gathers and scatters, reverse, nearest 2× resize."""
 from __future__ import annotations
 
 from collections import Counter
-from typing import Optional, Sequence, Union
+from collections.abc import Sequence
+from typing import Optional, Union
 
 from rlx._types import Dim, ShapeLike, dims_list, dims_str
 from rlx.errors import ShapeError
@@ -66,7 +67,12 @@ def infer_reshape(src: Sequence[Dim], dims: Sequence[Dim]) -> list[Dim]:
 def _flatten_dims(dims: tuple[DimsArg, ...]) -> list[Dim]:
     if len(dims) == 1 and isinstance(dims[0], (list, tuple)):
         return list(dims[0])
-    return [d for d in dims if not isinstance(d, (list, tuple))]
+    out: list[Dim] = []
+    for d in dims:
+        if not isinstance(d, (int, str)):
+            raise TypeError(f"[reshape] give dims spread out or as one list, got {dims!r}")
+        out.append(d)
+    return out
 
 
 class ShapeOps(GraphBase):
