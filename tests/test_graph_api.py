@@ -597,3 +597,26 @@ def test_nodes_of_other_graph_rejected(g: Graph) -> None:
     b = g.input("b", [3])
     with pytest.raises(rlx.GraphError, match=r"\[binary\].*another graph"):
         g.add(a, b)
+
+
+def test_generic_binary_compare_reduce(g: Graph) -> None:
+    a = g.input("a", [2, 3], "i32")
+    b = g.input("b", [3], "i64")
+    y = g.binary(a, b, "mul")
+    assert y.shape == (2, 3) and y.dtype == "i64" and y.attrs == {"kind": "mul"}
+    c = g.compare(a, 1, "ge")
+    assert c.shape == (2, 3) and c.dtype == "bool" and c.inputs[1].dtype == "i32"
+    assert g.activation(g.input("f", [2]), "silu").attrs == {"kind": "silu"}
+
+
+def test_from_json_verifies(g: Graph) -> None:
+    x = g.input("x", [3])
+    g.outputs(g.exp(x))
+    doc = json.loads(g.to_json())
+    doc["nodes"][1]["inputs"] = [5]  # operand id past the node itself
+    with pytest.raises(rlx.GraphError, match=r"^\[verify\] node 1 \(activation\)"):
+        Graph.from_json(json.dumps(doc))
+    doc = json.loads(g.to_json())
+    doc["nodes"][1]["shape"]["dims"] = [4]  # declared shape disagrees with inference
+    with pytest.raises(rlx.RlxError, match=r"^\[verify\] node 1"):
+        Graph.from_json(json.dumps(doc))
