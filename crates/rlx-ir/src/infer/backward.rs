@@ -164,8 +164,8 @@ pub(super) fn infer(op: &Op, inputs: &[&Shape]) -> Result<Shape> {
                     ),
                 ));
             }
-            let coeffs = (*sh_band as usize + 1).pow(2);
-            if *sh_band > 3 || coeffs > k {
+            // Checked before squaring so that a huge band cannot overflow.
+            if *sh_band > 3 || (*sh_band as usize + 1).pow(2) > k {
                 return Err(IrError::attr(
                     op.name(),
                     format!("sh_band {sh_band} needs <= 3 and (band+1)² <= {k} SH coefficients"),
@@ -399,7 +399,12 @@ fn modulated(op: &Op, x: &Shape, m: &Shape, what: &str) -> Result<(usize, usize)
             ),
         ));
     }
-    Ok((xd.iter().product(), md.iter().product()))
+    let numel = |d: &[usize]| {
+        d.iter()
+            .try_fold(1usize, |acc, &n| acc.checked_mul(n))
+            .ok_or_else(|| IrError::shape(op.name(), "element count overflows"))
+    };
+    Ok((numel(&xd)?, numel(&md)?))
 }
 
 fn scan_backward(
@@ -410,7 +415,7 @@ fn scan_backward(
     length: usize,
     wrt_xs: bool,
 ) -> Result<Shape> {
-    arity_range(op, inputs, num_carry + 1, usize::MAX)?;
+    arity_range(op, inputs, num_carry.saturating_add(1), usize::MAX)?;
     let (fwd, dy) = inputs.split_at(inputs.len() - 1);
     let y = sequence::scan(op, fwd, body, num_carry, length)?;
     same_shape(op, dy[0], &y, "dy vs stacked y")?;

@@ -296,7 +296,10 @@ fn recurrent(
     }
     let seq = if carry {
         let s = static_dim(op, &x.dims[1], "sequence length (carry appends rows)")?;
-        Dim::Static(s + cell.carry_rows())
+        let rows = s.checked_add(cell.carry_rows()).ok_or_else(|| {
+            IrError::shape(op.name(), "sequence length plus carry rows overflows")
+        })?;
+        Dim::Static(rows)
     } else {
         x.dims[1].clone()
     };

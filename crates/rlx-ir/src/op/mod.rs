@@ -391,7 +391,8 @@ pub enum Op {
     /// Per-row softmax cross-entropy. Operands `[logits [n, c], labels]` with
     /// labels int `[n]` (class ids) or float `[n, c]` (soft targets) → f32 `[n]`.
     SoftmaxCrossEntropy,
-    /// Gradient of the integer-label loss. Operands `[logits [n, c], labels [n], d_loss [n]]` → `[n, c]`.
+    /// Gradient of the integer-label loss. Operands `[logits [n, c] float,
+    /// labels [n] int, d_loss [n] (logits' dtype)]` → logits' shape.
     SoftmaxCrossEntropyBackward,
     /// Inclusive (or exclusive) prefix sum along `axis`. Operands `[x]`.
     Cumsum {
@@ -435,7 +436,12 @@ pub enum Op {
     },
 
     // ------------------------------------------------------------------ conv
-    /// 2-D convolution, NCHW. Operands `[x [n, c_in, h, w], w [c_out, c_in/g, kh, kw], (bias [c_out])]`.
+    /// 2-D convolution, NCHW. Operands `[x [n, c_in, h, w], w [c_out, c_in/g, kh, kw], (bias [c_out])]`,
+    /// all of x's float dtype; `c_in` and `c_out` divisible by `groups`.
+    /// Result `[n, c_out, h_out, w_out]` with
+    /// `h_out = floor((h + 2·pad − dil·(kh − 1) − 1) / stride) + 1 ≥ 1`.
+    /// Channels and kernel must be static; a symbolic `h`/`w` is kept only by
+    /// a length-preserving window (stride 1, `2·pad = dil·(k − 1)`).
     Conv2d {
         /// Stride (h, w).
         stride: [usize; 2],
@@ -448,6 +454,9 @@ pub enum Op {
     },
     /// Transposed 2-D convolution (PyTorch layout). Operands
     /// `[x [n, c_in, h, w], w [c_in, c_out/g, kh, kw], (bias [c_out])]`.
+    /// Result `[n, c_out, h_out, w_out]` with `h_out = (h − 1)·stride − 2·pad
+    /// + dil·(kh − 1) + output_padding + 1 ≥ 1`; `output_padding` must be
+    /// below `max(stride, dilation)` on each axis.
     ConvTranspose2d {
         /// Stride.
         stride: [usize; 2],
@@ -460,7 +469,8 @@ pub enum Op {
         /// Groups.
         groups: usize,
     },
-    /// Max or average pooling, NCHW. Operands `[x]`.
+    /// Max or average pooling, NCHW. Operands `[x [n, c, h, w]]` (float) →
+    /// `[n, c, h_out, w_out]` by the conv formula with dilation 1.
     Pool2d {
         /// `max` or `mean`.
         kind: ReduceOp,
@@ -468,10 +478,13 @@ pub enum Op {
         kernel: [usize; 2],
         /// Stride.
         stride: [usize; 2],
-        /// Padding (ignored by max; counted as zeros by mean... excluded from the count).
+        /// Padding, at most `kernel/2` per axis. Padded positions never win a
+        /// max and are excluded from a mean's divisor (PyTorch
+        /// `count_include_pad=False`).
         padding: [usize; 2],
     },
-    /// im2col, NCHW. Operands `[x [n, c, h, w]]` → `[n, c·kh·kw, h_out·w_out]`.
+    /// im2col, NCHW. Operands `[x [n, c, h, w]]` (any dtype: pure data
+    /// movement) → `[n, c·kh·kw, h_out·w_out]`, rows ordered `(c, ky, kx)`.
     Im2Col {
         /// Window.
         kernel: [usize; 2],
@@ -485,10 +498,12 @@ pub enum Op {
 
     // -------------------------------------------------------------- sequence
     /// Mamba selective scan (Gu & Dao 2023). Operands `[x [b, s, h],
-    /// delta [b, s, h], a [h, n], b_ [b, s, n], c [b, s, n]]` → `[b, s, h]`.
+    /// delta [b, s, h], a [h, n], b_ [b, s, n], c [b, s, n]]` → `[b, s, h]`;
+    /// all operands share x's float dtype.
     SelectiveScan,
     /// Mamba-2 SSD scan (Dao & Gu 2024). Operands `[x [b, s, heads·p], dt [b, s, heads],
-    /// a [heads], b_ [b, s, n], c [b, s, n]]` → `[b, s, heads·p]`.
+    /// a [heads], b_ [b, s, n], c [b, s, n]]` → `[b, s, heads·p]`, one shared
+    /// float dtype, one B/C group (`n = state_size`).
     Mamba2 {
         /// Heads.
         heads: usize,
@@ -499,15 +514,28 @@ pub enum Op {
     },
     /// Gated DeltaNet (Yang et al. 2024). Operands `[q, k, v [b, s, heads·n],
     /// g [b, s, heads], beta [b, s, heads], state [b, heads, n, n] (State)]`
-    /// → `[b, s, heads·n]`; the state is updated in place.
+    /// → `[b, s, heads·n]`; the state is updated in place, so the verifier
+    /// requires it to be a `State` leaf. One shared float dtype.
     GatedDeltaNet {
         /// Heads.
         heads: usize,
         /// Key/value dim n per head.
         state_size: usize,
     },
-    /// LSTM (PyTorch gate order i, f, g, o). Operands `[x [b, s, in], w_ih, w_hh,
-    /// bias, h0, c0]` → `[b, s, dirs·hidden]`.
+    /// LSTM (PyTorch gate order i, f, g, o), batch-first. Operands
+    /// `[x [b, s, in], w_ih, w_hh, bias, h0, c0]` → `[b, s, dirs·hidden]`.
+    ///
+    /// Packed weights (shared by `Gru` and `Rnn`, with `G` gates: 4, 3, 1):
+    /// slot `l·dirs + d` holds layer `l`, direction `d` (0 forward, 1 reverse).
+    /// * `w_ih [layers·dirs, G·hidden, in_w]` where `in_w = in` for one layer,
+    ///   else `max(in, dirs·hidden)`; layer 0 reads the first `in` columns,
+    ///   later layers the first `dirs·hidden` (the rest is ignored padding).
+    /// * `w_hh [layers·dirs, G·hidden, hidden]`.
+    /// * `bias [layers·dirs, G·hidden]` = PyTorch's `b_ih + b_hh` (exact for
+    ///   LSTM and Elman RNN, whose biases only ever add).
+    /// * `h0`, `c0 [layers·dirs, b, hidden]`.
+    ///
+    /// All operands share x's float dtype; `in` must be static.
     Lstm {
         /// Hidden size.
         hidden: usize,
@@ -515,10 +543,15 @@ pub enum Op {
         num_layers: usize,
         /// Both directions.
         bidirectional: bool,
-        /// Append the final (h, c) rows to the output (`[b, s + 2, ..]`).
+        /// Append the final (h, c) rows to the output (`[b, s + 2, ..]`): row
+        /// `s` is the last layer's final h (directions concatenated as in the
+        /// output; the reverse direction's final state is the one after step
+        /// 0), row `s + 1` its final c. Needs a static `s`.
         carry: bool,
     },
-    /// GRU (PyTorch gate order r, z, n). Operands `[x, w_ih, w_hh, b_ih, b_hh, h0]`.
+    /// GRU (PyTorch gate order r, z, n). Operands `[x, w_ih, w_hh, b_ih, b_hh, h0]`,
+    /// packed as on [`Op::Lstm`] with `G = 3`; `b_ih` and `b_hh` are separate
+    /// (`[layers·dirs, 3·hidden]` each) because the n gate scales `b_hn` by r.
     Gru {
         /// Hidden size.
         hidden: usize,
@@ -526,10 +559,11 @@ pub enum Op {
         num_layers: usize,
         /// Both directions.
         bidirectional: bool,
-        /// Append the final h row to the output.
+        /// Append the last layer's final h as one extra row (`[b, s + 1, ..]`).
         carry: bool,
     },
-    /// Elman RNN (tanh or relu). Operands `[x, w_ih, w_hh, bias, h0]`.
+    /// Elman RNN (tanh or relu). Operands `[x, w_ih, w_hh, bias, h0]`, packed
+    /// as on [`Op::Lstm`] with `G = 1`.
     Rnn {
         /// Hidden size.
         hidden: usize,
@@ -537,7 +571,7 @@ pub enum Op {
         num_layers: usize,
         /// Both directions.
         bidirectional: bool,
-        /// Append the final h row to the output.
+        /// Append the last layer's final h as one extra row (`[b, s + 1, ..]`).
         carry: bool,
         /// ReLU instead of tanh.
         relu: bool,
@@ -546,6 +580,13 @@ pub enum Op {
     /// scanned operand, and returns `num_carry` new carries then `y`.
     /// Operands `[carry_init.., xs..]` (xs scanned along axis 0, length
     /// `length`) → `y` stacked `[length, ..]`.
+    ///
+    /// The body must verify; its `Input` leaves, in node order, are the
+    /// carries (shapes equal to `carry_init`) then one slice per scanned
+    /// operand (its shape without axis 0); its outputs are the new carries
+    /// (shapes equal to `carry_init`) then `y`. Other leaves (params,
+    /// constants) are allowed. `length ≥ 1`; axis 0 of every xs must be the
+    /// static `length`.
     Scan {
         /// The body graph.
         body: Box<Graph>,
@@ -559,7 +600,9 @@ pub enum Op {
 
     // ---------------------------------------------------------------- signal
     /// 1-D complex FFT along the last axis on the 2N-real-block layout
-    /// (`[re_0..re_{n-1}, im_0..im_{n-1}]`). Operands `[x [.., 2n]]` → same shape.
+    /// (`[re_0..re_{n-1}, im_0..im_{n-1}]`). Operands `[x [.., 2n]]` (float,
+    /// static even last dim) → same shape. A `c64` operand `[.., n]` holds the
+    /// complex values directly (any `n ≥ 1`, may be symbolic) → same shape.
     Fft {
         /// Inverse transform.
         inverse: bool,
@@ -567,13 +610,17 @@ pub enum Op {
         norm: FftNorm,
     },
     /// `log(filters @ |spec[:n_bins]|² + 1e-10)` from an FFT block spectrum.
-    /// Operands `[spec [outer, 2·n_fft], filters [n_mels, n_bins]]` → `[outer, n_mels]`.
+    /// Operands `[spec [outer, 2·n_fft], filters [n_mels, n_bins]]` → `[outer, n_mels]`,
+    /// spec's float dtype; `1 ≤ n_bins ≤ n_fft/2 + 1` (the one-sided bins).
     LogMel {
         /// FFT length.
         n_fft: usize,
     },
     /// Welch periodogram peaks: mean power over `n_segments` spectra, then the
-    /// `k` largest bins. Operands `[spec [batch·n_segments, 2·n_fft]]` → f32 `[batch, k]`.
+    /// `k` largest bins. Operands `[spec [batch·n_segments, 2·n_fft]]` → f32 `[batch, k]`:
+    /// per batch row, the indices of the `k` largest bins of the one-sided
+    /// (`n_fft/2 + 1` bins) mean power spectrum, by descending power, stored
+    /// as f32. Segments of one batch row are consecutive spectrum rows.
     WelchPeaks {
         /// FFT length.
         n_fft: usize,
@@ -584,7 +631,8 @@ pub enum Op {
     },
 
     // ------------------------------------------------------------------ misc
-    /// Normal fill. No operands.
+    /// Normal fill. No operands → f32 `dims` (static or symbolic);
+    /// `scale ≥ 0`, both finite.
     RngNormal {
         /// Result dims.
         dims: Vec<Dim>,
@@ -595,7 +643,7 @@ pub enum Op {
         /// Per-op seed (`None` = derive from the graph's RNG options).
         seed: Option<u64>,
     },
-    /// Uniform fill in `[low, high)`. No operands.
+    /// Uniform fill in `[low, high)`. No operands → f32 `dims`; finite `low < high`.
     RngUniform {
         /// Result dims.
         dims: Vec<Dim>,
@@ -611,17 +659,22 @@ pub enum Op {
         /// Distance.
         metric: VqMetric,
     },
-    /// SPD-manifold op (see [`SpdOp`]). Operands: BiMap `[x [b, n, n], w [n, m]]`;
-    /// ReEig / LogEig `[x]`; BatchNorm `[x, bias [n, n]]`; KarcherMean `[x]`.
+    /// SPD-manifold op (see [`SpdOp`]). Operands: BiMap `[x [b, n, n], w [n, m]]`
+    /// → `[b, m, m]` (`m ≤ n`); ReEig / LogEig `[x [.., n, n]]` → x's shape;
+    /// BatchNorm `[x [b, n, n], bias [n, n]]` → x's shape; KarcherMean
+    /// `[x [b, n, n]]` → `[n, n]`. Float operands of one dtype.
     Spd {
         /// Which op.
         kind: SpdOp,
-        /// Eigenvalue floor (ReEig) / iteration tolerance (Karcher).
+        /// Eigenvalue floor (ReEig) / iteration tolerance (Karcher); must be
+        /// > 0 for those two, finite and ≥ 0 otherwise.
         eps: f32,
     },
     /// 3-D Gaussian splatting forward (Kerbl et al. 2023). Operands
     /// `[positions [g, 3], scales [g, 3], rotations [g, 4], opacities [g],
     /// colors [g, 3], sh [g, k, 3], camera [20]]` → `[height, width, 3]`.
+    /// One float dtype; `g` may be symbolic, `k` must be static. The config
+    /// needs positive sizes, `radius_scale > 0` and both thresholds in `[0, 1)`.
     GaussianSplatRender {
         /// Splat parameters.
         cfg: SplatConfig,
@@ -649,7 +702,11 @@ pub enum Op {
 
     // -------------------------------------------------------------- backward
     /// Attention gradient w.r.t. q, k or v. Operands `[q, k, v, dy, (mask)]` →
-    /// the shape of the chosen operand.
+    /// the shape of the chosen operand. Layouts as [`Op::Attention`]; the
+    /// key/value head count is read from k (BSHD: last dim / head_dim) and
+    /// must divide `heads`; `dy` has q's shape; the mask operand is present
+    /// iff `mask` is custom or bias and broadcasts to `[b, heads, s, kv_s]`.
+    /// `wrt` is q, k or v.
     AttentionBackward {
         /// q, k or v.
         wrt: Wrt,
@@ -664,15 +721,18 @@ pub enum Op {
         /// Layout.
         layout: AttnLayout,
     },
-    /// RMSNorm gradient. Operands `[x, gamma, beta, dy]` → x's shape (input)
-    /// or `[h]` (gamma, beta).
+    /// RMSNorm gradient. Operands `[x, gamma, dy]` or `[x, gamma, beta, dy]`
+    /// (gamma, beta `[h]`, dy x's shape) → x's shape (`wrt` input) or `[h]`
+    /// (gamma; beta needs the four-operand form).
     RmsNormBackward {
         /// Epsilon.
         eps: f32,
         /// input, gamma or beta.
         wrt: Wrt,
     },
-    /// RoPE gradient (the inverse rotation). Operands `[dy, cos, sin]`.
+    /// RoPE gradient (the inverse rotation). Operands `[dy [b, s, hidden], cos, sin]`
+    /// with cos/sin `[s, n_rot/2]`, or `[b·s, n_rot/2]` for per-token tables;
+    /// → dy's shape.
     RopeBackward {
         /// Pairing.
         kind: RopeKind,
@@ -681,7 +741,7 @@ pub enum Op {
         /// Rotated dims.
         n_rot: usize,
     },
-    /// Cumsum gradient (reverse cumsum). Operands `[dy]`.
+    /// Cumsum gradient (reverse cumsum). Operands `[dy]` (float) → dy's shape.
     CumsumBackward {
         /// Axis.
         axis: i64,
@@ -696,7 +756,8 @@ pub enum Op {
         /// Size of the gathered-from axis.
         axis_dim: usize,
     },
-    /// Max-pool gradient. Operands `[x, dy]` → x's shape.
+    /// Max-pool gradient. Operands `[x, dy]` → x's shape; dy must have the
+    /// forward max-pool's output shape.
     MaxPool2dBackward {
         /// Window.
         kernel: [usize; 2],
@@ -705,7 +766,9 @@ pub enum Op {
         /// Padding.
         padding: [usize; 2],
     },
-    /// Conv2d gradient w.r.t. input. Operands `[dy, w]` → `[n, c_in, h, w]`.
+    /// Conv2d gradient w.r.t. input. Operands `[dy, w]` → `[n, c_in, h, w]`
+    /// with `c_in = w.dims[1]·groups`, `(h, w) = input_hw`; dy must equal the
+    /// forward conv's output shape.
     Conv2dBackwardInput {
         /// Stride.
         stride: [usize; 2],
@@ -718,7 +781,8 @@ pub enum Op {
         /// Spatial size of the forward input.
         input_hw: [usize; 2],
     },
-    /// Conv2d gradient w.r.t. weight. Operands `[x, dy]` → `[c_out, c_in/g, kh, kw]`.
+    /// Conv2d gradient w.r.t. weight. Operands `[x, dy]` → `[c_out, c_in/g, kh, kw]`
+    /// (`c_out` from dy); dy must equal the forward conv's output shape.
     Conv2dBackwardWeight {
         /// Stride.
         stride: [usize; 2],
@@ -732,33 +796,47 @@ pub enum Op {
         kernel: [usize; 2],
     },
     /// adaLN gradient, packed `[dx ∥ dscale ∥ dshift]` flat. Operands `[x, scale, dy]`.
+    ///
+    /// x `[.., h]` and scale are static; scale has x's rank and last dim and
+    /// leading dims equal to a prefix of x's followed only by 1s (each scale
+    /// row modulates one contiguous run of x rows; shift has scale's shape).
+    /// dy has x's shape. Result: x's dtype, `[numel(x) + 2·numel(scale)]`:
+    /// dx (x's layout), then dscale, then dshift (scale's layout).
     AdaLayerNormBackward {
         /// Epsilon.
         eps: f32,
         /// LayerNorm or RMSNorm.
         layer_norm: bool,
     },
-    /// Gated-residual gradient, packed `[dx ∥ dy ∥ dgate]` flat. Operands `[y, gate, dy]`.
+    /// Gated-residual gradient, packed `[dx ∥ dy ∥ dgate]` flat. Operands `[y, gate, dy]`
+    /// where the last operand is the gradient of the output `x + gate·y`
+    /// (y's shape) and gate modulates y as scale does on
+    /// [`Op::AdaLayerNormBackward`]. Result: y's dtype,
+    /// `[2·numel(y) + numel(gate)]`: d/dx, d/dy (y's layout), then d/dgate.
     GatedResidualBackward,
-    /// Log-mel gradient w.r.t. the spectrum. Operands `[spec, filters, dy]` → spec's shape.
+    /// Log-mel gradient w.r.t. the spectrum. Operands `[spec, filters, dy]` → spec's shape;
+    /// dy must have the forward log-mel's shape.
     LogMelBackward {
         /// FFT length.
         n_fft: usize,
     },
-    /// Splat gradient, packed per-splat gradients flat. Operands: the render's
-    /// seven plus `d_loss [height, width, 3]`.
+    /// Splat gradient, packed per splat. Operands: the render's seven plus
+    /// `d_loss [height, width, 3]` → `[g, 14 + 3k]` (positions' dtype); row
+    /// `i` holds splat `i`'s gradients in operand order: position (3), scale
+    /// (3), rotation (4), opacity (1), colour (3), SH coefficients (`k·3`,
+    /// coefficient-major). The camera gets no gradient.
     GaussianSplatRenderBackward {
         /// Splat parameters.
         cfg: SplatConfig,
         /// Clip on |d_loss|.
         loss_grad_clip: f32,
-        /// Spherical-harmonics band used.
+        /// Spherical-harmonics band used (≤ 3; needs `(band + 1)² ≤ k`).
         sh_band: u32,
         /// Largest allowed scale ratio.
         max_anisotropy: f32,
     },
-    /// SPD-op gradient. Operands: the forward's, then `dy`; result is the first
-    /// operand's shape.
+    /// SPD-op gradient w.r.t. the first forward operand (x). Operands: the
+    /// forward's, then `dy` (the forward result's shape); result is x's shape.
     SpdBackward {
         /// Which op.
         kind: SpdOp,
@@ -766,7 +844,10 @@ pub enum Op {
         eps: f32,
     },
     /// Scan gradient w.r.t. the initial carries (`wrt_xs = false`) or the
-    /// scanned operands. Operands `[carry_init.., xs.., dy]`.
+    /// scanned operands. Operands `[carry_init.., xs.., dy]` with dy the
+    /// stacked `y`'s shape. Result: the gradients of every carry (or every
+    /// xs), each flattened, concatenated in operand order: `[Σ numel]` of their
+    /// shared float dtype (targets must be static floats of one dtype).
     ScanBackward {
         /// The forward body.
         body: Box<Graph>,

@@ -5,6 +5,7 @@
 mod backward;
 mod conv;
 mod misc;
+mod robust;
 mod sequence;
 mod signal;
 
