@@ -620,3 +620,8 @@ def test_from_json_verifies(g: Graph) -> None:
     doc["nodes"][1]["shape"]["dims"] = [4]  # declared shape disagrees with inference
     with pytest.raises(rlx.RlxError, match=r"^\[verify\] node 1"):
         Graph.from_json(json.dumps(doc))
+
+
+def test_fft_complex(g: Graph) -> None:
+    z = g.input("z", [3, "n"], "c64")
+    check(g.fft(z), (3, "n"), "c64")

@@ -12,8 +12,9 @@ class SignalOps(GraphBase):
     def fft(
         self, x: Node, *, inverse: bool = False, norm: str = "backward", name: str = ""
     ) -> Node:
-        """Complex FFT along the last axis of ``[.., 2n]`` (``[re.., im..]`` blocks);
-        ``norm`` as numpy's (``"backward"``, ``"ortho"``, ``"forward"``)."""
+        """Complex FFT along the last axis of a float ``[.., 2n]`` (``[re.., im..]``
+        blocks) or of a ``c64`` ``[.., n]``; same shape out. ``norm`` as numpy's
+        (``"backward"``, ``"ortho"``, ``"forward"``)."""
         return self._add({"op": "fft", "inverse": inverse, "norm": norm}, [x], name)
 
     def ifft(self, x: Node, *, norm: str = "backward", name: str = "") -> Node:
@@ -28,7 +29,8 @@ class SignalOps(GraphBase):
     def welch_peaks(
         self, spec: Node, *, n_fft: int, n_segments: int, k: int, name: str = ""
     ) -> Node:
-        """Mean power over ``n_segments`` spectra then the ``k`` largest bins:
-        ``[batch·n_segments, 2·n_fft]`` → f32 ``[batch, k]``."""
+        """Indices (stored as f32) of the ``k`` largest bins of the mean one-sided
+        power over ``n_segments`` consecutive spectra:
+        ``[batch·n_segments, 2·n_fft]`` → ``[batch, k]``."""
         op = {"op": "welch_peaks", "n_fft": n_fft, "n_segments": n_segments, "k": k}
         return self._add(op, [spec], name)
