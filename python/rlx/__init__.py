@@ -1,6 +1,7 @@
 """rlx: an ML compiler and runtime with a Python front end and a Rust core."""
 
 from rlx._rlx import __version__
+from rlx._types import dtype_name
 from rlx.errors import (
     DTypeError,
     GraphError,
@@ -10,7 +11,7 @@ from rlx.errors import (
     UnsupportedOpError,
     WeightFormatError,
 )
-from rlx.graph import Graph, Node
+from rlx.graph import Graph, Node, SplatConfig
 
 __all__ = [
     "DTypeError",
@@ -20,7 +21,9 @@ __all__ = [
     "Node",
     "RlxError",
     "ShapeError",
+    "SplatConfig",
     "UnsupportedOpError",
     "WeightFormatError",
     "__version__",
+    "dtype_name",
 ]

@@ -1,4 +1,5 @@
-"""The ``rlx`` command line."""
+"""The ``rlx`` command line: ``rlx env`` lists the environment variables,
+``rlx demo`` builds and prints a small transformer graph."""
 
 from __future__ import annotations
 
@@ -6,11 +7,60 @@ import argparse
 import sys
 
 from rlx import _rlx
+from rlx.graph import Graph
 
 
 def _cmd_env(_args: argparse.Namespace) -> int:
     for name, default, meaning in _rlx.env_vars():
         print(f"{name:28} default={default!r:14} {meaning}")
+    return 0
+
+
+def build_demo_graph(
+    vocab: int = 256,
+    hidden: int = 64,
+    heads: int = 4,
+    kv_heads: int = 2,
+    ffn: int = 128,
+    layers: int = 1,
+) -> Graph:
+    """A small llama-style decoder over a symbolic ``seq``: embedding gather,
+    per layer RMSNorm → q/k/v matmuls → RoPE → causal GQA attention → output
+    projection + residual, RMSNorm → SwiGLU MLP + residual; final norm and
+    logits ``[1, seq, vocab]``."""
+    head_dim = hidden // heads
+    g = Graph("demo")
+    tokens = g.input("tokens", [1, "seq"], "i32")
+    cos = g.input("rope_cos", ["seq", head_dim // 2])
+    sin = g.input("rope_sin", ["seq", head_dim // 2])
+    h = g.gather(g.param("tok_embd", [vocab, hidden]), tokens, name="embed")
+    for i in range(layers):
+        p = f"blk.{i}."
+        x = g.rms_norm(h, g.param(p + "attn_norm", [hidden]), name=p + "attn_in")
+        q = g.matmul(x, g.param(p + "attn_q", [hidden, heads * head_dim]), name=p + "q")
+        k = g.matmul(x, g.param(p + "attn_k", [hidden, kv_heads * head_dim]), name=p + "k")
+        v = g.matmul(x, g.param(p + "attn_v", [hidden, kv_heads * head_dim]), name=p + "v")
+        q = g.rope(q, cos, sin, head_dim=head_dim, name=p + "q_rope")
+        k = g.rope(k, cos, sin, head_dim=head_dim, name=p + "k_rope")
+        a = g.attention(q, k, v, heads=heads, kv_heads=kv_heads, name=p + "attn")
+        h = g.add(h, a @ g.param(p + "attn_output", [heads * head_dim, hidden]), name=p + "res1")
+        x = g.rms_norm(h, g.param(p + "ffn_norm", [hidden]), name=p + "ffn_in")
+        gate_up = g.matmul(x, g.param(p + "ffn_gate_up", [hidden, 2 * ffn]), name=p + "gate_up")
+        act = g.swiglu(gate_up, gate_first=True, name=p + "swiglu")
+        h = g.add(h, act @ g.param(p + "ffn_down", [ffn, hidden]), name=p + "res2")
+    x = g.rms_norm(h, g.param("output_norm", [hidden]), name="final_norm")
+    logits = g.matmul(x, g.param("output", [hidden, vocab]), name="logits")
+    g.outputs(logits)
+    return g
+
+
+def _cmd_demo(args: argparse.Namespace) -> int:
+    g = build_demo_graph(layers=args.layers)
+    print(g)
+    g.verify()
+    for out in g.outputs():
+        dims = ", ".join(str(d) for d in out.shape)
+        print(f"output {out.name}: {out.dtype}[{dims}]")
     return 0
 
 
@@ -21,6 +71,9 @@ def main(argv: list[str] | None = None) -> int:
     sub.add_parser("env", help="list the environment variables rlx reads").set_defaults(
         fn=_cmd_env
     )
+    demo = sub.add_parser("demo", help="build and print a small transformer-block graph")
+    demo.add_argument("--layers", type=int, default=1, help="decoder layers (default 1)")
+    demo.set_defaults(fn=_cmd_demo)
     args = p.parse_args(argv)
     return int(args.fn(args))
 

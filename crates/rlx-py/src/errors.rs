@@ -7,43 +7,43 @@ use pyo3::prelude::*;
 use rlx_ir::{ErrorKind, IrError};
 
 create_exception!(
-    _rlx,
+    rlx._rlx,
     RlxError,
     PyException,
     "Base class of every rlx error."
 );
 create_exception!(
-    _rlx,
+    rlx._rlx,
     ShapeError,
     RlxError,
     "Operand shapes do not fit an op, or an input has the wrong shape."
 );
 create_exception!(
-    _rlx,
+    rlx._rlx,
     DTypeError,
     RlxError,
     "Unknown dtype, or operand dtypes that do not fit an op."
 );
 create_exception!(
-    _rlx,
+    rlx._rlx,
     UnsupportedOpError,
     RlxError,
     "An op this build or device cannot compile or run."
 );
 create_exception!(
-    _rlx,
+    rlx._rlx,
     WeightFormatError,
     RlxError,
     "A weight file or tensor that cannot be read."
 );
 create_exception!(
-    _rlx,
+    rlx._rlx,
     KernelError,
     RlxError,
     "A kernel failed to compile or run."
 );
 create_exception!(
-    _rlx,
+    rlx._rlx,
     GraphError,
     RlxError,
     "A malformed graph: bad node id, bad attribute, failed verification."

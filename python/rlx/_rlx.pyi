@@ -1,0 +1,76 @@
+"""Type stubs for the native module ``rlx._rlx`` (crates/rlx-py)."""
+
+from typing import Final, Union, final
+
+__all__ = [
+    "DTypeError",
+    "Graph",
+    "GraphError",
+    "KernelError",
+    "RlxError",
+    "ShapeError",
+    "UnsupportedOpError",
+    "WeightFormatError",
+    "__version__",
+    "dtype_name",
+    "env_vars",
+]
+
+__version__: Final[str]
+
+class RlxError(Exception):
+    """Base class of every rlx error."""
+
+class ShapeError(RlxError):
+    """Operand shapes do not fit an op, or an input has the wrong shape."""
+
+class DTypeError(RlxError):
+    """Unknown dtype, or operand dtypes that do not fit an op."""
+
+class UnsupportedOpError(RlxError):
+    """An op this build or device cannot compile or run."""
+
+class WeightFormatError(RlxError):
+    """A weight file or tensor that cannot be read."""
+
+class KernelError(RlxError):
+    """A kernel failed to compile or run."""
+
+class GraphError(RlxError):
+    """A malformed graph: bad node id, bad attribute, failed verification."""
+
+@final
+class Graph:
+    """A graph under construction (``rlx.Graph`` wraps it)."""
+
+    def __new__(cls, name: str = "graph") -> Graph: ...
+    @property
+    def name(self) -> str:
+        """Graph name."""
+    def add(self, op_json: str, inputs: list[int], name: str = "") -> int:
+        """Add a node (``op_json`` is the serde form of an op); returns its id."""
+    def shape(self, id: int) -> tuple[list[Union[int, str]], str]:
+        """``(dims, dtype)`` of node ``id``."""
+    def node(self, id: int) -> tuple[str, list[int], str]:
+        """``(op_name, inputs, name)`` of node ``id``."""
+    def op_json(self, id: int) -> str:
+        """The op of node ``id`` as JSON."""
+    def set_outputs(self, ids: list[int]) -> None:
+        """Declare the outputs."""
+    def outputs(self) -> list[int]:
+        """The declared outputs."""
+    def verify(self) -> None:
+        """Run the verifier."""
+    def to_json(self) -> str:
+        """Serialise to JSON."""
+    @staticmethod
+    def from_json(s: str) -> Graph:
+        """Parse (and verify) a graph from JSON."""
+    def __len__(self) -> int: ...
+    def __str__(self) -> str: ...
+
+def dtype_name(s: str) -> str:
+    """Normalise a dtype spelling to rlx's short name."""
+
+def env_vars() -> list[tuple[str, str, str]]:
+    """The environment-variable registry as ``(name, default, meaning)`` rows."""

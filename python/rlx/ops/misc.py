@@ -1,0 +1,135 @@
+"""Random fills, vector-quantiser assignment, SPD-manifold ops, Gaussian
+splatting and user custom ops."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+from typing import Any, Optional
+
+from rlx._types import DTypeLike, ShapeLike, dims_list
+from rlx.node import Node
+from rlx.ops._base import GraphBase, shape_json
+
+
+@dataclasses.dataclass(frozen=True)
+class SplatConfig:
+    """Parameters shared by the Gaussian-splat ops (``rlx_ir::SplatConfig``)."""
+
+    width: int
+    height: int
+    tile_size: int = 16
+    radius_scale: float = 3.0
+    alpha_cutoff: float = 1.0 / 255.0
+    max_splat_steps: int = 1024
+    transmittance_threshold: float = 1e-4
+    max_list_entries: int = 1 << 20
+
+    def to_json(self) -> dict[str, Any]:
+        """The serde dict."""
+        return dataclasses.asdict(self)
+
+
+class MiscOps(GraphBase):
+    """RNG, VQ, SPD, splats, custom ops."""
+
+    def rng_normal(
+        self,
+        shape: ShapeLike,
+        *,
+        mean: float = 0.0,
+        scale: float = 1.0,
+        seed: Optional[int] = None,
+        name: str = "",
+    ) -> Node:
+        """Normal fill of ``shape`` (f32). ``seed=None`` derives one from the graph's RNG
+        options."""
+        op = {"op": "rng_normal", "dims": dims_list(shape), "mean": mean, "scale": scale}
+        op["seed"] = seed
+        return self._add(op, [], name)
+
+    def rng_uniform(
+        self,
+        shape: ShapeLike,
+        *,
+        low: float = 0.0,
+        high: float = 1.0,
+        seed: Optional[int] = None,
+        name: str = "",
+    ) -> Node:
+        """Uniform fill of ``shape`` in ``[low, high)`` (f32)."""
+        op = {"op": "rng_uniform", "dims": dims_list(shape), "low": low, "high": high}
+        op["seed"] = seed
+        return self._add(op, [], name)
+
+    def vq_assign(self, x: Node, codebook: Node, *, metric: str = "l2", name: str = "") -> Node:
+        """Nearest codebook row: x ``[n, d]``, codebook ``[k, d]`` → i32 ``[n]``
+        (``metric``: ``"l2"``, ``"dot"``, ``"cosine"``)."""
+        return self._add({"op": "vq_assign", "metric": metric}, [x, codebook], name)
+
+    def spd(self, kind: str, *operands: Node, eps: float = 1e-4, name: str = "") -> Node:
+        """SPD-manifold op ``kind``: ``"bi_map"`` (x ``[b, n, n]``, w ``[n, m]``),
+        ``"re_eig"``, ``"log_eig"``, ``"batch_norm"`` (x, bias ``[n, n]``),
+        ``"karcher_mean"`` (``[b, n, n]`` → ``[n, n]``)."""
+        return self._add({"op": "spd", "kind": kind, "eps": eps}, list(operands), name)
+
+    def gaussian_splat_render(
+        self,
+        positions: Node,
+        scales: Node,
+        rotations: Node,
+        opacities: Node,
+        colors: Node,
+        sh: Node,
+        camera: Node,
+        *,
+        cfg: SplatConfig,
+        name: str = "",
+    ) -> Node:
+        """3-D Gaussian splatting forward → ``[height, width, 3]``."""
+        ins = [positions, scales, rotations, opacities, colors, sh, camera]
+        return self._add({"op": "gaussian_splat_render", "cfg": cfg.to_json()}, ins, name)
+
+    def gaussian_splat_prepare(
+        self,
+        positions: Node,
+        scales: Node,
+        rotations: Node,
+        opacities: Node,
+        colors: Node,
+        sh: Node,
+        camera: Node,
+        *,
+        cfg: SplatConfig,
+        name: str = "",
+    ) -> Node:
+        """Per-splat screen-space preparation → ``[g, 16]``."""
+        ins = [positions, scales, rotations, opacities, colors, sh, camera]
+        return self._add({"op": "gaussian_splat_prepare", "cfg": cfg.to_json()}, ins, name)
+
+    def gaussian_splat_rasterize(
+        self, prep: Node, camera: Node, *, cfg: SplatConfig, name: str = ""
+    ) -> Node:
+        """Rasterise prepared splats ``[g, 16]`` → ``[height, width, 3]``."""
+        op = {"op": "gaussian_splat_rasterize", "cfg": cfg.to_json()}
+        return self._add(op, [prep, camera], name)
+
+    def custom(
+        self,
+        op_name: str,
+        inputs: Sequence[Node],
+        out_shape: ShapeLike,
+        out_dtype: DTypeLike = "f32",
+        *,
+        attrs: Optional[dict[str, Any]] = None,
+        name: str = "",
+    ) -> Node:
+        """A user op (``rlx.register_op``) with a declared result shape; ``attrs``
+        are free-form JSON handed to its kernel."""
+        op = {
+            "op": "custom",
+            "name": op_name,
+            "attrs": {} if attrs is None else attrs,
+            "out": shape_json(out_shape, out_dtype),
+        }
+        return self._add(op, list(inputs), name)
