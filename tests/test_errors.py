@@ -161,14 +161,14 @@ print("ok", seen)
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert r.returncode == 0, (r.returncode, r.stdout, r.stderr)
     assert r.stdout.startswith("ok"), r.stdout
-    assert int(r.stdout.split()[1]) >= 7  # all but the oversized constant (see the xfail)
+    assert int(r.stdout.split()[1]) == len_hostile(code)  # every hostile op is rejected
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="[constant] rlx-ir leaf inference counts elements with saturating_mul, so a "
-    "splat constant whose element count overflows usize is accepted",
-)
+def len_hostile(code: str) -> int:
+    """Number of entries of the hostile-op table in the child script."""
+    return code.count('({"op":')
+
+
 def test_oversized_constant_rejected(g: Graph) -> None:
     with pytest.raises(rlx.ShapeError, match=r"^\[constant\]"):
         g.constant(1.0, shape=[2**40, 2**40])
