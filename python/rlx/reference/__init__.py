@@ -98,3 +98,16 @@ def run_thunk(t: dict, mem: Memory) -> None:
     if fn is None:
         raise KeyError(f"[{name}] no numpy reference registered")
     fn(t, mem)
+
+
+# --- families (part 2) ---
+# quant, sequence, signal, misc, backward (+ gguf_blocks, rng, splat, interp).
+from rlx.reference import backward as _backward  # noqa: E402,F401
+from rlx.reference import interp as _interp  # noqa: E402,F401
+from rlx.reference import misc as _misc  # noqa: E402,F401
+from rlx.reference import quant as _quant  # noqa: E402,F401
+from rlx.reference import rng as _rng  # noqa: E402,F401
+from rlx.reference import sequence as _sequence  # noqa: E402,F401
+from rlx.reference import signal as _signal  # noqa: E402,F401
+from rlx.reference import splat as _splat  # noqa: E402,F401
+from rlx.reference.misc import CUSTOM_OPS  # noqa: E402,F401
