@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import numpy as np
-
 from rlx.reference import WEIGHT_TAG, Memory
 
 ALIGN = 64
@@ -61,7 +60,9 @@ class Arena:
         self.mem = Memory(arena, weights)
         return self.mem
 
-    def read(self, off: int, shape: tuple[int, ...] | int, dtype: np.dtype | str = np.float32) -> np.ndarray:
+    def read(
+        self, off: int, shape: tuple[int, ...] | int, dtype: np.dtype | str = np.float32
+    ) -> np.ndarray:
         assert self.mem is not None, "build() first"
         return self.mem.view(off, shape, dtype).copy()
 

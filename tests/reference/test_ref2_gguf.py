@@ -13,15 +13,24 @@ import pytest
 from _mem2 import Arena
 from gguf import GGMLQuantizationType as T
 from gguf import quants
-
 from rlx.reference import run_thunk
 from rlx.reference.gguf_blocks import GEOMETRY, dequantize_blocks, dequantize_rows, row_bytes
 
 # f16 fields (byte offsets) that hold scales: randomised to sane values (no NaN/Inf).
 SCALE_OFFSETS = {
-    "q4_0": [0], "q4_1": [0, 2], "q5_0": [0], "q5_1": [0, 2], "q8_0": [0], "q8_1": [0, 2],
-    "q2_k": [80, 82], "q3_k": [108], "q4_k": [0, 2], "q5_k": [0, 2], "q6_k": [208],
-    "q1_0": [0], "q2_0": [0],
+    "q4_0": [0],
+    "q4_1": [0, 2],
+    "q5_0": [0],
+    "q5_1": [0, 2],
+    "q8_0": [0],
+    "q8_1": [0, 2],
+    "q2_k": [80, 82],
+    "q3_k": [108],
+    "q4_k": [0, 2],
+    "q5_k": [0, 2],
+    "q6_k": [208],
+    "q1_0": [0],
+    "q2_0": [0],
 }
 GGUF_DECODES = ["q4_0", "q4_1", "q5_0", "q5_1", "q8_0", "q2_k", "q3_k", "q4_k", "q5_k", "q6_k"]
 
@@ -130,7 +139,9 @@ def _oracle_rows(packed: np.ndarray, typ: str) -> np.ndarray:
     return dequantize_rows(packed, typ, packed.shape[1] // GEOMETRY[typ][1] * GEOMETRY[typ][0])
 
 
-@pytest.mark.parametrize("typ", GGUF_DECODES + ["q8_1", "q8_k", "q1_0", "q2_0", "f16", "bf16", "f32"])
+@pytest.mark.parametrize(
+    "typ", GGUF_DECODES + ["q8_1", "q8_k", "q1_0", "q2_0", "f16", "bf16", "f32"]
+)
 @pytest.mark.parametrize("f16io", [False, True])
 def test_dequant_matmul_gguf(typ: str, f16io: bool) -> None:
     rng = np.random.default_rng(11)
@@ -139,13 +150,25 @@ def test_dequant_matmul_gguf(typ: str, f16io: bool) -> None:
     m, n = 3, 5
     w = _packed(typ, n, k, rng)
     # small activations keep f16 outputs finite (Q6_K / Q3_K weights reach ~8000)
-    x = (rng.standard_normal((m, k)) * (1e-3 if f16io else 1.0)).astype(np.float16 if f16io else np.float32)
+    x = (rng.standard_normal((m, k)) * (1e-3 if f16io else 1.0)).astype(
+        np.float16 if f16io else np.float32
+    )
     a = Arena()
     xo, wo = a.put(x), a.weight(w)
     do = a.out((m, n), np.float16 if f16io else np.float32)
     mem = a.build()
-    t = dict(name="dequant_matmul_gguf", x=xo, w_q=wo, dst=do, m=m, k=k, n=n,
-             scheme={"gguf": typ}, x_f16=f16io, dst_f16=f16io)
+    t = dict(
+        name="dequant_matmul_gguf",
+        x=xo,
+        w_q=wo,
+        dst=do,
+        m=m,
+        k=k,
+        n=n,
+        scheme={"gguf": typ},
+        x_f16=f16io,
+        dst_f16=f16io,
+    )
     run_thunk(t, mem)
     want = x.astype(np.float64) @ _oracle_rows(w, typ).T
     got = a.read(do, (m, n), np.float16 if f16io else np.float32).astype(np.float64)
@@ -163,14 +186,29 @@ def test_dequant_grouped_matmul_gguf() -> None:
     a = Arena()
     xo, io, wo, do = a.put(x), a.put(idx), a.weight(stack), a.out((m, n))
     mem = a.build()
-    run_thunk(dict(name="dequant_grouped_matmul_gguf", input=xo, w_q=wo, expert_idx=io, dst=do,
-                   m=m, k_dim=k, n=n, num_experts=e, scheme={"gguf": typ}), mem)
+    run_thunk(
+        dict(
+            name="dequant_grouped_matmul_gguf",
+            input=xo,
+            w_q=wo,
+            expert_idx=io,
+            dst=do,
+            m=m,
+            k_dim=k,
+            n=n,
+            num_experts=e,
+            scheme={"gguf": typ},
+        ),
+        mem,
+    )
     got = a.read(do, (m, n))
     for i in range(m):
         if idx[i] >= e:
             np.testing.assert_array_equal(got[i], 0)
         else:
-            want = quants.dequantize(stack[idx[i]], T.Q5_1).astype(np.float64) @ x[i].astype(np.float64)
+            want = quants.dequantize(stack[idx[i]], T.Q5_1).astype(np.float64) @ x[i].astype(
+                np.float64
+            )
             np.testing.assert_allclose(got[i], want, rtol=1e-5, atol=1e-5)
 
 
@@ -194,12 +232,51 @@ def test_fused_mlp(typ: str, f16io: bool) -> None:
     o1, o2, o3 = a.out(n, xdt), a.out(n, np.float32), a.out(5, xdt)
     mem = a.build()
     sch = {"gguf": typ}
-    run_thunk(dict(name="fused_mlp_gate_up_swiglu", x=xo, gate_w=go, up_w=uo, dst=o1, k=k, n=n,
-                   scheme=sch, x_f16=f16io, dst_f16=f16io), mem)
-    run_thunk(dict(name="fused_mlp_gate_up_gelu", x=xo, gate_w=go, up_w=uo, dst=o2, k=k, n=n,
-                   scheme=sch, x_f16=f16io), mem)
-    run_thunk(dict(name="fused_mlp_down_residual", x=ho, w=wo, res=ro, dst=o3, k=256, n=5,
-                   scheme=sch, x_f16=f16io, dst_f16=f16io, res_f16=f16io), mem)
+    run_thunk(
+        dict(
+            name="fused_mlp_gate_up_swiglu",
+            x=xo,
+            gate_w=go,
+            up_w=uo,
+            dst=o1,
+            k=k,
+            n=n,
+            scheme=sch,
+            x_f16=f16io,
+            dst_f16=f16io,
+        ),
+        mem,
+    )
+    run_thunk(
+        dict(
+            name="fused_mlp_gate_up_gelu",
+            x=xo,
+            gate_w=go,
+            up_w=uo,
+            dst=o2,
+            k=k,
+            n=n,
+            scheme=sch,
+            x_f16=f16io,
+        ),
+        mem,
+    )
+    run_thunk(
+        dict(
+            name="fused_mlp_down_residual",
+            x=ho,
+            w=wo,
+            res=ro,
+            dst=o3,
+            k=256,
+            n=5,
+            scheme=sch,
+            x_f16=f16io,
+            dst_f16=f16io,
+            res_f16=f16io,
+        ),
+        mem,
+    )
     xf = x.astype(np.float64)
     g = _oracle_rows(gw, typ) @ xf
     u = _oracle_rows(uw, typ) @ xf

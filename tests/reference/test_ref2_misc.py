@@ -6,14 +6,14 @@ import math
 
 import numpy as np
 import pytest
-from _mem2 import Arena
-
 import rlx.reference as ref
+from _mem2 import Arena
 from rlx.reference import run_thunk
 from rlx.reference.misc import spd_backward, spd_forward
 from rlx.reference.rng import normal_at, splitmix64, uniform_at
 
-PART2 = """nop dequant_matmul_gguf dequant_grouped_matmul_gguf dequant_matmul_int8 dequant_matmul_int4
+PART2 = """nop dequant_matmul_gguf dequant_grouped_matmul_gguf dequant_matmul_int8
+dequant_matmul_int4
 dequant_matmul_fp8 dequant_matmul_nvfp4 fused_mlp_gate_up_swiglu fused_mlp_gate_up_gelu
 fused_mlp_down_residual scaled_matmul scaled_quantize scaled_dequantize scaled_quant_scale
 gated_delta_net selective_scan lstm gru rnn mamba2 scan_host host_op fft1d log_mel log_mel_backward
@@ -51,7 +51,9 @@ def test_splitmix64_vectors() -> None:
     # first output of the SplitMix64 generator seeded with 0 (Vigna's reference)
     assert int(splitmix64(0)) == 0xE220A8397B1DCDAF
     xs = [0, 1, 12345, M64, 0x9E3779B97F4A7C15]
-    np.testing.assert_array_equal(splitmix64(np.array(xs, np.uint64)), np.array([sm64_int(x) for x in xs], np.uint64))
+    np.testing.assert_array_equal(
+        splitmix64(np.array(xs, np.uint64)), np.array([sm64_int(x) for x in xs], np.uint64)
+    )
 
 
 def test_uniform_normal_bit_exact_with_rust_formula() -> None:
@@ -62,8 +64,13 @@ def test_uniform_normal_bit_exact_with_rust_formula() -> None:
     for j in range(200):
         bits = sm64_int(key ^ ((j * 0xD1B54A32D192ED03) & M64)) >> 40
         assert u[j] == np.float32(bits) * np.float32(1.0 / 16777216.0)
-        u1 = float(np.float32(sm64_int(key ^ ((2 * j * 0xD1B54A32D192ED03) & M64)) >> 40) / 16777216.0)
-        u2 = float(np.float32(sm64_int(key ^ (((2 * j + 1) * 0xD1B54A32D192ED03) & M64)) >> 40) / 16777216.0)
+        u1 = float(
+            np.float32(sm64_int(key ^ ((2 * j * 0xD1B54A32D192ED03) & M64)) >> 40) / 16777216.0
+        )
+        u2 = float(
+            np.float32(sm64_int(key ^ (((2 * j + 1) * 0xD1B54A32D192ED03) & M64)) >> 40)
+            / 16777216.0
+        )
         assert n[j] == np.float32(math.sqrt(-2.0 * math.log(1.0 - u1)) * math.cos(2 * math.pi * u2))
 
 
@@ -73,11 +80,17 @@ def test_rng_thunks(op_seed: float | None) -> None:
     a = Arena()
     no, uo = a.out(n), a.out(n)
     mem = a.build()
-    run_thunk(dict(name="rng_normal", dst=no, len=n, mean=2.0, scale=0.5, key=7, op_seed=op_seed), mem)
-    run_thunk(dict(name="rng_uniform", dst=uo, len=n, low=-1.0, high=3.0, key=7, op_seed=op_seed), mem)
+    run_thunk(
+        dict(name="rng_normal", dst=no, len=n, mean=2.0, scale=0.5, key=7, op_seed=op_seed), mem
+    )
+    run_thunk(
+        dict(name="rng_uniform", dst=uo, len=n, low=-1.0, high=3.0, key=7, op_seed=op_seed), mem
+    )
     key = 7 if op_seed is None else sm64_int(42)
     z, u = a.read(no, n), a.read(uo, n)
-    np.testing.assert_array_equal(z, np.float32(2.0) + np.float32(0.5) * normal_at(key, np.arange(n, dtype=np.uint64)))
+    np.testing.assert_array_equal(
+        z, np.float32(2.0) + np.float32(0.5) * normal_at(key, np.arange(n, dtype=np.uint64))
+    )
     assert abs(z.mean() - 2.0) < 0.02 and abs(z.std() - 0.5) < 0.02
     assert u.min() >= -1.0 and u.max() < 3.0 and abs(u.mean() - 1.0) < 0.05
 
@@ -91,7 +104,16 @@ def test_vq_assign(metric: int) -> None:
     cb = rng.standard_normal((k, d)).astype(np.float32)
     cb[3] = cb[1]  # duplicate row: the tie resolves to the lower index
     a = Arena()
-    t = dict(name="vq_assign", x=a.put(x), cb=a.put(cb), out=a.out(n, np.int32), n=n, d=d, k=k, metric=metric)
+    t = dict(
+        name="vq_assign",
+        x=a.put(x),
+        cb=a.put(cb),
+        out=a.out(n, np.int32),
+        n=n,
+        d=d,
+        k=k,
+        metric=metric,
+    )
     run_thunk(t, a.build())
     got = a.read(t["out"], n, np.int32)
     for i in range(n):
@@ -114,13 +136,22 @@ def _spd(rng: np.random.Generator, b: int, n: int) -> np.ndarray:
     return m @ np.swapaxes(m, 1, 2) + n * np.eye(n)
 
 
-def _spd_thunk(op: dict, args: list[np.ndarray], out_shape: tuple[int, ...], dtype: str = "f64") -> np.ndarray:
+def _spd_thunk(
+    op: dict, args: list[np.ndarray], out_shape: tuple[int, ...], dtype: str = "f64"
+) -> np.ndarray:
     npdt = np.float64 if dtype == "f64" else np.float32
     a = Arena()
     ins = [[a.put(x.astype(npdt)), x.size, {"dims": list(x.shape), "dtype": dtype}] for x in args]
     oo = a.out(out_shape, npdt)
-    run_thunk(dict(name="spd_host", op=op, inputs=ins, output=[oo, int(np.prod(out_shape)),
-                                                               {"dims": list(out_shape), "dtype": dtype}]), a.build())
+    run_thunk(
+        dict(
+            name="spd_host",
+            op=op,
+            inputs=ins,
+            output=[oo, int(np.prod(out_shape)), {"dims": list(out_shape), "dtype": dtype}],
+        ),
+        a.build(),
+    )
     return a.read(oo, out_shape, npdt)
 
 
@@ -141,7 +172,9 @@ def test_spd_forward_ops() -> None:
     # re_eig: eigenvalues floored at eps
     eps = float(np.median(np.linalg.eigvalsh(x[0])))
     re = _spd_thunk({"op": "spd", "kind": "re_eig", "eps": eps}, [x], (b, n, n))
-    np.testing.assert_allclose(np.linalg.eigvalsh(re[0]), np.maximum(np.linalg.eigvalsh(x[0]), eps), rtol=1e-10)
+    np.testing.assert_allclose(
+        np.linalg.eigvalsh(re[0]), np.maximum(np.linalg.eigvalsh(x[0]), eps), rtol=1e-10
+    )
 
 
 def _logm(a: np.ndarray) -> np.ndarray:
@@ -197,7 +230,11 @@ def test_spd_backward_fd(kind: str) -> None:
                 fp = np.sum(spd_forward(kind, eps, [x + h * e, *extra]) * dy)
                 fm = np.sum(spd_forward(kind, eps, [x - h * e, *extra]) * dy)
                 want = (fp - fm) / (2 * h)
-                have = got[bi, i, j] * (1 if i == j else 2) if kind != "bi_map" else got[bi, i, j] + (got[bi, j, i] if i != j else 0)
+                have = (
+                    got[bi, i, j] * (1 if i == j else 2)
+                    if kind != "bi_map"
+                    else got[bi, i, j] + (got[bi, j, i] if i != j else 0)
+                )
                 assert abs(have - want) < 1e-5 * max(1, abs(want)), (bi, i, j, have, want)
     with pytest.raises(NotImplementedError):
         spd_backward("karcher_mean", 0.0, [x], dy)
@@ -207,7 +244,9 @@ def test_spd_f32_buffers() -> None:
     rng = np.random.default_rng(3)
     x = _spd(rng, 2, 3)
     got = _spd_thunk({"op": "spd", "kind": "log_eig", "eps": 0.0}, [x], (2, 3, 3), dtype="f32")
-    np.testing.assert_allclose(got, spd_forward("log_eig", 0.0, [x.astype(np.float32)]), rtol=1e-6, atol=1e-6)
+    np.testing.assert_allclose(
+        got, spd_forward("log_eig", 0.0, [x.astype(np.float32)]), rtol=1e-6, atol=1e-6
+    )
 
 
 # ---------------------------------------------------------------- custom ops
@@ -226,8 +265,13 @@ def test_custom_op(name: str) -> None:
         a = Arena()
         shp = {"dims": [2, 3], "dtype": "f32"}
         oo = a.out((2, 3))
-        t = dict(name=name, kernel="test.axpy", inputs=[[a.put(x), 6, shp], [a.put(y), 6, shp]],
-                 output=[oo, 6, shp], attrs=[1, 2])
+        t = dict(
+            name=name,
+            kernel="test.axpy",
+            inputs=[[a.put(x), 6, shp], [a.put(y), 6, shp]],
+            output=[oo, 6, shp],
+            attrs=[1, 2],
+        )
         run_thunk(t, a.build())
         np.testing.assert_array_equal(a.read(oo, (2, 3)), 2 * x + y)
         assert seen["attrs"] == b"\x01\x02"

@@ -12,7 +12,6 @@ import itertools
 import numpy as np
 import pytest
 from _mem2 import Arena
-
 from rlx.reference import run_thunk
 from rlx.reference.quant import E2M1, FP8_E4M3, FP8_E5M2, decode_scaled, encode_scaled
 
@@ -46,8 +45,13 @@ def test_fp8_encode_nearest_even_saturating(fmt: str) -> None:
     np.testing.assert_array_equal(encode_scaled(table[codes], fmt), codes.astype(np.uint8))
     rng = np.random.default_rng(0)
     mx = 448.0 if fmt == "fp8_e4m3" else 57344.0
-    x = np.concatenate([rng.uniform(-mx * 1.2, mx * 1.2, 500), rng.standard_normal(500) * 0.05,
-                        [np.inf, -np.inf, 1e9]])
+    x = np.concatenate(
+        [
+            rng.uniform(-mx * 1.2, mx * 1.2, 500),
+            rng.standard_normal(500) * 0.05,
+            [np.inf, -np.inf, 1e9],
+        ]
+    )
     got = decode_scaled(encode_scaled(x, fmt), fmt)
     vals = table[finite]
     for xi, gi in zip(x, got):
@@ -64,7 +68,9 @@ def test_fp8_encode_nearest_even_saturating(fmt: str) -> None:
 
 def test_int8_scaled_codes() -> None:
     x = np.array([0.5, 1.5, -2.5, 300.0, -300.0, np.nan])
-    np.testing.assert_array_equal(decode_scaled(encode_scaled(x, "int8"), "int8"), [0, 2, -2, 127, -127, 0])
+    np.testing.assert_array_equal(
+        decode_scaled(encode_scaled(x, "int8"), "int8"), [0, 2, -2, 127, -127, 0]
+    )
 
 
 def _mm_case(name: str, m: int, k: int, n: int, fields: dict, arrays: dict, w: np.ndarray) -> None:
@@ -77,7 +83,9 @@ def _mm_case(name: str, m: int, k: int, n: int, fields: dict, arrays: dict, w: n
     t["dst"] = a.out((m, n))
     mem = a.build()
     run_thunk(t, mem)
-    np.testing.assert_allclose(a.read(t["dst"], (m, n)), x.astype(np.float64) @ w.T, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(
+        a.read(t["dst"], (m, n)), x.astype(np.float64) @ w.T, rtol=1e-5, atol=1e-5
+    )
 
 
 @pytest.mark.parametrize("asym", [False, True])
@@ -100,7 +108,9 @@ def test_int_block_matmul(bits: int, asym: bool) -> None:
         z = zp[i, j // bs] if asym else 0.0
         w[i, j] = (float(q[i, j]) - float(z)) * float(scale[i, j // bs])
     arrays = {"w_q": packed, "scale": scale, "zp": zp}
-    _mm_case(f"dequant_matmul_int{bits}", m, k, n, dict(block_size=bs, is_asymmetric=asym), arrays, w)
+    _mm_case(
+        f"dequant_matmul_int{bits}", m, k, n, dict(block_size=bs, is_asymmetric=asym), arrays, w
+    )
 
 
 @pytest.mark.parametrize("e5m2", [False, True])
@@ -109,13 +119,10 @@ def test_fp8_matmul(e5m2: bool) -> None:
     m, k, n = 2, 33, 4
     codes = rng.integers(0, 256, (n, k)).astype(np.uint8)
     codes[(codes & 0x7F) >= (0x7C if e5m2 else 0x7F)] = 0x11  # keep weights finite
-    scale = rng.uniform(0.5, 2, n).astype(np.float32)
+    # E5M2 reaches 57344: shrink its row scales so the products stay moderate
+    scale = (rng.uniform(0.5, 2, n) * (1e-3 if e5m2 else 1.0)).astype(np.float32)
     table = FP8_E5M2 if e5m2 else FP8_E4M3
     w = np.array([[table[c] * float(scale[i]) for c in row] for i, row in enumerate(codes)])
-    if e5m2:
-        w = w * 1e-3
-        scale = (scale * 1e-3).astype(np.float32)
-        w = np.array([[table[c] * float(scale[i]) for c in row] for i, row in enumerate(codes)])
     _mm_case("dequant_matmul_fp8", m, k, n, dict(e5m2=e5m2), {"w_q": codes, "scale": scale}, w)
 
 
@@ -133,7 +140,9 @@ def test_nvfp4_matmul() -> None:
         v = (-1 if c & 8 else 1) * mag[c & 7]
         w[i, j] = v * FP8_E4M3[sc[i, j // 16]] * float(g[0])
     assert E2M1[9] == -0.5
-    _mm_case("dequant_matmul_nvfp4", m, k, n, {}, {"w_q": packed, "scale": sc, "global_scale": g}, w)
+    _mm_case(
+        "dequant_matmul_nvfp4", m, k, n, {}, {"w_q": packed, "scale": sc, "global_scale": g}, w
+    )
 
 
 LAYOUTS = ["per_tensor", "per_row", {"block": {"size": 8}}]
@@ -171,12 +180,30 @@ def test_scaled_matmul(layout: object, fmts: tuple[str, str]) -> None:
     dl, dr = decode_scaled(lhs, fmts[0]), decode_scaled(rhs, fmts[1])
     want = np.zeros((m, n))
     for i, j in itertools.product(range(m), range(n)):
-        want[i, j] = sum(dl[i, kk] * _scale_at(sl, layout, i, kk) * dr[j, kk] * _scale_at(sr, layout, j, kk)
-                         for kk in range(k)) + bias[j]
+        want[i, j] = (
+            sum(
+                dl[i, kk] * _scale_at(sl, layout, i, kk) * dr[j, kk] * _scale_at(sr, layout, j, kk)
+                for kk in range(k)
+            )
+            + bias[j]
+        )
     a = Arena()
-    t = dict(name="scaled_matmul", lhs=a.put(lhs), rhs=a.put(rhs), lhs_scale=a.put(sl), rhs_scale=a.put(sr),
-             bias=a.put(bias), dst=a.out((m, n)), m=m, k=k, n=n, lhs_fmt=fmts[0], rhs_fmt=fmts[1],
-             layout=layout, has_bias=True)
+    t = dict(
+        name="scaled_matmul",
+        lhs=a.put(lhs),
+        rhs=a.put(rhs),
+        lhs_scale=a.put(sl),
+        rhs_scale=a.put(sr),
+        bias=a.put(bias),
+        dst=a.out((m, n)),
+        m=m,
+        k=k,
+        n=n,
+        lhs_fmt=fmts[0],
+        rhs_fmt=fmts[1],
+        layout=layout,
+        has_bias=True,
+    )
     mem = a.build()
     run_thunk(t, mem)
     np.testing.assert_allclose(a.read(t["dst"], (m, n)), want, rtol=1e-5, atol=1e-4)

@@ -6,7 +6,6 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from _mem2 import Arena
-
 from rlx.reference import run_thunk
 
 
@@ -28,11 +27,25 @@ def test_selective_scan() -> None:
             st = np.zeros(n)
             for t in range(s):
                 for ni in range(n):
-                    st[ni] = np.exp(dt[bi, t, hi] * A[hi, ni]) * st[ni] + dt[bi, t, hi] * B[bi, t, ni] * x[bi, t, hi]
+                    st[ni] = (
+                        np.exp(dt[bi, t, hi] * A[hi, ni]) * st[ni]
+                        + dt[bi, t, hi] * B[bi, t, ni] * x[bi, t, hi]
+                    )
                 want[bi, t, hi] = sum(C[bi, t, ni] * st[ni] for ni in range(n))
     a = Arena()
-    t = dict(name="selective_scan", x=a.put(x), delta=a.put(dt), a=a.put(A), b=a.put(B), c=a.put(C),
-             dst=a.out((b, s, h)), batch=b, seq=s, hidden=h, state_size=n)
+    t = dict(
+        name="selective_scan",
+        x=a.put(x),
+        delta=a.put(dt),
+        a=a.put(A),
+        b=a.put(B),
+        c=a.put(C),
+        dst=a.out((b, s, h)),
+        batch=b,
+        seq=s,
+        hidden=h,
+        state_size=n,
+    )
     run_thunk(t, a.build())
     np.testing.assert_allclose(a.read(t["dst"], (b, s, h)), want, rtol=1e-5, atol=1e-5)
 
@@ -55,8 +68,20 @@ def test_mamba2() -> None:
                 st = np.exp(d * A[hd]) * st + d * np.outer(xv, B[bi, t])
                 want[bi, t, hd * p : (hd + 1) * p] = st @ C[bi, t]
     a = Arena()
-    t = dict(name="mamba2", x=a.put(x), dt=a.put(dt), a=a.put(A), b=a.put(B), c=a.put(C),
-             dst=a.out((b, s, H * p)), batch=b, seq=s, heads=H, head_dim=p, state_size=n)
+    t = dict(
+        name="mamba2",
+        x=a.put(x),
+        dt=a.put(dt),
+        a=a.put(A),
+        b=a.put(B),
+        c=a.put(C),
+        dst=a.out((b, s, H * p)),
+        batch=b,
+        seq=s,
+        heads=H,
+        head_dim=p,
+        state_size=n,
+    )
     run_thunk(t, a.build())
     np.testing.assert_allclose(a.read(t["dst"], (b, s, H * p)), want, rtol=1e-5, atol=1e-5)
 
@@ -84,8 +109,21 @@ def test_gated_delta_net(f16: bool) -> None:
             want_S[bi, hd] = S
     a = Arena()
     so = a.put(S0)
-    t = dict(name="gated_delta_net", q=a.put(q), k=a.put(k), v=a.put(v), g=a.put(g), beta=a.put(beta),
-             state=so, dst=a.out((b, s, H * n), dt), batch=b, seq=s, heads=H, state_size=n, f16=f16)
+    t = dict(
+        name="gated_delta_net",
+        q=a.put(q),
+        k=a.put(k),
+        v=a.put(v),
+        g=a.put(g),
+        beta=a.put(beta),
+        state=so,
+        dst=a.out((b, s, H * n), dt),
+        batch=b,
+        seq=s,
+        heads=H,
+        state_size=n,
+        f16=f16,
+    )
     run_thunk(t, a.build())
     tol = 1e-2 if f16 else 1e-5
     np.testing.assert_allclose(a.read(t["dst"], (b, s, H * n), dt), want_o, rtol=tol, atol=tol)
@@ -95,8 +133,15 @@ def test_gated_delta_net(f16: bool) -> None:
 # ---- LSTM / GRU / RNN: per-step loops with explicit per-gate matrices ----------------
 
 
-def _lstm_dir(x: np.ndarray, W: np.ndarray, U: np.ndarray, bias: np.ndarray, h: np.ndarray,
-              c: np.ndarray, rev: bool) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def _lstm_dir(
+    x: np.ndarray,
+    W: np.ndarray,
+    U: np.ndarray,
+    bias: np.ndarray,
+    h: np.ndarray,
+    c: np.ndarray,
+    rev: bool,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     H = h.shape[-1]
     out = np.zeros((x.shape[0], x.shape[1], H))
     order = range(x.shape[1] - 1, -1, -1) if rev else range(x.shape[1])
@@ -109,8 +154,15 @@ def _lstm_dir(x: np.ndarray, W: np.ndarray, U: np.ndarray, bias: np.ndarray, h: 
     return out, h, c
 
 
-def _gru_dir(x: np.ndarray, W: np.ndarray, U: np.ndarray, bi: np.ndarray, bh: np.ndarray,
-             h: np.ndarray, rev: bool) -> tuple[np.ndarray, np.ndarray]:
+def _gru_dir(
+    x: np.ndarray,
+    W: np.ndarray,
+    U: np.ndarray,
+    bi: np.ndarray,
+    bh: np.ndarray,
+    h: np.ndarray,
+    rev: bool,
+) -> tuple[np.ndarray, np.ndarray]:
     H = h.shape[-1]
     out = np.zeros((x.shape[0], x.shape[1], H))
     order = range(x.shape[1] - 1, -1, -1) if rev else range(x.shape[1])
@@ -124,8 +176,15 @@ def _gru_dir(x: np.ndarray, W: np.ndarray, U: np.ndarray, bi: np.ndarray, bh: np
     return out, h
 
 
-def _rnn_dir(x: np.ndarray, W: np.ndarray, U: np.ndarray, bias: np.ndarray, h: np.ndarray,
-             rev: bool, relu: bool) -> tuple[np.ndarray, np.ndarray]:
+def _rnn_dir(
+    x: np.ndarray,
+    W: np.ndarray,
+    U: np.ndarray,
+    bias: np.ndarray,
+    h: np.ndarray,
+    rev: bool,
+    relu: bool,
+) -> tuple[np.ndarray, np.ndarray]:
     out = np.zeros((x.shape[0], x.shape[1], h.shape[-1]))
     order = range(x.shape[1] - 1, -1, -1) if rev else range(x.shape[1])
     for t in order:
@@ -136,15 +195,20 @@ def _rnn_dir(x: np.ndarray, W: np.ndarray, U: np.ndarray, bias: np.ndarray, h: n
 
 
 @pytest.mark.parametrize("kind", ["lstm", "gru", "rnn", "rnn_relu"])
-@pytest.mark.parametrize("layers,bidir,carry", [(1, False, False), (2, True, True), (2, False, True)])
+@pytest.mark.parametrize(
+    "layers,bidir,carry", [(1, False, False), (2, True, True), (2, False, True)]
+)
 def test_recurrent(kind: str, layers: int, bidir: bool, carry: bool) -> None:
     rng = np.random.default_rng(3)
     b, s, nin, H = 2, 4, 3, 5
     D = 2 if bidir else 1
     G = {"lstm": 4, "gru": 3}.get(kind, 1)
     x = rng.standard_normal((b, s, nin)).astype(np.float32)
-    Ws = [(rng.standard_normal((G * H, nin if l_ == 0 else D * H)) * 0.4).astype(np.float32)
-          for l_ in range(layers) for _ in range(D)]
+    Ws = [
+        (rng.standard_normal((G * H, nin if l_ == 0 else D * H)) * 0.4).astype(np.float32)
+        for l_ in range(layers)
+        for _ in range(D)
+    ]
     Us = (rng.standard_normal((layers * D, G * H, H)) * 0.4).astype(np.float32)
     b1 = (rng.standard_normal((layers * D, G * H)) * 0.2).astype(np.float32)
     b2 = (rng.standard_normal((layers * D, G * H)) * 0.2).astype(np.float32)
@@ -173,9 +237,21 @@ def test_recurrent(kind: str, layers: int, bidir: bool, carry: bool) -> None:
     if carry:
         want = np.concatenate([inp] + [h[:, None] for h in fh] + [c[:, None] for c in fc], 1)
     a = Arena()
-    t = dict(name=kind.split("_")[0], x=a.put(x), w_ih=a.put(np.concatenate([w.ravel() for w in Ws])),
-             w_hh=a.put(Us), h0=a.put(h0), batch=b, seq=s, input_size=nin, hidden=H, num_layers=layers,
-             bidirectional=bidir, carry=carry, relu=kind == "rnn_relu")
+    t = dict(
+        name=kind.split("_")[0],
+        x=a.put(x),
+        w_ih=a.put(np.concatenate([w.ravel() for w in Ws])),
+        w_hh=a.put(Us),
+        h0=a.put(h0),
+        batch=b,
+        seq=s,
+        input_size=nin,
+        hidden=H,
+        num_layers=layers,
+        bidirectional=bidir,
+        carry=carry,
+        relu=kind == "rnn_relu",
+    )
     if kind == "gru":
         t.update(b_ih=a.put(b1), b_hh=a.put(b2))
     else:

@@ -7,7 +7,6 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from _mem2 import Arena, fd_grad
-
 from rlx.reference import run_thunk
 
 
@@ -24,8 +23,17 @@ def test_fft1d(n: int, inverse: bool, norm_tag: int, norm: str, dtype: str) -> N
     zz = src[:, :n].astype(np.float64) + 1j * src[:, n:].astype(np.float64)
     want = (np.fft.ifft if inverse else np.fft.fft)(zz, axis=1, norm=norm)
     a = Arena()
-    t = dict(name="fft1d", src=a.put(src), dst=a.out((outer, 2 * n), npdt), outer=outer, n_complex=n,
-             inverse=inverse, norm_tag=norm_tag, dtype=dtype, real_input=False)
+    t = dict(
+        name="fft1d",
+        src=a.put(src),
+        dst=a.out((outer, 2 * n), npdt),
+        outer=outer,
+        n_complex=n,
+        inverse=inverse,
+        norm_tag=norm_tag,
+        dtype=dtype,
+        real_input=False,
+    )
     run_thunk(t, a.build())
     got = a.read(t["dst"], (outer, 2 * n), npdt)
     tol = 1e-12 if dtype == "f64" else 1e-5
@@ -39,8 +47,17 @@ def test_fft1d_real_input() -> None:
     outer, n = 2, 10
     x = rng.standard_normal((outer, n)).astype(np.float32)
     a = Arena()
-    t = dict(name="fft1d", src=a.put(x), dst=a.out((outer, 2 * n)), outer=outer, n_complex=n,
-             inverse=False, norm_tag=0, dtype="f32", real_input=True)
+    t = dict(
+        name="fft1d",
+        src=a.put(x),
+        dst=a.out((outer, 2 * n)),
+        outer=outer,
+        n_complex=n,
+        inverse=False,
+        norm_tag=0,
+        dtype="f32",
+        real_input=True,
+    )
     run_thunk(t, a.build())
     want = np.fft.fft(x.astype(np.float64), axis=1)
     got = a.read(t["dst"], (outer, 2 * n))
@@ -71,7 +88,9 @@ def test_log_mel_and_backward() -> None:
     run_thunk(dict(name="log_mel", dst=lo, **t), mem)
     run_thunk(dict(name="log_mel_backward", dy=dyo, dst=go, **t), mem)
     f64, s64 = f.astype(np.float64), spec.astype(np.float64)
-    np.testing.assert_allclose(a.read(lo, (outer, n_mels)), _logmel(s64, f64, n_fft), rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(
+        a.read(lo, (outer, n_mels)), _logmel(s64, f64, n_fft), rtol=1e-5, atol=1e-5
+    )
     fd = fd_grad(lambda s: float(np.sum(_logmel(s, f64, n_fft) * dy)), s64)
     np.testing.assert_allclose(a.read(go, (outer, 2 * n_fft)), fd, rtol=1e-5, atol=1e-5)
     assert np.all(a.read(go, (outer, 2 * n_fft))[:, n_bins:n_fft] == 0)
@@ -82,8 +101,15 @@ def test_welch_peaks() -> None:
     batch, n_fft, nseg, k = 2, 10, 3, 4
     spec = rng.standard_normal((batch * nseg, 2 * n_fft)).astype(np.float32)
     a = Arena()
-    t = dict(name="welch_peaks", spec=a.put(spec), dst=a.out((batch, k)), welch_batch=batch, n_fft=n_fft,
-             n_segments=nseg, k=k)
+    t = dict(
+        name="welch_peaks",
+        spec=a.put(spec),
+        dst=a.out((batch, k)),
+        welch_batch=batch,
+        n_fft=n_fft,
+        n_segments=nseg,
+        k=k,
+    )
     run_thunk(t, a.build())
     got = a.read(t["dst"], (batch, k))
     for bi in range(batch):
