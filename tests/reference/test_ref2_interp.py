@@ -162,3 +162,71 @@ def test_scan_host(reverse: bool) -> None:
     # the body on its own
     outs = eval_graph(body, [c0.astype(np.float64), xs[0].astype(np.float64)])
     np.testing.assert_allclose(outs[0], 0.5 * c0 + xs[0], rtol=1e-6)
+
+
+def test_host_op_adapters_agree_with_direct_formulas() -> None:
+    rng = np.random.default_rng(5)
+    # attention_backward (bshd) == the pure gradient on [b, h, s, d]
+    from rlx.reference.backward import attention_backward_fn, attention_mask
+
+    b, s, h, d = 1, 3, 2, 4
+    q, k, v, dy = (rng.standard_normal((b, s, h * d)).astype(np.float32) for _ in range(4))
+    op = {
+        "op": "attention_backward",
+        "wrt": "k",
+        "heads": h,
+        "head_dim": d,
+        "mask": "causal",
+        "window": 0,
+        "layout": "bshd",
+    }
+    _, (got, _) = host_op(op, [q, k, v, dy], [b, s, h * d])
+
+    def bhsd(x: np.ndarray) -> np.ndarray:
+        return x.astype(np.float64).reshape(b, s, h, d).transpose(0, 2, 1, 3)
+
+    want = attention_backward_fn(bhsd(q), bhsd(k), bhsd(v), bhsd(dy), attention_mask(1, s, s, 0), 1)
+    np.testing.assert_allclose(
+        got, want.transpose(0, 2, 1, 3).reshape(b, s, h * d), rtol=1e-5, atol=1e-5
+    )
+    # max_pool2d_backward: dy routed to the window maxima
+    x = rng.permutation(16).reshape(1, 1, 4, 4).astype(np.float32)
+    dyp = np.ones((1, 1, 2, 2), np.float32)
+    _, (gp, _) = host_op(
+        {"op": "max_pool2d_backward", "kernel": [2, 2], "stride": [2, 2], "padding": [0, 0]},
+        [x, dyp],
+        [1, 1, 4, 4],
+    )
+    for i in range(2):
+        for j in range(2):
+            win = x[0, 0, 2 * i : 2 * i + 2, 2 * j : 2 * j + 2]
+            assert gp[0, 0, 2 * i : 2 * i + 2, 2 * j : 2 * j + 2][win == win.max()] == 1.0
+    assert gp.sum() == 4.0
+    # gaussian splat render through host_op == render_fn
+    from rlx.reference.splat import render_fn
+
+    cfg = dict(
+        width=6,
+        height=5,
+        tile_size=4,
+        radius_scale=3.0,
+        alpha_cutoff=1 / 255,
+        max_splat_steps=0,
+        transmittance_threshold=1e-4,
+        max_list_entries=0,
+    )
+    meta = np.concatenate([np.eye(4).ravel(), [6.0, 6.0, 3.0, 2.5]]).astype(np.float32)
+    ops = [
+        np.array([[0.0, 0.1, 3.0]]),
+        np.full((1, 3), 0.3),
+        np.array([[1.0, 0, 0, 0]]),
+        np.array([0.7]),
+        np.array([[0.2, 0.5, 0.9]]),
+        np.zeros((1, 0, 3)),
+        meta,
+    ]
+    ops = [o.astype(np.float32) for o in ops]
+    _, (img, _) = host_op({"op": "gaussian_splat_render", "cfg": cfg}, ops, [5, 6, 3])
+    want = render_fn(*[o.astype(np.float64) for o in ops], cfg)
+    np.testing.assert_allclose(img, want, rtol=1e-5, atol=1e-6)
+    assert img.max() > 0.1
