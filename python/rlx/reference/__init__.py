@@ -107,3 +107,15 @@ import importlib as _importlib  # noqa: E402
 
 for _family in ("elementwise", "matmul", "norm", "attention", "shape", "reduce", "conv"):
     _importlib.import_module(f"{__name__}.{_family}")
+
+# --- families (part 2) ---
+# quant, sequence, signal, misc, backward (+ gguf_blocks, rng, splat, interp).
+from rlx.reference import backward as _backward  # noqa: E402,F401
+from rlx.reference import interp as _interp  # noqa: E402,F401
+from rlx.reference import misc as _misc  # noqa: E402,F401
+from rlx.reference import quant as _quant  # noqa: E402,F401
+from rlx.reference import rng as _rng  # noqa: E402,F401
+from rlx.reference import sequence as _sequence  # noqa: E402,F401
+from rlx.reference import signal as _signal  # noqa: E402,F401
+from rlx.reference import splat as _splat  # noqa: E402,F401
+from rlx.reference.misc import CUSTOM_OPS  # noqa: E402,F401

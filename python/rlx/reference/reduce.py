@@ -149,6 +149,6 @@ def sample(t: dict, mem: Memory) -> None:
     dst = mem.view(t["dst"], b, I32)
     temp = float(np.float32(t.get("temperature", 0.0)))
     for r in range(b):
-        u = uniform_at(int(t.get("seed", 0)), r)
+        u = float(uniform_at(int(t.get("seed", 0)), r))
         dst[r] = sample_row(logits[r], int(t.get("top_k", 0)), float(t.get("top_p", 1.0)),
                             temp, u)
