@@ -2,4 +2,6 @@
 //! plans memory, runs fusion passes and executes schedules (host CPU,
 //! numpy reference, Metal, and the MSL-on-CPU simulator).
 //!
-//! Empty for now: the thunk set lands with the "Compile and run" issue.
+//! So far: the thunk set ([`thunk`]), with exact byte-range I/O per thunk.
+
+pub mod thunk;

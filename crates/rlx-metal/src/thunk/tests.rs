@@ -1,0 +1,1 @@
+//! Tests over every thunk variant.
