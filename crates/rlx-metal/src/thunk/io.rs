@@ -109,6 +109,10 @@ impl ThunkIo {
     /// apart starting at `base`, reading the byte intervals `cols`
     /// (`(start, len)` within a row) of each. Touching ranges are merged, so
     /// whole rows read back to back become one range.
+    ///
+    /// Past [`MAX_ROW_RANGES`] rows the read is reported as one covering
+    /// range (first byte read to last byte read): a superset, which is
+    /// safe for hazards and keeps `io()` bounded in time and memory.
     pub fn read_rows(
         mut self,
         base: usize,
@@ -117,6 +121,15 @@ impl ThunkIo {
         cols: &[(usize, usize)],
     ) -> Self {
         let cols = merge_intervals(cols);
+        let (Some(&(start, _)), Some(&(last_start, last_len))) = (cols.first(), cols.last()) else {
+            return self;
+        };
+        if rows > MAX_ROW_RANGES {
+            let end = (rows - 1)
+                .saturating_mul(row_stride)
+                .saturating_add(last_start.saturating_add(last_len));
+            return self.read(offset_add(base, start), end - start);
+        }
         let mut pending: Option<ByteRange> = None;
         for r in 0..rows {
             let row = offset_add(base, r.saturating_mul(row_stride));
@@ -192,6 +205,9 @@ pub(crate) fn strided_extent(dims: &[u32], strides: &[u32]) -> usize {
     })
 }
 
+/// Rows beyond which [`ThunkIo::read_rows`] reports a covering range.
+pub const MAX_ROW_RANGES: usize = 1 << 16;
+
 /// Bytes of an f32 element.
 pub const F32: usize = 4;
 /// Bytes of an index / label / token element (i32).
@@ -227,6 +243,10 @@ mod tests {
             merge_intervals(&[(8, 4), (0, 4), (2, 3), (20, 0)]),
             vec![(0, 5), (8, 4)]
         );
+        // very many strided rows: one covering range
+        let rows = MAX_ROW_RANGES + 1;
+        let io = ThunkIo::new().read_rows(0, rows, 16, &[(4, 8)]);
+        assert_eq!(io.reads, vec![ByteRange::new(4, (rows - 1) * 16 + 8)]);
     }
 
     #[test]

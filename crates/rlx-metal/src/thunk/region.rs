@@ -161,6 +161,7 @@ impl ThunkOp for ElementwiseRegion {
 /// Slice `s` writes `slice_len` f32 at `base_dst + s · slice_elems · 4`
 /// (`slice_elems` is the slice stride, `slice_len ≤ slice_elems` under an
 /// active extent). When the slices are back to back the write is one range.
+/// At most 64 slices run (see [`BatchElementwiseRegion::slices`]).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct BatchElementwiseRegion {
     /// Elements computed per slice.
@@ -185,12 +186,21 @@ pub struct BatchElementwiseRegion {
     pub input_modulus: [u32; 16],
 }
 
+impl BatchElementwiseRegion {
+    /// Slices run: `num_batch`, at most [`BATCH_MAX_INPUT_SLOTS`] (one
+    /// input slot per slice is the least a slice can use).
+    pub fn slices(&self) -> usize {
+        (self.num_batch as usize).min(BATCH_MAX_INPUT_SLOTS)
+    }
+}
+
 impl ThunkOp for BatchElementwiseRegion {
     const NAME: &'static str = "batch_elementwise_region";
     fn io(&self) -> ThunkIo {
         let mut io = ThunkIo::new();
         let n_in = chain_input_count(&self.chain, self.num_steps);
-        for s in 0..self.num_batch as usize {
+        let slices = self.slices();
+        for s in 0..slices {
             for i in 0..n_in {
                 let Some(&off) = self.batch_input_offs.get(s * n_in + i) else {
                     break;
@@ -206,13 +216,10 @@ impl ThunkOp for BatchElementwiseRegion {
         }
         let slice_bytes = nbytes(self.slice_len as usize, F32);
         if self.slice_len == self.slice_elems {
-            io.write(
-                self.base_dst,
-                slice_bytes.saturating_mul(self.num_batch as usize),
-            )
+            io.write(self.base_dst, slice_bytes.saturating_mul(slices))
         } else {
             let stride = nbytes(self.slice_elems as usize, F32);
-            for s in 0..self.num_batch as usize {
+            for s in 0..slices {
                 io = io.write(
                     offset_add(self.base_dst, s.saturating_mul(stride)),
                     slice_bytes,

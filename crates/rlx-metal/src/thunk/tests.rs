@@ -1,1 +1,0 @@
-//! Tests over every thunk variant.
