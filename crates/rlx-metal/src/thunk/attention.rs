@@ -1,5 +1,5 @@
-//! Attention and positional encodings: SDPA (MHA / GQA, BSHD or BHSD), the
-//! fused attention core, RoPE and SAM2 axial RoPE.
+//! Attention and positional encodings: SDPA (MHA / GQA, BSHD or BHSD), its
+//! gradient, the fused attention core, RoPE and SAM2 axial RoPE.
 //!
 //! Q and the output hold `batch · seq · heads · head_dim` elements and K / V
 //! `batch · kv_seq · kv_heads · head_dim` in either layout (BSHD
@@ -327,6 +327,91 @@ impl ThunkOp for AxialRope2dHost {
             self.head_dim,
             Off(self.src),
             Off(self.dst)
+        )
+    }
+}
+
+/// Attention gradient w.r.t. one operand (`wrt` 0 = q, 1 = k, 2 = v).
+/// q / dy `[batch, seq, heads, head_dim]`, k / v `[batch, kv_seq, heads,
+/// head_dim]` (no GQA here), mask as [`Attention`]; the
+/// output has the chosen operand's size.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct AttentionBackward {
+    /// Queries.
+    pub q: usize,
+    /// Keys.
+    pub k: usize,
+    /// Values.
+    pub v: usize,
+    /// Upstream gradient (q's size).
+    pub dy: usize,
+    /// Mask or bias (kinds 2 and 3 only).
+    pub mask: usize,
+    /// Gradient of the chosen operand.
+    pub out: usize,
+    /// Batch.
+    pub batch: u32,
+    /// Query length.
+    pub seq: u32,
+    /// Key length.
+    pub kv_seq: u32,
+    /// Heads.
+    pub heads: u32,
+    /// Head dimension.
+    pub head_dim: u32,
+    /// Mask code.
+    pub mask_kind: u32,
+    /// Sliding-window lookback.
+    pub window: u32,
+    /// 0 = q, 1 = k, 2 = v.
+    pub wrt: u32,
+    /// 1 iff BHSD.
+    pub bhsd: u32,
+}
+
+impl ThunkOp for AttentionBackward {
+    const NAME: &'static str = "attention_bwd";
+    fn io(&self) -> ThunkIo {
+        let q = bytes(&[self.batch, self.seq, self.heads, self.head_dim], F32);
+        let kv = bytes(&[self.batch, self.kv_seq, self.heads, self.head_dim], F32);
+        let out = if self.wrt == 0 { q } else { kv };
+        ThunkIo::new()
+            .read(self.q, q)
+            .read(self.k, kv)
+            .read(self.v, kv)
+            .read(self.dy, q)
+            .read(
+                self.mask,
+                mask_bytes(
+                    self.mask_kind,
+                    self.batch,
+                    self.heads,
+                    self.seq,
+                    self.kv_seq,
+                    F32,
+                ),
+            )
+            .write(self.out, out)
+    }
+    fn safe_for_active_extent(&self) -> bool {
+        true
+    }
+    fn fmt_fields(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let wrt = ["q", "k", "v"]
+            .get(self.wrt as usize)
+            .copied()
+            .unwrap_or("?");
+        write!(
+            f,
+            "wrt={wrt} b={} s={} kv_s={} heads={} d={} mask={} dy={} out={}",
+            self.batch,
+            self.seq,
+            self.kv_seq,
+            self.heads,
+            self.head_dim,
+            self.mask_kind,
+            Off(self.dy),
+            Off(self.out)
         )
     }
 }

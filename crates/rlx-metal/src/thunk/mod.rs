@@ -42,6 +42,7 @@
 
 pub mod attention;
 pub mod backward;
+pub mod binary;
 pub mod conv;
 pub mod elementwise;
 pub mod fused;
@@ -214,14 +215,14 @@ define_thunks! {
     elementwise::ActivationOut,
     elementwise::GeluApproxOut,
     elementwise::GeluApproxHost,
-    elementwise::FusedBinaryActivation,
-    elementwise::FusedTernaryActivation,
-    elementwise::BinaryFull,
-    elementwise::BinaryBroadcast,
-    elementwise::BiasAdd,
-    elementwise::Compare,
-    elementwise::Where,
-    elementwise::Fma,
+    binary::FusedBinaryActivation,
+    binary::FusedTernaryActivation,
+    binary::BinaryFull,
+    binary::BinaryBroadcast,
+    binary::BiasAdd,
+    binary::Compare,
+    binary::Where,
+    binary::Fma,
     elementwise::FusedSwiGLU,
     region::ElementwiseRegion,
     region::BatchElementwiseRegion,
@@ -290,7 +291,7 @@ define_thunks! {
     signal::LogMel,
     signal::LogMelBackward,
     signal::WelchPeaks,
-    backward::AttentionBackward,
+    attention::AttentionBackward,
     backward::AdaLayerNormBackward,
     backward::GatedResidualBackward,
     backward::RmsNormBackwardInput,

@@ -4,6 +4,7 @@
 use super::*;
 use crate::thunk::attention::*;
 use crate::thunk::backward::*;
+use crate::thunk::binary::*;
 use crate::thunk::conv::*;
 use crate::thunk::elementwise::*;
 use crate::thunk::fused::*;
