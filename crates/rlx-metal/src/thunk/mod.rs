@@ -32,9 +32,15 @@
 //! * Quantised weights read `rows * scheme.row_bytes(k)` bytes; a `k` that
 //!   is not a multiple of the block size counts whole blocks (rounded up).
 //! * Strided reads (Narrow, SplitLastAxis, Rope with a row stride, LogMel)
-//!   are reported row by row, touching rows merged into one range.
+//!   are reported row by row, touching rows merged into one range; past
+//!   [`io::MAX_ROW_RANGES`] rows one covering range is reported instead.
+//! * Region thunks keep the seed's `u32` f32-element input indices (inputs
+//!   below 16 GiB); see [`region`] for their encoding and slice layout.
 //! * Dynamic gathers (embedding tables, expert stacks) report the whole
-//!   table: which rows are read is only known at run time.
+//!   table: which rows are read is only known at run time. For that,
+//!   [`indexing::Gather`] carries one field the seed lacks, `table_rows`.
+//! * Scatters that zero their output first (ScatterAdd, GatherBackward)
+//!   write it without reading it.
 //! * Ranges are listed in operand order; empty ranges are left out; an
 //!   in-place operand appears in both `reads` and `writes`.
 //! * Arithmetic saturates: a malformed thunk gives a huge range, never a
