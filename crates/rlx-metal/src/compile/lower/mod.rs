@@ -1,0 +1,534 @@
+//! Lowering: IR graph → thunk schedule over planned byte offsets.
+//!
+//! 1. Every node gets a static shape (symbolic dims bound from the compile
+//!    options) and a location: params and constants in the weights buffer
+//!    (tagged offsets), state in the state region, views (reshape, same-dtype
+//!    cast, contiguous narrow) aliasing their parent, everything else a
+//!    planned arena value live from its node to its last use.
+//! 2. Each node is lowered once in *measure* mode to learn which scratch
+//!    buffers it needs (scratch lives only during its node).
+//! 3. The planner places values and scratch ([`super::plan`]).
+//! 4. Each node is lowered again in *emit* mode with real offsets; the
+//!    family modules push thunks.
+//!
+//! Ops without a lowering yet fail with [`CompileError::Unsupported`] naming
+//! the op and node — never a silent `Nop`.
+
+mod attention;
+mod conv;
+mod elementwise;
+mod matmul;
+mod norm;
+mod reduce;
+mod shape;
+
+use super::error::CompileError;
+use super::plan::{plan, Value, ValueKind, DEFAULT_ALIGN};
+use crate::thunk::{tag_weight, HalfFlag, Thunk, ThunkSchedule};
+use rlx_ir::{DType, Dim, Graph, NodeId, Op, Shape};
+use std::collections::HashMap;
+
+/// Options of one compile.
+#[derive(Debug, Clone, Default)]
+pub struct CompileOptions {
+    /// Values of symbolic dims (`{"seq": 128}`).
+    pub dims: HashMap<String, usize>,
+}
+
+/// What a named leaf or output is bound to.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Binding {
+    /// Leaf or node name.
+    pub name: String,
+    /// Node id.
+    pub node: NodeId,
+    /// Byte offset (weights-tagged for params).
+    pub offset: usize,
+    /// Static shape.
+    pub shape: Shape,
+}
+
+/// A compiled graph: the schedule plus everything a device needs to run it.
+#[derive(Debug, Clone)]
+pub struct Compiled {
+    /// Thunks in order.
+    pub schedule: ThunkSchedule,
+    /// Arena bytes (state region + planned values + scratch).
+    pub arena_bytes: usize,
+    /// Naive sum of all arena value sizes.
+    pub naive_bytes: usize,
+    /// Bytes of the state region at the start of the arena.
+    pub state_bytes: usize,
+    /// Bytes of the weights buffer (params + constants).
+    pub weights_bytes: usize,
+    /// Run-time inputs.
+    pub inputs: Vec<Binding>,
+    /// Weights to set before running.
+    pub params: Vec<Binding>,
+    /// Persistent state.
+    pub states: Vec<Binding>,
+    /// Graph outputs, in declaration order.
+    pub outputs: Vec<Binding>,
+    /// Constant data to copy into the weights buffer: (raw offset, bytes).
+    pub constants: Vec<(usize, Vec<u8>)>,
+    /// Static shape of every node.
+    pub shapes: Vec<Shape>,
+    /// Offset of every node's value (tagged for weights).
+    pub offsets: Vec<usize>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Loc {
+    /// Weights buffer, raw offset.
+    Weights(usize),
+    /// Arena value index (into the planner's value list).
+    Arena(usize),
+}
+
+/// What a family lowering sees of the compile.
+pub(crate) struct Ctx<'a> {
+    graph: &'a Graph,
+    shapes: &'a [Shape],
+    offsets: &'a [usize],
+    node: NodeId,
+    measuring: bool,
+    scratch_sizes: Vec<usize>,
+    scratch_offsets: &'a [usize],
+    thunks: &'a mut Vec<Thunk>,
+    zeros: usize,
+    views: &'a [bool],
+}
+
+impl Ctx<'_> {
+    /// The node being lowered.
+    pub(crate) fn node(&self) -> &rlx_ir::Node {
+        self.graph.node(self.node)
+    }
+
+    /// Static shape of operand `i`.
+    pub(crate) fn in_shape(&self, i: usize) -> &Shape {
+        &self.shapes[self.node().inputs[i]]
+    }
+
+    /// Static dims of operand `i`.
+    pub(crate) fn in_dims(&self, i: usize) -> Vec<usize> {
+        static_dims(self.in_shape(i))
+    }
+
+    /// Offset of operand `i`.
+    pub(crate) fn input(&self, i: usize) -> usize {
+        self.offsets[self.node().inputs[i]]
+    }
+
+    /// Number of operands.
+    pub(crate) fn arity(&self) -> usize {
+        self.node().inputs.len()
+    }
+
+    /// Static shape of the result.
+    pub(crate) fn out_shape(&self) -> &Shape {
+        &self.shapes[self.node]
+    }
+
+    /// Static dims of the result.
+    pub(crate) fn out_dims(&self) -> Vec<usize> {
+        static_dims(self.out_shape())
+    }
+
+    /// Offset of the result.
+    pub(crate) fn out(&self) -> usize {
+        self.offsets[self.node]
+    }
+
+    /// A scratch buffer of `bytes`, live only while this node runs.
+    pub(crate) fn scratch(&mut self, bytes: usize) -> usize {
+        let k = self.scratch_sizes.len();
+        self.scratch_sizes.push(bytes);
+        if self.measuring {
+            0
+        } else {
+            self.scratch_offsets.get(k).copied().unwrap_or(0)
+        }
+    }
+
+    /// A weights-buffer offset of zeros, at least as long as the widest row
+    /// of any node in f64 (absent biases).
+    pub(crate) fn zeros(&self) -> usize {
+        self.zeros
+    }
+
+    /// Append a thunk.
+    pub(crate) fn push(&mut self, t: impl Into<Thunk>) {
+        if !self.measuring {
+            self.thunks.push(t.into());
+        }
+    }
+
+    /// True when this node's value aliases its first operand (no thunk needed).
+    pub(crate) fn is_view(&self) -> bool {
+        self.views.get(self.node).copied().unwrap_or(false)
+    }
+
+    /// An `Unsupported` error for this node.
+    pub(crate) fn unsupported(&self, msg: impl Into<String>) -> CompileError {
+        let n = self.node();
+        CompileError::Unsupported {
+            op: n.op.name().to_string(),
+            msg: msg.into(),
+            node: self.node,
+            name: n.name.clone(),
+        }
+    }
+
+    /// A size as the `u32` thunk fields need, or a `TooLarge` error.
+    pub(crate) fn u32(&self, x: usize, what: &str) -> Result<u32, CompileError> {
+        u32::try_from(x).map_err(|_| CompileError::TooLarge {
+            op: self.node().op.name().to_string(),
+            msg: format!("{what} = {x} exceeds 2^32"),
+            node: self.node,
+        })
+    }
+
+    /// The f32/f16 flag of a float dtype, or an `Unsupported` error.
+    pub(crate) fn half_flag(&self, d: DType, what: &str) -> Result<HalfFlag, CompileError> {
+        match d {
+            DType::F32 => Ok(HalfFlag::F32),
+            DType::F16 => Ok(HalfFlag::F16),
+            other => Err(self.unsupported(format!(
+                "{what} has dtype {other}; this kernel family runs f32 and f16 only"
+            ))),
+        }
+    }
+}
+
+/// Smallest size of the shared zeros block in the weights buffer.
+pub const ZEROS_BYTES: usize = 1 << 16;
+
+pub(crate) fn static_dims(s: &Shape) -> Vec<usize> {
+    s.dims.iter().map(|d| d.as_static().unwrap_or(0)).collect()
+}
+
+pub(crate) fn numel(d: &[usize]) -> usize {
+    d.iter().product()
+}
+
+fn bind_shape(g: &Graph, id: NodeId, dims: &HashMap<String, usize>) -> Result<Shape, CompileError> {
+    let n = g.node(id);
+    let mut out = Vec::with_capacity(n.shape.rank());
+    for d in &n.shape.dims {
+        out.push(match d {
+            Dim::Static(x) => Dim::Static(*x),
+            Dim::Sym(s) => Dim::Static(*dims.get(s).ok_or_else(|| CompileError::UnboundDim {
+                sym: s.clone(),
+                node: id,
+                name: n.name.clone(),
+            })?),
+        });
+    }
+    Ok(Shape::new(out, n.shape.dtype))
+}
+
+/// A view: the node's value is `parent`'s bytes from `byte_offset`.
+fn view_of(g: &Graph, shapes: &[Shape], id: NodeId) -> Option<(NodeId, usize)> {
+    let n = g.node(id);
+    let first = *n.inputs.first()?;
+    let src = &shapes[first];
+    match &n.op {
+        Op::Reshape { .. } => Some((first, 0)),
+        Op::Cast { to } if *to == src.dtype => Some((first, 0)),
+        Op::Expand { .. } | Op::Transpose { .. } if shapes[id].dims == src.dims => {
+            // identity expand / permutation that keeps every dim in place
+            match &n.op {
+                Op::Transpose { perm } if perm.iter().enumerate().any(|(i, &p)| i != p) => None,
+                _ => Some((first, 0)),
+            }
+        }
+        Op::Narrow { axis, start, .. } => {
+            let d = static_dims(src);
+            let ax = src.axis("narrow", *axis).ok()?;
+            if d[..ax].iter().all(|&x| x == 1) {
+                let inner: usize = d[ax + 1..].iter().product();
+                Some((first, start * inner * src.dtype.size_bytes()))
+            } else {
+                None
+            }
+        }
+        _ => None,
+    }
+}
+
+fn align(x: usize) -> usize {
+    x.div_ceil(DEFAULT_ALIGN) * DEFAULT_ALIGN
+}
+
+/// Encode constant values as bytes of `dtype`.
+fn constant_bytes(values: &[f64], n: usize, dtype: DType) -> Vec<u8> {
+    let mut out = Vec::with_capacity(n * dtype.size_bytes());
+    for i in 0..n {
+        let v = if values.len() == 1 {
+            values[0]
+        } else {
+            values[i]
+        };
+        match dtype {
+            DType::F32 => out.extend_from_slice(&(v as f32).to_le_bytes()),
+            DType::F64 => out.extend_from_slice(&v.to_le_bytes()),
+            DType::F16 => out.extend_from_slice(&half::f16::from_f64(v).to_le_bytes()),
+            DType::BF16 => out.extend_from_slice(&half::bf16::from_f64(v).to_le_bytes()),
+            DType::I8 => out.push(v as i8 as u8),
+            DType::U8 => out.push(v as u8),
+            DType::Bool => out.push((v != 0.0) as u8),
+            DType::I16 => out.extend_from_slice(&(v as i16).to_le_bytes()),
+            DType::I32 => out.extend_from_slice(&(v as i32).to_le_bytes()),
+            DType::U32 => out.extend_from_slice(&(v as u32).to_le_bytes()),
+            DType::I64 => out.extend_from_slice(&(v as i64).to_le_bytes()),
+            DType::C64 => {
+                out.extend_from_slice(&(v as f32).to_le_bytes());
+                out.extend_from_slice(&0f32.to_le_bytes());
+            }
+        }
+    }
+    out
+}
+
+fn lower_node(ctx: &mut Ctx<'_>) -> Result<(), CompileError> {
+    use rlx_ir::op::OpFamily;
+    if ctx.is_view() {
+        return Ok(()); // the planner aliased it: no data moves
+    }
+    let op = ctx.node().op.clone();
+    match op.family() {
+        OpFamily::Leaf => Ok(()),
+        OpFamily::Elementwise => elementwise::lower(ctx, &op),
+        OpFamily::MatMul => matmul::lower(ctx, &op),
+        OpFamily::Norm => norm::lower(ctx, &op),
+        OpFamily::Attention => attention::lower(ctx, &op),
+        OpFamily::Shape => shape::lower(ctx, &op),
+        OpFamily::Reduce => reduce::lower(ctx, &op),
+        OpFamily::Conv => conv::lower(ctx, &op),
+        OpFamily::Misc if matches!(op, Op::Custom { .. }) => shape::lower_custom(ctx, &op),
+        _ => Err(ctx.unsupported(format!(
+            "lowering of the {:?} family is not implemented yet",
+            op.family()
+        ))),
+    }
+}
+
+/// Compile `graph` into a schedule.
+pub fn compile(graph: &Graph, opts: &CompileOptions) -> Result<Compiled, CompileError> {
+    rlx_ir::verify::verify(graph)?;
+    let n = graph.len();
+    let shapes: Vec<Shape> = (0..n)
+        .map(|i| bind_shape(graph, i, &opts.dims))
+        .collect::<Result<_, _>>()?;
+
+    // Liveness at node granularity: a value lives from its node to its last consumer.
+    let end_step = n;
+    let mut last_use: Vec<usize> = (0..n).collect();
+    for (i, node) in graph.nodes.iter().enumerate() {
+        for &j in &node.inputs {
+            last_use[j] = last_use[j].max(i);
+        }
+    }
+    for &o in &graph.outputs {
+        last_use[o] = end_step;
+    }
+
+    // Locations. A block of zeros sits at weights offset 0 (absent biases);
+    // it is as long as the widest row of any node.
+    let widest = shapes
+        .iter()
+        .map(|s| static_dims(s).last().copied().unwrap_or(1) * 8)
+        .max()
+        .unwrap_or(0);
+    let zeros_bytes = align(widest.max(ZEROS_BYTES));
+    let mut weights_top = zeros_bytes;
+    let mut locs: Vec<Loc> = Vec::with_capacity(n);
+    let mut views = vec![false; n];
+    let mut values: Vec<Value> = Vec::new();
+    let mut constants = Vec::new();
+    for i in 0..n {
+        let node = graph.node(i);
+        let bytes = shapes[i].size_bytes().unwrap_or(0);
+        let loc = match &node.op {
+            Op::Param { .. } => {
+                let off = weights_top;
+                weights_top = align(weights_top + bytes);
+                Loc::Weights(off)
+            }
+            Op::Constant { values: vals, .. } => {
+                let off = weights_top;
+                weights_top = align(weights_top + bytes);
+                let count = shapes[i].numel().unwrap_or(0);
+                constants.push((off, constant_bytes(vals, count, shapes[i].dtype)));
+                Loc::Weights(off)
+            }
+            _ => match view_of(graph, &shapes, i) {
+                Some((parent, byte_off)) => {
+                    views[i] = true;
+                    match locs[parent] {
+                        Loc::Weights(off) => Loc::Weights(off + byte_off),
+                        Loc::Arena(pv) => {
+                            values.push(Value {
+                                size: bytes,
+                                start: i,
+                                end: last_use[i],
+                                kind: ValueKind::View {
+                                    parent: pv,
+                                    byte_offset: byte_off,
+                                },
+                            });
+                            Loc::Arena(values.len() - 1)
+                        }
+                    }
+                }
+                None => {
+                    let (start, kind) = match node.op {
+                        Op::Input { .. } => (0, ValueKind::Planned),
+                        Op::State { .. } => (0, ValueKind::State),
+                        _ => (i, ValueKind::Planned),
+                    };
+                    values.push(Value {
+                        size: bytes,
+                        start,
+                        end: last_use[i].max(start),
+                        kind,
+                    });
+                    Loc::Arena(values.len() - 1)
+                }
+            },
+        };
+        locs.push(loc);
+    }
+
+    // Measure scratch needs.
+    let mut scratch: Vec<Vec<usize>> = vec![Vec::new(); n];
+    {
+        let fake_offsets = vec![0usize; n];
+        let mut sink = Vec::new();
+        for (i, slot) in scratch.iter_mut().enumerate() {
+            let mut ctx = Ctx {
+                graph,
+                shapes: &shapes,
+                offsets: &fake_offsets,
+                node: i,
+                measuring: true,
+                scratch_sizes: Vec::new(),
+                scratch_offsets: &[],
+                thunks: &mut sink,
+                zeros: tag_weight(0),
+                views: &views,
+            };
+            lower_node(&mut ctx)?;
+            *slot = ctx.scratch_sizes;
+        }
+    }
+    let mut scratch_values: Vec<Vec<usize>> = vec![Vec::new(); n];
+    for i in 0..n {
+        for &bytes in &scratch[i] {
+            values.push(Value {
+                size: bytes,
+                start: i,
+                end: i,
+                kind: ValueKind::Planned,
+            });
+            scratch_values[i].push(values.len() - 1);
+        }
+    }
+
+    let mplan = plan(&values, DEFAULT_ALIGN)?;
+    let offsets: Vec<usize> = locs
+        .iter()
+        .map(|l| match *l {
+            Loc::Weights(off) => tag_weight(off),
+            Loc::Arena(v) => mplan.offsets[v],
+        })
+        .collect();
+
+    // Emit.
+    let mut thunks = Vec::new();
+    for (i, svals) in scratch_values.iter().enumerate() {
+        let soffs: Vec<usize> = svals.iter().map(|&v| mplan.offsets[v]).collect();
+        let mut ctx = Ctx {
+            graph,
+            shapes: &shapes,
+            offsets: &offsets,
+            node: i,
+            measuring: false,
+            scratch_sizes: Vec::new(),
+            scratch_offsets: &soffs,
+            thunks: &mut thunks,
+            zeros: tag_weight(0),
+            views: &views,
+        };
+        lower_node(&mut ctx)?;
+    }
+
+    let binding = |i: NodeId| Binding {
+        name: graph.node(i).name.clone(),
+        node: i,
+        offset: offsets[i],
+        shape: shapes[i].clone(),
+    };
+    let mut inputs = Vec::new();
+    let mut params = Vec::new();
+    let mut states = Vec::new();
+    for (i, node) in graph.nodes.iter().enumerate() {
+        match node.op {
+            Op::Input { .. } => inputs.push(binding(i)),
+            Op::Param { .. } => params.push(binding(i)),
+            Op::State { .. } => states.push(binding(i)),
+            _ => {}
+        }
+    }
+    let outputs = graph.outputs.iter().map(|&o| binding(o)).collect();
+    Ok(Compiled {
+        schedule: ThunkSchedule {
+            thunks,
+            rng: Default::default(),
+        },
+        arena_bytes: mplan.arena_bytes,
+        naive_bytes: mplan.naive_bytes,
+        state_bytes: mplan.state_bytes,
+        weights_bytes: weights_top,
+        inputs,
+        params,
+        states,
+        outputs,
+        constants,
+        shapes,
+        offsets,
+    })
+}
+
+/// Operand `i` as an i32 index buffer, converting other integer dtypes into scratch.
+pub(crate) fn index_i32(ctx: &mut Ctx<'_>, i: usize) -> Result<usize, CompileError> {
+    let from = ctx.in_shape(i).dtype;
+    if from == DType::I32 {
+        return Ok(ctx.input(i));
+    }
+    if !from.is_int() {
+        return Err(ctx.unsupported(format!("index operand {i} has dtype {from}")));
+    }
+    let n = numel(&ctx.in_dims(i));
+    let tmp = ctx.scratch(n * 4);
+    let len = ctx.u32(n, "indices")?;
+    elementwise::push_cast(ctx, ctx.input(i), from, tmp, DType::I32, len);
+    Ok(tmp)
+}
+
+/// Operand `i` converted to dtype `to` (scratch when it differs).
+pub(crate) fn converted(ctx: &mut Ctx<'_>, i: usize, to: DType) -> Result<usize, CompileError> {
+    let from = ctx.in_shape(i).dtype;
+    if from == to {
+        return Ok(ctx.input(i));
+    }
+    let n = numel(&ctx.in_dims(i));
+    let tmp = ctx.scratch(n * to.size_bytes());
+    let len = ctx.u32(n, "elements")?;
+    elementwise::push_cast(ctx, ctx.input(i), from, tmp, to, len);
+    Ok(tmp)
+}
+
+#[cfg(test)]
+mod tests;

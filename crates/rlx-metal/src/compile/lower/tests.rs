@@ -1,0 +1,151 @@
+//! Lowering tests: thunk kinds a graph lowers to, views, errors.
+
+use super::*;
+use rlx_ir::op::{Activation, BinaryOp};
+
+fn f32s(d: &[usize]) -> Shape {
+    Shape::of(d, DType::F32)
+}
+
+fn kinds(c: &Compiled) -> Vec<&'static str> {
+    c.schedule.thunks.iter().map(|t| t.name()).collect()
+}
+
+fn input(g: &mut Graph, name: &str, d: &[usize]) -> NodeId {
+    g.add(Op::Input { shape: f32s(d) }, &[], name).unwrap()
+}
+
+fn bin(g: &mut Graph, kind: BinaryOp, a: NodeId, b: NodeId) -> NodeId {
+    g.add(Op::Binary { kind }, &[a, b], "").unwrap()
+}
+
+#[test]
+fn binary_forms() {
+    let mut g = Graph::new("t");
+    let x = input(&mut g, "x", &[4, 8]);
+    let y = input(&mut g, "y", &[4, 8]);
+    let b = input(&mut g, "b", &[8]);
+    let c = input(&mut g, "c", &[4, 1]);
+    let full = bin(&mut g, BinaryOp::Mul, x, y);
+    let bias = bin(&mut g, BinaryOp::Add, full, b);
+    let bias2 = bin(&mut g, BinaryOp::Add, b, bias);
+    let bc = bin(&mut g, BinaryOp::Sub, bias2, c);
+    g.set_outputs(&[bc]).unwrap();
+    let out = compile(&g, &CompileOptions::default()).unwrap();
+    assert_eq!(
+        kinds(&out),
+        ["binary", "bias_add", "bias_add", "binary_broadcast"]
+    );
+}
+
+#[test]
+fn matmul_forms() {
+    let mut g = Graph::new("t");
+    let a = input(&mut g, "a", &[2, 3, 5]);
+    let w = input(&mut g, "w", &[5, 7]);
+    let bw = input(&mut g, "bw", &[2, 5, 7]);
+    let pw = input(&mut g, "pw", &[3, 1, 5, 7]);
+    let m1 = g.add(Op::MatMul, &[a, w], "").unwrap();
+    let m2 = g.add(Op::MatMul, &[a, bw], "").unwrap();
+    let m3 = g.add(Op::MatMul, &[a, pw], "").unwrap(); // [3,2,3,7]: both need materialising
+    g.set_outputs(&[m1, m2, m3]).unwrap();
+    let out = compile(&g, &CompileOptions::default()).unwrap();
+    let k = kinds(&out);
+    assert_eq!(&k[..2], ["sgemm", "batched_sgemm"]);
+    assert_eq!(k.last(), Some(&"batched_sgemm"));
+    assert!(
+        k.len() > 3,
+        "partial batch broadcast materialises operands: {k:?}"
+    );
+    match &out.schedule.thunks[0] {
+        Thunk::Sgemm(s) => assert_eq!((s.m, s.k, s.n), (6, 5, 7)),
+        t => panic!("{t}"),
+    }
+}
+
+#[test]
+fn views_need_no_thunks_and_plan_reuses_memory() {
+    let mut g = Graph::new("t");
+    let x = input(&mut g, "x", &[16, 64]);
+    let mut h = x;
+    for _ in 0..6 {
+        h = g
+            .add(
+                Op::Activation {
+                    kind: Activation::Silu,
+                },
+                &[h],
+                "",
+            )
+            .unwrap();
+    }
+    let r = g
+        .add(
+            Op::Reshape {
+                dims: vec![Dim::Static(1024)],
+            },
+            &[h],
+            "r",
+        )
+        .unwrap();
+    g.set_outputs(&[r]).unwrap();
+    let out = compile(&g, &CompileOptions::default()).unwrap();
+    assert_eq!(kinds(&out), ["activation_out"; 6]);
+    assert_eq!(out.offsets[r], out.offsets[h]);
+    assert!(
+        out.arena_bytes < out.naive_bytes,
+        "{} vs {}",
+        out.arena_bytes,
+        out.naive_bytes
+    );
+}
+
+#[test]
+fn unbound_dims_and_unsupported_ops_are_named() {
+    let mut g = Graph::new("t");
+    let x = g
+        .add(
+            Op::Input {
+                shape: Shape::new(vec![Dim::from("seq"), Dim::Static(4)], DType::F32),
+            },
+            &[],
+            "x",
+        )
+        .unwrap();
+    let y = g
+        .add(
+            Op::Activation {
+                kind: Activation::Exp,
+            },
+            &[x],
+            "",
+        )
+        .unwrap();
+    g.set_outputs(&[y]).unwrap();
+    let e = compile(&g, &CompileOptions::default())
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("dim 'seq'"), "{e}");
+    let mut dims = HashMap::new();
+    dims.insert("seq".to_string(), 3);
+    let c = compile(&g, &CompileOptions { dims }).unwrap();
+    assert_eq!(c.inputs[0].shape, f32s(&[3, 4]));
+
+    let mut g = Graph::new("t");
+    let x = input(&mut g, "x", &[8, 2]);
+    let f = g
+        .add(
+            Op::Fft {
+                inverse: false,
+                norm: rlx_ir::op::FftNorm::Backward,
+            },
+            &[x],
+            "f",
+        )
+        .unwrap();
+    g.set_outputs(&[f]).unwrap();
+    let e = compile(&g, &CompileOptions::default())
+        .unwrap_err()
+        .to_string();
+    assert!(e.starts_with("[fft] cannot be compiled yet"), "{e}");
+}

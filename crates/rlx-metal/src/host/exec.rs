@@ -1,0 +1,140 @@
+//! The host executor: runs a thunk schedule on the CPU over the arena.
+//!
+//! Each thunk runs through its native kernel when it has one
+//! ([`super::native`]); any other thunk — and every thunk in reference mode —
+//! goes to the caller's fallback (the Python bindings route it to the numpy
+//! reference). The executor allocates nothing per run once warm: staging
+//! buffers for in-place-aliased operands are reused.
+
+use super::buffer::{Mem, MemError};
+use super::kernels::KernelError;
+use crate::thunk::{Thunk, ThunkSchedule};
+use thiserror::Error;
+
+/// Which thunks run natively.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mode {
+    /// Native kernels where they exist, the fallback for the rest.
+    Native,
+    /// Every thunk through the fallback (the numpy reference).
+    Reference,
+}
+
+/// A failed run; names the thunk.
+#[derive(Debug, Error)]
+pub enum RunError<E: std::fmt::Display> {
+    /// A native kernel rejected its operands.
+    #[error("[{thunk}] thunk {index}: {source}")]
+    Kernel {
+        /// Thunk index.
+        index: usize,
+        /// Thunk name.
+        thunk: &'static str,
+        /// The kernel's error.
+        source: KernelError,
+    },
+    /// An operand range could not be mapped.
+    #[error("[{thunk}] thunk {index}: {source}")]
+    Mem {
+        /// Thunk index.
+        index: usize,
+        /// Thunk name.
+        thunk: &'static str,
+        /// The mapping error.
+        source: MemError,
+    },
+    /// The fallback failed.
+    #[error("[{thunk}] thunk {index}: {source}")]
+    Fallback {
+        /// Thunk index.
+        index: usize,
+        /// Thunk name.
+        thunk: &'static str,
+        /// The fallback's error.
+        source: E,
+    },
+}
+
+/// Errors of one native thunk (before the executor adds the thunk index).
+#[derive(Debug, Error)]
+pub enum NativeError {
+    /// Kernel precondition failed.
+    #[error(transparent)]
+    Kernel(#[from] KernelError),
+    /// Operand mapping failed.
+    #[error(transparent)]
+    Mem(#[from] MemError),
+}
+
+/// Reusable scratch for operands that alias the thunk's output.
+#[derive(Default)]
+pub struct Staging {
+    /// f32 staging buffer.
+    pub f32s: Vec<f32>,
+    /// f16 staging buffer.
+    pub f16s: Vec<half::f16>,
+}
+
+/// Runs schedules on the CPU.
+pub struct HostExecutor {
+    mode: Mode,
+    staging: Staging,
+    /// How many thunks of the last run went to the fallback.
+    pub last_fallbacks: usize,
+}
+
+impl HostExecutor {
+    /// An executor in `mode`.
+    pub fn new(mode: Mode) -> Self {
+        HostExecutor {
+            mode,
+            staging: Staging::default(),
+            last_fallbacks: 0,
+        }
+    }
+
+    /// The mode.
+    pub fn mode(&self) -> Mode {
+        self.mode
+    }
+
+    /// True when thunk `t` has a native kernel (in native mode it runs natively).
+    pub fn is_native(&self, t: &Thunk) -> bool {
+        self.mode == Mode::Native && super::native::has_native(t)
+    }
+
+    /// Run every thunk of `schedule` in order.
+    pub fn run<E: std::fmt::Display>(
+        &mut self,
+        schedule: &ThunkSchedule,
+        mem: &Mem,
+        fallback: &mut dyn FnMut(usize, &Thunk) -> Result<(), E>,
+    ) -> Result<(), RunError<E>> {
+        self.last_fallbacks = 0;
+        for (index, t) in schedule.thunks.iter().enumerate() {
+            if matches!(t, Thunk::Nop) {
+                continue;
+            }
+            let thunk = t.name();
+            if self.mode == Mode::Native {
+                match super::native::run(t, mem, &mut self.staging, schedule) {
+                    Some(Ok(())) => continue,
+                    Some(Err(NativeError::Kernel(source))) => {
+                        return Err(RunError::Kernel { index, thunk, source })
+                    }
+                    Some(Err(NativeError::Mem(source))) => {
+                        return Err(RunError::Mem { index, thunk, source })
+                    }
+                    None => {}
+                }
+            }
+            self.last_fallbacks += 1;
+            fallback(index, t).map_err(|source| RunError::Fallback {
+                index,
+                thunk,
+                source,
+            })?;
+        }
+        Ok(())
+    }
+}
