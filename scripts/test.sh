@@ -9,6 +9,6 @@ echo "== cargo fmt --check";  cargo fmt --all -- --check
 echo "== cargo clippy";       cargo clippy --all-targets --quiet -- -D warnings
 echo "== cargo doc";          RUSTDOCFLAGS="-D warnings" cargo doc --no-deps --quiet
 echo "== cargo test";         cargo test --quiet
-echo "== ruff";               ruff check python tests bench scripts
+echo "== ruff";               ruff check python tests scripts $(ls -d bench 2>/dev/null)
 echo "== stubtest";           python -m mypy.stubtest rlx._rlx --allowlist scripts/stubtest-allowlist.txt
 echo "== pytest";             python -m pytest -q tests
