@@ -3,3 +3,4 @@
 //! numpy reference, Metal, and the MSL-on-CPU simulator).
 
 pub mod compile;
+pub mod host;
