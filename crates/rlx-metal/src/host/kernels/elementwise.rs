@@ -380,6 +380,46 @@ pub fn binary_broadcast<T: Elem>(
     Ok(())
 }
 
+/// In place over a `[rows, n]` matrix: `x[r, j] = act(x[r, j] + bias[j])`
+/// (either part optional). Needs `x >= rows·n`, `bias >= n`. Used as the
+/// epilogue of fused matmuls.
+pub fn bias_act_inplace<T: Elem>(
+    x: &mut [T],
+    bias: Option<&[T]>,
+    act: Option<Activation>,
+    rows: usize,
+    n: usize,
+) -> Result<()> {
+    const K: &str = "bias_act";
+    let total = numel(K, &[rows, n])?;
+    check_len(K, "x", x.len(), total)?;
+    if let Some(b) = bias {
+        check_len(K, "bias", b.len(), n)?;
+    }
+    if total == 0 || (bias.is_none() && act.is_none()) {
+        return Ok(());
+    }
+    let rows_per = super::rows_per_task(rows, n);
+    x[..total].par_chunks_mut(rows_per * n).for_each(|chunk| {
+        let mut tmp = [0f32; CHUNK];
+        for row in chunk.chunks_exact_mut(n) {
+            for (ci, rc) in row.chunks_mut(CHUNK).enumerate() {
+                let tmp = &mut tmp[..rc.len()];
+                tmp.iter_mut().zip(rc.iter()).for_each(|(t, v)| *t = v.to_f32());
+                if let Some(b) = bias {
+                    let b = &b[ci * CHUNK..ci * CHUNK + tmp.len()];
+                    tmp.iter_mut().zip(b).for_each(|(t, b)| *t += b.to_f32());
+                }
+                if let Some(act) = act {
+                    act_f32(act, tmp);
+                }
+                rc.iter_mut().zip(tmp.iter()).for_each(|(o, v)| *o = T::from_f32(*v));
+            }
+        }
+    });
+    Ok(())
+}
+
 /// Dense fused `out[i] = act(a[i] op b[i])`. Needs all lengths `>= n`.
 pub fn binary_act<T: Elem>(
     op: BinaryOp,
