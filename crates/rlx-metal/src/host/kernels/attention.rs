@@ -101,9 +101,19 @@ pub fn sdpa<T: Elem>(
     out: &mut [T],
 ) -> Result<()> {
     const K: &str = "sdpa";
-    let AttnDims { batch, seq: s, kv_seq: kv_s, heads, kv_heads, head_dim: d } = *dims;
+    let AttnDims {
+        batch,
+        seq: s,
+        kv_seq: kv_s,
+        heads,
+        kv_heads,
+        head_dim: d,
+    } = *dims;
     if kv_heads == 0 || heads % kv_heads != 0 {
-        return Err(invalid(K, format!("{heads} heads not divisible by {kv_heads} kv heads")));
+        return Err(invalid(
+            K,
+            format!("{heads} heads not divisible by {kv_heads} kv heads"),
+        ));
     }
     let q_len = numel(K, &[batch, s, heads, d])?;
     let kv_len = numel(K, &[batch, kv_s, kv_heads, d])?;
@@ -119,69 +129,90 @@ pub fn sdpa<T: Elem>(
     if q_len == 0 {
         return Ok(());
     }
-    let scale = if opts.scale == 0.0 { 1.0 / (d as f32).sqrt() } else { opts.scale };
+    let scale = if opts.scale == 0.0 {
+        1.0 / (d as f32).sqrt()
+    } else {
+        opts.scale
+    };
     let group = heads / kv_heads;
     let min_rows = (PAR_MIN / (kv_s * d).max(1)).max(1);
-    out[..q_len].par_chunks_mut(d).enumerate().with_min_len(min_rows).for_each_init(
-        || (Vec::with_capacity(d), Vec::with_capacity(kv_s), vec![0f32; d]),
-        |(qf, scores, acc): &mut (Vec<f32>, Vec<f32>, Vec<f32>), (r, o)| {
-            let (bi, i, h) = match layout {
-                Layout::Bshd => (r / (heads * s), (r / heads) % s, r % heads),
-                Layout::Bhsd => (r / (heads * s), r % s, (r / s) % heads),
-            };
-            let g = h / group;
-            let key_row = |j: usize| match layout {
-                Layout::Bshd => ((bi * kv_s + j) * kv_heads + g) * d,
-                Layout::Bhsd => ((bi * kv_heads + g) * kv_s + j) * d,
-            };
-            let abs = kv_s as isize - s as isize + i as isize;
-            let (lo, hi) = match mask {
-                Mask::Causal => (0, (abs + 1).clamp(0, kv_s as isize) as usize),
-                Mask::SlidingWindow(w) => {
-                    let hi = (abs + 1).clamp(0, kv_s as isize) as usize;
-                    let lo = (abs - w.min(isize::MAX as usize) as isize).clamp(0, hi as isize) as usize;
-                    (lo, hi)
+    out[..q_len]
+        .par_chunks_mut(d)
+        .enumerate()
+        .with_min_len(min_rows)
+        .for_each_init(
+            || {
+                (
+                    Vec::with_capacity(d),
+                    Vec::with_capacity(kv_s),
+                    vec![0f32; d],
+                )
+            },
+            |(qf, scores, acc): &mut (Vec<f32>, Vec<f32>, Vec<f32>), (r, o)| {
+                let (bi, i, h) = match layout {
+                    Layout::Bshd => (r / (heads * s), (r / heads) % s, r % heads),
+                    Layout::Bhsd => (r / (heads * s), r % s, (r / s) % heads),
+                };
+                let g = h / group;
+                let key_row = |j: usize| match layout {
+                    Layout::Bshd => ((bi * kv_s + j) * kv_heads + g) * d,
+                    Layout::Bhsd => ((bi * kv_heads + g) * kv_s + j) * d,
+                };
+                let abs = kv_s as isize - s as isize + i as isize;
+                let (lo, hi) = match mask {
+                    Mask::Causal => (0, (abs + 1).clamp(0, kv_s as isize) as usize),
+                    Mask::SlidingWindow(w) => {
+                        let hi = (abs + 1).clamp(0, kv_s as isize) as usize;
+                        let lo = (abs - w.min(isize::MAX as usize) as isize).clamp(0, hi as isize)
+                            as usize;
+                        (lo, hi)
+                    }
+                    _ => (0, kv_s),
+                };
+                qf.clear();
+                qf.extend(q[r * d..r * d + d].iter().map(|x| x.to_f32()));
+                scores.clear();
+                let mut max = f32::NEG_INFINITY;
+                for j in lo..hi {
+                    let kr = key_row(j);
+                    let mut sc = dot(qf, &k[kr..kr + d]) * scale;
+                    if opts.softcap > 0.0 {
+                        sc = opts.softcap * (sc / opts.softcap).tanh();
+                    }
+                    match mask {
+                        Mask::Custom(m) if m[(bi * s + i) * kv_s + j].to_f32() == 0.0 => {
+                            sc = f32::NEG_INFINITY
+                        }
+                        Mask::Bias(m) => sc += m[((bi * heads + h) * s + i) * kv_s + j].to_f32(),
+                        _ => {}
+                    }
+                    max = max.max(sc);
+                    scores.push(sc);
                 }
-                _ => (0, kv_s),
-            };
-            qf.clear();
-            qf.extend(q[r * d..r * d + d].iter().map(|x| x.to_f32()));
-            scores.clear();
-            let mut max = f32::NEG_INFINITY;
-            for j in lo..hi {
-                let kr = key_row(j);
-                let mut sc = dot(qf, &k[kr..kr + d]) * scale;
-                if opts.softcap > 0.0 {
-                    sc = opts.softcap * (sc / opts.softcap).tanh();
+                if max == f32::NEG_INFINITY || max.is_nan() {
+                    let fill = if max.is_nan() { f32::NAN } else { 0.0 };
+                    o.iter_mut().for_each(|o| *o = T::from_f32(fill));
+                    return;
                 }
-                match mask {
-                    Mask::Custom(m) if m[(bi * s + i) * kv_s + j].to_f32() == 0.0 => sc = f32::NEG_INFINITY,
-                    Mask::Bias(m) => sc += m[((bi * heads + h) * s + i) * kv_s + j].to_f32(),
-                    _ => {}
+                acc.iter_mut().for_each(|a| *a = 0.0);
+                let mut sum = 0f32;
+                for (j, &sc) in (lo..hi).zip(scores.iter()) {
+                    let p = (sc - max).exp();
+                    if p == 0.0 {
+                        continue;
+                    }
+                    sum += p;
+                    let vr = key_row(j);
+                    acc.iter_mut()
+                        .zip(&v[vr..vr + d])
+                        .for_each(|(a, x)| *a += p * x.to_f32());
                 }
-                max = max.max(sc);
-                scores.push(sc);
-            }
-            if max == f32::NEG_INFINITY || max.is_nan() {
-                let fill = if max.is_nan() { f32::NAN } else { 0.0 };
-                o.iter_mut().for_each(|o| *o = T::from_f32(fill));
-                return;
-            }
-            acc.iter_mut().for_each(|a| *a = 0.0);
-            let mut sum = 0f32;
-            for (j, &sc) in (lo..hi).zip(scores.iter()) {
-                let p = (sc - max).exp();
-                if p == 0.0 {
-                    continue;
-                }
-                sum += p;
-                let vr = key_row(j);
-                acc.iter_mut().zip(&v[vr..vr + d]).for_each(|(a, x)| *a += p * x.to_f32());
-            }
-            let inv = 1.0 / sum;
-            o.iter_mut().zip(acc.iter()).for_each(|(o, a)| *o = T::from_f32(a * inv));
-        },
-    );
+                let inv = 1.0 / sum;
+                o.iter_mut()
+                    .zip(acc.iter())
+                    .for_each(|(o, a)| *o = T::from_f32(a * inv));
+            },
+        );
     Ok(())
 }
 
@@ -212,14 +243,35 @@ pub struct RopeDims {
 /// `out_b = a·sin + b·cos`; dims past `n_rot` are copied. Needs
 /// `x >= (b·s − 1)·src_row_stride + hidden`, `out >= b·s·hidden`,
 /// `cos, sin >= rows·n_rot/2` (rows = `s`, or `b·s` per token).
-pub fn rope<T: Elem, C: Elem>(p: &RopeDims, x: &[T], cos: &[C], sin: &[C], out: &mut [T]) -> Result<()> {
+pub fn rope<T: Elem, C: Elem>(
+    p: &RopeDims,
+    x: &[T],
+    cos: &[C],
+    sin: &[C],
+    out: &mut [T],
+) -> Result<()> {
     const K: &str = "rope";
-    let RopeDims { batch, seq, hidden, src_row_stride, head_dim, n_rot, neox, per_token } = *p;
+    let RopeDims {
+        batch,
+        seq,
+        hidden,
+        src_row_stride,
+        head_dim,
+        n_rot,
+        neox,
+        per_token,
+    } = *p;
     if head_dim == 0 || hidden % head_dim != 0 {
-        return Err(invalid(K, format!("hidden {hidden} is not a multiple of head_dim {head_dim}")));
+        return Err(invalid(
+            K,
+            format!("hidden {hidden} is not a multiple of head_dim {head_dim}"),
+        ));
     }
     if n_rot % 2 != 0 || n_rot > head_dim {
-        return Err(invalid(K, format!("n_rot {n_rot} must be even and <= head_dim {head_dim}")));
+        return Err(invalid(
+            K,
+            format!("n_rot {n_rot} must be even and <= head_dim {head_dim}"),
+        ));
     }
     let tokens = numel(K, &[batch, seq])?;
     let total = numel(K, &[tokens, hidden])?;
@@ -227,40 +279,67 @@ pub fn rope<T: Elem, C: Elem>(p: &RopeDims, x: &[T], cos: &[C], sin: &[C], out: 
     if total == 0 {
         return Ok(());
     }
-    check_len(K, "x", x.len(), numel(K, &[tokens - 1, src_row_stride])? + hidden)?;
+    check_len(
+        K,
+        "x",
+        x.len(),
+        numel(K, &[tokens - 1, src_row_stride])? + hidden,
+    )?;
     let half = n_rot / 2;
     let trows = if per_token { tokens } else { seq };
     check_len(K, "cos", cos.len(), trows * half)?;
     check_len(K, "sin", sin.len(), trows * half)?;
     let min_rows = (PAR_MIN / hidden).max(1);
-    out[..total].par_chunks_mut(hidden).enumerate().with_min_len(min_rows).for_each(|(t, orow)| {
-        let xrow = &x[t * src_row_stride..t * src_row_stride + hidden];
-        let tr = if per_token { t } else { t % seq };
-        let (c, sn) = (&cos[tr * half..tr * half + half], &sin[tr * half..tr * half + half]);
-        for (oh, xh) in orow.chunks_exact_mut(head_dim).zip(xrow.chunks_exact(head_dim)) {
-            if neox {
-                let (xa, xrest) = xh.split_at(half);
-                let (oa, orest) = oh.split_at_mut(half);
-                let (xb, xtail) = xrest.split_at(half);
-                let (ob, otail) = orest.split_at_mut(half);
-                for (((((oa, ob), a), b), c), s) in oa.iter_mut().zip(ob.iter_mut()).zip(xa).zip(xb).zip(c).zip(sn) {
-                    let (a, b, c, s) = (a.to_f32(), b.to_f32(), c.to_f32(), s.to_f32());
-                    *oa = T::from_f32(a * c - b * s);
-                    *ob = T::from_f32(a * s + b * c);
+    out[..total]
+        .par_chunks_mut(hidden)
+        .enumerate()
+        .with_min_len(min_rows)
+        .for_each(|(t, orow)| {
+            let xrow = &x[t * src_row_stride..t * src_row_stride + hidden];
+            let tr = if per_token { t } else { t % seq };
+            let (c, sn) = (
+                &cos[tr * half..tr * half + half],
+                &sin[tr * half..tr * half + half],
+            );
+            for (oh, xh) in orow
+                .chunks_exact_mut(head_dim)
+                .zip(xrow.chunks_exact(head_dim))
+            {
+                if neox {
+                    let (xa, xrest) = xh.split_at(half);
+                    let (oa, orest) = oh.split_at_mut(half);
+                    let (xb, xtail) = xrest.split_at(half);
+                    let (ob, otail) = orest.split_at_mut(half);
+                    for (((((oa, ob), a), b), c), s) in oa
+                        .iter_mut()
+                        .zip(ob.iter_mut())
+                        .zip(xa)
+                        .zip(xb)
+                        .zip(c)
+                        .zip(sn)
+                    {
+                        let (a, b, c, s) = (a.to_f32(), b.to_f32(), c.to_f32(), s.to_f32());
+                        *oa = T::from_f32(a * c - b * s);
+                        *ob = T::from_f32(a * s + b * c);
+                    }
+                    otail.copy_from_slice(xtail);
+                } else {
+                    let (xr, xtail) = xh.split_at(n_rot);
+                    let (or, otail) = oh.split_at_mut(n_rot);
+                    for (((o2, x2), c), s) in or
+                        .chunks_exact_mut(2)
+                        .zip(xr.chunks_exact(2))
+                        .zip(c)
+                        .zip(sn)
+                    {
+                        let (a, b, c, s) = (x2[0].to_f32(), x2[1].to_f32(), c.to_f32(), s.to_f32());
+                        o2[0] = T::from_f32(a * c - b * s);
+                        o2[1] = T::from_f32(a * s + b * c);
+                    }
+                    otail.copy_from_slice(xtail);
                 }
-                otail.copy_from_slice(xtail);
-            } else {
-                let (xr, xtail) = xh.split_at(n_rot);
-                let (or, otail) = oh.split_at_mut(n_rot);
-                for (((o2, x2), c), s) in or.chunks_exact_mut(2).zip(xr.chunks_exact(2)).zip(c).zip(sn) {
-                    let (a, b, c, s) = (x2[0].to_f32(), x2[1].to_f32(), c.to_f32(), s.to_f32());
-                    o2[0] = T::from_f32(a * c - b * s);
-                    o2[1] = T::from_f32(a * s + b * c);
-                }
-                otail.copy_from_slice(xtail);
             }
-        }
-    });
+        });
     Ok(())
 }
 

@@ -16,10 +16,30 @@ enum MK {
 
 /// Naive attention on canonical `[b, h, s, d]` tensors.
 #[allow(clippy::too_many_arguments)]
-fn naive(dm: &AttnDims, q: &[f32], k: &[f32], v: &[f32], mk: MK, mask: &[f32], scale: f32, cap: f32) -> Vec<f32> {
-    let AttnDims { batch, seq: s, kv_seq: kvs, heads, kv_heads, head_dim: d } = *dm;
+fn naive(
+    dm: &AttnDims,
+    q: &[f32],
+    k: &[f32],
+    v: &[f32],
+    mk: MK,
+    mask: &[f32],
+    scale: f32,
+    cap: f32,
+) -> Vec<f32> {
+    let AttnDims {
+        batch,
+        seq: s,
+        kv_seq: kvs,
+        heads,
+        kv_heads,
+        head_dim: d,
+    } = *dm;
     let rep = heads / kv_heads;
-    let scale = if scale == 0.0 { 1.0 / (d as f64).sqrt() } else { scale as f64 };
+    let scale = if scale == 0.0 {
+        1.0 / (d as f64).sqrt()
+    } else {
+        scale as f64
+    };
     let mut out = vec![0f32; batch * heads * s * d];
     for b in 0..batch {
         for h in 0..heads {
@@ -30,7 +50,8 @@ fn naive(dm: &AttnDims, q: &[f32], k: &[f32], v: &[f32], mk: MK, mask: &[f32], s
                 for j in 0..kvs {
                     let mut x = 0f64;
                     for t in 0..d {
-                        x += q[((b * heads + h) * s + i) * d + t] as f64 * k[((b * kv_heads + g) * kvs + j) * d + t] as f64;
+                        x += q[((b * heads + h) * s + i) * d + t] as f64
+                            * k[((b * kv_heads + g) * kvs + j) * d + t] as f64;
                     }
                     x *= scale;
                     if cap > 0.0 {
@@ -84,17 +105,29 @@ fn to_bshd(x: &[f32], b: usize, h: usize, s: usize, d: usize) -> Vec<f32> {
 }
 
 fn run_case(dm: AttnDims, mk: MK, scale: f32, cap: f32) {
-    let AttnDims { batch: b, seq: s, kv_seq: kvs, heads, kv_heads, head_dim: d } = dm;
+    let AttnDims {
+        batch: b,
+        seq: s,
+        kv_seq: kvs,
+        heads,
+        kv_heads,
+        head_dim: d,
+    } = dm;
     let q = rand_vec(b * heads * s * d, 1);
     let k = rand_vec(b * kv_heads * kvs * d, 2);
     let v = rand_vec(b * kv_heads * kvs * d, 3);
     let mask: Vec<f32> = match mk {
-        MK::Custom => (0..b * s * kvs).map(|i| ((i * 7) % 3 != 0) as u8 as f32).collect(),
+        MK::Custom => (0..b * s * kvs)
+            .map(|i| ((i * 7) % 3 != 0) as u8 as f32)
+            .collect(),
         MK::Bias => rand_vec(b * heads * s * kvs, 4),
         _ => vec![],
     };
     let want = naive(&dm, &q, &k, &v, mk, &mask, scale, cap);
-    let opts = AttnOpts { scale, softcap: cap };
+    let opts = AttnOpts {
+        scale,
+        softcap: cap,
+    };
     for layout in [Layout::Bhsd, Layout::Bshd] {
         let (qq, kk, vv, ww) = match layout {
             Layout::Bhsd => (q.clone(), k.clone(), v.clone(), want.clone()),
@@ -117,7 +150,8 @@ fn run_case(dm: AttnDims, mk: MK, scale: f32, cap: f32) {
         assert_close(&out, &ww, 1e-5);
 
         // f16 through the same kernel.
-        let (qh, kh, vh, mh): (Vec<f16>, Vec<f16>, Vec<f16>, Vec<f16>) = (to(&qq), to(&kk), to(&vv), to(&mask));
+        let (qh, kh, vh, mh): (Vec<f16>, Vec<f16>, Vec<f16>, Vec<f16>) =
+            (to(&qq), to(&kk), to(&vv), to(&mask));
         let mh_mask = match m {
             Mask::Custom(_) => Mask::Custom(&mh[..]),
             Mask::Bias(_) => Mask::Bias(&mh[..]),
@@ -133,12 +167,26 @@ fn run_case(dm: AttnDims, mk: MK, scale: f32, cap: f32) {
 
 #[test]
 fn sdpa_matches_naive_over_masks_gqa_layouts() {
-    let masks = [MK::None, MK::Causal, MK::Custom, MK::Bias, MK::Window(2), MK::Window(100)];
+    let masks = [
+        MK::None,
+        MK::Causal,
+        MK::Custom,
+        MK::Bias,
+        MK::Window(2),
+        MK::Window(100),
+    ];
     for &(heads, kv_heads) in &[(3usize, 3usize), (4, 2), (6, 2), (3, 1)] {
         for &(s, kvs) in &[(1usize, 1usize), (7, 7), (1, 13), (3, 13), (13, 13)] {
             for &d in &[1usize, 7, 33] {
                 for &mk in &masks {
-                    let dm = AttnDims { batch: 2, seq: s, kv_seq: kvs, heads, kv_heads, head_dim: d };
+                    let dm = AttnDims {
+                        batch: 2,
+                        seq: s,
+                        kv_seq: kvs,
+                        heads,
+                        kv_heads,
+                        head_dim: d,
+                    };
                     run_case(dm, mk, 0.0, 0.0);
                 }
             }
@@ -148,26 +196,84 @@ fn sdpa_matches_naive_over_masks_gqa_layouts() {
 
 #[test]
 fn sdpa_scale_softcap_and_empty_rows() {
-    let dm = AttnDims { batch: 1, seq: 5, kv_seq: 9, heads: 2, kv_heads: 1, head_dim: 8 };
+    let dm = AttnDims {
+        batch: 1,
+        seq: 5,
+        kv_seq: 9,
+        heads: 2,
+        kv_heads: 1,
+        head_dim: 8,
+    };
     run_case(dm, MK::Causal, 3.0, 0.5);
     run_case(dm, MK::Bias, 0.7, 2.0);
     run_case(dm, MK::Window(0), 0.0, 0.0);
     // More queries than keys under a causal mask: the first rows see no key.
-    let dm = AttnDims { batch: 1, seq: 4, kv_seq: 2, heads: 1, kv_heads: 1, head_dim: 3 };
+    let dm = AttnDims {
+        batch: 1,
+        seq: 4,
+        kv_seq: 2,
+        heads: 1,
+        kv_heads: 1,
+        head_dim: 3,
+    };
     run_case(dm, MK::Causal, 0.0, 0.0);
     let q = rand_vec(12, 1);
     let mut out = vec![9f32; 12];
-    sdpa(&dm, Layout::Bhsd, Mask::Causal, AttnOpts::default(), &q, &q[..6], &q[..6], &mut out).unwrap();
+    sdpa(
+        &dm,
+        Layout::Bhsd,
+        Mask::Causal,
+        AttnOpts::default(),
+        &q,
+        &q[..6],
+        &q[..6],
+        &mut out,
+    )
+    .unwrap();
     assert_eq!(&out[..6], &[0.0; 6], "fully masked rows must be zero");
     assert!(out[6..].iter().all(|x| *x != 0.0));
     // Custom mask with an all-zero row.
     let mask = [0.0f32; 8];
-    sdpa(&dm, Layout::Bhsd, Mask::Custom(&mask), AttnOpts::default(), &q, &q[..6], &q[..6], &mut out).unwrap();
+    sdpa(
+        &dm,
+        Layout::Bhsd,
+        Mask::Custom(&mask),
+        AttnOpts::default(),
+        &q,
+        &q[..6],
+        &q[..6],
+        &mut out,
+    )
+    .unwrap();
     assert_eq!(out, vec![0.0; 12]);
     // Bad geometry.
-    let bad = AttnDims { heads: 3, kv_heads: 2, ..dm };
-    assert!(sdpa(&bad, Layout::Bhsd, Mask::<f32>::None, AttnOpts::default(), &q, &q, &q, &mut out).is_err());
-    assert!(sdpa(&dm, Layout::Bhsd, Mask::<f32>::None, AttnOpts::default(), &q, &q[..5], &q, &mut out).is_err());
+    let bad = AttnDims {
+        heads: 3,
+        kv_heads: 2,
+        ..dm
+    };
+    assert!(sdpa(
+        &bad,
+        Layout::Bhsd,
+        Mask::<f32>::None,
+        AttnOpts::default(),
+        &q,
+        &q,
+        &q,
+        &mut out
+    )
+    .is_err());
+    assert!(sdpa(
+        &dm,
+        Layout::Bhsd,
+        Mask::<f32>::None,
+        AttnOpts::default(),
+        &q,
+        &q[..5],
+        &q,
+        &mut out
+    )
+    .is_err());
 }
 
 fn naive_rope(p: &RopeDims, x: &[f32], cos: &[f32], sin: &[f32]) -> Vec<f32> {
@@ -182,7 +288,11 @@ fn naive_rope(p: &RopeDims, x: &[f32], cos: &[f32], sin: &[f32]) -> Vec<f32> {
                 out[t * p.hidden + base + dd] = x[t * p.src_row_stride + base + dd];
             }
             for i in 0..half {
-                let (ia, ib) = if p.neox { (i, i + half) } else { (2 * i, 2 * i + 1) };
+                let (ia, ib) = if p.neox {
+                    (i, i + half)
+                } else {
+                    (2 * i, 2 * i + 1)
+                };
                 let a = x[t * p.src_row_stride + base + ia] as f64;
                 let b = x[t * p.src_row_stride + base + ib] as f64;
                 let (c, s) = (cos[tr * half + i] as f64, sin[tr * half + i] as f64);
@@ -196,14 +306,26 @@ fn naive_rope(p: &RopeDims, x: &[f32], cos: &[f32], sin: &[f32]) -> Vec<f32> {
 
 #[test]
 fn rope_matches_naive() {
-    for &(batch, seq, heads, head_dim, n_rot, extra) in
-        &[(1usize, 1usize, 1usize, 2usize, 2usize, 0usize), (2, 7, 3, 8, 8, 5), (3, 5, 2, 12, 6, 0), (1, 13, 4, 33, 32, 17)]
-    {
+    for &(batch, seq, heads, head_dim, n_rot, extra) in &[
+        (1usize, 1usize, 1usize, 2usize, 2usize, 0usize),
+        (2, 7, 3, 8, 8, 5),
+        (3, 5, 2, 12, 6, 0),
+        (1, 13, 4, 33, 32, 17),
+    ] {
         for neox in [true, false] {
             for per_token in [false, true] {
                 let hidden = heads * head_dim;
                 let stride = hidden + extra;
-                let p = RopeDims { batch, seq, hidden, src_row_stride: stride, head_dim, n_rot, neox, per_token };
+                let p = RopeDims {
+                    batch,
+                    seq,
+                    hidden,
+                    src_row_stride: stride,
+                    head_dim,
+                    n_rot,
+                    neox,
+                    per_token,
+                };
                 let x = rand_vec(batch * seq * stride, 5);
                 let rows = if per_token { batch * seq } else { seq };
                 let ang = rand_vec(rows * n_rot / 2, 6);
@@ -220,6 +342,15 @@ fn rope_matches_naive() {
             }
         }
     }
-    let p = RopeDims { batch: 1, seq: 2, hidden: 4, src_row_stride: 4, head_dim: 4, n_rot: 3, neox: true, per_token: false };
+    let p = RopeDims {
+        batch: 1,
+        seq: 2,
+        hidden: 4,
+        src_row_stride: 4,
+        head_dim: 4,
+        n_rot: 3,
+        neox: true,
+        per_token: false,
+    };
     assert!(rope(&p, &[0f32; 8], &[0f32; 4], &[0f32; 4], &mut [0f32; 8]).is_err());
 }

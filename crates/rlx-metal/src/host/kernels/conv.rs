@@ -51,17 +51,42 @@ impl Conv2d {
             let span = d.checked_mul(k.checked_sub(1)?)?.checked_add(1)?;
             (x + 2 * p).checked_sub(span).map(|v| v / s + 1)
         };
-        Some((f(self.h, self.kh, self.stride.0, self.pad.0, self.dil.0)?, f(self.w, self.kw, self.stride.1, self.pad.1, self.dil.1)?))
+        Some((
+            f(self.h, self.kh, self.stride.0, self.pad.0, self.dil.0)?,
+            f(self.w, self.kw, self.stride.1, self.pad.1, self.dil.1)?,
+        ))
     }
 
     fn validate(&self, kernel: &'static str, with_channels: bool) -> Result<(usize, usize)> {
-        if self.stride.0 == 0 || self.stride.1 == 0 || self.dil.0 == 0 || self.dil.1 == 0 || self.kh == 0 || self.kw == 0 {
-            return Err(invalid(kernel, format!("kernel/stride/dilation must be >= 1: {self:?}")));
+        if self.stride.0 == 0
+            || self.stride.1 == 0
+            || self.dil.0 == 0
+            || self.dil.1 == 0
+            || self.kh == 0
+            || self.kw == 0
+        {
+            return Err(invalid(
+                kernel,
+                format!("kernel/stride/dilation must be >= 1: {self:?}"),
+            ));
         }
-        if with_channels && (self.groups == 0 || self.c_in % self.groups != 0 || self.c_out % self.groups != 0) {
-            return Err(invalid(kernel, format!("groups {} must divide c_in {} and c_out {}", self.groups, self.c_in, self.c_out)));
+        if with_channels
+            && (self.groups == 0 || self.c_in % self.groups != 0 || self.c_out % self.groups != 0)
+        {
+            return Err(invalid(
+                kernel,
+                format!(
+                    "groups {} must divide c_in {} and c_out {}",
+                    self.groups, self.c_in, self.c_out
+                ),
+            ));
         }
-        self.out_hw().ok_or_else(|| invalid(kernel, format!("kernel does not fit the padded input: {self:?}")))
+        self.out_hw().ok_or_else(|| {
+            invalid(
+                kernel,
+                format!("kernel does not fit the padded input: {self:?}"),
+            )
+        })
     }
 }
 
@@ -69,23 +94,30 @@ impl Conv2d {
 /// kernel reads padding).
 fn im2col_one(p: &Conv2d, c: usize, x: &[f32], col: &mut [f32], ho: usize, wo: usize) {
     let (kh, kw) = (p.kh, p.kw);
-    col.par_chunks_mut(ho * wo).enumerate().with_min_len(8).for_each(|(row, dst)| {
-        let (ci, ki, kj) = (row / (kh * kw), (row / kw) % kh, row % kw);
-        debug_assert!(ci < c);
-        let plane = &x[ci * p.h * p.w..(ci + 1) * p.h * p.w];
-        for (oy, drow) in dst.chunks_exact_mut(wo).enumerate() {
-            let iy = (oy * p.stride.0 + ki * p.dil.0) as isize - p.pad.0 as isize;
-            if iy < 0 || iy as usize >= p.h {
-                drow.fill(0.0);
-                continue;
+    col.par_chunks_mut(ho * wo)
+        .enumerate()
+        .with_min_len(8)
+        .for_each(|(row, dst)| {
+            let (ci, ki, kj) = (row / (kh * kw), (row / kw) % kh, row % kw);
+            debug_assert!(ci < c);
+            let plane = &x[ci * p.h * p.w..(ci + 1) * p.h * p.w];
+            for (oy, drow) in dst.chunks_exact_mut(wo).enumerate() {
+                let iy = (oy * p.stride.0 + ki * p.dil.0) as isize - p.pad.0 as isize;
+                if iy < 0 || iy as usize >= p.h {
+                    drow.fill(0.0);
+                    continue;
+                }
+                let src = &plane[iy as usize * p.w..(iy as usize + 1) * p.w];
+                for (ox, d) in drow.iter_mut().enumerate() {
+                    let ix = (ox * p.stride.1 + kj * p.dil.1) as isize - p.pad.1 as isize;
+                    *d = if ix >= 0 && (ix as usize) < p.w {
+                        src[ix as usize]
+                    } else {
+                        0.0
+                    };
+                }
             }
-            let src = &plane[iy as usize * p.w..(iy as usize + 1) * p.w];
-            for (ox, d) in drow.iter_mut().enumerate() {
-                let ix = (ox * p.stride.1 + kj * p.dil.1) as isize - p.pad.1 as isize;
-                *d = if ix >= 0 && (ix as usize) < p.w { src[ix as usize] } else { 0.0 };
-            }
-        }
-    });
+        });
 }
 
 /// im2col of `x [n, c_in, h, w]` into `out [n, c_in·kh·kw, ho·wo]`
@@ -99,14 +131,27 @@ pub fn im2col(p: &Conv2d, x: &[f32], out: &mut [f32]) -> Result<()> {
     check_len(K, "x", x.len(), numel(K, &[p.n, img])?)?;
     check_len(K, "out", out.len(), numel(K, &[p.n, per])?)?;
     for b in 0..p.n {
-        im2col_one(p, p.c_in, &x[b * img..(b + 1) * img], &mut out[b * per..(b + 1) * per], ho, wo);
+        im2col_one(
+            p,
+            p.c_in,
+            &x[b * img..(b + 1) * img],
+            &mut out[b * per..(b + 1) * per],
+            ho,
+            wo,
+        );
     }
     Ok(())
 }
 
 /// conv2d NCHW: `x [n, c_in, h, w]`, `weight [c_out, c_in/groups, kh, kw]`,
 /// optional `bias [c_out]`, `out [n, c_out, ho, wo]` (see [`Conv2d::out_hw`]).
-pub fn conv2d(p: &Conv2d, x: &[f32], weight: &[f32], bias: Option<&[f32]>, out: &mut [f32]) -> Result<()> {
+pub fn conv2d(
+    p: &Conv2d,
+    x: &[f32],
+    weight: &[f32],
+    bias: Option<&[f32]>,
+    out: &mut [f32],
+) -> Result<()> {
     const K: &str = "conv2d";
     let (ho, wo) = p.validate(K, true)?;
     let (cig, cog) = (p.c_in / p.groups, p.c_out / p.groups);
@@ -124,34 +169,43 @@ pub fn conv2d(p: &Conv2d, x: &[f32], weight: &[f32], bias: Option<&[f32]>, out: 
     }
     if cig == 1 && cog == 1 {
         // Depthwise: one (image, channel) plane per task.
-        out[..p.n * oimg].par_chunks_mut(opix).enumerate().for_each(|(pl, o)| {
-            let c = pl % p.c_out;
-            let plane = &x[pl * p.h * p.w..(pl + 1) * p.h * p.w];
-            let wk = &weight[c * kk..(c + 1) * kk];
-            let b0 = bias.map_or(0.0, |b| b[c]);
-            for (oy, orow) in o.chunks_exact_mut(wo).enumerate() {
-                for (ox, ov) in orow.iter_mut().enumerate() {
-                    let mut s = b0;
-                    for ki in 0..p.kh {
-                        let iy = (oy * p.stride.0 + ki * p.dil.0) as isize - p.pad.0 as isize;
-                        if iy < 0 || iy as usize >= p.h {
-                            continue;
-                        }
-                        for kj in 0..p.kw {
-                            let ix = (ox * p.stride.1 + kj * p.dil.1) as isize - p.pad.1 as isize;
-                            if ix >= 0 && (ix as usize) < p.w {
-                                s += plane[iy as usize * p.w + ix as usize] * wk[ki * p.kw + kj];
+        out[..p.n * oimg]
+            .par_chunks_mut(opix)
+            .enumerate()
+            .for_each(|(pl, o)| {
+                let c = pl % p.c_out;
+                let plane = &x[pl * p.h * p.w..(pl + 1) * p.h * p.w];
+                let wk = &weight[c * kk..(c + 1) * kk];
+                let b0 = bias.map_or(0.0, |b| b[c]);
+                for (oy, orow) in o.chunks_exact_mut(wo).enumerate() {
+                    for (ox, ov) in orow.iter_mut().enumerate() {
+                        let mut s = b0;
+                        for ki in 0..p.kh {
+                            let iy = (oy * p.stride.0 + ki * p.dil.0) as isize - p.pad.0 as isize;
+                            if iy < 0 || iy as usize >= p.h {
+                                continue;
+                            }
+                            for kj in 0..p.kw {
+                                let ix =
+                                    (ox * p.stride.1 + kj * p.dil.1) as isize - p.pad.1 as isize;
+                                if ix >= 0 && (ix as usize) < p.w {
+                                    s +=
+                                        plane[iy as usize * p.w + ix as usize] * wk[ki * p.kw + kj];
+                                }
                             }
                         }
+                        *ov = s;
                     }
-                    *ov = s;
                 }
-            }
-        });
+            });
         return Ok(());
     }
     let pointwise = p.kh == 1 && p.kw == 1 && p.stride == (1, 1) && p.pad == (0, 0);
-    let mut col = if pointwise { Vec::new() } else { vec![0f32; kk * opix] };
+    let mut col = if pointwise {
+        Vec::new()
+    } else {
+        vec![0f32; kk * opix]
+    };
     for b in 0..p.n {
         let xb = &x[b * img..(b + 1) * img];
         let ob = &mut out[b * oimg..(b + 1) * oimg];
@@ -164,10 +218,19 @@ pub fn conv2d(p: &Conv2d, x: &[f32], weight: &[f32], bias: Option<&[f32]>, out: 
                 &col
             };
             let wg = &weight[g * cog * kk..(g + 1) * cog * kk];
-            sgemm(wg, cols, &mut ob[g * cog * opix..(g + 1) * cog * opix], cog, kk, opix)?;
+            sgemm(
+                wg,
+                cols,
+                &mut ob[g * cog * opix..(g + 1) * cog * opix],
+                cog,
+                kk,
+                opix,
+            )?;
         }
         if let Some(bias) = bias {
-            ob.par_chunks_mut(opix).zip(&bias[..p.c_out]).for_each(|(o, &bv)| o.iter_mut().for_each(|v| *v += bv));
+            ob.par_chunks_mut(opix)
+                .zip(&bias[..p.c_out])
+                .for_each(|(o, &bv)| o.iter_mut().for_each(|v| *v += bv));
         }
     }
     Ok(())
@@ -186,17 +249,40 @@ pub fn conv_transpose2d(
     out: &mut [f32],
 ) -> Result<()> {
     const K: &str = "conv_transpose2d";
-    if p.stride.0 == 0 || p.stride.1 == 0 || p.dil.0 == 0 || p.dil.1 == 0 || p.kh == 0 || p.kw == 0 || p.h == 0 || p.w == 0 {
+    if p.stride.0 == 0
+        || p.stride.1 == 0
+        || p.dil.0 == 0
+        || p.dil.1 == 0
+        || p.kh == 0
+        || p.kw == 0
+        || p.h == 0
+        || p.w == 0
+    {
         return Err(invalid(K, format!("degenerate geometry {p:?}")));
     }
     if p.groups == 0 || p.c_in % p.groups != 0 || p.c_out % p.groups != 0 {
-        return Err(invalid(K, format!("groups {} must divide c_in {} and c_out {}", p.groups, p.c_in, p.c_out)));
+        return Err(invalid(
+            K,
+            format!(
+                "groups {} must divide c_in {} and c_out {}",
+                p.groups, p.c_in, p.c_out
+            ),
+        ));
     }
-    let full = |x: usize, s: usize, d: usize, k: usize, op: usize| (x - 1) * s + d * (k - 1) + op + 1;
-    let (fh, fw) = (full(p.h, p.stride.0, p.dil.0, p.kh, out_pad.0), full(p.w, p.stride.1, p.dil.1, p.kw, out_pad.1));
+    let full =
+        |x: usize, s: usize, d: usize, k: usize, op: usize| (x - 1) * s + d * (k - 1) + op + 1;
+    let (fh, fw) = (
+        full(p.h, p.stride.0, p.dil.0, p.kh, out_pad.0),
+        full(p.w, p.stride.1, p.dil.1, p.kw, out_pad.1),
+    );
     let (ho, wo) = match (fh.checked_sub(2 * p.pad.0), fw.checked_sub(2 * p.pad.1)) {
         (Some(a), Some(b)) if a > 0 && b > 0 => (a, b),
-        _ => return Err(invalid(K, format!("padding {:?} larger than the output", p.pad))),
+        _ => {
+            return Err(invalid(
+                K,
+                format!("padding {:?} larger than the output", p.pad),
+            ))
+        }
     };
     let (cig, cog) = (p.c_in / p.groups, p.c_out / p.groups);
     let (hw, opix) = (p.h * p.w, ho * wo);
@@ -212,13 +298,25 @@ pub fn conv_transpose2d(
     let mut wt = vec![0f32; p.groups * rows * cig];
     for g in 0..p.groups {
         let src = &weight[g * cig * rows..(g + 1) * cig * rows];
-        super::shape::strided_copy(src, &[1, rows], &[rows, cig], &mut wt[g * rows * cig..(g + 1) * rows * cig])?;
+        super::shape::strided_copy(
+            src,
+            &[1, rows],
+            &[rows, cig],
+            &mut wt[g * rows * cig..(g + 1) * rows * cig],
+        )?;
     }
     let mut col = vec![0f32; rows * hw];
     for b in 0..p.n {
         for g in 0..p.groups {
             let xg = &x[(b * p.c_in + g * cig) * hw..(b * p.c_in + (g + 1) * cig) * hw];
-            sgemm(&wt[g * rows * cig..(g + 1) * rows * cig], xg, &mut col, rows, cig, hw)?;
+            sgemm(
+                &wt[g * rows * cig..(g + 1) * rows * cig],
+                xg,
+                &mut col,
+                rows,
+                cig,
+                hw,
+            )?;
             let og = &mut out[(b * p.c_out + g * cog) * opix..(b * p.c_out + (g + 1) * cog) * opix];
             // col2im: each output channel plane gathers its own kk rows.
             og.par_chunks_mut(opix).enumerate().for_each(|(co, plane)| {
@@ -232,7 +330,8 @@ pub fn conv_transpose2d(
                                 continue;
                             }
                             for j in 0..p.w {
-                                let ox = (j * p.stride.1 + kj * p.dil.1) as isize - p.pad.1 as isize;
+                                let ox =
+                                    (j * p.stride.1 + kj * p.dil.1) as isize - p.pad.1 as isize;
                                 if ox >= 0 && (ox as usize) < wo {
                                     plane[oy as usize * wo + ox as usize] += crow[i * p.w + j];
                                 }
@@ -267,33 +366,47 @@ pub fn pool2d<T: Elem>(p: &Conv2d, kind: Pool, x: &[T], out: &mut [T]) -> Result
     if planes * ho * wo == 0 {
         return Ok(());
     }
-    out[..planes * ho * wo].par_chunks_mut(ho * wo).enumerate().for_each(|(pl, o)| {
-        let plane = &x[pl * p.h * p.w..(pl + 1) * p.h * p.w];
-        for (t, ov) in o.iter_mut().enumerate() {
-            let (oy, ox) = (t / wo, t % wo);
-            let (mut acc, mut cnt) = (if kind == Pool::Max { f32::NEG_INFINITY } else { 0.0 }, 0u32);
-            for ki in 0..p.kh {
-                let iy = (oy * p.stride.0 + ki * p.dil.0) as isize - p.pad.0 as isize;
-                if iy < 0 || iy as usize >= p.h {
-                    continue;
-                }
-                for kj in 0..p.kw {
-                    let ix = (ox * p.stride.1 + kj * p.dil.1) as isize - p.pad.1 as isize;
-                    if ix < 0 || ix as usize >= p.w {
+    out[..planes * ho * wo]
+        .par_chunks_mut(ho * wo)
+        .enumerate()
+        .for_each(|(pl, o)| {
+            let plane = &x[pl * p.h * p.w..(pl + 1) * p.h * p.w];
+            for (t, ov) in o.iter_mut().enumerate() {
+                let (oy, ox) = (t / wo, t % wo);
+                let (mut acc, mut cnt) = (
+                    if kind == Pool::Max {
+                        f32::NEG_INFINITY
+                    } else {
+                        0.0
+                    },
+                    0u32,
+                );
+                for ki in 0..p.kh {
+                    let iy = (oy * p.stride.0 + ki * p.dil.0) as isize - p.pad.0 as isize;
+                    if iy < 0 || iy as usize >= p.h {
                         continue;
                     }
-                    let v = plane[iy as usize * p.w + ix as usize].to_f32();
-                    cnt += 1;
-                    acc = match kind {
-                        Pool::Max if v.is_nan() || v > acc => v,
-                        Pool::Max => acc,
-                        Pool::Mean => acc + v,
-                    };
+                    for kj in 0..p.kw {
+                        let ix = (ox * p.stride.1 + kj * p.dil.1) as isize - p.pad.1 as isize;
+                        if ix < 0 || ix as usize >= p.w {
+                            continue;
+                        }
+                        let v = plane[iy as usize * p.w + ix as usize].to_f32();
+                        cnt += 1;
+                        acc = match kind {
+                            Pool::Max if v.is_nan() || v > acc => v,
+                            Pool::Max => acc,
+                            Pool::Mean => acc + v,
+                        };
+                    }
                 }
+                *ov = T::from_f32(if kind == Pool::Mean {
+                    acc / cnt as f32
+                } else {
+                    acc
+                });
             }
-            *ov = T::from_f32(if kind == Pool::Mean { acc / cnt as f32 } else { acc });
-        }
-    });
+        });
     Ok(())
 }
 
@@ -335,21 +448,29 @@ pub fn causal_conv1d<T: Elem>(
             wt[i * channels + c] = weight[c * k + i].to_f32();
         }
     }
-    let b0: Vec<f32> = (0..channels).map(|c| bias.map_or(0.0, |b| b[c].to_f32())).collect();
-    out[..batch * out_seq * channels].par_chunks_mut(channels).enumerate().for_each_init(
-        || vec![0f32; channels],
-        |acc, (row, o)| {
-            let (b, t) = (row / out_seq, row % out_seq);
-            acc.copy_from_slice(&b0);
-            for (i, wrow) in wt.chunks_exact(channels).enumerate() {
-                let xr = &x[((b * width) + t + i) * channels..][..channels];
-                acc.iter_mut().zip(xr).zip(wrow).for_each(|((a, x), w)| *a += x.to_f32() * w);
-            }
-            for (o, &a) in o.iter_mut().zip(acc.iter()) {
-                *o = T::from_f32(if silu_out { silu(a) } else { a });
-            }
-        },
-    );
+    let b0: Vec<f32> = (0..channels)
+        .map(|c| bias.map_or(0.0, |b| b[c].to_f32()))
+        .collect();
+    out[..batch * out_seq * channels]
+        .par_chunks_mut(channels)
+        .enumerate()
+        .for_each_init(
+            || vec![0f32; channels],
+            |acc, (row, o)| {
+                let (b, t) = (row / out_seq, row % out_seq);
+                acc.copy_from_slice(&b0);
+                for (i, wrow) in wt.chunks_exact(channels).enumerate() {
+                    let xr = &x[((b * width) + t + i) * channels..][..channels];
+                    acc.iter_mut()
+                        .zip(xr)
+                        .zip(wrow)
+                        .for_each(|((a, x), w)| *a += x.to_f32() * w);
+                }
+                for (o, &a) in o.iter_mut().zip(acc.iter()) {
+                    *o = T::from_f32(if silu_out { silu(a) } else { a });
+                }
+            },
+        );
     Ok(())
 }
 

@@ -4,8 +4,32 @@ use super::*;
 use crate::host::kernels::testutil::{assert_close, back, rand_vec, to};
 use half::f16;
 
-fn geom(n: usize, c_in: usize, h: usize, w: usize, c_out: usize, k: (usize, usize), s: usize, pad: usize, d: usize, g: usize) -> Conv2d {
-    Conv2d { n, c_in, h, w, c_out, kh: k.0, kw: k.1, stride: (s, s), pad: (pad, pad), dil: (d, d), groups: g }
+#[allow(clippy::too_many_arguments)]
+fn geom(
+    n: usize,
+    c_in: usize,
+    h: usize,
+    w: usize,
+    c_out: usize,
+    k: (usize, usize),
+    s: usize,
+    pad: usize,
+    d: usize,
+    g: usize,
+) -> Conv2d {
+    Conv2d {
+        n,
+        c_in,
+        h,
+        w,
+        c_out,
+        kh: k.0,
+        kw: k.1,
+        stride: (s, s),
+        pad: (pad, pad),
+        dil: (d, d),
+        groups: g,
+    }
 }
 
 /// Direct conv, f64 accumulation.
@@ -27,8 +51,10 @@ fn naive_conv(p: &Conv2d, x: &[f32], wt: &[f32], bias: Option<&[f32]>) -> Vec<f3
                                 if iy < 0 || ix < 0 || iy >= p.h as i64 || ix >= p.w as i64 {
                                     continue;
                                 }
-                                let xv = x[((b * p.c_in + g * cig + ci) * p.h + iy as usize) * p.w + ix as usize];
-                                s += xv as f64 * wt[((co * cig + ci) * p.kh + ki) * p.kw + kj] as f64;
+                                let xv = x[((b * p.c_in + g * cig + ci) * p.h + iy as usize) * p.w
+                                    + ix as usize];
+                                s += xv as f64
+                                    * wt[((co * cig + ci) * p.kh + ki) * p.kw + kj] as f64;
                             }
                         }
                     }
@@ -82,7 +108,11 @@ fn im2col_layout() {
                     for oy in 0..ho {
                         for ox in 0..wo {
                             let (iy, ix) = (oy as i64 + ki as i64 - 1, ox as i64 + kj as i64 - 1);
-                            let want = if iy < 0 || ix < 0 || iy >= 4 || ix >= 5 { 0.0 } else { x[((b * 2 + c) * 4 + iy as usize) * 5 + ix as usize] };
+                            let want = if iy < 0 || ix < 0 || iy >= 4 || ix >= 5 {
+                                0.0
+                            } else {
+                                x[((b * 2 + c) * 4 + iy as usize) * 5 + ix as usize]
+                            };
                             let row = (c * 2 + ki) * 3 + kj;
                             assert_eq!(col[((b * 12 + row) * ho + oy) * wo + ox], want);
                         }
@@ -117,13 +147,17 @@ fn conv_transpose_matches_scatter_definition() {
                         for c in 0..cog {
                             for ki in 0..p.kh {
                                 for kj in 0..p.kw {
-                                    let oy = (i * p.stride.0 + ki * p.dil.0) as i64 - p.pad.0 as i64;
-                                    let ox = (j * p.stride.1 + kj * p.dil.1) as i64 - p.pad.1 as i64;
+                                    let oy =
+                                        (i * p.stride.0 + ki * p.dil.0) as i64 - p.pad.0 as i64;
+                                    let ox =
+                                        (j * p.stride.1 + kj * p.dil.1) as i64 - p.pad.1 as i64;
                                     if oy < 0 || ox < 0 || oy >= ho as i64 || ox >= wo as i64 {
                                         continue;
                                     }
                                     let co = g * cog + c;
-                                    want[((b * p.c_out + co) * ho + oy as usize) * wo + ox as usize] += x[((b * p.c_in + ci) * p.h + i) * p.w + j] as f64
+                                    want[((b * p.c_out + co) * ho + oy as usize) * wo
+                                        + ox as usize] += x[((b * p.c_in + ci) * p.h + i) * p.w + j]
+                                        as f64
                                         * wt[((ci * cog + c) * p.kh + ki) * p.kw + kj] as f64;
                                 }
                             }
@@ -132,7 +166,11 @@ fn conv_transpose_matches_scatter_definition() {
                 }
             }
         }
-        let want: Vec<f32> = want.iter().enumerate().map(|(t, v)| (v + bias[(t / (ho * wo)) % p.c_out] as f64) as f32).collect();
+        let want: Vec<f32> = want
+            .iter()
+            .enumerate()
+            .map(|(t, v)| (v + bias[(t / (ho * wo)) % p.c_out] as f64) as f32)
+            .collect();
         let mut out = vec![f32::NAN; want.len()];
         conv_transpose2d(&p, op, &x, &wt, Some(&bias), &mut out).unwrap();
         assert_close(&out, &want, 1e-5);
@@ -176,7 +214,11 @@ fn pooling() {
 
 #[test]
 fn causal_conv1d_matches_naive() {
-    for &(batch, width, ch, k) in &[(1usize, 1usize, 1usize, 1usize), (2, 7, 13, 4), (3, 33, 7, 3)] {
+    for &(batch, width, ch, k) in &[
+        (1usize, 1usize, 1usize, 1usize),
+        (2, 7, 13, 4),
+        (3, 33, 7, 3),
+    ] {
         let x = rand_vec(batch * width * ch, 9);
         let w = rand_vec(ch * k, 10);
         let bias = rand_vec(ch, 11);
@@ -200,5 +242,16 @@ fn causal_conv1d_matches_naive() {
             }
         }
     }
-    assert!(causal_conv1d(&[0f32; 3], &[0f32; 4], None, &mut [0f32; 3], 1, 3, 1, 4, false).is_err());
+    assert!(causal_conv1d(
+        &[0f32; 3],
+        &[0f32; 4],
+        None,
+        &mut [0f32; 3],
+        1,
+        3,
+        1,
+        4,
+        false
+    )
+    .is_err());
 }

@@ -272,7 +272,11 @@ pub(crate) fn strided_extent(dims: &[usize], strides: &[usize]) -> usize {
     if dims.contains(&0) {
         return 0;
     }
-    1 + dims.iter().zip(strides).map(|(&d, &s)| (d - 1) * s).sum::<usize>()
+    1 + dims
+        .iter()
+        .zip(strides)
+        .map(|(&d, &s)| (d - 1) * s)
+        .sum::<usize>()
 }
 
 /// Offset of row `row` (index over all but the last output axis).
@@ -337,18 +341,45 @@ pub fn binary_broadcast<T: Elem>(
     const K: &str = "binary_broadcast";
     let r = bc.out_dims.len();
     if bc.lhs_strides.len() != r || bc.rhs_strides.len() != r {
-        return Err(invalid(K, format!("rank {r} but strides {:?} / {:?}", bc.lhs_strides, bc.rhs_strides)));
+        return Err(invalid(
+            K,
+            format!(
+                "rank {r} but strides {:?} / {:?}",
+                bc.lhs_strides, bc.rhs_strides
+            ),
+        ));
     }
     let total = numel(K, bc.out_dims)?;
     check_len(K, "out", out.len(), total)?;
-    check_len(K, "lhs", a.len(), strided_extent(bc.out_dims, bc.lhs_strides))?;
-    check_len(K, "rhs", b.len(), strided_extent(bc.out_dims, bc.rhs_strides))?;
+    check_len(
+        K,
+        "lhs",
+        a.len(),
+        strided_extent(bc.out_dims, bc.lhs_strides),
+    )?;
+    check_len(
+        K,
+        "rhs",
+        b.len(),
+        strided_extent(bc.out_dims, bc.rhs_strides),
+    )?;
     if total == 0 {
         return Ok(());
     }
-    let (row_len, sa, sb) = if r == 0 { (1, 0, 0) } else { (bc.out_dims[r - 1], bc.lhs_strides[r - 1], bc.rhs_strides[r - 1]) };
+    let (row_len, sa, sb) = if r == 0 {
+        (1, 0, 0)
+    } else {
+        (
+            bc.out_dims[r - 1],
+            bc.lhs_strides[r - 1],
+            bc.rhs_strides[r - 1],
+        )
+    };
     let lead = &bc.out_dims[..r.saturating_sub(1)];
-    let (la, lb) = (&bc.lhs_strides[..r.saturating_sub(1)], &bc.rhs_strides[..r.saturating_sub(1)]);
+    let (la, lb) = (
+        &bc.lhs_strides[..r.saturating_sub(1)],
+        &bc.rhs_strides[..r.saturating_sub(1)],
+    );
     let a_need = (row_len - 1) * sa + 1;
     let b_need = (row_len - 1) * sb + 1;
     let rows_per = super::rows_per_task(total / row_len, row_len);
@@ -368,14 +399,18 @@ pub fn binary_broadcast<T: Elem>(
                 if let Some(act) = act {
                     act_f32(act, tmp);
                 }
-                oc.iter_mut().zip(tmp.iter()).for_each(|(o, v)| *o = T::from_f32(*v));
+                oc.iter_mut()
+                    .zip(tmp.iter())
+                    .for_each(|(o, v)| *o = T::from_f32(*v));
             }
         }
     };
     if total < PAR_MIN {
         task((0, out));
     } else {
-        out.par_chunks_mut(rows_per * row_len).enumerate().for_each(task);
+        out.par_chunks_mut(rows_per * row_len)
+            .enumerate()
+            .for_each(task);
     }
     Ok(())
 }
@@ -405,7 +440,9 @@ pub fn bias_act_inplace<T: Elem>(
         for row in chunk.chunks_exact_mut(n) {
             for (ci, rc) in row.chunks_mut(CHUNK).enumerate() {
                 let tmp = &mut tmp[..rc.len()];
-                tmp.iter_mut().zip(rc.iter()).for_each(|(t, v)| *t = v.to_f32());
+                tmp.iter_mut()
+                    .zip(rc.iter())
+                    .for_each(|(t, v)| *t = v.to_f32());
                 if let Some(b) = bias {
                     let b = &b[ci * CHUNK..ci * CHUNK + tmp.len()];
                     tmp.iter_mut().zip(b).for_each(|(t, b)| *t += b.to_f32());
@@ -413,7 +450,9 @@ pub fn bias_act_inplace<T: Elem>(
                 if let Some(act) = act {
                     act_f32(act, tmp);
                 }
-                rc.iter_mut().zip(tmp.iter()).for_each(|(o, v)| *o = T::from_f32(*v));
+                rc.iter_mut()
+                    .zip(tmp.iter())
+                    .for_each(|(o, v)| *o = T::from_f32(*v));
             }
         }
     });
@@ -430,7 +469,11 @@ pub fn binary_act<T: Elem>(
     n: usize,
 ) -> Result<()> {
     let dims = [n];
-    let bc = Broadcast { out_dims: &dims, lhs_strides: &[1], rhs_strides: &[1] };
+    let bc = Broadcast {
+        out_dims: &dims,
+        lhs_strides: &[1],
+        rhs_strides: &[1],
+    };
     check_len("binary_act", "lhs", a.len(), n)?;
     check_len("binary_act", "rhs", b.len(), n)?;
     binary_broadcast(op, Some(act), &bc, a, b, out)
@@ -440,7 +483,11 @@ pub fn binary_act<T: Elem>(
 /// `x, out >= rows·n`, `bias >= n`.
 pub fn bias_add<T: Elem>(x: &[T], bias: &[T], out: &mut [T], rows: usize, n: usize) -> Result<()> {
     let dims = [rows, n];
-    let bc = Broadcast { out_dims: &dims, lhs_strides: &[n, 1], rhs_strides: &[0, 1] };
+    let bc = Broadcast {
+        out_dims: &dims,
+        lhs_strides: &[n, 1],
+        rhs_strides: &[0, 1],
+    };
     check_len("bias_add", "bias", bias.len(), n)?;
     binary_broadcast(BinaryOp::Add, None, &bc, x, bias, out)
 }
@@ -463,26 +510,30 @@ pub fn ternary<T: Elem>(
     check_len(K, "b", b.len(), n)?;
     check_len(K, "c", c.len(), n)?;
     check_len(K, "out", out.len(), n)?;
-    let body = |(((o, a), b), c): (((&mut [T], &[T]), &[T]), &[T])| {
+    let body = |(ci, o): (usize, &mut [T])| {
+        let s = ci * CHUNK;
+        let e = s + o.len();
         let mut tmp = [0f32; CHUNK];
         let tmp = &mut tmp[..o.len()];
-        with_bin!(op0, f => strided_row(f, a, 1, b, 1, tmp));
-        with_bin!(op1, f => tmp.iter_mut().zip(c).for_each(|(t, c)| *t = f(*t, c.to_f32())));
+        with_bin!(op0, f => strided_row(f, &a[s..e], 1, &b[s..e], 1, tmp));
+        with_bin!(op1, f => tmp.iter_mut().zip(&c[s..e]).for_each(|(t, c)| *t = f(*t, c.to_f32())));
         if let Some(act) = act {
             act_f32(act, tmp);
         }
-        o.iter_mut().zip(tmp.iter()).for_each(|(o, v)| *o = T::from_f32(*v));
+        o.iter_mut()
+            .zip(tmp.iter())
+            .for_each(|(o, v)| *o = T::from_f32(*v));
     };
-    let it = out[..n]
-        .par_chunks_mut(CHUNK)
-        .zip(a[..n].par_chunks(CHUNK))
-        .zip(b[..n].par_chunks(CHUNK))
-        .zip(c[..n].par_chunks(CHUNK));
-    if n < PAR_MIN {
-        it.with_min_len(usize::MAX).for_each(body);
+    let min = if n < PAR_MIN {
+        usize::MAX
     } else {
-        it.with_min_len(PAR_MIN / CHUNK).for_each(body);
-    }
+        PAR_MIN / CHUNK
+    };
+    out[..n]
+        .par_chunks_mut(CHUNK)
+        .enumerate()
+        .with_min_len(min)
+        .for_each(body);
     Ok(())
 }
 
@@ -525,10 +576,14 @@ pub fn compare<T: Elem>(
         CmpOp::Ge => |a, b| a >= b,
     };
     let (one, zero) = (T::from_f32(1.0), T::from_f32(0.0));
-    out[..n].par_iter_mut().with_min_len(PAR_MIN).enumerate().for_each(|(i, o)| {
-        let hit = f(pick(a, a_scalar, i).to_f32(), pick(b, b_scalar, i).to_f32());
-        *o = if hit { one } else { zero };
-    });
+    out[..n]
+        .par_iter_mut()
+        .with_min_len(PAR_MIN)
+        .enumerate()
+        .for_each(|(i, o)| {
+            let hit = f(pick(a, a_scalar, i).to_f32(), pick(b, b_scalar, i).to_f32());
+            *o = if hit { one } else { zero };
+        });
     Ok(())
 }
 
@@ -551,13 +606,17 @@ pub fn where_select<T: Elem>(
     if n == 0 {
         return Ok(());
     }
-    out[..n].par_iter_mut().with_min_len(PAR_MIN).enumerate().for_each(|(i, o)| {
-        *o = if pick(cond, scalar[0], i).to_f32() != 0.0 {
-            pick(a, scalar[1], i)
-        } else {
-            pick(b, scalar[2], i)
-        };
-    });
+    out[..n]
+        .par_iter_mut()
+        .with_min_len(PAR_MIN)
+        .enumerate()
+        .for_each(|(i, o)| {
+            *o = if pick(cond, scalar[0], i).to_f32() != 0.0 {
+                pick(a, scalar[1], i)
+            } else {
+                pick(b, scalar[2], i)
+            };
+        });
     Ok(())
 }
 
@@ -569,7 +628,13 @@ pub fn fma<T: Elem>(a: &[T], b: &[T], c: &[T], out: &mut [T], n: usize) -> Resul
 /// SwiGLU over `x: [rows, 2n]` into `out: [rows, n]`:
 /// `x[:, :n]·silu(x[:, n:])`, or with `gate_first`
 /// `silu(x[:, :n])·x[:, n:]`. Needs `x >= rows·2n`, `out >= rows·n`.
-pub fn swiglu<T: Elem>(x: &[T], out: &mut [T], rows: usize, n: usize, gate_first: bool) -> Result<()> {
+pub fn swiglu<T: Elem>(
+    x: &[T],
+    out: &mut [T],
+    rows: usize,
+    n: usize,
+    gate_first: bool,
+) -> Result<()> {
     const K: &str = "swiglu";
     let total = numel(K, &[rows, n])?;
     check_len(K, "x", x.len(), total * 2)?;
@@ -601,7 +666,11 @@ pub fn cast_float<S: Elem, D: Elem>(src: &[S], dst: &mut [D]) -> Result<()> {
     dst[..n]
         .par_chunks_mut(PAR_MIN)
         .zip(src.par_chunks(PAR_MIN))
-        .for_each(|(d, s)| d.iter_mut().zip(s).for_each(|(d, s)| *d = D::from_f32(s.to_f32())));
+        .for_each(|(d, s)| {
+            d.iter_mut()
+                .zip(s)
+                .for_each(|(d, s)| *d = D::from_f32(s.to_f32()))
+        });
     Ok(())
 }
 
@@ -673,11 +742,18 @@ impl Numeric for Bool {
 pub fn cast_numeric<S: Numeric, D: Numeric>(src: &[S], dst: &mut [D]) -> Result<()> {
     check_len("cast", "dst", dst.len(), src.len())?;
     let n = src.len();
-    dst[..n].par_chunks_mut(PAR_MIN).zip(src.par_chunks(PAR_MIN)).for_each(|(d, s)| {
-        for (d, s) in d.iter_mut().zip(s) {
-            *d = if S::IS_INT { D::from_i64(s.to_i64()) } else { D::from_f64(s.to_f64()) };
-        }
-    });
+    dst[..n]
+        .par_chunks_mut(PAR_MIN)
+        .zip(src.par_chunks(PAR_MIN))
+        .for_each(|(d, s)| {
+            for (d, s) in d.iter_mut().zip(s) {
+                *d = if S::IS_INT {
+                    D::from_i64(s.to_i64())
+                } else {
+                    D::from_f64(s.to_f64())
+                };
+            }
+        });
     Ok(())
 }
 

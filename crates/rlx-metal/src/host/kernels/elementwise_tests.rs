@@ -11,7 +11,8 @@ fn naive_act(act: Activation, x: f32) -> f32 {
     let y = match act {
         Activation::Gelu => 0.5 * x * (1.0 + libm::erf(x / 2f64.sqrt())),
         Activation::GeluApprox => {
-            0.5 * x * (1.0 + ((2.0 / std::f64::consts::PI).sqrt() * (x + 0.044715 * x.powi(3))).tanh())
+            0.5 * x
+                * (1.0 + ((2.0 / std::f64::consts::PI).sqrt() * (x + 0.044715 * x.powi(3))).tanh())
         }
         Activation::Silu => x * (1.0 / (1.0 + (-x).exp())),
         Activation::Relu => {
@@ -83,7 +84,12 @@ fn act_inputs(act: Activation, n: usize) -> Vec<f32> {
 
 #[test]
 fn erf_is_accurate() {
-    for &(x, want) in &[(0.5f64, 0.520_499_877_813_046_5), (1.0, 0.842_700_792_949_714_9), (-2.0, -0.995_322_265_018_952_7), (0.01, 0.011_283_415_555_849_6)] {
+    for &(x, want) in &[
+        (0.5f64, 0.520_499_877_813_046_5),
+        (1.0, 0.842_700_792_949_714_9),
+        (-2.0, -0.995_322_265_018_952_7),
+        (0.01, 0.011_283_415_555_849_6),
+    ] {
         let got = erf(x as f32) as f64;
         assert!(((got - want) / want).abs() < 1e-7, "erf({x}) = {got}");
     }
@@ -137,7 +143,11 @@ fn binary_dense_matches_naive_with_nan() {
             let a = rand_vec(n, 1);
             let mut b: Vec<f32> = rand_vec(n, 2).iter().map(|x| x + 1.5).collect();
             b[0] = f32::NAN;
-            let want: Vec<f32> = a.iter().zip(&b).map(|(&x, &y)| naive_bin(op, x, y)).collect();
+            let want: Vec<f32> = a
+                .iter()
+                .zip(&b)
+                .map(|(&x, &y)| naive_bin(op, x, y))
+                .collect();
             let mut out = vec![0f32; n];
             binary(op, &a, &b, &mut out, n).unwrap();
             assert_close(&out, &want, 1e-5);
@@ -147,7 +157,14 @@ fn binary_dense_matches_naive_with_nan() {
 }
 
 /// Naive numpy broadcasting from shapes (not strides).
-fn naive_broadcast(op: BinaryOp, a: &[f32], ad: &[usize], b: &[f32], bd: &[usize], od: &[usize]) -> Vec<f32> {
+fn naive_broadcast(
+    op: BinaryOp,
+    a: &[f32],
+    ad: &[usize],
+    b: &[f32],
+    bd: &[usize],
+    od: &[usize],
+) -> Vec<f32> {
     let n: usize = od.iter().product();
     let idx = |d: &[usize], coords: &[usize]| {
         let off = od.len() - d.len();
@@ -197,13 +214,20 @@ fn binary_broadcast_matches_naive() {
         for &op in &[BinaryOp::Add, BinaryOp::Div, BinaryOp::Max] {
             let want = naive_broadcast(op, &a, ad, &b, bd, od);
             let (sa, sb) = (strides_for(ad, od), strides_for(bd, od));
-            let bc = Broadcast { out_dims: od, lhs_strides: &sa, rhs_strides: &sb };
+            let bc = Broadcast {
+                out_dims: od,
+                lhs_strides: &sa,
+                rhs_strides: &sb,
+            };
             let mut out = vec![0f32; want.len()];
             binary_broadcast(op, None, &bc, &a, &b, &mut out).unwrap();
             assert_close(&out, &want, 1e-5);
             // Fused with an activation.
             binary_broadcast(op, Some(Activation::Tanh), &bc, &a, &b, &mut out).unwrap();
-            let want_t: Vec<f32> = want.iter().map(|&v| naive_act(Activation::Tanh, v)).collect();
+            let want_t: Vec<f32> = want
+                .iter()
+                .map(|&v| naive_act(Activation::Tanh, v))
+                .collect();
             assert_close(&out, &want_t, 1e-5);
         }
     }
@@ -215,7 +239,11 @@ fn broadcast_transposed_strides_and_short_operand() {
     let (r, c) = (3, 5);
     let a = rand_vec(r * c, 8);
     let b = rand_vec(r * c, 9);
-    let bc = Broadcast { out_dims: &[r, c], lhs_strides: &[1, r], rhs_strides: &[c, 1] };
+    let bc = Broadcast {
+        out_dims: &[r, c],
+        lhs_strides: &[1, r],
+        rhs_strides: &[c, 1],
+    };
     let mut out = vec![0f32; r * c];
     binary_broadcast(BinaryOp::Sub, None, &bc, &a, &b, &mut out).unwrap();
     for i in 0..r {
@@ -224,7 +252,10 @@ fn broadcast_transposed_strides_and_short_operand() {
         }
     }
     let err = binary_broadcast(BinaryOp::Add, None, &bc, &a[..4], &b, &mut out).unwrap_err();
-    assert!(matches!(err, KernelError::Length { operand: "lhs", .. }), "{err}");
+    assert!(
+        matches!(err, KernelError::Length { operand: "lhs", .. }),
+        "{err}"
+    );
 }
 
 #[test]
@@ -243,10 +274,24 @@ fn bias_add_binary_act_ternary_fma() {
         let (a, b, c) = (rand_vec(m, 3), rand_vec(m, 4), rand_vec(m, 5));
         let mut o = vec![0f32; m];
         binary_act(BinaryOp::Mul, Activation::Silu, &a, &b, &mut o, m).unwrap();
-        let want: Vec<f32> = (0..m).map(|i| naive_act(Activation::Silu, a[i] * b[i])).collect();
+        let want: Vec<f32> = (0..m)
+            .map(|i| naive_act(Activation::Silu, a[i] * b[i]))
+            .collect();
         assert_close(&o, &want, 1e-5);
-        ternary(BinaryOp::Sub, BinaryOp::Mul, Some(Activation::Gelu), &a, &b, &c, &mut o, m).unwrap();
-        let want: Vec<f32> = (0..m).map(|i| naive_act(Activation::Gelu, (a[i] - b[i]) * c[i])).collect();
+        ternary(
+            BinaryOp::Sub,
+            BinaryOp::Mul,
+            Some(Activation::Gelu),
+            &a,
+            &b,
+            &c,
+            &mut o,
+            m,
+        )
+        .unwrap();
+        let want: Vec<f32> = (0..m)
+            .map(|i| naive_act(Activation::Gelu, (a[i] - b[i]) * c[i]))
+            .collect();
         assert_close(&o, &want, 1e-5);
         fma(&a, &b, &c, &mut o, m).unwrap();
         let want: Vec<f32> = (0..m).map(|i| a[i] * b[i] + c[i]).collect();
@@ -254,7 +299,17 @@ fn bias_add_binary_act_ternary_fma() {
         // f16
         let (ah, bh, ch): (Vec<f16>, Vec<f16>, Vec<f16>) = (to(&a), to(&b), to(&c));
         let mut oh = vec![f16::ZERO; m];
-        ternary(BinaryOp::Add, BinaryOp::Max, None, &ah, &bh, &ch, &mut oh, m).unwrap();
+        ternary(
+            BinaryOp::Add,
+            BinaryOp::Max,
+            None,
+            &ah,
+            &bh,
+            &ch,
+            &mut oh,
+            m,
+        )
+        .unwrap();
         let want: Vec<f32> = (0..m).map(|i| (a[i] + b[i]).max(c[i])).collect();
         assert_close(&back(&oh), &want, 1e-2);
     }
@@ -292,7 +347,11 @@ fn swiglu_both_orders() {
             for r in 0..rows {
                 for j in 0..n {
                     let (l, rr) = (x[r * 2 * n + j], x[r * 2 * n + n + j]);
-                    let want = if gate_first { naive_act(Activation::Silu, l) * rr } else { l * naive_act(Activation::Silu, rr) };
+                    let want = if gate_first {
+                        naive_act(Activation::Silu, l) * rr
+                    } else {
+                        l * naive_act(Activation::Silu, rr)
+                    };
                     assert!((out[r * n + j] - want).abs() < 1e-5);
                 }
             }

@@ -109,7 +109,15 @@ thread_local! {
     static WIDE_B: RefCell<Vec<f32>> = const { RefCell::new(Vec::new()) };
 }
 
-fn check_mnk(kernel: &'static str, a: usize, b: usize, c: usize, m: usize, k: usize, n: usize) -> Result<()> {
+fn check_mnk(
+    kernel: &'static str,
+    a: usize,
+    b: usize,
+    c: usize,
+    m: usize,
+    k: usize,
+    n: usize,
+) -> Result<()> {
     check_len(kernel, "a", a, numel(kernel, &[m, k])?)?;
     check_len(kernel, "b", b, numel(kernel, &[k, n])?)?;
     check_len(kernel, "c", c, numel(kernel, &[m, n])?)
@@ -117,7 +125,15 @@ fn check_mnk(kernel: &'static str, a: usize, b: usize, c: usize, m: usize, k: us
 
 /// `C = A·B` for dense row-major `A[m,k]`, `B[k,n]`, `C[m,n]` assuming
 /// sizes are checked; `par` for the f32 path.
-fn matmul_unchecked(a: &[f32], b: MatB<'_>, c: &mut [f32], m: usize, k: usize, n: usize, par: Parallelism) {
+fn matmul_unchecked(
+    a: &[f32],
+    b: MatB<'_>,
+    c: &mut [f32],
+    m: usize,
+    k: usize,
+    n: usize,
+    par: Parallelism,
+) {
     if m == 0 || n == 0 {
         return;
     }
@@ -142,16 +158,21 @@ fn matmul_unchecked(a: &[f32], b: MatB<'_>, c: &mut [f32], m: usize, k: usize, n
 fn gemv_f16(a: &[f32], b: &[f16], c: &mut [f32], m: usize, k: usize, n: usize) {
     const NB: usize = 256;
     for (arow, crow) in a.chunks_exact(k).zip(c.chunks_exact_mut(n)).take(m) {
-        crow.par_chunks_mut(NB).enumerate().with_min_len((PAR_FLOPS / (k * NB)).max(1)).for_each(|(bi, cblk)| {
-            let j0 = bi * NB;
-            let mut acc = [0f32; NB];
-            let acc = &mut acc[..cblk.len()];
-            for (p, &ap) in arow.iter().enumerate() {
-                let brow = &b[p * n + j0..p * n + j0 + acc.len()];
-                acc.iter_mut().zip(brow).for_each(|(s, bv)| *s += ap * bv.to_f32());
-            }
-            cblk.copy_from_slice(acc);
-        });
+        crow.par_chunks_mut(NB)
+            .enumerate()
+            .with_min_len((PAR_FLOPS / (k * NB)).max(1))
+            .for_each(|(bi, cblk)| {
+                let j0 = bi * NB;
+                let mut acc = [0f32; NB];
+                let acc = &mut acc[..cblk.len()];
+                for (p, &ap) in arow.iter().enumerate() {
+                    let brow = &b[p * n + j0..p * n + j0 + acc.len()];
+                    acc.iter_mut()
+                        .zip(brow)
+                        .for_each(|(s, bv)| *s += ap * bv.to_f32());
+                }
+                cblk.copy_from_slice(acc);
+            });
     }
 }
 
@@ -249,11 +270,27 @@ pub fn batched_matmul(
     if per >= PAR_FLOPS * 4 || bt.batch == 1 {
         // Big matrices: one at a time, each split by gemm.
         for (i, ci) in c.chunks_exact_mut(mn).enumerate() {
-            matmul_unchecked(&a[i * bt.a_stride..], sub_b(i), ci, m, k, n, par_for(m, k, n));
+            matmul_unchecked(
+                &a[i * bt.a_stride..],
+                sub_b(i),
+                ci,
+                m,
+                k,
+                n,
+                par_for(m, k, n),
+            );
         }
     } else {
         c.par_chunks_exact_mut(mn).enumerate().for_each(|(i, ci)| {
-            matmul_unchecked(&a[i * bt.a_stride..], sub_b(i), ci, m, k, n, Parallelism::None);
+            matmul_unchecked(
+                &a[i * bt.a_stride..],
+                sub_b(i),
+                ci,
+                m,
+                k,
+                n,
+                Parallelism::None,
+            );
         });
     }
     Ok(())
@@ -285,7 +322,12 @@ pub fn grouped_matmul(
     let mut count = vec![0usize; experts + 1];
     for &e in &expert[..m] {
         if e < 0 || e as usize >= experts {
-            return Err(KernelError::Index { kernel: K, operand: "expert", index: e as i64, bound: experts });
+            return Err(KernelError::Index {
+                kernel: K,
+                operand: "expert",
+                index: e as i64,
+                bound: experts,
+            });
         }
         count[e as usize + 1] += 1;
     }
@@ -354,8 +396,15 @@ mod tests {
         c
     }
 
-    const SIZES: [(usize, usize, usize); 7] =
-        [(1, 1, 1), (3, 7, 13), (13, 33, 7), (1, 64, 300), (33, 1, 3), (70, 129, 65), (2, 0, 3)];
+    const SIZES: [(usize, usize, usize); 7] = [
+        (1, 1, 1),
+        (3, 7, 13),
+        (13, 33, 7),
+        (1, 64, 300),
+        (33, 1, 3),
+        (70, 129, 65),
+        (2, 0, 3),
+    ];
 
     #[test]
     fn sgemm_and_f16_b_match_naive() {
@@ -387,7 +436,17 @@ mod tests {
         let (m, k, n) = (5, 9, 7);
         let (a, b, bias) = (rand_vec(m * k, 3), rand_vec(k * n, 4), rand_vec(n, 5));
         let mut c = vec![0f32; m * n];
-        matmul_bias_act(&a, MatB::F32(&b), Some(&bias), Some(Activation::Relu), &mut c, m, k, n).unwrap();
+        matmul_bias_act(
+            &a,
+            MatB::F32(&b),
+            Some(&bias),
+            Some(Activation::Relu),
+            &mut c,
+            m,
+            k,
+            n,
+        )
+        .unwrap();
         let want: Vec<f32> = naive(&a, &b, m, k, n)
             .iter()
             .enumerate()
@@ -401,7 +460,11 @@ mod tests {
         let (batch, m, k, n) = (3, 7, 5, 13);
         let a = rand_vec(batch * m * k, 6);
         let b = rand_vec(k * n, 7);
-        let bt = Batch { batch, a_stride: m * k, b_stride: 0 };
+        let bt = Batch {
+            batch,
+            a_stride: m * k,
+            b_stride: 0,
+        };
         let mut c = vec![0f32; batch * m * n];
         batched_matmul(bt, &a, MatB::F32(&b), &mut c, m, k, n).unwrap();
         for i in 0..batch {
@@ -410,13 +473,21 @@ mod tests {
         }
         // Broadcast A, dense B.
         let b2 = rand_vec(batch * k * n, 8);
-        let bt = Batch { batch, a_stride: 0, b_stride: k * n };
+        let bt = Batch {
+            batch,
+            a_stride: 0,
+            b_stride: k * n,
+        };
         batched_matmul(bt, &a, MatB::F32(&b2), &mut c, m, k, n).unwrap();
         for i in 0..batch {
             let want = naive(&a[..m * k], &b2[i * k * n..(i + 1) * k * n], m, k, n);
             assert_close(&c[i * m * n..(i + 1) * m * n], &want, 1e-5);
         }
-        let bt = Batch { batch, a_stride: m * k, b_stride: k * n };
+        let bt = Batch {
+            batch,
+            a_stride: m * k,
+            b_stride: k * n,
+        };
         assert!(batched_matmul(bt, &a, MatB::F32(&b), &mut c, m, k, n).is_err());
     }
 
@@ -430,11 +501,21 @@ mod tests {
         grouped_matmul(&x, MatB::F32(&w), &idx, &mut out, m, k, n, e).unwrap();
         for i in 0..m {
             let ei = idx[i] as usize;
-            let want = naive(&x[i * k..(i + 1) * k], &w[ei * k * n..(ei + 1) * k * n], 1, k, n);
+            let want = naive(
+                &x[i * k..(i + 1) * k],
+                &w[ei * k * n..(ei + 1) * k * n],
+                1,
+                k,
+                n,
+            );
             assert_close(&out[i * n..(i + 1) * n], &want, 1e-5);
         }
         let bad = vec![3i32; m];
         let err = grouped_matmul(&x, MatB::F32(&w), &bad, &mut out, m, k, n, e).unwrap_err();
-        assert!(err.to_string().starts_with("[grouped_matmul] expert index 3"), "{err}");
+        assert!(
+            err.to_string()
+                .starts_with("[grouped_matmul] expert index 3"),
+            "{err}"
+        );
     }
 }

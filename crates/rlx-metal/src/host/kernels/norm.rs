@@ -35,7 +35,10 @@ pub struct Affine<'a, T> {
 
 impl<T: 'static> Affine<'_, T> {
     /// No scale, no shift.
-    pub const NONE: Affine<'static, T> = Affine { gamma: None, beta: None };
+    pub const NONE: Affine<'static, T> = Affine {
+        gamma: None,
+        beta: None,
+    };
 
     fn check(&self, kernel: &'static str, n: usize) -> Result<()> {
         if let Some(g) = self.gamma {
@@ -76,7 +79,14 @@ impl RowMap<'_> {
 
     /// Checks that every mapped row of `rows` lies inside a modulation
     /// tensor of `len` elements with rows of `h`.
-    fn check(&self, kernel: &'static str, operand: &'static str, rows: usize, h: usize, len: usize) -> Result<()> {
+    fn check(
+        &self,
+        kernel: &'static str,
+        operand: &'static str,
+        rows: usize,
+        h: usize,
+        len: usize,
+    ) -> Result<()> {
         if let RowMap::Period(0) = self {
             return Err(invalid(kernel, "row map period is 0"));
         }
@@ -138,7 +148,10 @@ fn row_stats(kind: NormKind, v: &[f32], eps: f32) -> (f32, f32) {
 #[inline]
 fn write_row<T: Elem>(v: &[f32], (mean, inv): (f32, f32), aff: &Affine<'_, T>, out: &mut [T]) {
     match (aff.gamma, aff.beta) {
-        (None, None) => out.iter_mut().zip(v).for_each(|(o, &x)| *o = T::from_f32((x - mean) * inv)),
+        (None, None) => out
+            .iter_mut()
+            .zip(v)
+            .for_each(|(o, &x)| *o = T::from_f32((x - mean) * inv)),
         (Some(g), None) => {
             for ((o, &x), g) in out.iter_mut().zip(v).zip(g) {
                 *o = T::from_f32((x - mean) * inv * g.to_f32());
@@ -154,14 +167,22 @@ fn write_row<T: Elem>(v: &[f32], (mean, inv): (f32, f32), aff: &Affine<'_, T>, o
 }
 
 /// Runs `f(row_index, out_row, scratch)` over `[rows, h]` rows in parallel.
-fn for_rows<T: Elem>(out: &mut [T], rows: usize, h: usize, f: impl Fn(usize, &mut [T], &mut Vec<f32>) + Sync) {
+fn for_rows<T: Elem>(
+    out: &mut [T],
+    rows: usize,
+    h: usize,
+    f: impl Fn(usize, &mut [T], &mut Vec<f32>) + Sync,
+) {
     let per = rows_per_task(rows, h);
-    out[..rows * h].par_chunks_mut(per * h).enumerate().for_each(|(t, chunk)| {
-        let mut buf = Vec::with_capacity(h);
-        for (i, orow) in chunk.chunks_exact_mut(h).enumerate() {
-            f(t * per + i, orow, &mut buf);
-        }
-    });
+    out[..rows * h]
+        .par_chunks_mut(per * h)
+        .enumerate()
+        .for_each(|(t, chunk)| {
+            let mut buf = Vec::with_capacity(h);
+            for (i, orow) in chunk.chunks_exact_mut(h).enumerate() {
+                f(t * per + i, orow, &mut buf);
+            }
+        });
 }
 
 fn load<T: Elem>(buf: &mut Vec<f32>, src: &[T]) {
@@ -197,12 +218,26 @@ pub fn norm_rows<T: Elem>(
 }
 
 /// Layer norm over the last axis of `x [rows, h]`. See [`norm_rows`].
-pub fn layer_norm<T: Elem>(x: &[T], aff: Affine<'_, T>, out: &mut [T], rows: usize, h: usize, eps: f32) -> Result<()> {
+pub fn layer_norm<T: Elem>(
+    x: &[T],
+    aff: Affine<'_, T>,
+    out: &mut [T],
+    rows: usize,
+    h: usize,
+    eps: f32,
+) -> Result<()> {
     norm_rows(NormKind::Layer, x, aff, out, rows, h, eps)
 }
 
 /// RMS norm `x / sqrt(mean(x²) + eps)·g + b`. See [`norm_rows`].
-pub fn rms_norm<T: Elem>(x: &[T], aff: Affine<'_, T>, out: &mut [T], rows: usize, h: usize, eps: f32) -> Result<()> {
+pub fn rms_norm<T: Elem>(
+    x: &[T],
+    aff: Affine<'_, T>,
+    out: &mut [T],
+    rows: usize,
+    h: usize,
+    eps: f32,
+) -> Result<()> {
     norm_rows(NormKind::Rms, x, aff, out, rows, h, eps)
 }
 
@@ -239,7 +274,9 @@ pub fn residual_norm<T: Elem>(
         let (xr, rr) = (&x[r * h..r * h + h], &residual[r * h..r * h + h]);
         buf.extend(xr.iter().zip(rr).map(|(a, b)| a.to_f32() + b.to_f32()));
         if let Some(b) = bias {
-            buf.iter_mut().zip(&b[..h]).for_each(|(s, b)| *s += b.to_f32());
+            buf.iter_mut()
+                .zip(&b[..h])
+                .for_each(|(s, b)| *s += b.to_f32());
         }
     };
     match sum_out {
@@ -256,9 +293,15 @@ pub fn residual_norm<T: Elem>(
                 .enumerate()
                 .for_each(|(t, (oc, sc))| {
                     let mut buf = Vec::with_capacity(h);
-                    for (i, (o, s)) in oc.chunks_exact_mut(h).zip(sc.chunks_exact_mut(h)).enumerate() {
+                    for (i, (o, s)) in oc
+                        .chunks_exact_mut(h)
+                        .zip(sc.chunks_exact_mut(h))
+                        .enumerate()
+                    {
                         sum_row(t * per + i, &mut buf);
-                        s.iter_mut().zip(&buf).for_each(|(s, v)| *s = T::from_f32(*v));
+                        s.iter_mut()
+                            .zip(&buf)
+                            .for_each(|(s, v)| *s = T::from_f32(*v));
                         write_row(&buf, row_stats(kind, &buf, eps), &aff, o);
                     }
                 });
@@ -283,7 +326,10 @@ pub fn group_norm<T: Elem>(
 ) -> Result<()> {
     const K: &str = "group_norm";
     if groups == 0 || c % groups != 0 {
-        return Err(invalid(K, format!("{c} channels not divisible into {groups} groups")));
+        return Err(invalid(
+            K,
+            format!("{c} channels not divisible into {groups} groups"),
+        ));
     }
     let total = numel(K, &[n, c, hw])?;
     check_len(K, "x", x.len(), total)?;
@@ -294,18 +340,23 @@ pub fn group_norm<T: Elem>(
     if total == 0 {
         return Ok(());
     }
-    out[..total].par_chunks_mut(glen).enumerate().for_each(|(gi, o)| {
-        let mut buf = Vec::with_capacity(glen);
-        load(&mut buf, &x[gi * glen..gi * glen + glen]);
-        let st = row_stats(NormKind::Layer, &buf, eps);
-        let c0 = (gi % groups) * cg;
-        for (ci, (orow, vrow)) in o.chunks_exact_mut(hw).zip(buf.chunks_exact(hw)).enumerate() {
-            let g = aff.gamma.map_or(1.0, |g| g[c0 + ci].to_f32());
-            let b = aff.beta.map_or(0.0, |b| b[c0 + ci].to_f32());
-            let (scale, shift) = (st.1 * g, b - st.0 * st.1 * g);
-            orow.iter_mut().zip(vrow).for_each(|(o, &v)| *o = T::from_f32(v * scale + shift));
-        }
-    });
+    out[..total]
+        .par_chunks_mut(glen)
+        .enumerate()
+        .for_each(|(gi, o)| {
+            let mut buf = Vec::with_capacity(glen);
+            load(&mut buf, &x[gi * glen..gi * glen + glen]);
+            let st = row_stats(NormKind::Layer, &buf, eps);
+            let c0 = (gi % groups) * cg;
+            for (ci, (orow, vrow)) in o.chunks_exact_mut(hw).zip(buf.chunks_exact(hw)).enumerate() {
+                let g = aff.gamma.map_or(1.0, |g| g[c0 + ci].to_f32());
+                let b = aff.beta.map_or(0.0, |b| b[c0 + ci].to_f32());
+                let (scale, shift) = (st.1 * g, b - st.0 * st.1 * g);
+                orow.iter_mut()
+                    .zip(vrow)
+                    .for_each(|(o, &v)| *o = T::from_f32(v * scale + shift));
+            }
+        });
     Ok(())
 }
 
@@ -337,7 +388,9 @@ pub fn layer_norm2d<T: Elem>(
         let xs = &x[ni * c * hw..(ni + 1) * c * hw];
         let mut s = vec![0f64; hw];
         for row in xs.chunks_exact(hw) {
-            s.iter_mut().zip(row).for_each(|(s, v)| *s += v.to_f32() as f64);
+            s.iter_mut()
+                .zip(row)
+                .for_each(|(s, v)| *s += v.to_f32() as f64);
         }
         let mean: Vec<f64> = s.iter().map(|s| s / c as f64).collect();
         let mut q = vec![0f64; hw];
@@ -352,15 +405,18 @@ pub fn layer_norm2d<T: Elem>(
         }
     });
     // Phase 2: one (sample, channel) row of positions per task item.
-    out[..total].par_chunks_mut(hw).enumerate().for_each(|(row, o)| {
-        let (ni, ci) = (row / c, row % c);
-        let g = aff.gamma.map_or(1.0, |g| g[ci].to_f32());
-        let b = aff.beta.map_or(0.0, |b| b[ci].to_f32());
-        let xs = &x[row * hw..row * hw + hw];
-        for ((o, v), (m, inv)) in o.iter_mut().zip(xs).zip(&stats[ni * hw..ni * hw + hw]) {
-            *o = T::from_f32((v.to_f32() - m) * inv * g + b);
-        }
-    });
+    out[..total]
+        .par_chunks_mut(hw)
+        .enumerate()
+        .for_each(|(row, o)| {
+            let (ni, ci) = (row / c, row % c);
+            let g = aff.gamma.map_or(1.0, |g| g[ci].to_f32());
+            let b = aff.beta.map_or(0.0, |b| b[ci].to_f32());
+            let xs = &x[row * hw..row * hw + hw];
+            for ((o, v), (m, inv)) in o.iter_mut().zip(xs).zip(&stats[ni * hw..ni * hw + hw]) {
+                *o = T::from_f32((v.to_f32() - m) * inv * g + b);
+            }
+        });
     Ok(())
 }
 

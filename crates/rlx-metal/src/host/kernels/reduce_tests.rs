@@ -31,13 +31,26 @@ fn softmax_matches_naive() {
 
 #[test]
 fn reduce_all_ops_and_axes() {
-    for &(o, r, i) in &[(1usize, 1usize, 1usize), (3, 7, 1), (1, 13, 33), (7, 3, 13), (2, 0, 3)] {
+    for &(o, r, i) in &[
+        (1usize, 1usize, 1usize),
+        (3, 7, 1),
+        (1, 13, 33),
+        (7, 3, 13),
+        (2, 0, 3),
+    ] {
         let x: Vec<f32> = rand_vec(o * r * i, 2).iter().map(|v| v + 1.1).collect();
-        for op in [ReduceOp::Sum, ReduceOp::Mean, ReduceOp::Max, ReduceOp::Min, ReduceOp::Prod] {
+        for op in [
+            ReduceOp::Sum,
+            ReduceOp::Mean,
+            ReduceOp::Max,
+            ReduceOp::Min,
+            ReduceOp::Prod,
+        ] {
             let mut want = vec![0f32; o * i];
             for oi in 0..o {
                 for ii in 0..i {
-                    let vals: Vec<f64> = (0..r).map(|ri| x[(oi * r + ri) * i + ii] as f64).collect();
+                    let vals: Vec<f64> =
+                        (0..r).map(|ri| x[(oi * r + ri) * i + ii] as f64).collect();
                     want[oi * i + ii] = match op {
                         ReduceOp::Sum => vals.iter().sum::<f64>(),
                         ReduceOp::Mean => vals.iter().sum::<f64>() / r as f64,
@@ -89,13 +102,26 @@ fn top_k_and_arg_reduce() {
     top_k(&x, &mut out, 1, 7, 4).unwrap();
     assert_eq!(out, [3, 5, 0, 2]);
     // Against a naive full sort on random rows.
-    for &(rows, n, k) in &[(3usize, 13usize, 5usize), (1, 33, 33), (7, 1, 1), (2, 1000, 7)] {
-        let x: Vec<f32> = rand_vec(rows * n, 4).iter().map(|v| (v * 8.0).round()).collect();
+    for &(rows, n, k) in &[
+        (3usize, 13usize, 5usize),
+        (1, 33, 33),
+        (7, 1, 1),
+        (2, 1000, 7),
+    ] {
+        let x: Vec<f32> = rand_vec(rows * n, 4)
+            .iter()
+            .map(|v| (v * 8.0).round())
+            .collect();
         let mut out = vec![0i32; rows * k];
         top_k(&x, &mut out, rows, n, k).unwrap();
         for r in 0..rows {
             let mut idx: Vec<usize> = (0..n).collect();
-            idx.sort_by(|&a, &b| x[r * n + b].partial_cmp(&x[r * n + a]).unwrap().then(a.cmp(&b)));
+            idx.sort_by(|&a, &b| {
+                x[r * n + b]
+                    .partial_cmp(&x[r * n + a])
+                    .unwrap()
+                    .then(a.cmp(&b))
+            });
             let want: Vec<i32> = idx[..k].iter().map(|&i| i as i32).collect();
             assert_eq!(&out[r * k..(r + 1) * k], &want[..]);
         }
@@ -108,7 +134,9 @@ fn top_k_and_arg_reduce() {
     arg_reduce(&x, &mut am, 1, 7, 1, false).unwrap();
     assert_eq!(am, [4]);
     // [outer=2, reduced=3, inner=2]
-    let y = [1.0f32, 9.0, 5.0, 2.0, 5.0, 9.0, 0.0, 0.0, -1.0, 0.0, 3.0, -3.0];
+    let y = [
+        1.0f32, 9.0, 5.0, 2.0, 5.0, 9.0, 0.0, 0.0, -1.0, 0.0, 3.0, -3.0,
+    ];
     let mut o4 = [0i32; 4];
     arg_reduce(&y, &mut o4, 2, 3, 2, true).unwrap();
     assert_eq!(o4, [1, 0, 2, 0]);
@@ -137,7 +165,8 @@ fn cross_entropy() {
     cross_entropy_dense(&x, &dense, &mut loss2, rows, n).unwrap();
     for r in 0..rows {
         let p = naive_softmax(&x[r * n..(r + 1) * n]);
-        let want = -0.5 * (p[labels[r] as usize] as f64).ln() - 0.5 * (p[(labels[r] as usize + 1) % n] as f64).ln();
+        let want = -0.5 * (p[labels[r] as usize] as f64).ln()
+            - 0.5 * (p[(labels[r] as usize + 1) % n] as f64).ln();
         assert!((loss2[r] as f64 - want).abs() < 1e-5);
     }
     let bad = vec![n as i32; rows];
@@ -181,22 +210,61 @@ fn sampling() {
     let x: Vec<f32> = rand_vec(rows * n, 6).iter().map(|v| v * 3.0).collect();
     let mut out = vec![0i32; rows];
     // Greedy equals arg max.
-    sample(&x, &mut out, rows, n, SampleParams { temperature: 0.0, top_k: 0, top_p: 1.0, seed: 1 }).unwrap();
+    sample(
+        &x,
+        &mut out,
+        rows,
+        n,
+        SampleParams {
+            temperature: 0.0,
+            top_k: 0,
+            top_p: 1.0,
+            seed: 1,
+        },
+    )
+    .unwrap();
     let mut am = vec![0i32; rows];
     arg_reduce(&x, &mut am, rows, n, 1, true).unwrap();
     assert_eq!(out, am);
-    for &(t, k, tp) in &[(1.0f32, 0usize, 1.0f32), (0.7, 5, 1.0), (1.3, 0, 0.6), (1.0, 3, 0.5), (2.0, 1, 0.9)] {
-        let p = SampleParams { temperature: t, top_k: k, top_p: tp, seed: 42 };
+    for &(t, k, tp) in &[
+        (1.0f32, 0usize, 1.0f32),
+        (0.7, 5, 1.0),
+        (1.3, 0, 0.6),
+        (1.0, 3, 0.5),
+        (2.0, 1, 0.9),
+    ] {
+        let p = SampleParams {
+            temperature: t,
+            top_k: k,
+            top_p: tp,
+            seed: 42,
+        };
         sample(&x, &mut out, rows, n, p).unwrap();
         for r in 0..rows {
-            assert_eq!(out[r], naive_sample(&x[r * n..(r + 1) * n], p, r), "row {r} {p:?}");
+            assert_eq!(
+                out[r],
+                naive_sample(&x[r * n..(r + 1) * n], p, r),
+                "row {r} {p:?}"
+            );
         }
     }
     // Frequencies follow the distribution.
     let row = [0.0f32, 1.0, 2.0, -1.0];
     let many: Vec<f32> = row.iter().cycle().take(4 * 20_000).cloned().collect();
     let mut picks = vec![0i32; 20_000];
-    sample(&many, &mut picks, 20_000, 4, SampleParams { temperature: 1.0, top_k: 0, top_p: 1.0, seed: 9 }).unwrap();
+    sample(
+        &many,
+        &mut picks,
+        20_000,
+        4,
+        SampleParams {
+            temperature: 1.0,
+            top_k: 0,
+            top_p: 1.0,
+            seed: 9,
+        },
+    )
+    .unwrap();
     let probs = naive_softmax(&row);
     for (j, &pj) in probs.iter().enumerate() {
         let f = picks.iter().filter(|&&v| v == j as i32).count() as f32 / 20_000.0;

@@ -12,10 +12,16 @@ fn gathers() {
     let mut out = vec![0f32; 4 * dim];
     gather_rows(&table, &idx, &mut out, 4, vocab, dim).unwrap();
     for (i, &t) in idx.iter().enumerate() {
-        assert_eq!(&out[i * dim..(i + 1) * dim], &table[t as usize * dim..(t as usize + 1) * dim]);
+        assert_eq!(
+            &out[i * dim..(i + 1) * dim],
+            &table[t as usize * dim..(t as usize + 1) * dim]
+        );
     }
     let err = gather_rows(&table, &[13], &mut out, 1, vocab, dim).unwrap_err();
-    assert!(err.to_string().contains("index 13 out of range 0..13"), "{err}");
+    assert!(
+        err.to_string().contains("index 13 out of range 0..13"),
+        "{err}"
+    );
     assert!(gather_rows(&table, &[-1], &mut out, 1, vocab, dim).is_err());
 
     let (outer, axis, trail) = (3, 5, 2);
@@ -26,7 +32,10 @@ fn gathers() {
     for a in 0..outer {
         for (i, &t) in idx.iter().enumerate() {
             for k in 0..trail {
-                assert_eq!(o[(a * 3 + i) * trail + k], x[(a * axis + t as usize) * trail + k]);
+                assert_eq!(
+                    o[(a * 3 + i) * trail + k],
+                    x[(a * axis + t as usize) * trail + k]
+                );
             }
         }
     }
@@ -39,7 +48,13 @@ fn narrow_split_concat() {
     let mut a = vec![0u16; rows * 4];
     let mut b = vec![0u16; rows * 2];
     let mut c = vec![0u16; rows * 7];
-    split_last(&x, &mut [&mut a[..], &mut b[..], &mut c[..]], &[4, 2, 7], rows).unwrap();
+    split_last(
+        &x,
+        &mut [&mut a[..], &mut b[..], &mut c[..]],
+        &[4, 2, 7],
+        rows,
+    )
+    .unwrap();
     for r in 0..rows {
         assert_eq!(&a[r * 4..r * 4 + 4], &x[r * n..r * n + 4]);
         assert_eq!(&b[r * 2..r * 2 + 2], &x[r * n + 4..r * n + 6]);
@@ -111,7 +126,12 @@ fn strided_copy_transposes_and_broadcasts() {
 fn reverse_axes() {
     let dims = [3usize, 4, 5];
     let x: Vec<u8> = (0..60).collect();
-    for mask in [[true, false, false], [false, false, true], [true, true, true], [false, true, false]] {
+    for mask in [
+        [true, false, false],
+        [false, false, true],
+        [true, true, true],
+        [false, true, false],
+    ] {
         let mut out = vec![0u8; 60];
         reverse(&x, &dims, &mask, &mut out).unwrap();
         for a in 0..3 {
@@ -139,9 +159,15 @@ fn scatter_copy_resize() {
     }
     assert!(scatter_add(&mut dst, &[4], &src, 1, 3, 4).is_err());
     let mut dh = vec![f16::ONE; 3];
-    let sh: Vec<f16> = [0.5f32, 1.0, 2.0].iter().map(|&v| f16::from_f32(v)).collect();
+    let sh: Vec<f16> = [0.5f32, 1.0, 2.0]
+        .iter()
+        .map(|&v| f16::from_f32(v))
+        .collect();
     scatter_add(&mut dh, &[0], &sh, 1, 3, 1).unwrap();
-    assert_eq!(dh.iter().map(|v| v.to_f32()).collect::<Vec<_>>(), vec![1.5, 2.0, 3.0]);
+    assert_eq!(
+        dh.iter().map(|v| v.to_f32()).collect::<Vec<_>>(),
+        vec![1.5, 2.0, 3.0]
+    );
 
     let mut c = vec![0f32; 9];
     copy(&src, &mut c, 9).unwrap();
@@ -154,7 +180,10 @@ fn scatter_copy_resize() {
     for p in 0..planes {
         for i in 0..2 * h {
             for j in 0..2 * w {
-                assert_eq!(out[(p * 2 * h + i) * 2 * w + j], x[(p * h + i / 2) * w + j / 2]);
+                assert_eq!(
+                    out[(p * 2 * h + i) * 2 * w + j],
+                    x[(p * h + i / 2) * w + j / 2]
+                );
             }
         }
     }
