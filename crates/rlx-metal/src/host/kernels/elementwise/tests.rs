@@ -3,6 +3,7 @@
 use super::*;
 use crate::host::kernels::testutil::{assert_close, back, rand_vec, to};
 use crate::host::kernels::KernelError;
+use half::{bf16, f16};
 use rlx_ir::op::ALL_ACTIVATIONS;
 
 /// Naive f64 activation, written from the textbook formulas.
