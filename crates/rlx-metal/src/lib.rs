@@ -4,3 +4,4 @@
 
 pub mod compile;
 pub mod thunk;
+pub mod host;

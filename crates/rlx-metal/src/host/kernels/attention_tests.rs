@@ -1,0 +1,356 @@
+//! Tests for SDPA and RoPE against naive f64 loops (explicit KV-head
+//! repetition and an explicit visibility matrix).
+
+use super::*;
+use crate::host::kernels::testutil::{assert_close, back, rand_vec, to};
+use half::f16;
+
+#[derive(Clone, Copy, Debug)]
+enum MK {
+    None,
+    Causal,
+    Custom,
+    Bias,
+    Window(usize),
+}
+
+/// Naive attention on canonical `[b, h, s, d]` tensors.
+#[allow(clippy::too_many_arguments)]
+fn naive(
+    dm: &AttnDims,
+    q: &[f32],
+    k: &[f32],
+    v: &[f32],
+    mk: MK,
+    mask: &[f32],
+    scale: f32,
+    cap: f32,
+) -> Vec<f32> {
+    let AttnDims {
+        batch,
+        seq: s,
+        kv_seq: kvs,
+        heads,
+        kv_heads,
+        head_dim: d,
+    } = *dm;
+    let rep = heads / kv_heads;
+    let scale = if scale == 0.0 {
+        1.0 / (d as f64).sqrt()
+    } else {
+        scale as f64
+    };
+    let mut out = vec![0f32; batch * heads * s * d];
+    for b in 0..batch {
+        for h in 0..heads {
+            let g = h / rep;
+            for i in 0..s {
+                let abs = kvs as i64 - s as i64 + i as i64;
+                let mut sc = vec![f64::NEG_INFINITY; kvs];
+                for j in 0..kvs {
+                    let mut x = 0f64;
+                    for t in 0..d {
+                        x += q[((b * heads + h) * s + i) * d + t] as f64
+                            * k[((b * kv_heads + g) * kvs + j) * d + t] as f64;
+                    }
+                    x *= scale;
+                    if cap > 0.0 {
+                        x = cap as f64 * (x / cap as f64).tanh();
+                    }
+                    let visible = match mk {
+                        MK::None | MK::Bias => true,
+                        MK::Causal => (j as i64) <= abs,
+                        MK::Window(w) => (j as i64) <= abs && abs - j as i64 <= w as i64,
+                        MK::Custom => mask[(b * s + i) * kvs + j] != 0.0,
+                    };
+                    if let MK::Bias = mk {
+                        x += mask[((b * heads + h) * s + i) * kvs + j] as f64;
+                    }
+                    if visible {
+                        sc[j] = x;
+                    }
+                }
+                let m = sc.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
+                if m == f64::NEG_INFINITY {
+                    continue;
+                }
+                let w: Vec<f64> = sc.iter().map(|x| (x - m).exp()).collect();
+                let z: f64 = w.iter().sum();
+                for t in 0..d {
+                    let mut acc = 0f64;
+                    for j in 0..kvs {
+                        acc += w[j] * v[((b * kv_heads + g) * kvs + j) * d + t] as f64;
+                    }
+                    out[((b * heads + h) * s + i) * d + t] = (acc / z) as f32;
+                }
+            }
+        }
+    }
+    out
+}
+
+/// `[b, h, s, d]` → `[b, s, h, d]`.
+fn to_bshd(x: &[f32], b: usize, h: usize, s: usize, d: usize) -> Vec<f32> {
+    let mut o = vec![0f32; x.len()];
+    for bi in 0..b {
+        for hi in 0..h {
+            for si in 0..s {
+                for t in 0..d {
+                    o[((bi * s + si) * h + hi) * d + t] = x[((bi * h + hi) * s + si) * d + t];
+                }
+            }
+        }
+    }
+    o
+}
+
+fn run_case(dm: AttnDims, mk: MK, scale: f32, cap: f32) {
+    let AttnDims {
+        batch: b,
+        seq: s,
+        kv_seq: kvs,
+        heads,
+        kv_heads,
+        head_dim: d,
+    } = dm;
+    let q = rand_vec(b * heads * s * d, 1);
+    let k = rand_vec(b * kv_heads * kvs * d, 2);
+    let v = rand_vec(b * kv_heads * kvs * d, 3);
+    let mask: Vec<f32> = match mk {
+        MK::Custom => (0..b * s * kvs)
+            .map(|i| ((i * 7) % 3 != 0) as u8 as f32)
+            .collect(),
+        MK::Bias => rand_vec(b * heads * s * kvs, 4),
+        _ => vec![],
+    };
+    let want = naive(&dm, &q, &k, &v, mk, &mask, scale, cap);
+    let opts = AttnOpts {
+        scale,
+        softcap: cap,
+    };
+    for layout in [Layout::Bhsd, Layout::Bshd] {
+        let (qq, kk, vv, ww) = match layout {
+            Layout::Bhsd => (q.clone(), k.clone(), v.clone(), want.clone()),
+            Layout::Bshd => (
+                to_bshd(&q, b, heads, s, d),
+                to_bshd(&k, b, kv_heads, kvs, d),
+                to_bshd(&v, b, kv_heads, kvs, d),
+                to_bshd(&want, b, heads, s, d),
+            ),
+        };
+        let m = match mk {
+            MK::None => Mask::None,
+            MK::Causal => Mask::Causal,
+            MK::Custom => Mask::Custom(&mask[..]),
+            MK::Bias => Mask::Bias(&mask[..]),
+            MK::Window(w) => Mask::SlidingWindow(w),
+        };
+        let mut out = vec![f32::NAN; ww.len()];
+        sdpa(&dm, layout, m, opts, &qq, &kk, &vv, &mut out).unwrap();
+        assert_close(&out, &ww, 1e-5);
+
+        // f16 through the same kernel.
+        let (qh, kh, vh, mh): (Vec<f16>, Vec<f16>, Vec<f16>, Vec<f16>) =
+            (to(&qq), to(&kk), to(&vv), to(&mask));
+        let mh_mask = match m {
+            Mask::Custom(_) => Mask::Custom(&mh[..]),
+            Mask::Bias(_) => Mask::Bias(&mh[..]),
+            Mask::None => Mask::None,
+            Mask::Causal => Mask::Causal,
+            Mask::SlidingWindow(w) => Mask::SlidingWindow(w),
+        };
+        let mut oh = vec![f16::ZERO; ww.len()];
+        sdpa(&dm, layout, mh_mask, opts, &qh, &kh, &vh, &mut oh).unwrap();
+        assert_close(&back(&oh), &ww, 1e-2);
+    }
+}
+
+#[test]
+fn sdpa_matches_naive_over_masks_gqa_layouts() {
+    let masks = [
+        MK::None,
+        MK::Causal,
+        MK::Custom,
+        MK::Bias,
+        MK::Window(2),
+        MK::Window(100),
+    ];
+    for &(heads, kv_heads) in &[(3usize, 3usize), (4, 2), (6, 2), (3, 1)] {
+        for &(s, kvs) in &[(1usize, 1usize), (7, 7), (1, 13), (3, 13), (13, 13)] {
+            for &d in &[1usize, 7, 33] {
+                for &mk in &masks {
+                    let dm = AttnDims {
+                        batch: 2,
+                        seq: s,
+                        kv_seq: kvs,
+                        heads,
+                        kv_heads,
+                        head_dim: d,
+                    };
+                    run_case(dm, mk, 0.0, 0.0);
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn sdpa_scale_softcap_and_empty_rows() {
+    let dm = AttnDims {
+        batch: 1,
+        seq: 5,
+        kv_seq: 9,
+        heads: 2,
+        kv_heads: 1,
+        head_dim: 8,
+    };
+    run_case(dm, MK::Causal, 3.0, 0.5);
+    run_case(dm, MK::Bias, 0.7, 2.0);
+    run_case(dm, MK::Window(0), 0.0, 0.0);
+    // More queries than keys under a causal mask: the first rows see no key.
+    let dm = AttnDims {
+        batch: 1,
+        seq: 4,
+        kv_seq: 2,
+        heads: 1,
+        kv_heads: 1,
+        head_dim: 3,
+    };
+    run_case(dm, MK::Causal, 0.0, 0.0);
+    let q = rand_vec(12, 1);
+    let mut out = vec![9f32; 12];
+    sdpa(
+        &dm,
+        Layout::Bhsd,
+        Mask::Causal,
+        AttnOpts::default(),
+        &q,
+        &q[..6],
+        &q[..6],
+        &mut out,
+    )
+    .unwrap();
+    assert_eq!(&out[..6], &[0.0; 6], "fully masked rows must be zero");
+    assert!(out[6..].iter().all(|x| *x != 0.0));
+    // Custom mask with an all-zero row.
+    let mask = [0.0f32; 8];
+    sdpa(
+        &dm,
+        Layout::Bhsd,
+        Mask::Custom(&mask),
+        AttnOpts::default(),
+        &q,
+        &q[..6],
+        &q[..6],
+        &mut out,
+    )
+    .unwrap();
+    assert_eq!(out, vec![0.0; 12]);
+    // Bad geometry.
+    let bad = AttnDims {
+        heads: 3,
+        kv_heads: 2,
+        ..dm
+    };
+    assert!(sdpa(
+        &bad,
+        Layout::Bhsd,
+        Mask::<f32>::None,
+        AttnOpts::default(),
+        &q,
+        &q,
+        &q,
+        &mut out
+    )
+    .is_err());
+    assert!(sdpa(
+        &dm,
+        Layout::Bhsd,
+        Mask::<f32>::None,
+        AttnOpts::default(),
+        &q,
+        &q[..5],
+        &q,
+        &mut out
+    )
+    .is_err());
+}
+
+fn naive_rope(p: &RopeDims, x: &[f32], cos: &[f32], sin: &[f32]) -> Vec<f32> {
+    let tokens = p.batch * p.seq;
+    let half = p.n_rot / 2;
+    let mut out = vec![0f32; tokens * p.hidden];
+    for t in 0..tokens {
+        let tr = if p.per_token { t } else { t % p.seq };
+        for h in 0..p.hidden / p.head_dim {
+            let base = h * p.head_dim;
+            for dd in 0..p.head_dim {
+                out[t * p.hidden + base + dd] = x[t * p.src_row_stride + base + dd];
+            }
+            for i in 0..half {
+                let (ia, ib) = if p.neox {
+                    (i, i + half)
+                } else {
+                    (2 * i, 2 * i + 1)
+                };
+                let a = x[t * p.src_row_stride + base + ia] as f64;
+                let b = x[t * p.src_row_stride + base + ib] as f64;
+                let (c, s) = (cos[tr * half + i] as f64, sin[tr * half + i] as f64);
+                out[t * p.hidden + base + ia] = (a * c - b * s) as f32;
+                out[t * p.hidden + base + ib] = (a * s + b * c) as f32;
+            }
+        }
+    }
+    out
+}
+
+#[test]
+fn rope_matches_naive() {
+    for &(batch, seq, heads, head_dim, n_rot, extra) in &[
+        (1usize, 1usize, 1usize, 2usize, 2usize, 0usize),
+        (2, 7, 3, 8, 8, 5),
+        (3, 5, 2, 12, 6, 0),
+        (1, 13, 4, 33, 32, 17),
+    ] {
+        for neox in [true, false] {
+            for per_token in [false, true] {
+                let hidden = heads * head_dim;
+                let stride = hidden + extra;
+                let p = RopeDims {
+                    batch,
+                    seq,
+                    hidden,
+                    src_row_stride: stride,
+                    head_dim,
+                    n_rot,
+                    neox,
+                    per_token,
+                };
+                let x = rand_vec(batch * seq * stride, 5);
+                let rows = if per_token { batch * seq } else { seq };
+                let ang = rand_vec(rows * n_rot / 2, 6);
+                let cos: Vec<f32> = ang.iter().map(|a| (a * 3.0).cos()).collect();
+                let sin: Vec<f32> = ang.iter().map(|a| (a * 3.0).sin()).collect();
+                let want = naive_rope(&p, &x, &cos, &sin);
+                let mut out = vec![0f32; want.len()];
+                rope(&p, &x, &cos, &sin, &mut out).unwrap();
+                assert_close(&out, &want, 1e-5);
+                let xh: Vec<f16> = to(&x);
+                let mut oh = vec![f16::ZERO; want.len()];
+                rope(&p, &xh, &cos, &sin, &mut oh).unwrap();
+                assert_close(&back(&oh), &want, 1e-2);
+            }
+        }
+    }
+    let p = RopeDims {
+        batch: 1,
+        seq: 2,
+        hidden: 4,
+        src_row_stride: 4,
+        head_dim: 4,
+        n_rot: 3,
+        neox: true,
+        per_token: false,
+    };
+    assert!(rope(&p, &[0f32; 8], &[0f32; 4], &[0f32; 4], &mut [0f32; 8]).is_err());
+}

@@ -1,0 +1,382 @@
+//! Dense matrix multiplication: sgemm (optionally with an f16 right-hand
+//! side), hgemm, batched matmul with per-operand broadcast, fused
+//! matmul + bias + activation, and grouped (MoE) matmul.
+//!
+//! All products go through the `gemm` crate, whose packed micro-kernels
+//! are far faster than anything hand-written here. Threading: `gemm` is
+//! told `Parallelism::Rayon(0)`, i.e. it splits work over rayon's global
+//! pool, the same pool every other host kernel uses, so there is one set of
+//! worker threads and no oversubscription; `gemm` itself keeps small
+//! products single-threaded. Batched and grouped products run their
+//! independent matrices as parallel rayon tasks with `Parallelism::None`
+//! when each matrix is too small to split.
+//!
+//! The one `unsafe` block in the host kernels lives in `raw_gemm`; every
+//! caller has already checked the slice extents it relies on.
+
+use std::cell::RefCell;
+
+use gemm::Parallelism;
+use half::f16;
+use rayon::prelude::*;
+use rlx_ir::op::Activation;
+
+use super::elementwise::bias_act_inplace;
+use super::{check_len, numel, KernelError, Result};
+
+/// Right-hand-side matrix storage: f32, or f16 weights widened on the fly.
+#[derive(Debug, Clone, Copy)]
+pub enum MatB<'a> {
+    /// f32 elements.
+    F32(&'a [f32]),
+    /// f16 elements (typical for half-precision weights).
+    F16(&'a [f16]),
+}
+
+impl MatB<'_> {
+    fn len(&self) -> usize {
+        match self {
+            MatB::F32(b) => b.len(),
+            MatB::F16(b) => b.len(),
+        }
+    }
+}
+
+/// Multiply-adds below which a product is not worth splitting over threads.
+const PAR_FLOPS: usize = 1 << 18;
+
+/// Rows of A up to which an f16 B is read directly (a gemv-like loop)
+/// instead of being widened to f32 first.
+const DIRECT_F16_M: usize = 4;
+
+/// `C[m,n] (+)= A[m,k]·B[k,n]` with leading dims `lda`, `ldb`, `ldc`.
+///
+/// Preconditions (checked by every caller): `a.len() >= (m-1)·lda + k`,
+/// `b.len() >= (k-1)·ldb + n`, `c.len() >= (m-1)·ldc + n` when the
+/// respective dims are non-zero, and `m, n, k > 0`.
+#[allow(clippy::too_many_arguments)]
+fn raw_gemm<T: 'static + Copy>(
+    (a, lda): (&[T], usize),
+    (b, ldb): (&[T], usize),
+    (c, ldc): (&mut [T], usize),
+    m: usize,
+    k: usize,
+    n: usize,
+    one: T,
+    par: Parallelism,
+) {
+    debug_assert!(a.len() >= (m - 1) * lda + k);
+    debug_assert!(b.len() >= (k - 1) * ldb + n);
+    debug_assert!(c.len() >= (m - 1) * ldc + n);
+    // SAFETY: the extents above guarantee that every element gemm reads
+    // (a[i·lda + p], b[p·ldb + j]) and writes (c[i·ldc + j]) lies inside its
+    // slice; `c` is borrowed mutably so nothing else aliases it.
+    unsafe {
+        gemm::gemm(
+            m,
+            n,
+            k,
+            c.as_mut_ptr(),
+            1,
+            ldc as isize,
+            false,
+            a.as_ptr(),
+            1,
+            lda as isize,
+            b.as_ptr(),
+            1,
+            ldb as isize,
+            one,
+            one,
+            false,
+            false,
+            false,
+            par,
+        )
+    }
+}
+
+fn par_for(m: usize, k: usize, n: usize) -> Parallelism {
+    if m.saturating_mul(k).saturating_mul(n) < PAR_FLOPS {
+        Parallelism::None
+    } else {
+        Parallelism::Rayon(0)
+    }
+}
+
+thread_local! {
+    /// Reused f32 copy of an f16 B (no allocation per call after warm-up).
+    static WIDE_B: RefCell<Vec<f32>> = const { RefCell::new(Vec::new()) };
+}
+
+fn check_mnk(
+    kernel: &'static str,
+    a: usize,
+    b: usize,
+    c: usize,
+    m: usize,
+    k: usize,
+    n: usize,
+) -> Result<()> {
+    check_len(kernel, "a", a, numel(kernel, &[m, k])?)?;
+    check_len(kernel, "b", b, numel(kernel, &[k, n])?)?;
+    check_len(kernel, "c", c, numel(kernel, &[m, n])?)
+}
+
+/// `C = A·B` for dense row-major `A[m,k]`, `B[k,n]`, `C[m,n]` assuming
+/// sizes are checked; `par` for the f32 path.
+fn matmul_unchecked(
+    a: &[f32],
+    b: MatB<'_>,
+    c: &mut [f32],
+    m: usize,
+    k: usize,
+    n: usize,
+    par: Parallelism,
+) {
+    if m == 0 || n == 0 {
+        return;
+    }
+    if k == 0 {
+        c[..m * n].fill(0.0);
+        return;
+    }
+    match b {
+        MatB::F32(b) => raw_gemm((a, k), (b, n), (c, n), m, k, n, 1.0f32, par),
+        MatB::F16(b) if m <= DIRECT_F16_M => gemv_f16(a, b, c, m, k, n),
+        MatB::F16(b) => WIDE_B.with(|w| {
+            let mut w = w.borrow_mut();
+            w.clear();
+            w.extend(b[..k * n].iter().map(|x| x.to_f32()));
+            raw_gemm((a, k), (&w[..], n), (c, n), m, k, n, 1.0f32, par);
+        }),
+    }
+}
+
+/// Few-row product with an f16 B read directly: each task owns a block of
+/// output columns and streams B's rows through it once per row of A.
+fn gemv_f16(a: &[f32], b: &[f16], c: &mut [f32], m: usize, k: usize, n: usize) {
+    const NB: usize = 256;
+    for (arow, crow) in a.chunks_exact(k).zip(c.chunks_exact_mut(n)).take(m) {
+        crow.par_chunks_mut(NB)
+            .enumerate()
+            .with_min_len((PAR_FLOPS / (k * NB)).max(1))
+            .for_each(|(bi, cblk)| {
+                let j0 = bi * NB;
+                let mut acc = [0f32; NB];
+                let acc = &mut acc[..cblk.len()];
+                for (p, &ap) in arow.iter().enumerate() {
+                    let brow = &b[p * n + j0..p * n + j0 + acc.len()];
+                    acc.iter_mut()
+                        .zip(brow)
+                        .for_each(|(s, bv)| *s += ap * bv.to_f32());
+                }
+                cblk.copy_from_slice(acc);
+            });
+    }
+}
+
+/// sgemm `C[m,n] = A[m,k]·B[k,n]`, all row-major f32. Needs
+/// `a >= m·k`, `b >= k·n`, `c >= m·n`.
+pub fn sgemm(a: &[f32], b: &[f32], c: &mut [f32], m: usize, k: usize, n: usize) -> Result<()> {
+    matmul(a, MatB::F32(b), c, m, k, n)
+}
+
+/// `C[m,n] = A[m,k]·B[k,n]` with B in f32 or f16. Needs `a >= m·k`,
+/// `b >= k·n`, `c >= m·n`.
+pub fn matmul(a: &[f32], b: MatB<'_>, c: &mut [f32], m: usize, k: usize, n: usize) -> Result<()> {
+    check_mnk("matmul", a.len(), b.len(), c.len(), m, k, n)?;
+    matmul_unchecked(a, b, c, m, k, n, par_for(m, k, n));
+    Ok(())
+}
+
+/// All-f16 product `C = A·B` (gemm's f16 kernel, accumulating in f32).
+/// Needs `a >= m·k`, `b >= k·n`, `c >= m·n`.
+pub fn hgemm(a: &[f16], b: &[f16], c: &mut [f16], m: usize, k: usize, n: usize) -> Result<()> {
+    check_mnk("hgemm", a.len(), b.len(), c.len(), m, k, n)?;
+    if m == 0 || n == 0 {
+        return Ok(());
+    }
+    if k == 0 {
+        c[..m * n].fill(f16::ZERO);
+        return Ok(());
+    }
+    raw_gemm((a, k), (b, n), (c, n), m, k, n, f16::ONE, par_for(m, k, n));
+    Ok(())
+}
+
+/// Fused `C = act(A·B + bias)` (bias `[n]` and act optional). Needs
+/// `a >= m·k`, `b >= k·n`, `c >= m·n`, `bias >= n`.
+#[allow(clippy::too_many_arguments)]
+pub fn matmul_bias_act(
+    a: &[f32],
+    b: MatB<'_>,
+    bias: Option<&[f32]>,
+    act: Option<Activation>,
+    c: &mut [f32],
+    m: usize,
+    k: usize,
+    n: usize,
+) -> Result<()> {
+    if let Some(bias) = bias {
+        check_len("matmul_bias_act", "bias", bias.len(), n)?;
+    }
+    matmul(a, b, c, m, k, n)?;
+    bias_act_inplace(c, bias, act, m, n)
+}
+
+/// Geometry of a batched product: `batch` matrices, with the batch stride
+/// (in elements) of each input; stride 0 broadcasts one matrix to all.
+#[derive(Debug, Clone, Copy)]
+pub struct Batch {
+    /// Number of products.
+    pub batch: usize,
+    /// Element stride between A matrices (`m·k` dense, 0 broadcast).
+    pub a_stride: usize,
+    /// Element stride between B matrices (`k·n` dense, 0 broadcast).
+    pub b_stride: usize,
+}
+
+/// Batched `C[i] = A[i·a_stride..]·B[i·b_stride..]`, C dense
+/// `[batch, m, n]`. Needs `a >= (batch-1)·a_stride + m·k`,
+/// `b >= (batch-1)·b_stride + k·n`, `c >= batch·m·n`.
+pub fn batched_matmul(
+    bt: Batch,
+    a: &[f32],
+    b: MatB<'_>,
+    c: &mut [f32],
+    m: usize,
+    k: usize,
+    n: usize,
+) -> Result<()> {
+    const K: &str = "batched_matmul";
+    if bt.batch == 0 {
+        return Ok(());
+    }
+    let last = bt.batch - 1;
+    let (mk, kn, mn) = (numel(K, &[m, k])?, numel(K, &[k, n])?, numel(K, &[m, n])?);
+    check_len(K, "a", a.len(), numel(K, &[last, bt.a_stride])? + mk)?;
+    check_len(K, "b", b.len(), numel(K, &[last, bt.b_stride])? + kn)?;
+    check_len(K, "c", c.len(), numel(K, &[bt.batch, mn])?)?;
+    if mn == 0 {
+        return Ok(());
+    }
+    let sub_b = |i: usize| match b {
+        MatB::F32(b) => MatB::F32(&b[i * bt.b_stride..]),
+        MatB::F16(b) => MatB::F16(&b[i * bt.b_stride..]),
+    };
+    let per = m.saturating_mul(k).saturating_mul(n);
+    let c = &mut c[..bt.batch * mn];
+    if per >= PAR_FLOPS * 4 || bt.batch == 1 {
+        // Big matrices: one at a time, each split by gemm.
+        for (i, ci) in c.chunks_exact_mut(mn).enumerate() {
+            matmul_unchecked(
+                &a[i * bt.a_stride..],
+                sub_b(i),
+                ci,
+                m,
+                k,
+                n,
+                par_for(m, k, n),
+            );
+        }
+    } else {
+        c.par_chunks_exact_mut(mn).enumerate().for_each(|(i, ci)| {
+            matmul_unchecked(
+                &a[i * bt.a_stride..],
+                sub_b(i),
+                ci,
+                m,
+                k,
+                n,
+                Parallelism::None,
+            );
+        });
+    }
+    Ok(())
+}
+
+/// Grouped (mixture-of-experts) product: `out[i] = x[i]·w[expert[i]]` for
+/// `x [m,k]`, `w [experts,k,n]`, `expert` i32 `[m]`, `out [m,n]`. Rows are
+/// bucketed per expert so each expert's matrix is multiplied once. Needs
+/// `x >= m·k`, `w >= experts·k·n`, `expert >= m`, `out >= m·n`; every
+/// expert index must lie in `0..experts`.
+#[allow(clippy::too_many_arguments)]
+pub fn grouped_matmul(
+    x: &[f32],
+    w: MatB<'_>,
+    expert: &[i32],
+    out: &mut [f32],
+    m: usize,
+    k: usize,
+    n: usize,
+    experts: usize,
+) -> Result<()> {
+    const K: &str = "grouped_matmul";
+    let kn = numel(K, &[k, n])?;
+    check_len(K, "x", x.len(), numel(K, &[m, k])?)?;
+    check_len(K, "w", w.len(), numel(K, &[experts, kn])?)?;
+    check_len(K, "expert", expert.len(), m)?;
+    check_len(K, "out", out.len(), numel(K, &[m, n])?)?;
+    // Counting sort of rows by expert.
+    let mut count = vec![0usize; experts + 1];
+    for &e in &expert[..m] {
+        if e < 0 || e as usize >= experts {
+            return Err(KernelError::Index {
+                kernel: K,
+                operand: "expert",
+                index: e as i64,
+                bound: experts,
+            });
+        }
+        count[e as usize + 1] += 1;
+    }
+    for e in 0..experts {
+        count[e + 1] += count[e];
+    }
+    let mut order = vec![0usize; m];
+    let mut next = count.clone();
+    for (i, &e) in expert[..m].iter().enumerate() {
+        order[next[e as usize]] = i;
+        next[e as usize] += 1;
+    }
+    // Gather rows in expert order, multiply each bucket, scatter back.
+    let mut xs = vec![0f32; m * k];
+    for (dst, &i) in xs.chunks_exact_mut(k.max(1)).zip(&order) {
+        dst.copy_from_slice(&x[i * k..i * k + k]);
+    }
+    let mut ys = vec![0f32; m * n];
+    let mut rest: &mut [f32] = &mut ys;
+    let mut jobs = Vec::new();
+    for e in 0..experts {
+        let rows = count[e + 1] - count[e];
+        let (head, tail) = rest.split_at_mut(rows * n);
+        rest = tail;
+        if rows > 0 {
+            jobs.push((e, count[e], rows, head));
+        }
+    }
+    let run = |(e, start, rows, ye): (usize, usize, usize, &mut [f32]), par| {
+        let we = match w {
+            MatB::F32(w) => MatB::F32(&w[e * kn..]),
+            MatB::F16(w) => MatB::F16(&w[e * kn..]),
+        };
+        matmul_unchecked(&xs[start * k..], we, ye, rows, k, n, par);
+    };
+    if jobs.len() > 1 && m.saturating_mul(kn) < PAR_FLOPS * 16 {
+        jobs.into_par_iter().for_each(|j| run(j, Parallelism::None));
+    } else {
+        jobs.into_iter().for_each(|j| {
+            let par = par_for(j.2, k, n);
+            run(j, par)
+        });
+    }
+    for (src, &i) in ys.chunks_exact(n.max(1)).zip(&order) {
+        out[i * n..i * n + n].copy_from_slice(src);
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+#[path = "matmul_tests.rs"]
+mod tests;

@@ -1,0 +1,406 @@
+//! Reductions: row softmax, axis reduce, cumulative sum, top-k, arg
+//! max/min, softmax cross-entropy and token sampling.
+//!
+//! Axis kernels view their input as `[outer, reduced, inner]` so one kernel
+//! serves every axis; sums and products accumulate in f64, vectorised
+//! across `inner`. Row kernels (softmax, top-k, sampling) work on
+//! `[rows, n]` and split rows over rayon.
+
+use std::cmp::Ordering;
+
+use rayon::prelude::*;
+use rlx_ir::op::ReduceOp;
+use rlx_ir::rng::uniform_at;
+
+use super::{check_len, invalid, numel, rows_per_task, Elem, KernelError, Result};
+
+/// Numerically stable softmax of each row of `x [rows, n]`, in place.
+/// A row that is all `-inf` becomes NaN (as in numpy). Needs
+/// `x >= rows·n`.
+pub fn softmax_rows<T: Elem>(x: &mut [T], rows: usize, n: usize) -> Result<()> {
+    let total = numel("softmax", &[rows, n])?;
+    check_len("softmax", "x", x.len(), total)?;
+    if total == 0 {
+        return Ok(());
+    }
+    let per = rows_per_task(rows, n);
+    x[..total].par_chunks_mut(per * n).for_each(|chunk| {
+        let mut buf = vec![0f32; n];
+        for row in chunk.chunks_exact_mut(n) {
+            buf.iter_mut()
+                .zip(row.iter())
+                .for_each(|(b, v)| *b = v.to_f32());
+            let m = buf.iter().fold(
+                f32::NEG_INFINITY,
+                |a, &b| if b.is_nan() { b } else { a.max(b) },
+            );
+            let mut sum = 0f32;
+            buf.iter_mut().for_each(|v| {
+                *v = (*v - m).exp();
+                sum += *v;
+            });
+            let inv = 1.0 / sum;
+            row.iter_mut()
+                .zip(&buf)
+                .for_each(|(o, v)| *o = T::from_f32(v * inv));
+        }
+    });
+    Ok(())
+}
+
+/// Reduces the middle axis of `x [outer, reduced, inner]` into
+/// `out [outer, inner]`. Max/min propagate NaN; an empty reduction yields
+/// the identity (0, 1, -inf, +inf; NaN for mean). Needs
+/// `x >= outer·reduced·inner`, `out >= outer·inner`.
+pub fn reduce<T: Elem>(
+    op: ReduceOp,
+    x: &[T],
+    out: &mut [T],
+    outer: usize,
+    reduced: usize,
+    inner: usize,
+) -> Result<()> {
+    const K: &str = "reduce";
+    check_len(K, "x", x.len(), numel(K, &[outer, reduced, inner])?)?;
+    let total = numel(K, &[outer, inner])?;
+    check_len(K, "out", out.len(), total)?;
+    if total == 0 {
+        return Ok(());
+    }
+    let init = match op {
+        ReduceOp::Sum | ReduceOp::Mean => 0.0,
+        ReduceOp::Prod => 1.0,
+        ReduceOp::Max => f64::NEG_INFINITY,
+        ReduceOp::Min => f64::INFINITY,
+    };
+    out[..total]
+        .par_chunks_mut(inner)
+        .enumerate()
+        .with_min_len(rows_per_task(outer, reduced * inner))
+        .for_each(|(o, orow)| {
+            let mut acc = vec![init; inner];
+            for r in 0..reduced {
+                let s = (o * reduced + r) * inner;
+                let xr = &x[s..s + inner];
+                let it = acc.iter_mut().zip(xr);
+                match op {
+                    ReduceOp::Sum | ReduceOp::Mean => it.for_each(|(a, v)| *a += v.to_f32() as f64),
+                    ReduceOp::Prod => it.for_each(|(a, v)| *a *= v.to_f32() as f64),
+                    // Once `a` is NaN no comparison replaces it: NaN is sticky.
+                    ReduceOp::Max => it.for_each(|(a, v)| {
+                        let v = v.to_f32() as f64;
+                        if v.is_nan() || v > *a {
+                            *a = v
+                        }
+                    }),
+                    ReduceOp::Min => it.for_each(|(a, v)| {
+                        let v = v.to_f32() as f64;
+                        if v.is_nan() || v < *a {
+                            *a = v
+                        }
+                    }),
+                }
+            }
+            let div = if op == ReduceOp::Mean {
+                reduced as f64
+            } else {
+                1.0
+            };
+            orow.iter_mut()
+                .zip(&acc)
+                .for_each(|(o, a)| *o = T::from_f32((a / div) as f32));
+        });
+    Ok(())
+}
+
+/// Cumulative sum along the last axis of `x [rows, n]` (f64 running sum);
+/// `exclusive` shifts by one (first element 0). Needs `x, out >= rows·n`.
+pub fn cumsum<T: Elem>(
+    x: &[T],
+    out: &mut [T],
+    rows: usize,
+    n: usize,
+    exclusive: bool,
+) -> Result<()> {
+    let total = numel("cumsum", &[rows, n])?;
+    check_len("cumsum", "x", x.len(), total)?;
+    check_len("cumsum", "out", out.len(), total)?;
+    if total == 0 {
+        return Ok(());
+    }
+    out[..total]
+        .par_chunks_mut(n)
+        .zip(x[..total].par_chunks(n))
+        .with_min_len(rows_per_task(rows, n))
+        .for_each(|(o, x)| {
+            let mut s = 0f64;
+            for (o, v) in o.iter_mut().zip(x) {
+                let v = v.to_f32() as f64;
+                if exclusive {
+                    *o = T::from_f32(s as f32);
+                    s += v;
+                } else {
+                    s += v;
+                    *o = T::from_f32(s as f32);
+                }
+            }
+        });
+    Ok(())
+}
+
+/// Descending order with NaN largest and ties broken by lower index.
+#[inline]
+fn desc(a: (f32, usize), b: (f32, usize)) -> Ordering {
+    let key = |v: f32| if v.is_nan() { f32::INFINITY } else { v };
+    match (a.0.is_nan(), b.0.is_nan()) {
+        (true, false) => Ordering::Less,
+        (false, true) => Ordering::Greater,
+        _ => key(b.0)
+            .partial_cmp(&key(a.0))
+            .unwrap_or(Ordering::Equal)
+            .then(a.1.cmp(&b.1)),
+    }
+}
+
+/// Indices of the `k` largest entries of each row of `x [rows, n]`,
+/// descending (ties → lower index first, NaN counts as largest), into
+/// `out [rows, k]` as i32. Needs `k <= n`, `x >= rows·n`, `out >= rows·k`.
+pub fn top_k<T: Elem>(x: &[T], out: &mut [i32], rows: usize, n: usize, k: usize) -> Result<()> {
+    const K: &str = "top_k";
+    if k > n || n > i32::MAX as usize {
+        return Err(invalid(K, format!("k = {k} with row length {n}")));
+    }
+    check_len(K, "x", x.len(), numel(K, &[rows, n])?)?;
+    check_len(K, "out", out.len(), numel(K, &[rows, k])?)?;
+    if k == 0 {
+        return Ok(());
+    }
+    out[..rows * k].par_chunks_mut(k).enumerate().for_each_init(
+        Vec::new,
+        |idx: &mut Vec<(f32, usize)>, (r, o)| {
+            idx.clear();
+            idx.extend(
+                x[r * n..r * n + n]
+                    .iter()
+                    .enumerate()
+                    .map(|(i, v)| (v.to_f32(), i)),
+            );
+            if k < n {
+                idx.select_nth_unstable_by(k - 1, |a, b| desc(*a, *b));
+            }
+            idx[..k].sort_unstable_by(|a, b| desc(*a, *b));
+            o.iter_mut()
+                .zip(&idx[..k])
+                .for_each(|(o, &(_, i))| *o = i as i32);
+        },
+    );
+    Ok(())
+}
+
+/// Index of the first maximum (`max`) or minimum of the middle axis of
+/// `x [outer, reduced, inner]` into `out [outer, inner]` (a NaN wins at its
+/// first occurrence, as in numpy). Needs `reduced >= 1`.
+pub fn arg_reduce<T: Elem>(
+    x: &[T],
+    out: &mut [i32],
+    outer: usize,
+    reduced: usize,
+    inner: usize,
+    max: bool,
+) -> Result<()> {
+    const K: &str = "arg_reduce";
+    if reduced == 0 || reduced > i32::MAX as usize {
+        return Err(invalid(
+            K,
+            format!("cannot take arg over an axis of {reduced}"),
+        ));
+    }
+    check_len(K, "x", x.len(), numel(K, &[outer, reduced, inner])?)?;
+    let total = numel(K, &[outer, inner])?;
+    check_len(K, "out", out.len(), total)?;
+    out[..total]
+        .par_iter_mut()
+        .enumerate()
+        .with_min_len(1024)
+        .for_each(|(t, o)| {
+            let (oi, ii) = (t / inner, t % inner);
+            let at = |r: usize| x[(oi * reduced + r) * inner + ii].to_f32();
+            let (mut best, mut bi) = (at(0), 0);
+            for r in 1..reduced {
+                if best.is_nan() {
+                    break;
+                }
+                let v = at(r);
+                if v.is_nan() || (max && v > best) || (!max && v < best) {
+                    best = v;
+                    bi = r;
+                }
+            }
+            *o = bi as i32;
+        });
+    Ok(())
+}
+
+/// `log Σ exp(row)` in f64.
+fn logsumexp<T: Elem>(row: &[T]) -> f64 {
+    let m = row.iter().fold(f32::NEG_INFINITY, |a, v| a.max(v.to_f32())) as f64;
+    m + row
+        .iter()
+        .map(|v| (v.to_f32() as f64 - m).exp())
+        .sum::<f64>()
+        .ln()
+}
+
+/// Per-row softmax cross-entropy with integer labels:
+/// `loss[r] = logsumexp(x[r]) - x[r, label[r]]`. Every label must lie in
+/// `0..n`. Needs `logits >= rows·n`, `labels, loss >= rows`.
+pub fn cross_entropy_labels<T: Elem>(
+    logits: &[T],
+    labels: &[i32],
+    loss: &mut [f32],
+    rows: usize,
+    n: usize,
+) -> Result<()> {
+    const K: &str = "cross_entropy";
+    check_len(K, "logits", logits.len(), numel(K, &[rows, n])?)?;
+    check_len(K, "labels", labels.len(), rows)?;
+    check_len(K, "loss", loss.len(), rows)?;
+    if let Some(&bad) = labels[..rows].iter().find(|&&l| l < 0 || l as usize >= n) {
+        return Err(KernelError::Index {
+            kernel: K,
+            operand: "label",
+            index: bad as i64,
+            bound: n,
+        });
+    }
+    loss[..rows].par_iter_mut().enumerate().for_each(|(r, l)| {
+        let row = &logits[r * n..r * n + n];
+        *l = (logsumexp(row) - row[labels[r] as usize].to_f32() as f64) as f32;
+    });
+    Ok(())
+}
+
+/// Per-row softmax cross-entropy with dense targets:
+/// `loss[r] = -Σ_j t[r, j]·log_softmax(x[r])_j`. Needs
+/// `logits, targets >= rows·n`, `loss >= rows`.
+pub fn cross_entropy_dense<T: Elem>(
+    logits: &[T],
+    targets: &[T],
+    loss: &mut [f32],
+    rows: usize,
+    n: usize,
+) -> Result<()> {
+    const K: &str = "cross_entropy";
+    let total = numel(K, &[rows, n])?;
+    check_len(K, "logits", logits.len(), total)?;
+    check_len(K, "targets", targets.len(), total)?;
+    check_len(K, "loss", loss.len(), rows)?;
+    loss[..rows].par_iter_mut().enumerate().for_each(|(r, l)| {
+        let row = &logits[r * n..r * n + n];
+        let lse = logsumexp(row);
+        let t = &targets[r * n..r * n + n];
+        *l = -row
+            .iter()
+            .zip(t)
+            .map(|(x, t)| t.to_f32() as f64 * (x.to_f32() as f64 - lse))
+            .sum::<f64>() as f32;
+    });
+    Ok(())
+}
+
+/// Token sampling settings.
+#[derive(Debug, Clone, Copy)]
+pub struct SampleParams {
+    /// Softmax temperature; `0.0` means greedy (arg max).
+    pub temperature: f32,
+    /// Keep only the `top_k` most likely tokens (`0` = all).
+    pub top_k: usize,
+    /// Keep the smallest most-likely prefix whose probability mass
+    /// (under the full softmax) reaches `top_p`; `>= 1` keeps all.
+    pub top_p: f32,
+    /// RNG key; row `r` draws `u = uniform_at(seed, r)`.
+    pub seed: u64,
+}
+
+/// Samples one token per row of `logits [rows, n]` into `out [rows]`:
+/// greedy when `temperature == 0`; otherwise `softmax(logits/temperature)`,
+/// keep `top_k`, keep the smallest prefix with mass `>= top_p`,
+/// renormalise, and pick the first token (in descending-probability order,
+/// ties → lower index) whose cumulative probability exceeds `u`.
+/// Needs `n >= 1`, `logits >= rows·n`, `out >= rows`.
+pub fn sample<T: Elem>(
+    logits: &[T],
+    out: &mut [i32],
+    rows: usize,
+    n: usize,
+    p: SampleParams,
+) -> Result<()> {
+    const K: &str = "sample";
+    if n == 0 || n > i32::MAX as usize {
+        return Err(invalid(K, format!("vocabulary of {n}")));
+    }
+    check_len(K, "logits", logits.len(), numel(K, &[rows, n])?)?;
+    check_len(K, "out", out.len(), rows)?;
+    if p.temperature == 0.0 {
+        return arg_reduce(logits, out, rows, n, 1, true);
+    }
+    out[..rows].par_iter_mut().enumerate().for_each_init(
+        Vec::new,
+        |cand: &mut Vec<(f32, usize)>, (r, o)| {
+            let row = &logits[r * n..r * n + n];
+            let inv_t = 1.0 / p.temperature as f64;
+            let m = row
+                .iter()
+                .fold(f64::NEG_INFINITY, |a, v| a.max(v.to_f32() as f64 * inv_t));
+            let z: f64 = row
+                .iter()
+                .map(|v| (v.to_f32() as f64 * inv_t - m).exp())
+                .sum();
+            cand.clear();
+            cand.extend(
+                row.iter()
+                    .enumerate()
+                    .map(|(i, v)| (((v.to_f32() as f64 * inv_t - m).exp() / z) as f32, i)),
+            );
+            let keep = if p.top_k > 0 && p.top_k < n {
+                p.top_k
+            } else {
+                n
+            };
+            if keep < n {
+                cand.select_nth_unstable_by(keep - 1, |a, b| desc(*a, *b));
+            }
+            cand.truncate(keep);
+            cand.sort_unstable_by(|a, b| desc(*a, *b));
+            let mut kept = cand.len();
+            if p.top_p < 1.0 {
+                let mut mass = 0f64;
+                for (i, c) in cand.iter().enumerate() {
+                    mass += c.0 as f64;
+                    if mass >= p.top_p as f64 {
+                        kept = i + 1;
+                        break;
+                    }
+                }
+            }
+            let cand = &cand[..kept.max(1)];
+            let total: f64 = cand.iter().map(|c| c.0 as f64).sum();
+            let u = uniform_at(p.seed, r as u64) as f64;
+            let mut cum = 0f64;
+            let mut pick = cand[cand.len() - 1].1;
+            for c in cand {
+                cum += c.0 as f64 / total;
+                if cum > u {
+                    pick = c.1;
+                    break;
+                }
+            }
+            *o = pick as i32;
+        },
+    );
+    Ok(())
+}
+
+#[cfg(test)]
+#[path = "reduce_tests.rs"]
+mod tests;
