@@ -2,6 +2,7 @@
 
 from rlx._rlx import __version__
 from rlx._types import dtype_name
+from rlx.custom import register_op
 from rlx.errors import (
     DTypeError,
     GraphError,
@@ -11,10 +12,12 @@ from rlx.errors import (
     UnsupportedOpError,
     WeightFormatError,
 )
+from rlx.executable import Executable, compile
 from rlx.graph import Graph, Node, SplatConfig
 
 __all__ = [
     "DTypeError",
+    "Executable",
     "Graph",
     "GraphError",
     "KernelError",
@@ -25,5 +28,7 @@ __all__ = [
     "UnsupportedOpError",
     "WeightFormatError",
     "__version__",
+    "compile",
+    "register_op",
     "dtype_name",
 ]

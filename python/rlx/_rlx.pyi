@@ -1,9 +1,10 @@
 """Type stubs for the native module ``rlx._rlx`` (crates/rlx-py)."""
 
-from typing import Final, Union, final
+from typing import Any, Callable, Final, Optional, Union, final
 
 __all__ = [
     "DTypeError",
+    "Executable",
     "Graph",
     "GraphError",
     "KernelError",
@@ -74,3 +75,29 @@ def dtype_name(s: str) -> str:
 
 def env_vars() -> list[tuple[str, str, str]]:
     """The environment-variable registry as ``(name, default, meaning)`` rows."""
+
+@final
+class Executable:
+    """A compiled graph with its arena and weights buffer (``rlx.Executable`` wraps it)."""
+
+    def __new__(
+        cls, graph: Graph, device: str = "host", dims: Optional[dict[str, int]] = None
+    ) -> Executable: ...
+    def verify(self) -> None:
+        """Run the schedule verifier."""
+    def arena_view(self) -> memoryview:
+        """Writable memoryview of the arena."""
+    def weights_view(self) -> memoryview:
+        """Writable memoryview of the weights buffer."""
+    def bindings(self) -> list[tuple[str, str, int, int, list[int], str]]:
+        """``(kind, name, node, offset, dims, dtype)`` of inputs, params, states, outputs."""
+    def run(self, fallback: Callable[[int, str], Any]) -> None:
+        """Run once; ``fallback(index, thunk_json)`` runs thunks without a native kernel."""
+    def schedule(self) -> str:
+        """The schedule, one thunk per line."""
+    def num_thunks(self) -> int:
+        """Number of thunks."""
+    def thunk_json(self, i: int) -> str:
+        """Thunk ``i`` as reference-protocol JSON."""
+    def stats(self) -> dict[str, Any]:
+        """Compile figures."""

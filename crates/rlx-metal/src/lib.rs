@@ -3,5 +3,5 @@
 //! numpy reference, Metal, and the MSL-on-CPU simulator).
 
 pub mod compile;
-pub mod thunk;
 pub mod host;
+pub mod thunk;

@@ -5,6 +5,7 @@
 //! `#[pyfunction]` / `#[pymethods]` boundary), never an abort.
 
 mod errors;
+mod exec;
 mod graph;
 
 use pyo3::prelude::*;
@@ -15,5 +16,6 @@ fn _rlx(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     errors::register(m)?;
     graph::register(m)?;
+    exec::register(m)?;
     Ok(())
 }

@@ -114,6 +114,15 @@ class MiscOps(GraphBase):
         op = {"op": "gaussian_splat_rasterize", "cfg": cfg.to_json()}
         return self._add(op, [prep, camera], name)
 
+    def custom_op(self, op_name: str, *inputs: Node, name: str = "", **attrs: Any) -> Node:
+        """A registered user op (:func:`rlx.register_op`): its shape function
+        gives the result shape; ``attrs`` reach both functions as keywords."""
+        from rlx import custom as _custom
+
+        shapes = [(tuple(n.shape), n.dtype) for n in inputs]
+        dims, dtype = _custom.infer(op_name, shapes, attrs)
+        return self.custom(op_name, list(inputs), dims, dtype, attrs=attrs, name=name)
+
     def custom(
         self,
         op_name: str,

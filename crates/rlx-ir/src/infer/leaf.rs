@@ -10,12 +10,22 @@ pub(super) fn infer(op: &Op, inputs: &[&Shape]) -> Result<Shape> {
     match op {
         Op::Input { shape } | Op::Param { shape } | Op::State { shape } => Ok(shape.clone()),
         Op::Constant { shape, values } => {
-            let n = shape.numel().ok_or_else(|| {
+            let dims = shape.static_dims().ok_or_else(|| {
                 IrError::shape(
                     "constant",
                     format!("constant shape must be static, got {shape}"),
                 )
             })?;
+            let n = dims
+                .iter()
+                .try_fold(1usize, |acc, &d| acc.checked_mul(d))
+                .filter(|n| n.checked_mul(shape.dtype.size_bytes()).is_some())
+                .ok_or_else(|| {
+                    IrError::shape(
+                        "constant",
+                        format!("{shape} has more elements than memory can address"),
+                    )
+                })?;
             if values.len() != 1 && values.len() != n {
                 return Err(IrError::shape(
                     "constant",

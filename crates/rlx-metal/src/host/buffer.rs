@@ -55,18 +55,18 @@ impl AlignedBuf {
 }
 
 /// Element types kernels read and write through [`Mem`].
-pub trait Pod: Copy + 'static {}
-impl Pod for f32 {}
-impl Pod for f64 {}
-impl Pod for half::f16 {}
-impl Pod for half::bf16 {}
-impl Pod for i32 {}
-impl Pod for i64 {}
-impl Pod for u8 {}
-impl Pod for u16 {}
-impl Pod for u32 {}
-impl Pod for i8 {}
-impl Pod for i16 {}
+pub trait Plain: Copy + 'static {}
+impl Plain for f32 {}
+impl Plain for f64 {}
+impl Plain for half::f16 {}
+impl Plain for half::bf16 {}
+impl Plain for i32 {}
+impl Plain for i64 {}
+impl Plain for u8 {}
+impl Plain for u16 {}
+impl Plain for u32 {}
+impl Plain for i8 {}
+impl Plain for i16 {}
 
 /// Raw view of the arena and weights buffer during one run. The executor
 /// hands out slices for the exact ranges a thunk declares in `io()`; reads
@@ -126,7 +126,12 @@ impl Mem {
     /// Both buffers must stay alive and unmoved while the `Mem` is used,
     /// and nothing else may access them meanwhile except through this `Mem`
     /// (or callbacks the executor runs between kernels).
-    pub unsafe fn new(arena: *mut u8, arena_len: usize, weights: *const u8, weights_len: usize) -> Self {
+    pub unsafe fn new(
+        arena: *mut u8,
+        arena_len: usize,
+        weights: *const u8,
+        weights_len: usize,
+    ) -> Self {
         Mem {
             arena,
             arena_len,
@@ -166,7 +171,12 @@ impl Mem {
     }
 
     /// `n` elements of `T` at `off`, shared.
-    pub fn get<T: Pod>(&self, what: &'static str, off: usize, n: usize) -> Result<&[T], MemError> {
+    pub fn get<T: Plain>(
+        &self,
+        what: &'static str,
+        off: usize,
+        n: usize,
+    ) -> Result<&[T], MemError> {
         let p = self.locate::<T>(what, off, n)?;
         // SAFETY: in bounds and aligned (checked); the executor guarantees no
         // exclusive slice of this thunk overlaps it.
@@ -175,7 +185,12 @@ impl Mem {
 
     /// `n` elements of `T` at `off`, exclusive.
     #[allow(clippy::mut_from_ref)]
-    pub fn get_mut<T: Pod>(&self, what: &'static str, off: usize, n: usize) -> Result<&mut [T], MemError> {
+    pub fn get_mut<T: Plain>(
+        &self,
+        what: &'static str,
+        off: usize,
+        n: usize,
+    ) -> Result<&mut [T], MemError> {
         if is_weight(off) {
             return Err(MemError::WeightsWrite { what });
         }
@@ -185,3 +200,5 @@ impl Mem {
         Ok(unsafe { std::slice::from_raw_parts_mut(p, n) })
     }
 }
+impl Plain for crate::host::kernels::elementwise::Bool {}
+impl Plain for u64 {}

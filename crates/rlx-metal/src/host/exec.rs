@@ -66,13 +66,16 @@ pub enum NativeError {
     Mem(#[from] MemError),
 }
 
-/// Reusable scratch for operands that alias the thunk's output.
+/// Reusable scratch for operands that alias the thunk's output (one
+/// buffer per operand slot; 8-byte words so any element type fits aligned).
 #[derive(Default)]
 pub struct Staging {
-    /// f32 staging buffer.
-    pub f32s: Vec<f32>,
-    /// f16 staging buffer.
-    pub f16s: Vec<half::f16>,
+    /// First operand slot.
+    pub a: Vec<u64>,
+    /// Second operand slot.
+    pub b: Vec<u64>,
+    /// Third operand slot.
+    pub c: Vec<u64>,
 }
 
 /// Runs schedules on the CPU.
@@ -120,10 +123,18 @@ impl HostExecutor {
                 match super::native::run(t, mem, &mut self.staging, schedule) {
                     Some(Ok(())) => continue,
                     Some(Err(NativeError::Kernel(source))) => {
-                        return Err(RunError::Kernel { index, thunk, source })
+                        return Err(RunError::Kernel {
+                            index,
+                            thunk,
+                            source,
+                        })
                     }
                     Some(Err(NativeError::Mem(source))) => {
-                        return Err(RunError::Mem { index, thunk, source })
+                        return Err(RunError::Mem {
+                            index,
+                            thunk,
+                            source,
+                        })
                     }
                     None => {}
                 }

@@ -79,6 +79,7 @@ use std::fmt;
 /// Element type of the seed's f32/f16 kernels. Every dtype other than
 /// `F16` maps to `F32` (the seed's Metal kernels widen the rest to f32).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
 pub enum HalfFlag {
     /// 32-bit float.
     F32,

@@ -1,0 +1,252 @@
+//! Native glue for elementwise thunks: activations, binary (full, bias,
+//! broadcast, fused with activations), compare, where, fma, casts, SwiGLU.
+
+use super::{esz, read_staged, widen, NResult};
+use crate::host::buffer::Mem;
+use crate::host::exec::Staging;
+use crate::host::kernels::elementwise as k;
+use crate::host::kernels::{Elem, KernelError};
+use crate::thunk::{HalfFlag, Thunk};
+use half::f16;
+use rlx_ir::op::Activation;
+use rlx_ir::DType;
+
+pub(super) fn handles(t: &Thunk) -> bool {
+    use Thunk::*;
+    match t {
+        CastHost(c) => numeric(c.src_dt) && numeric(c.dst_dt),
+        ActivationOut(_)
+        | ActivationInPlace(_)
+        | GeluApproxOut(_)
+        | GeluApproxHost(_)
+        | Cast(_)
+        | CastTruncF32(_)
+        | BinaryFull(_)
+        | BinaryBroadcast(_)
+        | BiasAdd(_)
+        | FusedBinaryActivation(_)
+        | FusedTernaryActivation(_)
+        | Compare(_)
+        | Where(_)
+        | Fma(_)
+        | FusedSwiGLU(_) => true,
+        _ => false,
+    }
+}
+
+fn numeric(d: DType) -> bool {
+    !matches!(d, DType::C64 | DType::BF16)
+}
+
+macro_rules! by_dt {
+    ($dt:expr, $T:ident => $body:expr) => {
+        match $dt {
+            HalfFlag::F32 => {
+                type $T = f32;
+                $body
+            }
+            HalfFlag::F16 => {
+                type $T = f16;
+                $body
+            }
+        }
+    };
+}
+
+fn unary<T: Elem + crate::host::buffer::Plain>(
+    mem: &Mem,
+    st: &mut Staging,
+    act: Activation,
+    src: usize,
+    dst: usize,
+    n: usize,
+) -> NResult {
+    let bytes = n * std::mem::size_of::<T>();
+    if src == dst {
+        k::unary_inplace(act, mem.get_mut::<T>("data", dst, n)?);
+        return Ok(());
+    }
+    let x = read_staged::<T>(mem, &mut st.a, "src", src, n, dst, bytes)?;
+    let out = mem.get_mut::<T>("dst", dst, n)?;
+    Ok(k::unary(act, x, out, n)?)
+}
+
+pub(super) fn run(t: &Thunk, mem: &Mem, st: &mut Staging) -> NResult {
+    use Thunk::*;
+    match t {
+        ActivationOut(a) => {
+            by_dt!(a.dt, T => unary::<T>(mem, st, a.act, a.src, a.dst, a.len as usize))
+        }
+        ActivationInPlace(a) => by_dt!(a.dt, T => {
+            k::unary_inplace(a.act, mem.get_mut::<T>("data", a.data, a.len as usize)?);
+            Ok(())
+        }),
+        GeluApproxOut(a) => unary::<f32>(
+            mem,
+            st,
+            Activation::GeluApprox,
+            a.src,
+            a.dst,
+            a.len as usize,
+        ),
+        GeluApproxHost(a) => unary::<f32>(
+            mem,
+            st,
+            Activation::GeluApprox,
+            a.src,
+            a.dst,
+            a.len as usize,
+        ),
+        BinaryFull(b) => by_dt!(b.dt, T => {
+            let n = b.len as usize;
+            let bytes = n * esz(b.dt);
+            let (sa, sb) = (&mut st.a, &mut st.b);
+            let x = read_staged::<T>(mem, sa, "lhs", b.lhs, n, b.dst, bytes)?;
+            let y = read_staged::<T>(mem, sb, "rhs", b.rhs, n, b.dst, bytes)?;
+            Ok(k::binary(b.op, x, y, mem.get_mut::<T>("dst", b.dst, n)?, n)?)
+        }),
+        FusedBinaryActivation(b) => by_dt!(b.dt, T => {
+            let n = b.len as usize;
+            let bytes = n * esz(b.dt);
+            let (sa, sb) = (&mut st.a, &mut st.b);
+            let x = read_staged::<T>(mem, sa, "lhs", b.lhs, n, b.dst, bytes)?;
+            let y = read_staged::<T>(mem, sb, "rhs", b.rhs, n, b.dst, bytes)?;
+            Ok(k::binary_act(b.op, b.act, x, y, mem.get_mut::<T>("dst", b.dst, n)?, n)?)
+        }),
+        FusedTernaryActivation(b) => by_dt!(b.dt, T => {
+            let n = b.len as usize;
+            let bytes = n * esz(b.dt);
+            let (sa, sb, sc) = (&mut st.a, &mut st.b, &mut st.c);
+            let x = read_staged::<T>(mem, sa, "lhs", b.lhs, n, b.dst, bytes)?;
+            let y = read_staged::<T>(mem, sb, "rhs0", b.rhs0, n, b.dst, bytes)?;
+            let z = read_staged::<T>(mem, sc, "rhs1", b.rhs1, n, b.dst, bytes)?;
+            Ok(k::ternary(b.op0, b.op1, Some(b.act), x, y, z, mem.get_mut::<T>("dst", b.dst, n)?, n)?)
+        }),
+        BiasAdd(b) => by_dt!(b.dt, T => {
+            let (m, n) = (b.m as usize, b.n as usize);
+            let bytes = m * n * esz(b.dt);
+            let (sa, sb) = (&mut st.a, &mut st.b);
+            let x = read_staged::<T>(mem, sa, "src", b.src, m * n, b.dst, bytes)?;
+            let bias = read_staged::<T>(mem, sb, "bias", b.bias, n, b.dst, bytes)?;
+            Ok(k::bias_add(x, bias, mem.get_mut::<T>("dst", b.dst, m * n)?, m, n)?)
+        }),
+        BinaryBroadcast(b) => by_dt!(b.dt, T => {
+            let bad = || KernelError::Invalid { kernel: "binary_broadcast", msg: "rank above 16".into() };
+            let (dims, r) = widen::<16>(&b.out_dims).ok_or_else(bad)?;
+            let (ls, _) = widen::<16>(&b.lhs_strides).ok_or_else(bad)?;
+            let (rs, _) = widen::<16>(&b.rhs_strides).ok_or_else(bad)?;
+            let extent = |s: &[usize]| -> usize {
+                1 + dims[..r].iter().zip(s).map(|(&d, &st)| d.saturating_sub(1) * st).sum::<usize>()
+            };
+            let n = b.len as usize;
+            let bytes = n * esz(b.dt);
+            let (sa, sb) = (&mut st.a, &mut st.b);
+            let x = read_staged::<T>(mem, sa, "lhs", b.lhs, extent(&ls[..r]), b.dst, bytes)?;
+            let y = read_staged::<T>(mem, sb, "rhs", b.rhs, extent(&rs[..r]), b.dst, bytes)?;
+            let geo = k::Broadcast { out_dims: &dims[..r], lhs_strides: &ls[..r], rhs_strides: &rs[..r] };
+            Ok(k::binary_broadcast(b.op, None, &geo, x, y, mem.get_mut::<T>("dst", b.dst, n)?)?)
+        }),
+        Compare(c) => {
+            let n = c.len as usize;
+            let ln = if c.lhs_scalar { 1 } else { n };
+            let rn = if c.rhs_scalar { 1 } else { n };
+            let (sa, sb) = (&mut st.a, &mut st.b);
+            let x = read_staged::<f32>(mem, sa, "lhs", c.lhs, ln, c.dst, n * 4)?;
+            let y = read_staged::<f32>(mem, sb, "rhs", c.rhs, rn, c.dst, n * 4)?;
+            let out = mem.get_mut::<f32>("dst", c.dst, n)?;
+            Ok(k::compare(c.op, x, c.lhs_scalar, y, c.rhs_scalar, out, n)?)
+        }
+        Where(w) => {
+            let n = w.len as usize;
+            let cnt = |s: bool| if s { 1 } else { n };
+            let (sa, sb, sc) = (&mut st.a, &mut st.b, &mut st.c);
+            let c = read_staged::<f32>(mem, sa, "cond", w.cond, cnt(w.cond_scalar), w.dst, n * 4)?;
+            let a = read_staged::<f32>(
+                mem,
+                sb,
+                "on_true",
+                w.on_true,
+                cnt(w.true_scalar),
+                w.dst,
+                n * 4,
+            )?;
+            let b = read_staged::<f32>(
+                mem,
+                sc,
+                "on_false",
+                w.on_false,
+                cnt(w.false_scalar),
+                w.dst,
+                n * 4,
+            )?;
+            let flags = [w.cond_scalar, w.true_scalar, w.false_scalar];
+            Ok(k::where_select(
+                c,
+                a,
+                b,
+                flags,
+                mem.get_mut::<f32>("dst", w.dst, n)?,
+                n,
+            )?)
+        }
+        Fma(f) => {
+            let n = f.len as usize;
+            let (sa, sb, sc) = (&mut st.a, &mut st.b, &mut st.c);
+            let a = read_staged::<f32>(mem, sa, "a", f.a, n, f.dst, n * 4)?;
+            let b = read_staged::<f32>(mem, sb, "b", f.b, n, f.dst, n * 4)?;
+            let c = read_staged::<f32>(mem, sc, "c", f.c, n, f.dst, n * 4)?;
+            Ok(k::fma(a, b, c, mem.get_mut::<f32>("dst", f.dst, n)?, n)?)
+        }
+        FusedSwiGLU(s) => {
+            let total = s.total as usize;
+            let nh = s.n_half.max(1) as usize;
+            let rows = total / nh;
+            if s.src_dt != s.dst_dt {
+                return Err(KernelError::Invalid {
+                    kernel: "fused_swiglu",
+                    msg: "mixed dtypes run on the reference".into(),
+                }
+                .into());
+            }
+            by_dt!(s.src_dt, T => {
+                let x = read_staged::<T>(mem, &mut st.a, "src", s.src, 2 * total, s.dst, total * esz(s.dst_dt))?;
+                Ok(k::swiglu(x, mem.get_mut::<T>("dst", s.dst, total)?, rows, nh, s.gate_first)?)
+            })
+        }
+        Cast(c) => {
+            let n = c.len as usize;
+            match (c.src_dt, c.dst_dt) {
+                (HalfFlag::F32, HalfFlag::F16) => Ok(k::cast_f32_to_f16(
+                    mem.get("src", c.src, n)?,
+                    mem.get_mut("dst", c.dst, n)?,
+                )?),
+                (HalfFlag::F16, HalfFlag::F32) => Ok(k::cast_f16_to_f32(
+                    mem.get("src", c.src, n)?,
+                    mem.get_mut("dst", c.dst, n)?,
+                )?),
+                (a, _) => by_dt!(a, T => {
+                    if c.src != c.dst {
+                        let x = read_staged::<T>(mem, &mut st.a, "src", c.src, n, c.dst, n * esz(a))?;
+                        mem.get_mut::<T>("dst", c.dst, n)?.copy_from_slice(x);
+                    }
+                    Ok(())
+                }),
+            }
+        }
+        CastTruncF32(c) => {
+            let n = c.len as usize;
+            let x = read_staged::<f32>(mem, &mut st.a, "src", c.src, n, c.dst, n * 4)?;
+            let out = mem.get_mut::<f32>("dst", c.dst, n)?;
+            for (o, &v) in out.iter_mut().zip(x) {
+                *o = v.trunc();
+            }
+            Ok(())
+        }
+        CastHost(c) => super::layout::cast_host(c, mem),
+        _ => Err(KernelError::Invalid {
+            kernel: "native",
+            msg: format!("no elementwise kernel for {}", t.name()),
+        }
+        .into()),
+    }
+}

@@ -1,0 +1,325 @@
+//! Native glue for matmuls, norms, attention and RoPE.
+
+use super::NResult;
+use crate::host::buffer::Mem;
+use crate::host::kernels::attention::{self as att, AttnDims, AttnOpts, Layout, Mask, RopeDims};
+use crate::host::kernels::matmul::{self as mm, Batch, MatB};
+use crate::host::kernels::norm::{self as nm, Affine, NormKind, RowMap};
+use crate::host::kernels::{Elem, KernelError};
+use crate::thunk::{HalfFlag, Thunk};
+use half::f16;
+
+pub(super) fn handles(t: &Thunk) -> bool {
+    use Thunk::*;
+    match t {
+        Sgemm(s) => s.dt == HalfFlag::F32 || !s.b_f16,
+        BatchedSgemm(s) => s.dt == HalfFlag::F32,
+        FusedMmBiasAct(s) => s.dt == HalfFlag::F32,
+        GroupedMatMul(_)
+        | LayerNorm(_)
+        | RmsNorm(_)
+        | GroupNorm(_)
+        | LayerNorm2d(_)
+        | FusedResidualLN(_)
+        | FusedResidualRmsNorm(_)
+        | AdaLayerNorm(_)
+        | GatedResidual(_)
+        | FusedRmsNormMulSilu(_)
+        | Rope(_) => true,
+        Attention(a) => a.mask_kind <= 4,
+        _ => false,
+    }
+}
+
+macro_rules! by_dt {
+    ($dt:expr, $T:ident => $body:expr) => {
+        match $dt {
+            HalfFlag::F32 => {
+                type $T = f32;
+                $body
+            }
+            HalfFlag::F16 => {
+                type $T = f16;
+                $body
+            }
+        }
+    };
+}
+
+/// Row map of a modulation tensor from the seed's lead pack
+/// `[lead_rank, x_lead[8], mod_lead[8]]`: rows of x sharing a modulation row.
+fn row_map(pack: &[u32; 17], rows: usize) -> RowMap<'static> {
+    let r = (pack[0] as usize).min(8);
+    let x = &pack[1..1 + r];
+    let m = &pack[9..9 + r];
+    let mod_rows: usize = m.iter().map(|&d| d as usize).product();
+    if mod_rows == rows {
+        return RowMap::Same;
+    }
+    if mod_rows <= 1 {
+        return RowMap::One;
+    }
+    // leading dims equal, trailing broadcast dims of 1: row r → r / period
+    let split = m.iter().rposition(|&d| d != 1).map(|i| i + 1).unwrap_or(0);
+    if m[..split] == x[..split] {
+        let period: usize = x[split..].iter().map(|&d| d as usize).product();
+        return RowMap::Period(period.max(1));
+    }
+    RowMap::One
+}
+
+#[allow(clippy::too_many_arguments)]
+fn norm<T: Elem + crate::host::buffer::Plain>(
+    mem: &Mem,
+    kind: NormKind,
+    src: usize,
+    g: usize,
+    b: usize,
+    dst: usize,
+    rows: usize,
+    h: usize,
+    eps: f32,
+) -> NResult {
+    let aff = Affine {
+        gamma: Some(mem.get::<T>("g", g, h)?),
+        beta: Some(mem.get::<T>("b", b, h)?),
+    };
+    let x = mem.get::<T>("src", src, rows * h)?;
+    Ok(nm::norm_rows(
+        kind,
+        x,
+        aff,
+        mem.get_mut::<T>("dst", dst, rows * h)?,
+        rows,
+        h,
+        eps,
+    )?)
+}
+
+pub(super) fn run(t: &Thunk, mem: &Mem) -> NResult {
+    use Thunk::*;
+    match t {
+        Sgemm(s) => {
+            let (m, k, n) = (s.m as usize, s.k as usize, s.n as usize);
+            if s.dt == HalfFlag::F16 {
+                let a = mem.get::<f16>("a", s.a, m * k)?;
+                let b = mem.get::<f16>("b", s.b, k * n)?;
+                return Ok(mm::hgemm(
+                    a,
+                    b,
+                    mem.get_mut::<f16>("c", s.c, m * n)?,
+                    m,
+                    k,
+                    n,
+                )?);
+            }
+            let a = mem.get::<f32>("a", s.a, m * k)?;
+            let b = if s.b_f16 {
+                MatB::F16(mem.get("b", s.b, k * n)?)
+            } else {
+                MatB::F32(mem.get("b", s.b, k * n)?)
+            };
+            Ok(mm::matmul(
+                a,
+                b,
+                mem.get_mut::<f32>("c", s.c, m * n)?,
+                m,
+                k,
+                n,
+            )?)
+        }
+        BatchedSgemm(s) => {
+            let (bt, m, k, n) = (s.batch as usize, s.m as usize, s.k as usize, s.n as usize);
+            let (an, bn) = (
+                if s.a_bcast { 1 } else { bt },
+                if s.b_bcast { 1 } else { bt },
+            );
+            let a = mem.get::<f32>("a", s.a, an * m * k)?;
+            let b = mem.get::<f32>("b", s.b, bn * k * n)?;
+            let geo = Batch {
+                batch: bt,
+                a_stride: if s.a_bcast { 0 } else { m * k },
+                b_stride: if s.b_bcast { 0 } else { k * n },
+            };
+            Ok(mm::batched_matmul(
+                geo,
+                a,
+                MatB::F32(b),
+                mem.get_mut::<f32>("c", s.c, bt * m * n)?,
+                m,
+                k,
+                n,
+            )?)
+        }
+        FusedMmBiasAct(s) => {
+            let (m, k, n) = (s.m as usize, s.k as usize, s.n as usize);
+            let a = mem.get::<f32>("a", s.a, m * k)?;
+            let w = mem.get::<f32>("w", s.w, k * n)?;
+            let bias = mem.get::<f32>("bias", s.bias, n)?;
+            Ok(mm::matmul_bias_act(
+                a,
+                MatB::F32(w),
+                Some(bias),
+                s.act,
+                mem.get_mut("c", s.c, m * n)?,
+                m,
+                k,
+                n,
+            )?)
+        }
+        GroupedMatMul(g) => {
+            let (m, k, n, e) = (
+                g.m as usize,
+                g.k_dim as usize,
+                g.n as usize,
+                g.num_experts as usize,
+            );
+            let x = mem.get::<f32>("input", g.input, m * k)?;
+            let w = mem.get::<f32>("weight", g.weight, e * k * n)?;
+            let idx = mem.get::<i32>("expert_idx", g.expert_idx, m)?;
+            Ok(mm::grouped_matmul(
+                x,
+                MatB::F32(w),
+                idx,
+                mem.get_mut("dst", g.dst, m * n)?,
+                m,
+                k,
+                n,
+                e,
+            )?)
+        }
+        LayerNorm(l) => {
+            by_dt!(l.dt, T => norm::<T>(mem, NormKind::Layer, l.src, l.g, l.b, l.dst, l.rows as usize, l.h as usize, l.eps))
+        }
+        RmsNorm(l) => {
+            by_dt!(l.dt, T => norm::<T>(mem, NormKind::Rms, l.src, l.g, l.b, l.dst, l.rows as usize, l.h as usize, l.eps))
+        }
+        GroupNorm(l) => by_dt!(l.dt, T => {
+            let (n, c, hw) = (l.n as usize, l.c as usize, (l.h * l.w) as usize);
+            let aff = Affine { gamma: Some(mem.get::<T>("g", l.g, c)?), beta: Some(mem.get::<T>("b", l.b, c)?) };
+            let x = mem.get::<T>("src", l.src, n * c * hw)?;
+            Ok(nm::group_norm(x, aff, mem.get_mut::<T>("dst", l.dst, n * c * hw)?, n, c, hw, l.num_groups as usize, l.eps)?)
+        }),
+        LayerNorm2d(l) => by_dt!(l.dt, T => {
+            let (n, c, hw) = (l.n as usize, l.c as usize, (l.h * l.w) as usize);
+            let aff = Affine { gamma: Some(mem.get::<T>("g", l.g, c)?), beta: Some(mem.get::<T>("b", l.b, c)?) };
+            let x = mem.get::<T>("src", l.src, n * c * hw)?;
+            Ok(nm::layer_norm2d(x, aff, mem.get_mut::<T>("dst", l.dst, n * c * hw)?, n, c, hw, l.eps)?)
+        }),
+        FusedResidualLN(l) => {
+            by_dt!(l.dt, T => residual::<T>(mem, NormKind::Layer, l.x, l.res, l.has_bias.then_some(l.bias), l.g, l.b, l.out, l.rows as usize, l.h as usize, l.eps))
+        }
+        FusedResidualRmsNorm(l) => {
+            by_dt!(l.dt, T => residual::<T>(mem, NormKind::Rms, l.x, l.res, l.has_bias.then_some(l.bias), l.g, l.b, l.out, l.rows as usize, l.h as usize, l.eps))
+        }
+        AdaLayerNorm(a) => by_dt!(a.dt, T => {
+            let (rows, h) = (a.rows as usize, a.h as usize);
+            let map = row_map(&a.lead_pack, rows);
+            let mrows = match map { RowMap::Same => rows, RowMap::One => 1, RowMap::Period(p) => rows.div_ceil(p), RowMap::Index(_) => rows };
+            let kind = if a.layer_norm { NormKind::Layer } else { NormKind::Rms };
+            let x = mem.get::<T>("x", a.x, rows * h)?;
+            let sc = mem.get::<T>("scale", a.scale, mrows * h)?;
+            let sh = mem.get::<T>("shift", a.shift, mrows * h)?;
+            Ok(nm::ada_layer_norm(kind, x, sc, sh, map, mem.get_mut::<T>("out", a.out, rows * h)?, rows, h, a.eps)?)
+        }),
+        GatedResidual(a) => by_dt!(a.dt, T => {
+            let (rows, h) = (a.rows as usize, a.h as usize);
+            let map = row_map(&a.lead_pack, rows);
+            let mrows = match map { RowMap::Same => rows, RowMap::One => 1, RowMap::Period(p) => rows.div_ceil(p), RowMap::Index(_) => rows };
+            let x = mem.get::<T>("x", a.x, rows * h)?;
+            let y = mem.get::<T>("y", a.y, rows * h)?;
+            let gate = mem.get::<T>("gate", a.gate, mrows * h)?;
+            Ok(nm::gated_residual(x, gate, map, y, mem.get_mut::<T>("out", a.out, rows * h)?, rows, h)?)
+        }),
+        FusedRmsNormMulSilu(a) => by_dt!(a.dt, T => {
+            let (rows, h) = (a.rows as usize, a.h as usize);
+            let x = mem.get::<T>("x", a.x, rows * h)?;
+            let z = mem.get::<T>("z", a.z, rows * h)?;
+            let g = mem.get::<T>("g", a.g, h)?;
+            let b = mem.get::<T>("b", a.b, h)?;
+            let out = mem.get_mut::<T>("out", a.out, rows * h)?;
+            nm::rms_norm_gated(x, z, Some(g), out, rows, h, a.eps)?;
+            // rms_norm(x)·g + b, times silu(z): the kernel has no beta term
+            if b.iter().any(|v| v.to_f32() != 0.0) {
+                for r in 0..rows {
+                    for j in 0..h {
+                        let zv = z[r * h + j].to_f32();
+                        let o = &mut out[r * h + j];
+                        *o = T::from_f32(o.to_f32() + b[j].to_f32() * zv / (1.0 + (-zv).exp()));
+                    }
+                }
+            }
+            Ok(())
+        }),
+        Attention(a) => by_dt!(a.dt, T => {
+            let d = AttnDims { batch: a.batch as usize, seq: a.seq as usize, kv_seq: a.kv_seq as usize, heads: a.heads as usize, kv_heads: a.kv_heads as usize, head_dim: a.head_dim as usize };
+            let qn = d.batch * d.heads * d.seq * d.head_dim;
+            let kn = d.batch * d.kv_heads * d.kv_seq * d.head_dim;
+            let mask = match a.mask_kind {
+                0 => Mask::None,
+                1 => Mask::Causal,
+                2 => Mask::Custom(mem.get::<T>("mask", a.mask, d.batch * d.seq * d.kv_seq)?),
+                3 => Mask::Bias(mem.get::<T>("mask", a.mask, d.batch * d.heads * d.seq * d.kv_seq)?),
+                _ => Mask::SlidingWindow(a.window as usize),
+            };
+            let layout = if a.bhsd == 1 { Layout::Bhsd } else { Layout::Bshd };
+            let opts = AttnOpts { scale: a.score_scale, softcap: a.attn_logit_softcap };
+            let (q, k, v) = (mem.get::<T>("q", a.q, qn)?, mem.get::<T>("k", a.k, kn)?, mem.get::<T>("v", a.v, kn)?);
+            Ok(att::sdpa(&d, layout, mask, opts, q, k, v, mem.get_mut::<T>("out", a.out, qn)?)?)
+        }),
+        Rope(r) => by_dt!(r.dt, T => {
+            let p = RopeDims { batch: r.batch as usize, seq: r.seq as usize, hidden: r.hidden as usize, src_row_stride: r.src_row_stride as usize, head_dim: r.head_dim as usize, n_rot: r.n_rot as usize, neox: !r.interleaved, per_token: r.cos_per_token };
+            let rows = p.batch * p.seq;
+            let trows = if p.per_token { rows } else { p.seq };
+            let half_rot = p.n_rot / 2;
+            let src_len = rows.saturating_sub(1) * p.src_row_stride + p.hidden;
+            let x = mem.get::<T>("src", r.src, src_len)?;
+            let cos = mem.get::<T>("cos", r.cos, trows * half_rot)?;
+            let sin = mem.get::<T>("sin", r.sin, trows * half_rot)?;
+            Ok(att::rope(&p, x, cos, sin, mem.get_mut::<T>("dst", r.dst, rows * p.hidden)?)?)
+        }),
+        _ => Err(KernelError::Invalid {
+            kernel: "native",
+            msg: format!("no linalg kernel for {}", t.name()),
+        }
+        .into()),
+    }
+}
+
+#[allow(clippy::too_many_arguments)]
+fn residual<T: Elem + crate::host::buffer::Plain>(
+    mem: &Mem,
+    kind: NormKind,
+    x: usize,
+    res: usize,
+    bias: Option<usize>,
+    g: usize,
+    b: usize,
+    out: usize,
+    rows: usize,
+    h: usize,
+    eps: f32,
+) -> NResult {
+    let xs = mem.get::<T>("x", x, rows * h)?;
+    let rs = mem.get::<T>("res", res, rows * h)?;
+    let bias = match bias {
+        Some(o) => Some(mem.get::<T>("bias", o, h)?),
+        None => None,
+    };
+    let aff = Affine {
+        gamma: Some(mem.get::<T>("g", g, h)?),
+        beta: Some(mem.get::<T>("b", b, h)?),
+    };
+    Ok(nm::residual_norm(
+        kind,
+        xs,
+        rs,
+        bias,
+        aff,
+        None,
+        mem.get_mut::<T>("out", out, rows * h)?,
+        rows,
+        h,
+        eps,
+    )?)
+}
