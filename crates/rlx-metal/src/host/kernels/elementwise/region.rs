@@ -98,9 +98,7 @@ fn check(steps: &[RegionStep], inputs: &[RegionInput<'_>], n: usize) -> Result<(
     for input in inputs {
         match *input {
             RegionInput::Dense(x) => check_len(K, "input", x.len(), n)?,
-            RegionInput::Periodic(x) if x.is_empty() => {
-                return Err(invalid(K, "periodic input of period 0"))
-            }
+            RegionInput::Periodic([]) => return Err(invalid(K, "periodic input of period 0")),
             _ => {}
         }
     }
