@@ -75,6 +75,12 @@ def cast_host(t: dict, mem: Memory) -> None:
     src = mem.view(t["src"], n, DTYPES[sdt])
     dst = mem.view(t["dst"], n, DTYPES[ddt])
     s_float = sdt in ("f32", "f16", "bf16", "f64", "c64")
+    with np.errstate(over="ignore"):  # overflow to ±inf is the IEEE result
+        _cast_into(dst, src, sdt, ddt, s_float)
+
+
+def _cast_into(dst: np.ndarray, src: np.ndarray, sdt: str, ddt: str, s_float: bool) -> None:
+    """Body of :func:`cast_host` (see its docstring)."""
     if ddt == "bool":
         dst[...] = (_to_float64(src, sdt) != 0) if s_float else (src != 0)
     elif ddt == "bf16":
@@ -190,7 +196,8 @@ def binary_broadcast(t: dict, mem: Memory) -> None:
 def bias_add(t: dict, mem: Memory) -> None:
     """``dst[r, c] = src[r, c] + bias[c]`` over ``m × n``."""
     dt, m, n = fdt(t), t["m"], t["n"]
-    v = mem.view(t["src"], (m, n), dt).astype(np.float64) + mem.view(t["bias"], n, dt)
+    with np.errstate(all="ignore"):  # inf + -inf is NaN, as IEEE says
+        v = mem.view(t["src"], (m, n), dt).astype(np.float64) + mem.view(t["bias"], n, dt)
     store(mem.view(t["dst"], (m, n), dt), v)
 
 

@@ -14,8 +14,9 @@ from .rng import uniform_at
 def softmax_rows(x: np.ndarray) -> np.ndarray:
     """Numerically stable softmax over the last axis (float64)."""
     x = np.asarray(x, np.float64)
-    e = np.exp(x - x.max(axis=-1, keepdims=True))
-    return e / e.sum(axis=-1, keepdims=True)
+    with np.errstate(invalid="ignore"):  # an all -inf row gives NaN
+        e = np.exp(x - x.max(axis=-1, keepdims=True))
+        return e / e.sum(axis=-1, keepdims=True)
 
 
 def _log_softmax(x: np.ndarray) -> np.ndarray:
@@ -81,9 +82,11 @@ def reduce(t: dict, mem: Memory) -> None:
 
 def _order_desc(x: np.ndarray) -> np.ndarray:
     """Indices sorting each row descending, ties → lower index first
-    (NaN sorts last)."""
-    key = np.where(np.isnan(x), np.inf, -np.asarray(x, np.float64))
-    return np.argsort(key, axis=-1, kind="stable")
+    (NaN sorts last, after ``-inf``)."""
+    x = np.asarray(x, np.float64)
+    nan = np.isnan(x)
+    # lexsort is stable; its last key is the primary one
+    return np.lexsort((np.where(nan, 0.0, -x), nan), axis=-1)
 
 
 @reference("topk")

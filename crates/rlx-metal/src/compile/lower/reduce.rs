@@ -1,6 +1,7 @@
 //! Lowering of reductions: reduce (any axes, one axis at a time when they
 //! are not contiguous), softmax and cumsum (any axis: non-last axes move to
-//! the end through a transpose), cross-entropy, top-k, arg max/min, sampling.
+//! the end through a transpose), cross-entropy, top-k (any axis, the same
+//! way), arg max/min, sampling.
 
 use super::{converted, index_i32, numel, Ctx};
 use crate::compile::error::CompileError;
@@ -189,19 +190,27 @@ pub(super) fn lower(ctx: &mut Ctx<'_>, op: &Op) -> Result<(), CompileError> {
             Ok(())
         }
         Op::TopK { k, axis } => {
+            // A non-last axis moves to the end and the i32 result moves back.
             let ax = ctx.in_shape(0).axis("top_k", *axis)?;
-            if ax + 1 != in_dims.len() {
-                return Err(ctx.unsupported("top_k runs along the last axis only"));
-            }
             let src = converted(ctx, 0, DType::F32)?;
-            let (o, a, _) = around(&in_dims, ax);
+            let (o, a, i) = around(&in_dims, ax);
+            let (rows_src, rows_dst) = if i == 1 {
+                (src, ctx.out())
+            } else {
+                let t = ctx.scratch(o * a * i * 4);
+                swap_last(ctx, src, t, o, a, i, false)?;
+                (t, ctx.scratch(o * i * k * 4))
+            };
             ctx.push(TopK {
-                src,
-                dst: ctx.out(),
-                outer: ctx.u32(o, "outer")?,
+                src: rows_src,
+                dst: rows_dst,
+                outer: ctx.u32(o * i, "outer")?,
                 axis_dim: ctx.u32(a, "axis")?,
                 k: ctx.u32(*k, "k")?,
             });
+            if i != 1 {
+                swap_last(ctx, rows_dst, ctx.out(), o, *k, i, true)?;
+            }
             Ok(())
         }
         Op::ArgMax { axis, .. } | Op::ArgMin { axis, .. } => {

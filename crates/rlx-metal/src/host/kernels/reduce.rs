@@ -148,22 +148,24 @@ pub fn cumsum<T: Elem>(
     Ok(())
 }
 
-/// Descending order with NaN largest and ties broken by lower index.
+/// Descending order with ties broken by lower index; NaN ranks below every
+/// number (after `-inf`), as in the numpy reference's `_order_desc`.
 #[inline]
-fn desc(a: (f32, usize), b: (f32, usize)) -> Ordering {
-    let key = |v: f32| if v.is_nan() { f32::INFINITY } else { v };
+fn desc(a: (f64, usize), b: (f64, usize)) -> Ordering {
     match (a.0.is_nan(), b.0.is_nan()) {
-        (true, false) => Ordering::Less,
-        (false, true) => Ordering::Greater,
-        _ => key(b.0)
-            .partial_cmp(&key(a.0))
-            .unwrap_or(Ordering::Equal)
-            .then(a.1.cmp(&b.1)),
+        (true, false) => Ordering::Greater,
+        (false, true) => Ordering::Less,
+        (true, true) => a.1.cmp(&b.1),
+        _ => {
+            b.0.partial_cmp(&a.0)
+                .unwrap_or(Ordering::Equal)
+                .then(a.1.cmp(&b.1))
+        }
     }
 }
 
 /// Indices of the `k` largest entries of each row of `x [rows, n]`,
-/// descending (ties → lower index first, NaN counts as largest), into
+/// descending (ties → lower index first, NaN ranks below every number), into
 /// `out [rows, k]` as i32. Needs `k <= n`, `x >= rows·n`, `out >= rows·k`.
 pub fn top_k<T: Elem>(x: &[T], out: &mut [i32], rows: usize, n: usize, k: usize) -> Result<()> {
     const K: &str = "top_k";
@@ -177,13 +179,13 @@ pub fn top_k<T: Elem>(x: &[T], out: &mut [i32], rows: usize, n: usize, k: usize)
     }
     out[..rows * k].par_chunks_mut(k).enumerate().for_each_init(
         Vec::new,
-        |idx: &mut Vec<(f32, usize)>, (r, o)| {
+        |idx: &mut Vec<(f64, usize)>, (r, o)| {
             idx.clear();
             idx.extend(
                 x[r * n..r * n + n]
                     .iter()
                     .enumerate()
-                    .map(|(i, v)| (v.to_f32(), i)),
+                    .map(|(i, v)| (v.to_f32() as f64, i)),
             );
             if k < n {
                 idx.select_nth_unstable_by(k - 1, |a, b| desc(*a, *b));
@@ -315,18 +317,25 @@ pub struct SampleParams {
     pub temperature: f32,
     /// Keep only the `top_k` most likely tokens (`0` = all).
     pub top_k: usize,
-    /// Keep the smallest most-likely prefix whose probability mass
-    /// (under the full softmax) reaches `top_p`; `>= 1` keeps all.
+    /// Keep the smallest most-likely prefix whose probability mass, measured
+    /// after the top-k cut and renormalisation, reaches `top_p`; values
+    /// outside `(0, 1)` keep all.
     pub top_p: f32,
     /// RNG key; row `r` draws `u = uniform_at(seed, r)`.
     pub seed: u64,
 }
 
-/// Samples one token per row of `logits [rows, n]` into `out [rows]`:
-/// greedy when `temperature == 0`; otherwise `softmax(logits/temperature)`,
-/// keep `top_k`, keep the smallest prefix with mass `>= top_p`,
-/// renormalise, and pick the first token (in descending-probability order,
-/// ties → lower index) whose cumulative probability exceeds `u`.
+/// Samples one token per row of `logits [rows, n]` into `out [rows]`,
+/// following the numpy reference (`rlx.reference.reduce.sample_row`) step
+/// by step, in f64:
+/// greedy (first arg max) when `temperature == 0`; otherwise `z =
+/// logits/temperature`, tokens ordered by descending `z` (ties → lower id,
+/// NaN last), the first `top_k` kept (0 = all), `p = exp(z − z_max)`
+/// renormalised; when `0 < top_p < 1` the shortest prefix whose running mass
+/// reaches `top_p` is kept and renormalised (Hugging Face's order: top-k,
+/// then top-p on the renormalised survivors); the pick is the first kept
+/// token whose running probability exceeds `u` (the last kept one if none
+/// does). Sums run sequentially in order, as the reference's `cumsum`.
 /// Needs `n >= 1`, `logits >= rows·n`, `out >= rows`.
 pub fn sample<T: Elem>(
     logits: &[T],
@@ -344,23 +353,17 @@ pub fn sample<T: Elem>(
     if p.temperature == 0.0 {
         return arg_reduce(logits, out, rows, n, 1, true);
     }
+    let temp = p.temperature as f64;
+    let top_p = p.top_p as f64;
     out[..rows].par_iter_mut().enumerate().for_each_init(
         Vec::new,
-        |cand: &mut Vec<(f32, usize)>, (r, o)| {
-            let row = &logits[r * n..r * n + n];
-            let inv_t = 1.0 / p.temperature as f64;
-            let m = row
-                .iter()
-                .fold(f64::NEG_INFINITY, |a, v| a.max(v.to_f32() as f64 * inv_t));
-            let z: f64 = row
-                .iter()
-                .map(|v| (v.to_f32() as f64 * inv_t - m).exp())
-                .sum();
+        |cand: &mut Vec<(f64, usize)>, (r, o)| {
             cand.clear();
             cand.extend(
-                row.iter()
+                logits[r * n..r * n + n]
+                    .iter()
                     .enumerate()
-                    .map(|(i, v)| (((v.to_f32() as f64 * inv_t - m).exp() / z) as f32, i)),
+                    .map(|(i, v)| (v.to_f32() as f64 / temp, i)),
             );
             let keep = if p.top_k > 0 && p.top_k < n {
                 p.top_k
@@ -369,27 +372,30 @@ pub fn sample<T: Elem>(
             };
             if keep < n {
                 cand.select_nth_unstable_by(keep - 1, |a, b| desc(*a, *b));
+                cand.truncate(keep);
             }
-            cand.truncate(keep);
             cand.sort_unstable_by(|a, b| desc(*a, *b));
-            let mut kept = cand.len();
-            if p.top_p < 1.0 {
+            let z_max = cand[0].0;
+            cand.iter_mut().for_each(|c| c.0 = (c.0 - z_max).exp());
+            normalise(cand);
+            if top_p > 0.0 && top_p < 1.0 {
                 let mut mass = 0f64;
+                let mut kept = cand.len();
                 for (i, c) in cand.iter().enumerate() {
-                    mass += c.0 as f64;
-                    if mass >= p.top_p as f64 {
+                    mass += c.0;
+                    if mass >= top_p {
                         kept = i + 1;
                         break;
                     }
                 }
+                cand.truncate(kept);
+                normalise(cand);
             }
-            let cand = &cand[..kept.max(1)];
-            let total: f64 = cand.iter().map(|c| c.0 as f64).sum();
             let u = uniform_at(p.seed, r as u64) as f64;
             let mut cum = 0f64;
             let mut pick = cand[cand.len() - 1].1;
-            for c in cand {
-                cum += c.0 as f64 / total;
+            for c in cand.iter() {
+                cum += c.0;
                 if cum > u {
                     pick = c.1;
                     break;
@@ -399,6 +405,12 @@ pub fn sample<T: Elem>(
         },
     );
     Ok(())
+}
+
+/// Divide by the sequential (in-order) sum, as `p / cumsum(p)[-1]`.
+fn normalise(cand: &mut [(f64, usize)]) {
+    let total = cand.iter().fold(0f64, |a, c| a + c.0);
+    cand.iter_mut().for_each(|c| c.0 /= total);
 }
 
 #[cfg(test)]

@@ -173,7 +173,8 @@ fn cross_entropy() {
     assert!(cross_entropy_labels(&x, &bad, &mut loss, rows, n).is_err());
 }
 
-/// Naive sampler written from the spec: full sort, filters, renormalise.
+/// Naive sampler written from the spec: full sort, top-k, renormalise,
+/// top-p on the renormalised survivors, renormalise, draw.
 fn naive_sample(row: &[f32], p: SampleParams, r: usize) -> i32 {
     let scaled: Vec<f32> = row.iter().map(|v| v / p.temperature).collect();
     let probs = naive_softmax(&scaled);
@@ -182,10 +183,11 @@ fn naive_sample(row: &[f32], p: SampleParams, r: usize) -> i32 {
     if p.top_k > 0 {
         idx.truncate(p.top_k);
     }
+    let kept_mass: f64 = idx.iter().map(|&j| probs[j] as f64).sum();
     let mut mass = 0.0;
     let mut keep = idx.len();
     for (i, &j) in idx.iter().enumerate() {
-        mass += probs[j] as f64;
+        mass += probs[j] as f64 / kept_mass;
         if p.top_p < 1.0 && mass >= p.top_p as f64 {
             keep = i + 1;
             break;
@@ -270,4 +272,33 @@ fn sampling() {
         let f = picks.iter().filter(|&&v| v == j as i32).count() as f32 / 20_000.0;
         assert!((f - pj).abs() < 0.015, "token {j}: {f} vs {pj}");
     }
+}
+
+#[test]
+fn top_k_nan_ranks_last() {
+    let x = [f32::NAN, 1.0, f32::NEG_INFINITY, f32::NAN, 2.0];
+    let mut out = [0i32; 5];
+    top_k(&x, &mut out, 1, 5, 5).unwrap();
+    assert_eq!(out, [4, 1, 2, 0, 3]);
+}
+
+#[test]
+fn sampling_top_p_after_top_k_renormalisation() {
+    // softmax ≈ [.38, .28, .19, .09, tail]: top_k = 2 renormalises the first
+    // two to ≈ [.57, .43], so top_p = 0.55 keeps token 0 alone (on the full
+    // softmax, .38 < .55 would keep tokens 0 and 1).
+    let mut row: Vec<f32> = [0.4f32, 0.3, 0.2, 0.1].iter().map(|v| v.ln()).collect();
+    row.extend(std::iter::repeat_n(0.002f32.ln(), 29));
+    let n = row.len();
+    let rows = 256;
+    let x: Vec<f32> = row.iter().cycle().take(rows * n).cloned().collect();
+    let mut out = vec![0i32; rows];
+    let p = SampleParams {
+        temperature: 1.0,
+        top_k: 2,
+        top_p: 0.55,
+        seed: 7,
+    };
+    sample(&x, &mut out, rows, n, p).unwrap();
+    assert!(out.iter().all(|&t| t == 0), "{out:?}");
 }

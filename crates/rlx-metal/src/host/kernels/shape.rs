@@ -38,13 +38,14 @@ pub fn gather_rows<T: Pod>(
     vocab: usize,
     dim: usize,
 ) -> Result<()> {
-    gather_axis(table, idx, out, 1, vocab, dim, n)
+    gather_impl(table, idx, out, [1, vocab, dim, n], false)
 }
 
 /// Gather along an axis: `out[o, i, :] = x[o, idx[i], :]` for
 /// `x [outer, axis_dim, trailing]`, `idx [num_idx]`,
-/// `out [outer, num_idx, trailing]`. Needs the matching lengths and every
-/// index in `0..axis_dim`.
+/// `out [outer, num_idx, trailing]`. Negative indices count from the end
+/// (ONNX `Gather`). Needs the matching lengths and every index in
+/// `-axis_dim..axis_dim`.
 #[allow(clippy::too_many_arguments)]
 pub fn gather_axis<T: Pod>(
     x: &[T],
@@ -55,22 +56,54 @@ pub fn gather_axis<T: Pod>(
     trailing: usize,
     num_idx: usize,
 ) -> Result<()> {
+    gather_impl(x, idx, out, [outer, axis_dim, trailing, num_idx], true)
+}
+
+/// Shared body of the gathers; `dims` is `[outer, axis_dim, trailing,
+/// num_idx]`; `signed` admits negative indices (counted from the end).
+fn gather_impl<T: Pod>(
+    x: &[T],
+    idx: &[i32],
+    out: &mut [T],
+    dims: [usize; 4],
+    signed: bool,
+) -> Result<()> {
     const K: &str = "gather";
+    let [outer, axis_dim, trailing, num_idx] = dims;
     check_len(K, "x", x.len(), numel(K, &[outer, axis_dim, trailing])?)?;
     check_len(K, "index", idx.len(), num_idx)?;
     let total = numel(K, &[outer, num_idx, trailing])?;
     check_len(K, "out", out.len(), total)?;
-    check_idx(K, &idx[..num_idx], axis_dim)?;
+    let idx = &idx[..num_idx];
+    let lo = if signed { -(axis_dim as i64) } else { 0 };
+    if let Some(&bad) = idx
+        .iter()
+        .find(|&&i| (i as i64) < lo || i as i64 >= axis_dim as i64)
+    {
+        return Err(KernelError::Index {
+            kernel: K,
+            operand: "index",
+            index: bad as i64,
+            bound: axis_dim,
+        });
+    }
     if total == 0 {
         return Ok(());
     }
+    let row = |i: i32| {
+        if i < 0 {
+            (i as i64 + axis_dim as i64) as usize
+        } else {
+            i as usize
+        }
+    };
     out[..total]
         .par_chunks_mut(trailing)
         .enumerate()
         .with_min_len(rows_per_task(outer * num_idx, trailing))
         .for_each(|(r, o)| {
             let (oi, i) = (r / num_idx, r % num_idx);
-            let s = (oi * axis_dim + idx[i] as usize) * trailing;
+            let s = (oi * axis_dim + row(idx[i])) * trailing;
             o.copy_from_slice(&x[s..s + trailing]);
         });
     Ok(())

@@ -188,3 +188,14 @@ fn scatter_copy_resize() {
         }
     }
 }
+
+#[test]
+fn gather_axis_negative_indices_count_from_end() {
+    // x [outer=2, axis=3, trailing=1]
+    let x = [0i32, 1, 2, 10, 11, 12];
+    let mut o = [0i32; 4];
+    gather_axis(&x, &[-1, 0], &mut o, 2, 3, 1, 2).unwrap();
+    assert_eq!(o, [2, 0, 12, 10]);
+    assert!(gather_axis(&x, &[-4], &mut o, 2, 3, 1, 1).is_err());
+    assert!(gather_axis(&x, &[3], &mut o, 2, 3, 1, 1).is_err());
+}

@@ -1,20 +1,26 @@
 //! Native glue for elementwise thunks: activations, binary (full, bias,
-//! broadcast, fused with activations), compare, where, fma, casts, SwiGLU.
+//! broadcast, fused with activations), compare, where, fma, casts, SwiGLU,
+//! fused elementwise regions (prologue-free ones).
 
 use super::{esz, read_staged, widen, NResult};
 use crate::host::buffer::Mem;
 use crate::host::exec::Staging;
 use crate::host::kernels::elementwise as k;
 use crate::host::kernels::{Elem, KernelError};
+use crate::thunk::region::{
+    input_byte_offset, ElementwiseRegion, REGION_MAX_INPUTS, REGION_MAX_STEPS, STEP_OPERAND,
+};
 use crate::thunk::{HalfFlag, Thunk};
 use half::f16;
-use rlx_ir::op::Activation;
-use rlx_ir::DType;
+use k::{RegionArg, RegionCast, RegionInput, RegionOp, RegionStep};
+use rlx_ir::op::{Activation, BinaryOp};
 
 pub(super) fn handles(t: &Thunk) -> bool {
     use Thunk::*;
     match t {
-        CastHost(c) => numeric(c.src_dt) && numeric(c.dst_dt),
+        CastHost(c) => {
+            super::layout::cast_host_native(c.src_dt) && super::layout::cast_host_native(c.dst_dt)
+        }
         ActivationOut(_)
         | ActivationInPlace(_)
         | GeluApproxOut(_)
@@ -28,14 +34,15 @@ pub(super) fn handles(t: &Thunk) -> bool {
         | FusedTernaryActivation(_)
         | Compare(_)
         | Where(_)
-        | Fma(_)
-        | FusedSwiGLU(_) => true,
+        | Fma(_) => true,
+        FusedSwiGLU(s) => s.src_dt == s.dst_dt,
+        ElementwiseRegion(r) => {
+            r.prologue == 0
+                && r.num_inputs as usize <= REGION_MAX_INPUTS
+                && (1..=REGION_MAX_STEPS).contains(&(r.num_steps as usize))
+        }
         _ => false,
     }
-}
-
-fn numeric(d: DType) -> bool {
-    !matches!(d, DType::C64 | DType::BF16)
 }
 
 macro_rules! by_dt {
@@ -243,10 +250,115 @@ pub(super) fn run(t: &Thunk, mem: &Mem, st: &mut Staging) -> NResult {
             Ok(())
         }
         CastHost(c) => super::layout::cast_host(c, mem),
+        ElementwiseRegion(r) => region(r, mem),
         _ => Err(KernelError::Invalid {
             kernel: "native",
             msg: format!("no elementwise kernel for {}", t.name()),
         }
         .into()),
     }
+}
+
+/// Activations in the region chain's code order (`sub` of a kind-0 step).
+const REGION_ACTS: [Activation; 17] = {
+    use Activation::*;
+    [
+        Gelu, GeluApprox, Silu, Relu, Sigmoid, Tanh, Exp, Log, Sqrt, Rsqrt, Neg, Abs, Sin, Cos,
+        Tan, Atan, Round,
+    ]
+};
+
+/// Binary ops in the region chain's code order (`sub` of a kind-2 step).
+const REGION_BINS: [BinaryOp; 7] = {
+    use BinaryOp::*;
+    [Add, Sub, Mul, Div, Max, Min, Pow]
+};
+
+fn region_err(msg: String) -> crate::host::exec::NativeError {
+    KernelError::Invalid {
+        kernel: "elementwise_region",
+        msg,
+    }
+    .into()
+}
+
+/// Decode the chain and run the region kernel. Inputs that overlap the
+/// destination are copied first (rare: the planner gives outputs fresh space).
+fn region(r: &ElementwiseRegion, mem: &Mem) -> NResult {
+    let ns = r.num_steps as usize;
+    let ni = r.num_inputs as usize;
+    if ns == 0 || ns > REGION_MAX_STEPS || ni > REGION_MAX_INPUTS {
+        return Err(region_err(format!("{ns} steps, {ni} inputs")));
+    }
+    let arg = |w: u32| {
+        if w & STEP_OPERAND != 0 {
+            RegionArg::Step((w & !STEP_OPERAND) as usize)
+        } else {
+            RegionArg::Input(w as usize)
+        }
+    };
+    let mut steps = [RegionStep {
+        op: RegionOp::Cast(RegionCast::Identity),
+        a: RegionArg::Input(0),
+        b: RegionArg::Input(0),
+    }; REGION_MAX_STEPS];
+    for (s, w) in r.chain.chunks_exact(4).take(ns).enumerate() {
+        let sub = w[1] as usize;
+        let op = match w[0] {
+            0 => REGION_ACTS.get(sub).map(|&a| RegionOp::Unary(a)),
+            1 => [
+                RegionCast::Identity,
+                RegionCast::F16,
+                RegionCast::Bf16,
+                RegionCast::Trunc,
+            ]
+            .get(sub)
+            .map(|&c| RegionOp::Cast(c)),
+            2 => REGION_BINS.get(sub).map(|&b| RegionOp::Binary(b)),
+            _ => None,
+        }
+        .ok_or_else(|| region_err(format!("step {s}: bad kind/sub {}/{sub}", w[0])))?;
+        steps[s] = RegionStep {
+            op,
+            a: arg(w[2]),
+            b: arg(w[3]),
+        };
+    }
+    let n = r.len as usize;
+    let geometry = |i: usize| {
+        let scalar = r.scalar_input_mask & (1 << i) != 0;
+        let m = r.input_modulus[i] as usize;
+        let count = if scalar {
+            1
+        } else if m > 0 {
+            m
+        } else {
+            n
+        };
+        (scalar, m > 0, input_byte_offset(r.input_offs[i]), count)
+    };
+    let mut copies: [Option<Vec<f32>>; REGION_MAX_INPUTS] = Default::default();
+    for (i, copy) in copies.iter_mut().enumerate().take(ni) {
+        let (_, _, off, count) = geometry(i);
+        if super::overlap(off, count * 4, r.dst, n * 4) {
+            *copy = Some(mem.get::<f32>("input", off, count)?.to_vec());
+        }
+    }
+    let mut inputs = [RegionInput::Scalar(0.0); REGION_MAX_INPUTS];
+    for i in 0..ni {
+        let (scalar, periodic, off, count) = geometry(i);
+        let x: &[f32] = match &copies[i] {
+            Some(v) => v,
+            None => mem.get::<f32>("input", off, count)?,
+        };
+        inputs[i] = if scalar {
+            RegionInput::Scalar(x[0])
+        } else if periodic {
+            RegionInput::Periodic(x)
+        } else {
+            RegionInput::Dense(x)
+        };
+    }
+    let out = mem.get_mut::<f32>("dst", r.dst, n)?;
+    Ok(k::region(&steps[..ns], &inputs[..ni], out)?)
 }

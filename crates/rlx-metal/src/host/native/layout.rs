@@ -20,6 +20,7 @@ pub(super) fn handles(t: &Thunk) -> bool {
     match t {
         Pool2D(p) => matches!(p.kind, ReduceOp::Max | ReduceOp::Mean),
         Reverse(r) => matches!(r.elem_bytes, 1 | 2 | 4 | 8),
+        ConvTranspose2d(c) => c.dt == HalfFlag::F32,
         Softmax(_)
         | Cumsum(_)
         | Reduce(_)
@@ -37,7 +38,6 @@ pub(super) fn handles(t: &Thunk) -> bool {
         | Transpose(_)
         | ScatterAdd(_)
         | Conv2D(_)
-        | ConvTranspose2d(_)
         | Im2Col(_)
         | ResizeNearest2x(_)
         | FusedDepthwiseConv1dBsc(_) => true,
@@ -424,8 +424,8 @@ pub(super) fn run(t: &Thunk, mem: &Mem) -> NResult {
     }
 }
 
-/// Numeric casts between f32, f64, i32, i64, u8 and bool (the others go to
-/// the reference).
+/// Numeric casts between f32, f16, f64, i8, i16, i32, i64, u8, u32 and bool
+/// (bf16 and c64 go to the reference; see [`cast_host_native`]).
 pub(super) fn cast_host(c: &CastHost, mem: &Mem) -> NResult {
     let n = c.len as usize;
     fn go<S: Numeric + crate::host::buffer::Plain, D: Numeric + crate::host::buffer::Plain>(
@@ -443,10 +443,14 @@ pub(super) fn cast_host(c: &CastHost, mem: &Mem) -> NResult {
         ($S:ty) => {
             match c.dst_dt {
                 DType::F32 => go::<$S, f32>(mem, c.src, c.dst, n),
+                DType::F16 => go::<$S, f16>(mem, c.src, c.dst, n),
                 DType::F64 => go::<$S, f64>(mem, c.src, c.dst, n),
+                DType::I8 => go::<$S, i8>(mem, c.src, c.dst, n),
+                DType::I16 => go::<$S, i16>(mem, c.src, c.dst, n),
                 DType::I32 => go::<$S, i32>(mem, c.src, c.dst, n),
                 DType::I64 => go::<$S, i64>(mem, c.src, c.dst, n),
                 DType::U8 => go::<$S, u8>(mem, c.src, c.dst, n),
+                DType::U32 => go::<$S, u32>(mem, c.src, c.dst, n),
                 DType::Bool => go::<$S, Bool>(mem, c.src, c.dst, n),
                 d => Err(invalid("cast_host", format!("to {d}")).into()),
             }
@@ -454,11 +458,20 @@ pub(super) fn cast_host(c: &CastHost, mem: &Mem) -> NResult {
     }
     match c.src_dt {
         DType::F32 => to!(f32),
+        DType::F16 => to!(f16),
         DType::F64 => to!(f64),
+        DType::I8 => to!(i8),
+        DType::I16 => to!(i16),
         DType::I32 => to!(i32),
         DType::I64 => to!(i64),
         DType::U8 => to!(u8),
+        DType::U32 => to!(u32),
         DType::Bool => to!(Bool),
         d => Err(invalid("cast_host", format!("from {d}")).into()),
     }
+}
+
+/// True when [`cast_host`] converts `d` natively (every real dtype but bf16).
+pub(crate) fn cast_host_native(d: DType) -> bool {
+    !matches!(d, DType::C64 | DType::BF16)
 }

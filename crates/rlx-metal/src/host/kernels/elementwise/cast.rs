@@ -1,5 +1,5 @@
 //! Dtype casts: f32 ↔ f16 ↔ bf16 and general numeric casts between f32,
-//! f64, i32, i64, u8 and bool.
+//! f16, f64, i8, i16, i32, i64, u8, u32 and bool.
 
 use half::{bf16, f16};
 use rayon::prelude::*;
@@ -53,7 +53,7 @@ macro_rules! numeric_int {
         }
     )*};
 }
-numeric_int!(i32, i64, u8);
+numeric_int!(i8, i16, i32, i64, u8, u32);
 
 macro_rules! numeric_float {
     ($($t:ty),*) => {$(
@@ -67,6 +67,23 @@ macro_rules! numeric_float {
     )*};
 }
 numeric_float!(f32, f64);
+
+impl Numeric for f16 {
+    const IS_INT: bool = false;
+    fn to_f64(self) -> f64 {
+        f16::to_f64(self)
+    }
+    fn to_i64(self) -> i64 {
+        f16::to_f64(self) as i64
+    }
+    /// Rounds once, to nearest even (numpy's `float64 → float16`).
+    fn from_f64(v: f64) -> Self {
+        f16::from_f64(v)
+    }
+    fn from_i64(v: i64) -> Self {
+        f16::from_f64(v as f64)
+    }
+}
 
 impl Numeric for Bool {
     const IS_INT: bool = true;
@@ -84,8 +101,8 @@ impl Numeric for Bool {
     }
 }
 
-/// General numeric cast between `f32`, `f64`, `i32`, `i64`, `u8` and
-/// [`Bool`]: float → int truncates toward zero, int → int wraps, anything
+/// General numeric cast between `f32`, `f16`, `f64`, `i8`, `i16`, `i32`,
+/// `i64`, `u8`, `u32` and [`Bool`]: float → int truncates toward zero, int → int wraps, anything
 /// → bool is `!= 0`. Needs `dst >= src.len()`.
 pub fn cast_numeric<S: Numeric, D: Numeric>(src: &[S], dst: &mut [D]) -> Result<()> {
     check_len("cast", "dst", dst.len(), src.len())?;

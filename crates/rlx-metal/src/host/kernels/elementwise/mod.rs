@@ -1,6 +1,6 @@
 //! Elementwise kernels: activations, binary ops (dense and numpy
 //! broadcast), bias add, fused binary/ternary + activation, compare, where,
-//! fma, SwiGLU and dtype casts.
+//! fma, SwiGLU, dtype casts and fused region programs.
 //!
 //! The op `match` is hoisted out of every inner loop (the `with_act!` /
 //! `with_bin!` macros monomorphise one loop per op), so each loop is a
@@ -16,8 +16,10 @@ use super::{check_len, invalid, numel, Elem, Result, PAR_MIN};
 #[macro_use]
 mod scalar;
 mod cast;
+mod region;
 
 pub use cast::*;
+pub use region::{region, RegionArg, RegionCast, RegionInput, RegionOp, RegionStep};
 pub use scalar::{erf, silu};
 
 /// Elements per scratch chunk of the fused kernels (fits in L1).
