@@ -218,19 +218,23 @@ def _expected_sha256(spec: ModelSpec) -> str:
 
 
 class _Progress:
-    """A progress bar over bytes: tqdm when installed, else a plain stderr bar
-    (only when stderr is a terminal, so logs stay clean)."""
+    """A progress bar over bytes on stderr: tqdm when installed, else a plain
+    bar. Only on a terminal: in logs (CI) one line says what is happening."""
 
     def __init__(self, total: int, desc: str) -> None:
         self.total, self.done, self.desc = total, 0, desc
         self._bar = None
         self._last = -1
+        self._plain = False
+        if not sys.stderr.isatty():
+            print(f"rlx: {desc} ({total / 1e6:.0f} MB) ...", file=sys.stderr)
+            return
         try:
             from tqdm import tqdm
 
             self._bar = tqdm(total=total, desc=desc, unit="B", unit_scale=True, leave=False)
         except ImportError:
-            self._plain = sys.stderr.isatty()
+            self._plain = True
 
     def update(self, n: int) -> None:
         self.done += n
