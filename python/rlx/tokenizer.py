@@ -332,13 +332,18 @@ class Tokenizer:
         return [self.encode(t, add_special) for t in texts]
 
     def _without_special(self) -> Any:
-        """A twin pipeline whose control tokens are not matched in text."""
+        """A twin pipeline whose control tokens are not matched in text. It
+        shares the BPE model (no rebuild) and keeps the user-defined tokens."""
         if self._plain_hf is None:
             from tokenizers import Tokenizer as HFTokenizer
 
-            spec = json.loads(self._hf.to_str())
-            spec["added_tokens"] = [t for t in spec["added_tokens"] if not t["special"]]
-            self._plain_hf = HFTokenizer.from_str(json.dumps(spec))
+            hf = HFTokenizer(self._hf.model)
+            hf.normalizer = self._hf.normalizer
+            hf.pre_tokenizer = self._hf.pre_tokenizer
+            hf.decoder = self._hf.decoder
+            added = self._hf.get_added_tokens_decoder().values()
+            hf.add_tokens([t for t in added if not t.special])
+            self._plain_hf = hf
         return self._plain_hf
 
     # ---------------------------------------------------------------- decode
