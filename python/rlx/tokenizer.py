@@ -12,9 +12,7 @@ A GGUF file carries its vocabulary under llama.cpp's keys
 * ``model == "llama"``: SentencePiece-style BPE: spaces become ``▁``, pieces
   merge best-score-first (the merges are rebuilt from the vocabulary, since
   SentencePiece files list none), unknown characters fall back to ``<0xNN>``
-  byte tokens. Gemma files store runs of spaces as real spaces: they are
-  respelled with ``▁`` so BPE can reach them, and Gemma's merge order is the
-  vocabulary order.
+  byte tokens. Gemma's merge order is its vocabulary order.
 
 Control tokens (type 3) are matched whole in the text as special tokens and
 user-defined tokens (type 4) as plain added tokens, as llama.cpp does.
@@ -198,7 +196,7 @@ class Tokenizer:
         return cls(path if isinstance(path, GGUFFile) else GGUFFile(path))
 
     # ----------------------------------------------------------------- build
-    def _added_tokens(self, normal_vocab: Optional[set[str]] = None) -> list[Any]:
+    def _added_tokens(self) -> list[Any]:
         """Control tokens as special added tokens, user-defined ones as plain
         added tokens (matched whole in the raw text, as llama.cpp does)."""
         from tokenizers import AddedToken
@@ -207,7 +205,7 @@ class Tokenizer:
         for tok, ty in zip(self.tokens, self.token_types):
             if ty == CONTROL:
                 out.append(AddedToken(tok, special=True, normalized=False))
-            elif ty == USER_DEFINED and (normal_vocab is None or tok in normal_vocab):
+            elif ty == USER_DEFINED:
                 out.append(AddedToken(tok, special=False, normalized=False))
         return out
 
@@ -252,18 +250,19 @@ class Tokenizer:
         from tokenizers import Tokenizer as HFTokenizer
         from tokenizers import decoders, models, normalizers
 
-        # Runs of spaces stored as real spaces are spelled with ▁ like every
-        # other space SentencePiece sees.
-        spelled = [
-            "\u2581" * len(t) if t and not t.strip(" ") else t for t in self.tokens
-        ]
-        vocab = {t: i for i, t in enumerate(spelled)}
+        # User-defined tokens (Gemma's runs of spaces, tabs and newlines, HTML
+        # tags) are matched whole in the raw text before any of this, as
+        # llama.cpp does: Gemma stores its space runs with real spaces, so BPE
+        # (which sees ▁) could not reach them anyway, and greedy longest-first
+        # matching is what llama.cpp produces for a 40-space run (31 + 9, where
+        # BPE over ▁ would give 15 + 25).
+        tokens = self.tokens
+        vocab = {t: i for i, t in enumerate(tokens)}
         key = self._merge_key(gguf)
         mergeable = [
             i
             for i, ty in enumerate(self.token_types)
-            if (ty == NORMAL or (ty == USER_DEFINED and spelled[i] != self.tokens[i]))
-            and len(spelled[i]) > 1
+            if ty == NORMAL and len(tokens[i]) > 1
         ]
         # Best first; every split of a token into two vocabulary pieces is a
         # merge at that token's rank (SentencePiece's BPE joins any adjacent
@@ -273,7 +272,7 @@ class Tokenizer:
         merges: list[tuple[str, str]] = []
         push = merges.append
         for i in mergeable:
-            t = spelled[i]
+            t = tokens[i]
             for cut in range(1, len(t)):
                 left = t[:cut]
                 if get(left):
@@ -296,10 +295,7 @@ class Tokenizer:
         hf.decoder = decoders.Sequence(
             [decoders.Replace("\u2581", " "), decoders.ByteFallback(), decoders.Fuse()]
         )
-        # User-defined tokens that BPE reaches by itself (the respelled spaces)
-        # are not added: they are not in the raw text any more.
-        natural = {t for t, s in zip(self.tokens, spelled) if t == s}
-        added = self._added_tokens(natural)
+        added = self._added_tokens()
         hf.add_special_tokens([t for t in added if t.special])
         hf.add_tokens([t for t in added if not t.special])
         return hf
