@@ -235,7 +235,9 @@ impl PyExecutable {
     }
 
     /// Figures of the compile: arena / naive / state / weights bytes, thunk
-    /// count, native vs fallback thunks, and a count per thunk name.
+    /// count, native vs fallback thunks, a count per thunk name
+    /// (`by_thunk`) and per thunk name of those run by the fallback
+    /// (`fallback_by_thunk`).
     fn stats<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
         let c = &self.compiled;
         let d = PyDict::new(py);
@@ -253,18 +255,27 @@ impl PyExecutable {
         d.set_item("native_thunks", native)?;
         d.set_item("fallback_thunks", c.schedule.thunks.len() - native)?;
         let counts = PyDict::new(py);
+        let fallback = PyDict::new(py);
         for t in &c.schedule.thunks {
-            let k = t.name();
-            let n: usize = counts
-                .get_item(k)?
-                .map(|v| v.extract())
-                .transpose()?
-                .unwrap_or(0);
-            counts.set_item(k, n + 1)?;
+            bump(&counts, t.name())?;
+            if !self.exec.is_native(t) {
+                bump(&fallback, t.name())?;
+            }
         }
         d.set_item("by_thunk", counts)?;
+        d.set_item("fallback_by_thunk", fallback)?;
         Ok(d)
     }
+}
+
+/// Add one to `counts[key]`.
+fn bump(counts: &Bound<'_, PyDict>, key: &str) -> PyResult<()> {
+    let n: usize = counts
+        .get_item(key)?
+        .map(|v| v.extract())
+        .transpose()?
+        .unwrap_or(0);
+    counts.set_item(key, n + 1)
 }
 
 fn verify(c: &Compiled) -> Result<(), CompileError> {
