@@ -131,8 +131,9 @@ def rotate(x: np.ndarray, cos: np.ndarray, sin: np.ndarray, interleaved: bool) -
 def rope(t: dict, mem: Memory) -> None:
     """RoPE on ``x [batch, seq, hidden]`` (``hidden = heads·head_dim``) read
     with row stride ``src_row_stride`` elements; dst is dense. In every head
-    the first ``n_rot`` dims rotate, the rest are copied. cos/sin (in ``dt``)
-    are ``[seq, n_rot/2]``, or ``[batch·seq, n_rot/2]`` when ``cos_per_token``."""
+    the first ``n_rot`` dims rotate, the rest are copied. cos/sin are f32
+    tables (whatever ``dt``) ``[seq, n_rot/2]``, or ``[batch·seq, n_rot/2]``
+    when ``cos_per_token``."""
     dt = fdt(t)
     b, s, hid, hd, nr = t["batch"], t["seq"], t["hidden"], t["head_dim"], t["n_rot"]
     stride = t.get("src_row_stride") or hid
@@ -143,8 +144,8 @@ def rope(t: dict, mem: Memory) -> None:
     idx = np.arange(rows)[:, None] * stride + np.arange(hid)[None, :]
     x = flat[idx].astype(np.float64).reshape(b, s, hid // hd, hd)
     tab = (b * s) if t.get("cos_per_token") else s
-    cos = mem.view(t["cos"], (tab, nr // 2), dt).astype(np.float64)
-    sin = mem.view(t["sin"], (tab, nr // 2), dt).astype(np.float64)
+    cos = mem.view(t["cos"], (tab, nr // 2), F32).astype(np.float64)
+    sin = mem.view(t["sin"], (tab, nr // 2), F32).astype(np.float64)
     shape = (b, s, 1, nr // 2) if t.get("cos_per_token") else (1, s, 1, nr // 2)
     cos, sin = cos.reshape(shape), sin.reshape(shape)
     y = x.copy()
