@@ -44,26 +44,37 @@ def sdpa(q: np.ndarray, k: np.ndarray, v: np.ndarray, scale: float, softcap: flo
     """Core over BHSD float64 arrays; k/v may have fewer (kv) heads.
 
     ``visible`` broadcasts to ``[B, H, S, KV]`` (True = attend), ``bias`` is
-    added after scaling and soft-capping. Fully masked rows give zeros."""
+    added after scaling and soft-capping. A key whose final score is
+    ``-inf`` (masked, or an infinite negative bias) takes no part in the
+    row: its value is never read, so a NaN there does not leak. Otherwise
+    IEEE rules hold: a NaN score (or ``+inf`` max) makes the row NaN.
+    Rows with no visible key give zeros."""
     heads, kvh = q.shape[1], k.shape[1]
     if heads % kvh:
         raise ValueError(f"[attention] heads {heads} not a multiple of kv_heads {kvh}")
     rep = heads // kvh
     kk = np.repeat(k, rep, axis=1)
     vv = np.repeat(v, rep, axis=1)
-    s = np.matmul(q, np.swapaxes(kk, -1, -2)) * scale
-    if softcap != 0.0:
-        s = softcap * np.tanh(s / softcap)
-    if bias is not None:
-        s = s + bias
-    if visible is not None:
-        s = np.where(visible, s, -np.inf)
-    mx = s.max(axis=-1, keepdims=True)
-    live = np.isfinite(mx)
-    e = np.exp(s - np.where(live, mx, 0.0))
-    den = e.sum(axis=-1, keepdims=True)
-    p = np.where(live, e / np.where(den > 0, den, 1.0), 0.0)
-    return np.matmul(p, vv)
+    with np.errstate(invalid="ignore", over="ignore"):
+        s = np.matmul(q, np.swapaxes(kk, -1, -2)) * scale
+        if softcap != 0.0:
+            s = softcap * np.tanh(s / softcap)
+        if bias is not None:
+            s = s + bias
+        if visible is not None:
+            s = np.where(visible, s, -np.inf)
+        mx = s.max(axis=-1, keepdims=True)  # NaN when any score is NaN
+        dead = np.isneginf(mx)  # every key masked
+        e = np.exp(s - np.where(dead, 0.0, mx))
+        den = e.sum(axis=-1, keepdims=True)
+        p = np.where(dead, 0.0, e / np.where(den > 0, den, 1.0))
+        gone = np.isneginf(s)
+        if np.isfinite(vv).all() or not gone.any():
+            return np.matmul(np.where(gone, 0.0, p), vv)
+        # non-finite values behind masked keys: leave them out explicitly
+        # (0·NaN would be NaN)
+        terms = np.where(gone[..., None], 0.0, p[..., None] * vv[..., None, :, :])
+        return terms.sum(axis=-2)
 
 
 @reference("attention")
