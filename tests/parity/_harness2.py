@@ -111,3 +111,113 @@ def one(out: dict[str, np.ndarray]) -> np.ndarray:
     """The single output of a run."""
     assert len(out) == 1
     return next(iter(out.values()))
+
+
+# ------------------------------------------------------------ transformer
+class Block:
+    """Geometry of a llama-style decoder block: rmsnorm → q/k/v projections →
+    NeoX RoPE → causal GQA attention → output projection → residual →
+    rmsnorm → SwiGLU MLP → residual."""
+
+    def __init__(self, width: int, heads: int, kv_heads: int, ffn: int, eps: float = 1e-6):
+        assert width % heads == 0
+        self.width, self.heads, self.kv_heads, self.ffn, self.eps = (
+            width, heads, kv_heads, ffn, eps)
+        self.head_dim = width // heads
+
+    def param_shapes(self) -> dict[str, list[int]]:
+        """Shapes of one layer's params."""
+        d, hd = self.width, self.head_dim
+        return {
+            "attn_norm": [d], "wq": [d, self.heads * hd], "wk": [d, self.kv_heads * hd],
+            "wv": [d, self.kv_heads * hd], "wo": [self.heads * hd, d], "mlp_norm": [d],
+            "w_gate": [d, self.ffn], "w_up": [d, self.ffn], "w_down": [self.ffn, d],
+        }
+
+    def params(self, rng: np.random.Generator, layer: int) -> dict[str, np.ndarray]:
+        """Random weights of layer ``layer`` (scaled to keep activations O(1))."""
+        out = {}
+        for name, shape in self.param_shapes().items():
+            if len(shape) == 1:
+                v = (1.0 + 0.1 * rng.standard_normal(shape)).astype(np.float32)
+            else:
+                v = (rng.standard_normal(shape) / np.sqrt(shape[0])).astype(np.float32)
+            out[f"l{layer}.{name}"] = v
+        return out
+
+    def build(self, g: rlx.Graph, x: rlx.Node, cos: rlx.Node, sin: rlx.Node,
+              layer: int) -> rlx.Node:
+        """Append one layer to ``g``; returns the new residual stream."""
+        p = {n: g.param(f"l{layer}.{n}", s) for n, s in self.param_shapes().items()}
+        h = g.rms_norm(x, p["attn_norm"], eps=self.eps)
+        q = g.rope(g.matmul(h, p["wq"]), cos, sin, head_dim=self.head_dim)
+        k = g.rope(g.matmul(h, p["wk"]), cos, sin, head_dim=self.head_dim)
+        v = g.matmul(h, p["wv"])
+        a = g.attention(q, k, v, heads=self.heads, kv_heads=self.kv_heads,
+                        head_dim=self.head_dim, mask="causal")
+        x = g.add(x, g.matmul(a, p["wo"]))
+        h = g.rms_norm(x, p["mlp_norm"], eps=self.eps)
+        m = g.mul(g.silu(g.matmul(h, p["w_gate"])), g.matmul(h, p["w_up"]))
+        return g.add(x, g.matmul(m, p["w_down"]), name=f"l{layer}.out")
+
+    def numpy(self, x: np.ndarray, cos: np.ndarray, sin: np.ndarray,
+              params: dict[str, np.ndarray], layer: int) -> np.ndarray:
+        """The same layer in float64 numpy, written from the formulas."""
+        w = {n: params[f"l{layer}.{n}"].astype(np.float64) for n in self.param_shapes()}
+        b, s, _ = x.shape
+        hd, half = self.head_dim, self.head_dim // 2
+
+        def rms(t: np.ndarray, gamma: np.ndarray) -> np.ndarray:
+            return t / np.sqrt((t * t).mean(-1, keepdims=True) + self.eps) * gamma
+
+        def rope(t: np.ndarray) -> np.ndarray:  # [b, s, n, hd], rotate-half
+            c, sn = cos[None, :, None, :], sin[None, :, None, :]
+            a1, a2 = t[..., :half], t[..., half:]
+            return np.concatenate([a1 * c - a2 * sn, a1 * sn + a2 * c], axis=-1)
+
+        h = rms(x, w["attn_norm"])
+        q = rope((h @ w["wq"]).reshape(b, s, self.heads, hd)).transpose(0, 2, 1, 3)
+        k = rope((h @ w["wk"]).reshape(b, s, self.kv_heads, hd)).transpose(0, 2, 1, 3)
+        v = (h @ w["wv"]).reshape(b, s, self.kv_heads, hd).transpose(0, 2, 1, 3)
+        rep = self.heads // self.kv_heads
+        k, v = np.repeat(k, rep, axis=1), np.repeat(v, rep, axis=1)
+        sc = q @ k.transpose(0, 1, 3, 2) / np.sqrt(hd)
+        sc = np.where(np.tril(np.ones((s, s), bool)), sc, -np.inf)
+        pr = np.exp(sc - sc.max(-1, keepdims=True))
+        pr /= pr.sum(-1, keepdims=True)
+        a = (pr @ v).transpose(0, 2, 1, 3).reshape(b, s, self.heads * hd)
+        x = x + a @ w["wo"]
+        h = rms(x, w["mlp_norm"])
+        gate = h @ w["w_gate"]
+        return x + (gate / (1 + np.exp(-gate)) * (h @ w["w_up"])) @ w["w_down"]
+
+
+def rope_tables(seq: int, head_dim: int, theta: float = 10000.0) -> tuple[np.ndarray, np.ndarray]:
+    """f32 cos / sin ``[seq, head_dim/2]`` of the usual RoPE frequencies."""
+    inv = theta ** (-np.arange(0, head_dim, 2) / head_dim)
+    ang = np.arange(seq)[:, None] * inv[None, :]
+    return np.cos(ang).astype(np.float32), np.sin(ang).astype(np.float32)
+
+
+def transformer(layers: int, block: Block, batch: int, seq: int,
+                seed: int = 0) -> tuple[rlx.Graph, dict[str, np.ndarray], dict[str, np.ndarray],
+                                        np.ndarray]:
+    """A ``layers``-deep stack: the graph, its params, its inputs and the
+    float64 numpy result."""
+    rng = np.random.default_rng(seed)
+    g = rlx.Graph(f"transformer{layers}")
+    x = g.input("x", [batch, seq, block.width])
+    cos = g.input("cos", [seq, block.head_dim // 2])
+    sin = g.input("sin", [seq, block.head_dim // 2])
+    params: dict[str, np.ndarray] = {}
+    y = x
+    for i in range(layers):
+        params.update(block.params(rng, i))
+        y = block.build(g, y, cos, sin, i)
+    g.outputs(y)
+    cv, sv = rope_tables(seq, block.head_dim)
+    xv = rng.standard_normal((batch, seq, block.width)).astype(np.float32)
+    want = xv.astype(np.float64)
+    for i in range(layers):
+        want = block.numpy(want, cv.astype(np.float64), sv.astype(np.float64), params, i)
+    return g, params, {"x": xv, "cos": cv, "sin": sv}, want
