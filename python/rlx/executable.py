@@ -158,7 +158,9 @@ class Executable:
 
     @property
     def stats(self) -> dict[str, Any]:
-        """Compile figures: arena vs naive bytes, thunk counts, native vs fallback."""
+        """Compile figures: arena vs naive bytes, thunk counts, native vs fallback;
+        ``by_thunk`` counts thunks per name, ``fallback_by_thunk`` those of them
+        that run through the numpy reference."""
         return dict(self._native.stats())
 
     def verify(self) -> None:

@@ -24,6 +24,8 @@ pub struct PyExecutable {
     exec: HostExecutor,
     /// Per-thunk JSON handed to the fallback (built once).
     thunk_json: Vec<String>,
+    /// Whether the schedule verifier ran at compile (`RLX_VERIFY=1`).
+    verified_at_compile: bool,
 }
 
 fn compile_err(e: CompileError) -> PyErr {
@@ -128,7 +130,8 @@ impl PyExecutable {
         for (off, bytes) in &compiled.constants {
             weights.as_mut_slice()[*off..*off + bytes.len()].copy_from_slice(bytes);
         }
-        if rlx_ir::env::flag("RLX_VERIFY") {
+        let verified_at_compile = rlx_ir::env::flag("RLX_VERIFY");
+        if verified_at_compile {
             verify(&compiled).map_err(compile_err)?;
         }
         let thunk_json = compiled.schedule.thunks.iter().map(thunk_to_json).collect();
@@ -138,6 +141,7 @@ impl PyExecutable {
             exec: HostExecutor::new(mode),
             thunk_json,
             compiled,
+            verified_at_compile,
         })
     }
 
@@ -235,7 +239,10 @@ impl PyExecutable {
     }
 
     /// Figures of the compile: arena / naive / state / weights bytes, thunk
-    /// count, native vs fallback thunks, and a count per thunk name.
+    /// count, whether the verifier ran at compile (`verified_at_compile`),
+    /// native vs fallback thunks, a count per thunk name
+    /// (`by_thunk`) and per thunk name of those run by the fallback
+    /// (`fallback_by_thunk`).
     fn stats<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
         let c = &self.compiled;
         let d = PyDict::new(py);
@@ -244,6 +251,7 @@ impl PyExecutable {
         d.set_item("state_bytes", c.state_bytes)?;
         d.set_item("weights_bytes", c.weights_bytes)?;
         d.set_item("thunks", c.schedule.thunks.len())?;
+        d.set_item("verified_at_compile", self.verified_at_compile)?;
         let native = c
             .schedule
             .thunks
@@ -253,18 +261,27 @@ impl PyExecutable {
         d.set_item("native_thunks", native)?;
         d.set_item("fallback_thunks", c.schedule.thunks.len() - native)?;
         let counts = PyDict::new(py);
+        let fallback = PyDict::new(py);
         for t in &c.schedule.thunks {
-            let k = t.name();
-            let n: usize = counts
-                .get_item(k)?
-                .map(|v| v.extract())
-                .transpose()?
-                .unwrap_or(0);
-            counts.set_item(k, n + 1)?;
+            bump(&counts, t.name())?;
+            if !self.exec.is_native(t) {
+                bump(&fallback, t.name())?;
+            }
         }
         d.set_item("by_thunk", counts)?;
+        d.set_item("fallback_by_thunk", fallback)?;
         Ok(d)
     }
+}
+
+/// Add one to `counts[key]`.
+fn bump(counts: &Bound<'_, PyDict>, key: &str) -> PyResult<()> {
+    let n: usize = counts
+        .get_item(key)?
+        .map(|v| v.extract())
+        .transpose()?
+        .unwrap_or(0);
+    counts.set_item(key, n + 1)
 }
 
 fn verify(c: &Compiled) -> Result<(), CompileError> {

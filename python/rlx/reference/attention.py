@@ -44,26 +44,37 @@ def sdpa(q: np.ndarray, k: np.ndarray, v: np.ndarray, scale: float, softcap: flo
     """Core over BHSD float64 arrays; k/v may have fewer (kv) heads.
 
     ``visible`` broadcasts to ``[B, H, S, KV]`` (True = attend), ``bias`` is
-    added after scaling and soft-capping. Fully masked rows give zeros."""
+    added after scaling and soft-capping. A key whose final score is
+    ``-inf`` (masked, or an infinite negative bias) takes no part in the
+    row: its value is never read, so a NaN there does not leak. Otherwise
+    IEEE rules hold: a NaN score (or ``+inf`` max) makes the row NaN.
+    Rows with no visible key give zeros."""
     heads, kvh = q.shape[1], k.shape[1]
     if heads % kvh:
         raise ValueError(f"[attention] heads {heads} not a multiple of kv_heads {kvh}")
     rep = heads // kvh
     kk = np.repeat(k, rep, axis=1)
     vv = np.repeat(v, rep, axis=1)
-    s = np.matmul(q, np.swapaxes(kk, -1, -2)) * scale
-    if softcap != 0.0:
-        s = softcap * np.tanh(s / softcap)
-    if bias is not None:
-        s = s + bias
-    if visible is not None:
-        s = np.where(visible, s, -np.inf)
-    mx = s.max(axis=-1, keepdims=True)
-    live = np.isfinite(mx)
-    e = np.exp(s - np.where(live, mx, 0.0))
-    den = e.sum(axis=-1, keepdims=True)
-    p = np.where(live, e / np.where(den > 0, den, 1.0), 0.0)
-    return np.matmul(p, vv)
+    with np.errstate(invalid="ignore", over="ignore"):
+        s = np.matmul(q, np.swapaxes(kk, -1, -2)) * scale
+        if softcap != 0.0:
+            s = softcap * np.tanh(s / softcap)
+        if bias is not None:
+            s = s + bias
+        if visible is not None:
+            s = np.where(visible, s, -np.inf)
+        mx = s.max(axis=-1, keepdims=True)  # NaN when any score is NaN
+        dead = np.isneginf(mx)  # every key masked
+        e = np.exp(s - np.where(dead, 0.0, mx))
+        den = e.sum(axis=-1, keepdims=True)
+        p = np.where(dead, 0.0, e / np.where(den > 0, den, 1.0))
+        gone = np.isneginf(s)
+        if np.isfinite(vv).all() or not gone.any():
+            return np.matmul(np.where(gone, 0.0, p), vv)
+        # non-finite values behind masked keys: leave them out explicitly
+        # (0·NaN would be NaN)
+        terms = np.where(gone[..., None], 0.0, p[..., None] * vv[..., None, :, :])
+        return terms.sum(axis=-2)
 
 
 @reference("attention")
@@ -131,8 +142,9 @@ def rotate(x: np.ndarray, cos: np.ndarray, sin: np.ndarray, interleaved: bool) -
 def rope(t: dict, mem: Memory) -> None:
     """RoPE on ``x [batch, seq, hidden]`` (``hidden = heads·head_dim``) read
     with row stride ``src_row_stride`` elements; dst is dense. In every head
-    the first ``n_rot`` dims rotate, the rest are copied. cos/sin (in ``dt``)
-    are ``[seq, n_rot/2]``, or ``[batch·seq, n_rot/2]`` when ``cos_per_token``."""
+    the first ``n_rot`` dims rotate, the rest are copied. cos/sin are f32
+    tables (whatever ``dt``) ``[seq, n_rot/2]``, or ``[batch·seq, n_rot/2]``
+    when ``cos_per_token``."""
     dt = fdt(t)
     b, s, hid, hd, nr = t["batch"], t["seq"], t["hidden"], t["head_dim"], t["n_rot"]
     stride = t.get("src_row_stride") or hid
@@ -143,8 +155,8 @@ def rope(t: dict, mem: Memory) -> None:
     idx = np.arange(rows)[:, None] * stride + np.arange(hid)[None, :]
     x = flat[idx].astype(np.float64).reshape(b, s, hid // hd, hd)
     tab = (b * s) if t.get("cos_per_token") else s
-    cos = mem.view(t["cos"], (tab, nr // 2), dt).astype(np.float64)
-    sin = mem.view(t["sin"], (tab, nr // 2), dt).astype(np.float64)
+    cos = mem.view(t["cos"], (tab, nr // 2), F32).astype(np.float64)
+    sin = mem.view(t["sin"], (tab, nr // 2), F32).astype(np.float64)
     shape = (b, s, 1, nr // 2) if t.get("cos_per_token") else (1, s, 1, nr // 2)
     cos, sin = cos.reshape(shape), sin.reshape(shape)
     y = x.copy()

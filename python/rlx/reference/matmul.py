@@ -11,6 +11,12 @@ from ._act import activate, store
 from ._common import F32, I32, fdt
 
 
+def _ieee() -> np.errstate:
+    """NaN / inf operands are legal and follow IEEE; numpy's warnings about
+    them are noise here."""
+    return np.errstate(invalid="ignore", over="ignore")
+
+
 @reference("sgemm")
 def sgemm(t: dict, mem: Memory) -> None:
     """``C[m, n] = A[m, k] @ B[k, n]`` in ``dt``; with ``b_f16`` (and
@@ -19,7 +25,8 @@ def sgemm(t: dict, mem: Memory) -> None:
     b_dt = np.dtype(np.float16) if t.get("b_f16") else dt
     a = mem.view(t["a"], (m, k), dt).astype(np.float64)
     b = mem.view(t["b"], (k, n), b_dt).astype(np.float64)
-    store(mem.view(t["c"], (m, n), dt), a @ b)
+    with _ieee():
+        store(mem.view(t["c"], (m, n), dt), a @ b)
 
 
 @reference("batched_sgemm")
@@ -29,7 +36,8 @@ def batched_sgemm(t: dict, mem: Memory) -> None:
     dt, bt, m, k, n = fdt(t), t["batch"], t["m"], t["k"], t["n"]
     a = mem.view(t["a"], (1 if t.get("a_bcast") else bt, m, k), dt).astype(np.float64)
     b = mem.view(t["b"], (1 if t.get("b_bcast") else bt, k, n), dt).astype(np.float64)
-    store(mem.view(t["c"], (bt, m, n), dt), np.broadcast_to(a @ b, (bt, m, n)))
+    with _ieee():
+        store(mem.view(t["c"], (bt, m, n), dt), np.broadcast_to(a @ b, (bt, m, n)))
 
 
 @reference("fused_mm_bias_act")
@@ -39,7 +47,8 @@ def fused_mm_bias_act(t: dict, mem: Memory) -> None:
     a = mem.view(t["a"], (m, k), dt).astype(np.float64)
     w = mem.view(t["w"], (k, n), dt).astype(np.float64)
     bias = mem.view(t["bias"], n, dt).astype(np.float64)
-    store(mem.view(t["c"], (m, n), dt), activate(t.get("act"), a @ w + bias))
+    with _ieee():
+        store(mem.view(t["c"], (m, n), dt), activate(t.get("act"), a @ w + bias))
 
 
 @reference("grouped_matmul")

@@ -2,14 +2,85 @@
 //! fused attention block (QKV projection, fused RoPE + SDPA core, output
 //! projection), RoPE and axial 2-D RoPE.
 
-use super::elementwise::materialize;
+use super::elementwise::{materialize, push_cast};
 use super::{converted, numel, Ctx};
 use crate::compile::error::CompileError;
 use crate::thunk::attention::{Attention, AxialRope2dHost, FusedAttn, Rope};
+use crate::thunk::binary::Where;
 use crate::thunk::matmul::Sgemm;
 use crate::thunk::HalfFlag;
 use rlx_ir::op::{AttnLayout, MaskKind, RopeKind};
 use rlx_ir::{DType, Op};
+
+/// Dims of a mask operand left-padded with 1s to the score rank
+/// `[batch, heads, seq, kv_seq]` (the IR broadcasts masks against it).
+fn score_dims(md: &[usize]) -> [usize; 4] {
+    let mut p = [1usize; 4];
+    let skip = md.len().saturating_sub(4);
+    let tail = &md[skip..];
+    p[4 - tail.len()..].copy_from_slice(tail);
+    p
+}
+
+/// A binary mask operand `i` in the thunks' shared-by-all-heads form
+/// `[batch, seq, kv_seq]` in `dtype`, or `None` when the mask differs per
+/// head (its head axis is not 1).
+fn shared_mask(
+    ctx: &mut Ctx<'_>,
+    i: usize,
+    target: [usize; 3],
+    dtype: DType,
+) -> Result<Option<usize>, CompileError> {
+    let p = score_dims(&ctx.in_dims(i));
+    if p[1] != 1 {
+        return Ok(None);
+    }
+    // dropping the size-1 head axis keeps the bytes: [b, 1, s, kv] ≡ [b, s, kv]
+    let from = [p[0], p[2], p[3]];
+    let m = converted(ctx, i, dtype)?;
+    if from == target {
+        Ok(Some(m))
+    } else {
+        materialize(ctx, m, &from, &target, dtype).map(Some)
+    }
+}
+
+/// A per-head binary mask operand `i` turned into the additive bias
+/// `[batch, heads, seq, kv_seq]` in `dtype` that the attention thunk takes:
+/// 0 where the mask is nonzero, `-inf` where it is zero.
+fn mask_as_bias(
+    ctx: &mut Ctx<'_>,
+    i: usize,
+    full: [usize; 4],
+    dtype: DType,
+) -> Result<usize, CompileError> {
+    let md = ctx.in_dims(i);
+    let m = converted(ctx, i, DType::F32)?;
+    let m = if md.as_slice() == full.as_slice() {
+        m
+    } else {
+        materialize(ctx, m, &md, &full, DType::F32)?
+    };
+    let n = numel(&full);
+    let len = ctx.u32(n, "mask elements")?;
+    let bias = ctx.scratch(n * 4);
+    ctx.push(Where {
+        cond: m,
+        on_true: ctx.zeros(),
+        on_false: ctx.neg_inf(),
+        dst: bias,
+        len,
+        cond_scalar: false,
+        true_scalar: true,
+        false_scalar: true,
+    });
+    if dtype == DType::F32 {
+        return Ok(bias);
+    }
+    let out = ctx.scratch(n * dtype.size_bytes());
+    push_cast(ctx, bias, DType::F32, out, dtype, len);
+    Ok(out)
+}
 
 pub(super) fn lower(ctx: &mut Ctx<'_>, op: &Op) -> Result<(), CompileError> {
     match op {
@@ -33,21 +104,22 @@ pub(super) fn lower(ctx: &mut Ctx<'_>, op: &Op) -> Result<(), CompileError> {
             let q = converted(ctx, 0, dtype)?;
             let k = converted(ctx, 1, dtype)?;
             let v = converted(ctx, 2, dtype)?;
-            let mask_off = if mask.has_input() {
-                let md = ctx.in_dims(3);
-                let target: Vec<usize> = if *mask == MaskKind::Custom {
-                    vec![batch, seq, kv_seq]
-                } else {
-                    vec![batch, *heads, seq, kv_seq]
-                };
-                let m = converted(ctx, 3, dtype)?;
-                if md == target {
-                    m
-                } else {
-                    materialize(ctx, m, &md, &target, dtype)?
+            let full = [batch, *heads, seq, kv_seq];
+            let (mask_off, mask_kind) = match mask {
+                MaskKind::Custom => match shared_mask(ctx, 3, [batch, seq, kv_seq], dtype)? {
+                    Some(m) => (m, MaskKind::Custom),
+                    None => (mask_as_bias(ctx, 3, full, dtype)?, MaskKind::Bias),
+                },
+                MaskKind::Bias => {
+                    let md = ctx.in_dims(3);
+                    let m = converted(ctx, 3, dtype)?;
+                    if md == full {
+                        (m, MaskKind::Bias)
+                    } else {
+                        (materialize(ctx, m, &md, &full, dtype)?, MaskKind::Bias)
+                    }
                 }
-            } else {
-                0
+                other => (0, *other),
             };
             ctx.push(Attention {
                 q,
@@ -61,7 +133,7 @@ pub(super) fn lower(ctx: &mut Ctx<'_>, op: &Op) -> Result<(), CompileError> {
                 heads: ctx.u32(*heads, "heads")?,
                 kv_heads: ctx.u32(*kv_heads, "kv_heads")?,
                 head_dim: ctx.u32(*head_dim, "head_dim")?,
-                mask_kind: mask.code(),
+                mask_kind: mask_kind.code(),
                 window: ctx.u32(*window, "window")?,
                 dt,
                 bhsd: (*layout == AttnLayout::Bhsd) as u32,
@@ -96,14 +168,12 @@ pub(super) fn lower(ctx: &mut Ctx<'_>, op: &Op) -> Result<(), CompileError> {
             };
             let mask_off = if *mask == MaskKind::Custom {
                 let i = if *rope { 5 } else { 3 };
-                let md = ctx.in_dims(i);
-                let m = converted(ctx, i, DType::F32)?;
-                let target = vec![batch, seq, seq];
-                if md == target {
-                    m
-                } else {
-                    materialize(ctx, m, &md, &target, DType::F32)?
-                }
+                shared_mask(ctx, i, [batch, seq, seq], DType::F32)?.ok_or_else(|| {
+                    ctx.unsupported(
+                        "the fused attention block takes a mask shared by all heads \
+                         (head axis 1); use attention for per-head masks",
+                    )
+                })?
             } else {
                 0
             };
@@ -165,8 +235,9 @@ pub(super) fn lower(ctx: &mut Ctx<'_>, op: &Op) -> Result<(), CompileError> {
                 _ => (numel(&xd[..xd.len() - 2]), xd[xd.len() - 2]),
             };
             let src = converted(ctx, 0, dtype)?;
-            let cos = converted(ctx, 1, dtype)?;
-            let sin = converted(ctx, 2, dtype)?;
+            // the cos/sin tables are f32 whatever x's dtype (angle precision)
+            let cos = converted(ctx, 1, DType::F32)?;
+            let sin = converted(ctx, 2, DType::F32)?;
             ctx.push(Rope {
                 src,
                 cos,

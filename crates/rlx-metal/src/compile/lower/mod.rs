@@ -96,6 +96,7 @@ pub(crate) struct Ctx<'a> {
     scratch_offsets: &'a [usize],
     thunks: &'a mut Vec<Thunk>,
     zeros: usize,
+    neg_inf: usize,
     views: &'a [bool],
 }
 
@@ -155,6 +156,12 @@ impl Ctx<'_> {
     /// of any node in f64 (absent biases).
     pub(crate) fn zeros(&self) -> usize {
         self.zeros
+    }
+
+    /// A weights-buffer offset of one f32 `-inf` (the "masked" value when a
+    /// binary mask is turned into an additive bias).
+    pub(crate) fn neg_inf(&self) -> usize {
+        self.neg_inf
     }
 
     /// Append a thunk.
@@ -342,11 +349,13 @@ pub fn compile(graph: &Graph, opts: &CompileOptions) -> Result<Compiled, Compile
         .max()
         .unwrap_or(0);
     let zeros_bytes = align(widest.max(ZEROS_BYTES));
-    let mut weights_top = zeros_bytes;
+    // One aligned block of f32 -inf after the zeros.
+    let neg_inf = zeros_bytes;
+    let mut weights_top = align(neg_inf + 4);
     let mut locs: Vec<Loc> = Vec::with_capacity(n);
     let mut views = vec![false; n];
     let mut values: Vec<Value> = Vec::new();
-    let mut constants = Vec::new();
+    let mut constants = vec![(neg_inf, f32::NEG_INFINITY.to_le_bytes().to_vec())];
     for i in 0..n {
         let node = graph.node(i);
         let bytes = shapes[i].size_bytes().unwrap_or(0);
@@ -417,6 +426,7 @@ pub fn compile(graph: &Graph, opts: &CompileOptions) -> Result<Compiled, Compile
                 scratch_offsets: &[],
                 thunks: &mut sink,
                 zeros: tag_weight(0),
+                neg_inf: tag_weight(neg_inf),
                 views: &views,
             };
             lower_node(&mut ctx)?;
@@ -459,6 +469,7 @@ pub fn compile(graph: &Graph, opts: &CompileOptions) -> Result<Compiled, Compile
             scratch_offsets: &soffs,
             thunks: &mut thunks,
             zeros: tag_weight(0),
+            neg_inf: tag_weight(neg_inf),
             views: &views,
         };
         lower_node(&mut ctx)?;

@@ -88,7 +88,9 @@ fn dot<T: Elem>(a: &[f32], b: &[T]) -> f32 {
 /// Scaled dot-product attention `out = softmax(mask(cap(q·kᵀ·scale)))·v`.
 /// Needs `q, out >= b·s·heads·d`, `k, v >= b·kv_s·kv_heads·d`, a custom
 /// mask `>= b·s·kv_s` and a bias `>= b·heads·s·kv_s`. A query row with no
-/// visible key is written as zeros.
+/// visible key is written as zeros. A key whose final score is `-inf`
+/// (masked) is skipped, so a NaN in its value does not leak; a NaN score
+/// makes the whole row NaN, as IEEE softmax would.
 #[allow(clippy::too_many_arguments)]
 pub fn sdpa<T: Elem>(
     dims: &AttnDims,
@@ -173,6 +175,7 @@ pub fn sdpa<T: Elem>(
                 qf.extend(q[r * d..r * d + d].iter().map(|x| x.to_f32()));
                 scores.clear();
                 let mut max = f32::NEG_INFINITY;
+                let mut nan = false;
                 for j in lo..hi {
                     let kr = key_row(j);
                     let mut sc = dot(qf, &k[kr..kr + d]) * scale;
@@ -186,21 +189,23 @@ pub fn sdpa<T: Elem>(
                         Mask::Bias(m) => sc += m[((bi * heads + h) * s + i) * kv_s + j].to_f32(),
                         _ => {}
                     }
+                    // f32::max ignores NaN: track it separately
+                    nan |= sc.is_nan();
                     max = max.max(sc);
                     scores.push(sc);
                 }
-                if max == f32::NEG_INFINITY || max.is_nan() {
-                    let fill = if max.is_nan() { f32::NAN } else { 0.0 };
+                if nan || max == f32::NEG_INFINITY {
+                    let fill = if nan { f32::NAN } else { 0.0 };
                     o.iter_mut().for_each(|o| *o = T::from_f32(fill));
                     return;
                 }
                 acc.iter_mut().for_each(|a| *a = 0.0);
                 let mut sum = 0f32;
                 for (j, &sc) in (lo..hi).zip(scores.iter()) {
-                    let p = (sc - max).exp();
-                    if p == 0.0 {
-                        continue;
+                    if sc == f32::NEG_INFINITY {
+                        continue; // masked: its value is never read
                     }
+                    let p = (sc - max).exp();
                     sum += p;
                     let vr = key_row(j);
                     acc.iter_mut()

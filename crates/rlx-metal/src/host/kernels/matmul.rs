@@ -107,6 +107,8 @@ fn par_for(m: usize, k: usize, n: usize) -> Parallelism {
 thread_local! {
     /// Reused f32 copy of an f16 B (no allocation per call after warm-up).
     static WIDE_B: RefCell<Vec<f32>> = const { RefCell::new(Vec::new()) };
+    /// Reused f32 copy of an f16 A and f32 result of the f16 fused product.
+    static WIDE_AC: RefCell<(Vec<f32>, Vec<f32>)> = const { RefCell::new((Vec::new(), Vec::new())) };
 }
 
 fn check_mnk(
@@ -225,6 +227,45 @@ pub fn matmul_bias_act(
     bias_act_inplace(c, bias, act, m, n)
 }
 
+/// Fused `C = act(A·B + bias)` on f16 operands: A is widened to f32, B
+/// read as f16 and widened on the fly, the product, bias and activation run
+/// in f32, and the result is rounded to f16 once. Needs `a >= m·k`,
+/// `b >= k·n`, `c >= m·n`, `bias >= n`.
+#[allow(clippy::too_many_arguments)]
+pub fn matmul_bias_act_f16(
+    a: &[f16],
+    b: &[f16],
+    bias: Option<&[f16]>,
+    act: Option<Activation>,
+    c: &mut [f16],
+    m: usize,
+    k: usize,
+    n: usize,
+) -> Result<()> {
+    const K: &str = "matmul_bias_act_f16";
+    check_mnk(K, a.len(), b.len(), c.len(), m, k, n)?;
+    if let Some(bias) = bias {
+        check_len(K, "bias", bias.len(), n)?;
+    }
+    let (mk, mn) = (m * k, m * n);
+    WIDE_AC.with(|w| {
+        let mut w = w.borrow_mut();
+        let (wa, wc) = &mut *w;
+        wa.clear();
+        wa.extend(a[..mk].iter().map(|x| x.to_f32()));
+        wc.clear();
+        wc.resize(mn, 0.0);
+        let bias32: Option<Vec<f32>> = bias.map(|b| b[..n].iter().map(|x| x.to_f32()).collect());
+        matmul_unchecked(wa, MatB::F16(b), wc, m, k, n, par_for(m, k, n));
+        bias_act_inplace(wc, bias32.as_deref(), act, m, n)?;
+        c[..mn]
+            .iter_mut()
+            .zip(wc.iter())
+            .for_each(|(o, &v)| *o = f16::from_f32(v));
+        Ok(())
+    })
+}
+
 /// Geometry of a batched product: `batch` matrices, with the batch stride
 /// (in elements) of each input; stride 0 broadcasts one matrix to all.
 #[derive(Debug, Clone, Copy)]
@@ -292,6 +333,52 @@ pub fn batched_matmul(
                 Parallelism::None,
             );
         });
+    }
+    Ok(())
+}
+
+/// Batched all-f16 product `C[i] = A[i·a_stride..]·B[i·b_stride..]` (gemm's
+/// f16 kernel, accumulating in f32), C dense `[batch, m, n]`. Needs the
+/// extents of [`batched_matmul`].
+pub fn batched_hgemm(
+    bt: Batch,
+    a: &[f16],
+    b: &[f16],
+    c: &mut [f16],
+    m: usize,
+    k: usize,
+    n: usize,
+) -> Result<()> {
+    const K: &str = "batched_hgemm";
+    if bt.batch == 0 {
+        return Ok(());
+    }
+    let last = bt.batch - 1;
+    let (mk, kn, mn) = (numel(K, &[m, k])?, numel(K, &[k, n])?, numel(K, &[m, n])?);
+    check_len(K, "a", a.len(), numel(K, &[last, bt.a_stride])? + mk)?;
+    check_len(K, "b", b.len(), numel(K, &[last, bt.b_stride])? + kn)?;
+    check_len(K, "c", c.len(), numel(K, &[bt.batch, mn])?)?;
+    if mn == 0 {
+        return Ok(());
+    }
+    let c = &mut c[..bt.batch * mn];
+    let one = |i: usize, ci: &mut [f16], par: Parallelism| {
+        if k == 0 {
+            ci.fill(f16::ZERO);
+        } else {
+            let (ai, bi) = (&a[i * bt.a_stride..], &b[i * bt.b_stride..]);
+            raw_gemm((ai, k), (bi, n), (ci, n), m, k, n, f16::ONE, par);
+        }
+    };
+    let per = m.saturating_mul(k).saturating_mul(n);
+    if per >= PAR_FLOPS * 4 || bt.batch == 1 {
+        for (i, ci) in c.chunks_exact_mut(mn).enumerate() {
+            one(i, ci, par_for(m, k, n));
+        }
+    } else {
+        c.par_chunks_exact_mut(mn)
+            .enumerate()
+            .for_each(|(i, ci)| one(i, ci, Parallelism::None));
     }
     Ok(())
 }

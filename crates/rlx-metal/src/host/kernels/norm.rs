@@ -351,10 +351,13 @@ pub fn group_norm<T: Elem>(
             for (ci, (orow, vrow)) in o.chunks_exact_mut(hw).zip(buf.chunks_exact(hw)).enumerate() {
                 let g = aff.gamma.map_or(1.0, |g| g[c0 + ci].to_f32());
                 let b = aff.beta.map_or(0.0, |b| b[c0 + ci].to_f32());
-                let (scale, shift) = (st.1 * g, b - st.0 * st.1 * g);
+                // centre first: folding the mean into the shift
+                // (`v·scale + (b − mean·scale)`) cancels catastrophically
+                // when the group's variance is small next to its mean.
+                let (mean, scale) = (st.0, st.1 * g);
                 orow.iter_mut()
                     .zip(vrow)
-                    .for_each(|(o, &v)| *o = T::from_f32(v * scale + shift));
+                    .for_each(|(o, &v)| *o = T::from_f32((v - mean) * scale + b));
             }
         });
     Ok(())

@@ -13,9 +13,10 @@ pub(super) fn handles(t: &Thunk) -> bool {
     use Thunk::*;
     match t {
         Sgemm(s) => s.dt == HalfFlag::F32 || !s.b_f16,
-        BatchedSgemm(s) => s.dt == HalfFlag::F32,
-        FusedMmBiasAct(s) => s.dt == HalfFlag::F32,
-        GroupedMatMul(_)
+        FusedAttn(f) => f.mask_kind <= 2,
+        BatchedSgemm(_)
+        | FusedMmBiasAct(_)
+        | GroupedMatMul(_)
         | LayerNorm(_)
         | RmsNorm(_)
         | GroupNorm(_)
@@ -47,25 +48,48 @@ macro_rules! by_dt {
 }
 
 /// Row map of a modulation tensor from the seed's lead pack
-/// `[lead_rank, x_lead[8], mod_lead[8]]`: rows of x sharing a modulation row.
-fn row_map(pack: &[u32; 17], rows: usize) -> RowMap<'static> {
+/// `[lead_rank, x_lead[8], mod_lead[8]]` (mod dims aligned with x's, size 1
+/// broadcasting): which modulation row each of x's `rows` rows reads, and
+/// how many rows the modulation tensor has. The general case (a broadcast
+/// axis before a non-broadcast one, e.g. `[1, s, h]` against `[b, s, h]`)
+/// fills `buf` with an explicit index per row.
+fn row_map<'a>(pack: &[u32; 17], rows: usize, buf: &'a mut Vec<usize>) -> (RowMap<'a>, usize) {
     let r = (pack[0] as usize).min(8);
-    let x = &pack[1..1 + r];
-    let m = &pack[9..9 + r];
-    let mod_rows: usize = m.iter().map(|&d| d as usize).product();
-    if mod_rows == rows {
-        return RowMap::Same;
+    let x: Vec<usize> = pack[1..1 + r].iter().map(|&d| d as usize).collect();
+    let m: Vec<usize> = pack[9..9 + r].iter().map(|&d| d as usize).collect();
+    let mod_rows: usize = m.iter().product();
+    if m == x {
+        return (RowMap::Same, mod_rows);
     }
     if mod_rows <= 1 {
-        return RowMap::One;
+        return (RowMap::One, mod_rows.max(1));
     }
     // leading dims equal, trailing broadcast dims of 1: row r → r / period
     let split = m.iter().rposition(|&d| d != 1).map(|i| i + 1).unwrap_or(0);
     if m[..split] == x[..split] {
-        let period: usize = x[split..].iter().map(|&d| d as usize).product();
-        return RowMap::Period(period.max(1));
+        let period: usize = x[split..].iter().product();
+        return (RowMap::Period(period.max(1)), mod_rows);
     }
-    RowMap::One
+    // general broadcast: mixed-radix walk over x's leading dims
+    let mut stride = vec![0usize; r];
+    let mut acc = 1;
+    for i in (0..r).rev() {
+        if m[i] != 1 {
+            stride[i] = acc;
+        }
+        acc *= m[i];
+    }
+    buf.clear();
+    buf.extend((0..rows).map(|row| {
+        let (mut rest, mut at) = (row, 0);
+        for i in (0..r).rev() {
+            let xi = x[i].max(1);
+            at += (rest % xi) * stride[i];
+            rest /= xi;
+        }
+        at
+    }));
+    (RowMap::Index(&buf[..]), mod_rows)
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -134,13 +158,19 @@ pub(super) fn run(t: &Thunk, mem: &Mem) -> NResult {
                 if s.a_bcast { 1 } else { bt },
                 if s.b_bcast { 1 } else { bt },
             );
-            let a = mem.get::<f32>("a", s.a, an * m * k)?;
-            let b = mem.get::<f32>("b", s.b, bn * k * n)?;
             let geo = Batch {
                 batch: bt,
                 a_stride: if s.a_bcast { 0 } else { m * k },
                 b_stride: if s.b_bcast { 0 } else { k * n },
             };
+            if s.dt == HalfFlag::F16 {
+                let a = mem.get::<f16>("a", s.a, an * m * k)?;
+                let b = mem.get::<f16>("b", s.b, bn * k * n)?;
+                let c = mem.get_mut::<f16>("c", s.c, bt * m * n)?;
+                return Ok(mm::batched_hgemm(geo, a, b, c, m, k, n)?);
+            }
+            let a = mem.get::<f32>("a", s.a, an * m * k)?;
+            let b = mem.get::<f32>("b", s.b, bn * k * n)?;
             Ok(mm::batched_matmul(
                 geo,
                 a,
@@ -153,6 +183,22 @@ pub(super) fn run(t: &Thunk, mem: &Mem) -> NResult {
         }
         FusedMmBiasAct(s) => {
             let (m, k, n) = (s.m as usize, s.k as usize, s.n as usize);
+            if s.dt == HalfFlag::F16 {
+                let a = mem.get::<f16>("a", s.a, m * k)?;
+                let w = mem.get::<f16>("w", s.w, k * n)?;
+                let bias = mem.get::<f16>("bias", s.bias, n)?;
+                let c = mem.get_mut::<f16>("c", s.c, m * n)?;
+                return Ok(mm::matmul_bias_act_f16(
+                    a,
+                    w,
+                    Some(bias),
+                    s.act,
+                    c,
+                    m,
+                    k,
+                    n,
+                )?);
+            }
             let a = mem.get::<f32>("a", s.a, m * k)?;
             let w = mem.get::<f32>("w", s.w, k * n)?;
             let bias = mem.get::<f32>("bias", s.bias, n)?;
@@ -214,8 +260,8 @@ pub(super) fn run(t: &Thunk, mem: &Mem) -> NResult {
         }
         AdaLayerNorm(a) => by_dt!(a.dt, T => {
             let (rows, h) = (a.rows as usize, a.h as usize);
-            let map = row_map(&a.lead_pack, rows);
-            let mrows = match map { RowMap::Same => rows, RowMap::One => 1, RowMap::Period(p) => rows.div_ceil(p), RowMap::Index(_) => rows };
+            let mut buf = Vec::new();
+            let (map, mrows) = row_map(&a.lead_pack, rows, &mut buf);
             let kind = if a.layer_norm { NormKind::Layer } else { NormKind::Rms };
             let x = mem.get::<T>("x", a.x, rows * h)?;
             let sc = mem.get::<T>("scale", a.scale, mrows * h)?;
@@ -224,8 +270,8 @@ pub(super) fn run(t: &Thunk, mem: &Mem) -> NResult {
         }),
         GatedResidual(a) => by_dt!(a.dt, T => {
             let (rows, h) = (a.rows as usize, a.h as usize);
-            let map = row_map(&a.lead_pack, rows);
-            let mrows = match map { RowMap::Same => rows, RowMap::One => 1, RowMap::Period(p) => rows.div_ceil(p), RowMap::Index(_) => rows };
+            let mut buf = Vec::new();
+            let (map, mrows) = row_map(&a.lead_pack, rows, &mut buf);
             let x = mem.get::<T>("x", a.x, rows * h)?;
             let y = mem.get::<T>("y", a.y, rows * h)?;
             let gate = mem.get::<T>("gate", a.gate, mrows * h)?;
@@ -267,6 +313,7 @@ pub(super) fn run(t: &Thunk, mem: &Mem) -> NResult {
             let (q, k, v) = (mem.get::<T>("q", a.q, qn)?, mem.get::<T>("k", a.k, kn)?, mem.get::<T>("v", a.v, kn)?);
             Ok(att::sdpa(&d, layout, mask, opts, q, k, v, mem.get_mut::<T>("out", a.out, qn)?)?)
         }),
+        FusedAttn(f) => fused_attn(f, mem),
         Rope(r) => by_dt!(r.dt, T => {
             let p = RopeDims { batch: r.batch as usize, seq: r.seq as usize, hidden: r.hidden as usize, src_row_stride: r.src_row_stride as usize, head_dim: r.head_dim as usize, n_rot: r.n_rot as usize, neox: !r.interleaved, per_token: r.cos_per_token };
             let rows = p.batch * p.seq;
@@ -274,8 +321,8 @@ pub(super) fn run(t: &Thunk, mem: &Mem) -> NResult {
             let half_rot = p.n_rot / 2;
             let src_len = rows.saturating_sub(1) * p.src_row_stride + p.hidden;
             let x = mem.get::<T>("src", r.src, src_len)?;
-            let cos = mem.get::<T>("cos", r.cos, trows * half_rot)?;
-            let sin = mem.get::<T>("sin", r.sin, trows * half_rot)?;
+            let cos = mem.get::<f32>("cos", r.cos, trows * half_rot)?;
+            let sin = mem.get::<f32>("sin", r.sin, trows * half_rot)?;
             Ok(att::rope(&p, x, cos, sin, mem.get_mut::<T>("dst", r.dst, rows * p.hidden)?)?)
         }),
         _ => Err(KernelError::Invalid {
@@ -322,4 +369,68 @@ fn residual<T: Elem + crate::host::buffer::Plain>(
         h,
         eps,
     )?)
+}
+
+/// The fused attention core over packed QKV `[b, s, 3·inner]` (f32): q and k
+/// are gathered out of the packed rows (with NeoX RoPE over the whole head
+/// when `has_rope`), v copied, then SDPA (BSHD, heads = kv heads) into
+/// `out [b, s, inner]`.
+fn fused_attn(f: &crate::thunk::attention::FusedAttn, mem: &Mem) -> NResult {
+    let (b, s, h, d) = (
+        f.batch as usize,
+        f.seq as usize,
+        f.heads as usize,
+        f.head_dim as usize,
+    );
+    let inner = h * d;
+    let rows = b * s;
+    let qkv = mem.get::<f32>("qkv", f.qkv, rows * 3 * inner)?;
+    let mut q = vec![0f32; rows * inner];
+    let mut k = vec![0f32; rows * inner];
+    let mut v = vec![0f32; rows * inner];
+    let gather = |col: usize, dst: &mut [f32]| {
+        for (r, row) in dst.chunks_exact_mut(inner.max(1)).enumerate() {
+            let at = r * 3 * inner + col;
+            row.copy_from_slice(&qkv[at..at + inner]);
+        }
+    };
+    if f.has_rope != 0 {
+        let p = RopeDims {
+            batch: b,
+            seq: s,
+            hidden: inner,
+            src_row_stride: 3 * inner,
+            head_dim: d,
+            n_rot: d,
+            neox: true,
+            per_token: false,
+        };
+        let cos = mem.get::<f32>("cos", f.cos, s * (d / 2))?;
+        let sin = mem.get::<f32>("sin", f.sin, s * (d / 2))?;
+        att::rope(&p, qkv, cos, sin, &mut q)?;
+        att::rope(&p, &qkv[inner.min(qkv.len())..], cos, sin, &mut k)?;
+    } else {
+        gather(0, &mut q);
+        gather(inner, &mut k);
+    }
+    gather(2 * inner, &mut v);
+    let dims = AttnDims {
+        batch: b,
+        seq: s,
+        kv_seq: s,
+        heads: h,
+        kv_heads: h,
+        head_dim: d,
+    };
+    let mask = match f.mask_kind {
+        0 => Mask::None,
+        1 => Mask::Causal,
+        _ => Mask::Custom(mem.get::<f32>("mask", f.mask, b * s * s)?),
+    };
+    let opts = AttnOpts {
+        scale: f32::from_bits(f.scale_bits),
+        softcap: 0.0,
+    };
+    let out = mem.get_mut::<f32>("out", f.out, rows * inner)?;
+    Ok(att::sdpa(&dims, Layout::Bshd, mask, opts, &q, &k, &v, out)?)
 }
