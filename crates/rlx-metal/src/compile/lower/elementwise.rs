@@ -111,8 +111,11 @@ fn activation(ctx: &mut Ctx<'_>, act: Activation) -> Result<(), CompileError> {
 
 /// Numpy broadcast element strides of `in_dims` inside `out_dims` (0 where
 /// the input is broadcast).
+/// Dims are aligned from the right; extra leading input dims (which must be
+/// 1: callers check with [`broadcastable`]) are dropped.
 pub(crate) fn broadcast_strides(in_dims: &[usize], out_dims: &[usize]) -> Vec<u32> {
-    let pad = out_dims.len() - in_dims.len().min(out_dims.len());
+    let in_dims = &in_dims[in_dims.len().saturating_sub(out_dims.len())..];
+    let pad = out_dims.len() - in_dims.len();
     let mut strides = vec![0u32; out_dims.len()];
     let mut acc = 1usize;
     for d in (0..out_dims.len()).rev() {
@@ -123,6 +126,18 @@ pub(crate) fn broadcast_strides(in_dims: &[usize], out_dims: &[usize]) -> Vec<u3
         }
     }
     strides
+}
+
+/// True when `in_dims` broadcasts to `out_dims` under numpy rules (extra
+/// leading input dims must be 1).
+pub(crate) fn broadcastable(in_dims: &[usize], out_dims: &[usize]) -> bool {
+    let extra = in_dims.len().saturating_sub(out_dims.len());
+    in_dims[..extra].iter().all(|&d| d == 1)
+        && in_dims[extra..]
+            .iter()
+            .rev()
+            .zip(out_dims.iter().rev())
+            .all(|(&i, &o)| i == o || i == 1)
 }
 
 /// True when `rhs` equals the trailing dims of `lhs` exactly (the only
@@ -207,6 +222,11 @@ pub(crate) fn materialize(
     dtype: DType,
 ) -> Result<usize, CompileError> {
     let dt = ctx.half_flag(dtype, "broadcast operand")?;
+    if !broadcastable(in_dims, out_dims) {
+        return Err(ctx.unsupported(format!(
+            "cannot broadcast an operand of dims {in_dims:?} to {out_dims:?}"
+        )));
+    }
     let n = numel(out_dims);
     let dst = ctx.scratch(n * dtype.size_bytes());
     let strides = broadcast_strides(in_dims, out_dims);
