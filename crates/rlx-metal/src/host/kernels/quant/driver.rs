@@ -100,8 +100,31 @@ fn gemv_rows_generic<F: RowFmt, T: Elem>(
     }
 }
 
-simd_dispatch!(gemv_rows, gemv_rows_avx2, gemv_rows_generic, <F: RowFmt, T: Elem>,
-    (w: &[u8], rb: usize, x: &[f32], xsum: &[f32], out: &mut [T]));
+/// [`gemv_rows_generic`] with the AVX2 block kernels.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn gemv_rows_avx2<F: RowFmt, T: Elem>(
+    w: &[u8],
+    rb: usize,
+    x: &[f32],
+    xsum: &[f32],
+    out: &mut [T],
+) {
+    for (o, row) in out.iter_mut().zip(w.chunks_exact(rb)) {
+        // SAFETY: this function only runs on CPUs with the features above.
+        *o = T::from_f32(unsafe { F::dot_row_avx2(row, x, xsum) });
+    }
+}
+
+/// One chunk of GEMV rows, through the AVX2 kernels when the CPU has them.
+fn gemv_rows<F: RowFmt, T: Elem>(w: &[u8], rb: usize, x: &[f32], xsum: &[f32], out: &mut [T]) {
+    #[cfg(target_arch = "x86_64")]
+    if has_avx2() {
+        // SAFETY: the CPU supports every feature the wrapper enables.
+        return unsafe { gemv_rows_avx2::<F, T>(w, rb, x, xsum, out) };
+    }
+    gemv_rows_generic::<F, T>(w, rb, x, xsum, out)
+}
 
 /// Decodes `rows` packed rows (`rb` bytes each) into `panel` (`k` each).
 #[inline(always)]

@@ -71,7 +71,20 @@ fn dot_float<W: Widen>(row: &[u8], x: &[f32]) -> f32 {
 }
 
 macro_rules! float_row {
+    ($t:ty, avx2) => {
+        float_row!($t, {
+            #[cfg(target_arch = "x86_64")]
+            #[inline(always)]
+            unsafe fn dot_row_avx2(row: &[u8], x: &[f32], _xsum: &[f32]) -> f32 {
+                // SAFETY: forwarded from the caller (AVX2 + FMA present).
+                unsafe { super::avx2::f32_row(row, x) }
+            }
+        });
+    };
     ($t:ty) => {
+        float_row!($t, {});
+    };
+    ($t:ty, { $($extra:item)* }) => {
         impl RowFmt for $t {
             const SUB: usize = 0;
             #[inline(always)]
@@ -82,10 +95,11 @@ macro_rules! float_row {
             fn decode_row(row: &[u8], out: &mut [f32]) {
                 <$t as Widen>::widen(row, out);
             }
+            $($extra)*
         }
     };
 }
 
-float_row!(F32Row);
+float_row!(F32Row, avx2);
 float_row!(F16Row);
 float_row!(Bf16Row);

@@ -25,6 +25,8 @@
 //! - Q8_K (292 B): f32 d, int8 qs\[256], int16 bsums\[16] (unused here).
 
 use super::{arr, f16_at, Block, MAX_BS, MAX_SUB};
+#[cfg(target_arch = "x86_64")]
+use {super::avx2, std::arch::x86_64::__m256};
 
 /// Q2_K blocks.
 pub(crate) struct Q2K;
@@ -119,7 +121,7 @@ impl Block for Q3K {
 
 /// Q4_K / Q5_K's 8 (scale, min) pairs from their 12-byte packing.
 #[inline(always)]
-fn k4_scales(sc: &[u8; 12]) -> ([f32; 8], [f32; 8]) {
+pub(crate) fn k4_scales(sc: &[u8; 12]) -> ([f32; 8], [f32; 8]) {
     let (mut s, mut m) = ([0f32; 8], [0f32; 8]);
     for j in 0..8 {
         let (sv, mv) = if j < 4 {
@@ -181,6 +183,13 @@ impl Block for Q4K {
     fn unpack(b: &[u8], w: &mut [f32; MAX_BS], mins: &mut [f32; MAX_SUB]) {
         k4_unpack(b, 16, None, w, mins);
     }
+    #[cfg(target_arch = "x86_64")]
+    #[inline(always)]
+    unsafe fn dot_avx2(b: &[u8], x: &[f32], xs: &[f32], acc: &mut __m256, macc: &mut f32) -> bool {
+        let _ = (&xs, &macc);
+        // SAFETY: forwarded from the caller (AVX2 + FMA present).
+        unsafe { avx2::q4_k(b, x, xs, acc, macc) }
+    }
 }
 
 impl Block for Q5K {
@@ -221,6 +230,13 @@ impl Block for Q6K {
                 }
             }
         }
+    }
+    #[cfg(target_arch = "x86_64")]
+    #[inline(always)]
+    unsafe fn dot_avx2(b: &[u8], x: &[f32], xs: &[f32], acc: &mut __m256, macc: &mut f32) -> bool {
+        let _ = (&xs, &macc);
+        // SAFETY: forwarded from the caller (AVX2 + FMA present).
+        unsafe { avx2::q6_k(b, x, acc) }
     }
 }
 

@@ -12,6 +12,8 @@
 //!   int8; `w = d·q`.
 
 use super::{arr, f16_at, Block, MAX_BS, MAX_SUB};
+#[cfg(target_arch = "x86_64")]
+use {super::avx2, std::arch::x86_64::__m256};
 
 /// Splits 16 nibble bytes into 32 codes minus `bias`, scaled by `d`:
 /// low nibbles first, then high nibbles.
@@ -66,6 +68,13 @@ impl Block for Q4_0 {
     fn unpack(b: &[u8], w: &mut [f32; MAX_BS], _mins: &mut [f32; MAX_SUB]) {
         nibbles(arr(b, 2), f16_at(b, 0), 8.0, w);
     }
+    #[cfg(target_arch = "x86_64")]
+    #[inline(always)]
+    unsafe fn dot_avx2(b: &[u8], x: &[f32], xs: &[f32], acc: &mut __m256, macc: &mut f32) -> bool {
+        let _ = (&xs, &macc);
+        // SAFETY: forwarded from the caller (AVX2 + FMA present).
+        unsafe { avx2::q4_0(b, x, acc) }
+    }
 }
 
 impl Block for Q4_1 {
@@ -78,6 +87,13 @@ impl Block for Q4_1 {
         nibbles(arr(b, 4), f16_at(b, 0), 0.0, w);
         mins[0] = f16_at(b, 2);
     }
+    #[cfg(target_arch = "x86_64")]
+    #[inline(always)]
+    unsafe fn dot_avx2(b: &[u8], x: &[f32], xs: &[f32], acc: &mut __m256, macc: &mut f32) -> bool {
+        let _ = (&xs, &macc);
+        // SAFETY: forwarded from the caller (AVX2 + FMA present).
+        unsafe { avx2::q4_1(b, x, xs, acc, macc) }
+    }
 }
 
 impl Block for Q5_0 {
@@ -89,6 +105,13 @@ impl Block for Q5_0 {
     fn unpack(b: &[u8], w: &mut [f32; MAX_BS], _mins: &mut [f32; MAX_SUB]) {
         let qh = u32::from_le_bytes(*arr(b, 2));
         nibbles5(arr(b, 6), qh, f16_at(b, 0), 16.0, w);
+    }
+    #[cfg(target_arch = "x86_64")]
+    #[inline(always)]
+    unsafe fn dot_avx2(b: &[u8], x: &[f32], xs: &[f32], acc: &mut __m256, macc: &mut f32) -> bool {
+        let _ = (&xs, &macc);
+        // SAFETY: forwarded from the caller (AVX2 + FMA present).
+        unsafe { avx2::q5_0(b, x, acc) }
     }
 }
 
@@ -114,6 +137,13 @@ impl Block for Q8_0 {
     fn unpack(b: &[u8], w: &mut [f32; MAX_BS], _mins: &mut [f32; MAX_SUB]) {
         int8s(arr(b, 2), f16_at(b, 0), w);
     }
+    #[cfg(target_arch = "x86_64")]
+    #[inline(always)]
+    unsafe fn dot_avx2(b: &[u8], x: &[f32], xs: &[f32], acc: &mut __m256, macc: &mut f32) -> bool {
+        let _ = (&xs, &macc);
+        // SAFETY: forwarded from the caller (AVX2 + FMA present).
+        unsafe { avx2::q8(b, 2, x, acc) }
+    }
 }
 
 impl Block for Q8_1 {
@@ -124,5 +154,12 @@ impl Block for Q8_1 {
     #[inline(always)]
     fn unpack(b: &[u8], w: &mut [f32; MAX_BS], _mins: &mut [f32; MAX_SUB]) {
         int8s(arr(b, 4), f16_at(b, 0), w);
+    }
+    #[cfg(target_arch = "x86_64")]
+    #[inline(always)]
+    unsafe fn dot_avx2(b: &[u8], x: &[f32], xs: &[f32], acc: &mut __m256, macc: &mut f32) -> bool {
+        let _ = (&xs, &macc);
+        // SAFETY: forwarded from the caller (AVX2 + FMA present).
+        unsafe { avx2::q8(b, 4, x, acc) }
     }
 }

@@ -18,6 +18,8 @@
 //! [`kquants`] (256-element Q2_K … Q8_K), [`seed`] (the seed's 128-element
 //! Q1_0 / Q2_0) and [`float`] (F32 / F16 / BF16). Accumulation is f32.
 
+#[cfg(target_arch = "x86_64")]
+mod avx2;
 mod driver;
 mod float;
 mod kquants;
@@ -50,6 +52,24 @@ pub(crate) trait Block: Sync + 'static {
     /// the offsets) and, when `HAS_MIN`, `mins[..BS / SUB]` (the offset of
     /// each sub-block): weight `e` is `w[e] + mins[e / SUB]`.
     fn unpack(b: &[u8], w: &mut [f32; MAX_BS], mins: &mut [f32; MAX_SUB]);
+
+    /// AVX2 fused dot of one block with `x` (see [`avx2`]): adds into `acc`
+    /// and `macc` and returns `true`, or returns `false` (the default) when
+    /// the format has no such kernel.
+    ///
+    /// # Safety
+    /// The CPU must support AVX2 and FMA.
+    #[cfg(target_arch = "x86_64")]
+    #[inline(always)]
+    unsafe fn dot_avx2(
+        _b: &[u8],
+        _x: &[f32],
+        _xs: &[f32],
+        _acc: &mut std::arch::x86_64::__m256,
+        _macc: &mut f32,
+    ) -> bool {
+        false
+    }
 }
 
 /// A row format the drivers can run: dot one packed row with `x`, or
@@ -62,6 +82,15 @@ pub(crate) trait RowFmt: Sync + 'static {
     fn dot_row(row: &[u8], x: &[f32], xsum: &[f32]) -> f32;
     /// Decodes the row into `out` (`k` elements).
     fn decode_row(row: &[u8], out: &mut [f32]);
+    /// [`RowFmt::dot_row`] using the AVX2 block kernels where they exist.
+    ///
+    /// # Safety
+    /// The CPU must support AVX2, FMA and F16C.
+    #[cfg(target_arch = "x86_64")]
+    #[inline(always)]
+    unsafe fn dot_row_avx2(row: &[u8], x: &[f32], xsum: &[f32]) -> f32 {
+        Self::dot_row(row, x, xsum)
+    }
 }
 
 /// Rows made of whole blocks of `B`.
@@ -89,6 +118,35 @@ impl<B: Block> RowFmt for Blocks<B> {
             }
         }
         hsum(&acc) + macc
+    }
+
+    #[cfg(target_arch = "x86_64")]
+    #[inline(always)]
+    unsafe fn dot_row_avx2(row: &[u8], x: &[f32], xsum: &[f32]) -> f32 {
+        let mut w = [0f32; MAX_BS];
+        let mut mins = [0f32; MAX_SUB];
+        let mut acc4 = [[0f32; 8]; 4];
+        let mut macc = 0f32;
+        // SAFETY: the caller guarantees AVX2 / FMA.
+        let mut acc = unsafe { std::arch::x86_64::_mm256_setzero_ps() };
+        let nsub = B::BS / B::SUB;
+        let blocks = row.chunks_exact(B::BB).zip(x.chunks_exact(B::BS));
+        for (bi, (blk, xb)) in blocks.enumerate() {
+            let xs = xsum.get(bi * nsub..(bi + 1) * nsub).unwrap_or(&[]);
+            // SAFETY: as above.
+            if unsafe { B::dot_avx2(blk, xb, xs, &mut acc, &mut macc) } {
+                continue;
+            }
+            B::unpack(blk, &mut w, &mut mins);
+            dot_acc(&mut acc4, &w[..B::BS], xb);
+            if B::HAS_MIN {
+                for (&mn, &s) in mins.iter().zip(xs) {
+                    macc += mn * s;
+                }
+            }
+        }
+        // SAFETY: as above.
+        unsafe { avx2::hsum8(acc) + hsum(&acc4) + macc }
     }
 
     #[inline(always)]

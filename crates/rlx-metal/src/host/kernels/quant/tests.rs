@@ -332,3 +332,58 @@ fn unpack_matches_naive_decoder_exactly_for_legacy() {
         }
     }
 }
+
+#[test]
+#[ignore = "timing probe; run with --release --ignored --nocapture"]
+fn gemv_timing_probe() {
+    for (ty, k, n) in [
+        (GgmlType::Q4_1, 576, 1536),
+        (GgmlType::Q4_1, 1536, 576),
+        (GgmlType::Q4_0, 576, 1536),
+        (GgmlType::Q8_0, 576, 1536),
+        (GgmlType::Q8_0, 1536, 576),
+        (GgmlType::Q5_0, 576, 1536),
+        (GgmlType::Q4K, 768, 2048),
+        (GgmlType::Q6K, 768, 2048),
+        (GgmlType::F32, 576, 1536),
+    ] {
+        let w = rand_rows(ty, n, k, 1);
+        let x = rand_vec(k, 2);
+        let mut out = vec![0f32; n];
+        let reps = 200;
+        let t = std::time::Instant::now();
+        for _ in 0..reps {
+            dequant_matmul(ty, Act::F32(&x), &w, Out::F32(&mut out), 1, k, n).unwrap();
+        }
+        let dt = t.elapsed().as_secs_f64() / reps as f64;
+        let gbs = w.len() as f64 / dt / 1e9;
+        println!(
+            "{} k={k} n={n}: {:.1} us, {gbs:.2} GB/s",
+            ty.name(),
+            dt * 1e6
+        );
+    }
+}
+
+#[test]
+fn portable_dot_row_matches_naive() {
+    // the driver prefers the AVX2 kernels where the CPU has them; this keeps
+    // the portable path (used elsewhere) covered on such machines too
+    for (t, &ty) in ALL_GGML_TYPES.iter().enumerate() {
+        let k = small_k(ty) * 2;
+        let n = 5;
+        let w = rand_rows(ty, n, k, 40 + t as u64);
+        let x = rand_vec(k, 41 + t as u64);
+        let want = naive_matmul(ty, &x, &w, 1, k, n);
+        let rb = ty.row_bytes(k).unwrap();
+        let got: Vec<f32> = with_fmt!(ty, F => {
+            let xsum: Vec<f32> = if F::SUB == 0 {
+                Vec::new()
+            } else {
+                x.chunks_exact(F::SUB).map(|c| c.iter().sum()).collect()
+            };
+            w.chunks_exact(rb).map(|r| F::dot_row(r, &x, &xsum)).collect()
+        });
+        assert_scaled(&got, &want, 1e-5, &format!("{} portable", ty.name()));
+    }
+}
