@@ -4,19 +4,24 @@
 //!
 //! The packed weight is read directly; no dequantised copy of the matrix
 //! is ever made:
-//! - `m = 1` (decode GEMV, [`driver`]): each task owns a chunk of output
-//!   rows; a block is unpacked into a stack buffer (`w = a·q` per element,
-//!   plus the block's additive mins) and dotted with `x` in runs of 32 with
-//!   four independent 8-lane accumulators. Mins are applied once per
-//!   sub-block as `b · Σx` with per-sub-block sums of `x` computed up front.
+//! - `m = 1` (decode GEMV, module `driver`): each task owns a chunk of output
+//!   rows. On x86-64 with AVX2 + FMA, the formats real models use (Q4_0,
+//!   Q4_1, Q5_0, Q8_0, Q8_1, Q4_K, Q6_K, F32) have fused kernels (module
+//!   `avx2`): codes split with byte-wide integer ops, widened 8 at a time
+//!   and multiplied into `x` in registers. Every other format (and every
+//!   format on other CPUs) unpacks a block into a stack buffer (`w = a·q`
+//!   per element plus the block's additive mins) and dots it with `x` in
+//!   runs of 32 with four independent 8-lane accumulators. Mins are applied
+//!   once per sub-block as `b · Σx`, with per-sub-block sums of `x`
+//!   computed once per call.
 //! - `m > 1` (prefill): each task decodes a small panel of W rows (tens of
 //!   rows, a few hundred KiB at most) into a thread-local buffer and
 //!   multiplies all `m` rows of `x` against it with the `gemm` crate, so
 //!   every block is decoded once per call however large `m` is.
 //!
-//! One module per block family: [`legacy`] (32-element Q4_0 … Q8_1),
-//! [`kquants`] (256-element Q2_K … Q8_K), [`seed`] (the seed's 128-element
-//! Q1_0 / Q2_0) and [`float`] (F32 / F16 / BF16). Accumulation is f32.
+//! One module per block family: `legacy` (32-element Q4_0 … Q8_1),
+//! `kquants` (256-element Q2_K … Q8_K), `seed` (the seed's 128-element
+//! Q1_0 / Q2_0) and `float` (F32 / F16 / BF16). Accumulation is f32.
 
 #[cfg(target_arch = "x86_64")]
 mod avx2;
