@@ -25,6 +25,7 @@ pub mod conv;
 pub mod elementwise;
 pub mod matmul;
 pub mod norm;
+pub mod quant;
 pub mod reduce;
 pub mod shape;
 

@@ -10,6 +10,7 @@
 mod elementwise;
 mod layout;
 mod linalg;
+mod quant;
 
 use super::buffer::{Mem, Plain};
 use super::exec::{NativeError, Staging};
@@ -20,7 +21,7 @@ pub(crate) type NResult = Result<(), NativeError>;
 
 /// True when `t` has a native host kernel.
 pub fn has_native(t: &Thunk) -> bool {
-    elementwise::handles(t) || linalg::handles(t) || layout::handles(t)
+    elementwise::handles(t) || linalg::handles(t) || layout::handles(t) || quant::handles(t)
 }
 
 /// Run `t` natively, or `None` if it has no native kernel.
@@ -33,6 +34,9 @@ pub(crate) fn run(t: &Thunk, mem: &Mem, st: &mut Staging, _s: &ThunkSchedule) ->
     }
     if layout::handles(t) {
         return Some(layout::run(t, mem));
+    }
+    if quant::handles(t) {
+        return Some(quant::run(t, mem, st));
     }
     None
 }

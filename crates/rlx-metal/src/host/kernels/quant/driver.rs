@@ -1,0 +1,340 @@
+//! GEMV / GEMM drivers over a [`RowFmt`]: threading, panels, scratch
+//! buffers and the AVX2 instantiation of the hot loops.
+//!
+//! The per-format code is written once, generically, and marked
+//! `#[inline(always)]`; on x86-64 each driver loop is additionally compiled
+//! inside a `#[target_feature(enable = "avx2,fma,f16c")]` wrapper chosen at
+//! run time, so the 32-wide decode and dot loops vectorise to 8 lanes
+//! without requiring a `-C target-cpu` build.
+
+use std::cell::RefCell;
+
+use gemm::Parallelism;
+use rayon::prelude::*;
+
+use super::super::{Elem, PAR_MIN};
+use super::{Act, RowFmt};
+
+/// Scratch owned by one thread: widened activations, x sums, a decoded
+/// panel and an output tile. Grows to the largest call, then is reused.
+#[derive(Default)]
+struct Scratch {
+    x: Vec<f32>,
+    xsum: Vec<f32>,
+    panel: Vec<f32>,
+    tile: Vec<f32>,
+}
+
+thread_local! {
+    static CALLER: RefCell<Scratch> = RefCell::new(Scratch::default());
+    static WORKER: RefCell<Scratch> = RefCell::new(Scratch::default());
+}
+
+/// Runs `f` with this thread's scratch from `key` (a fresh one if it is
+/// already borrowed, e.g. by a re-entrant call).
+fn with_scratch<R>(
+    key: &'static std::thread::LocalKey<RefCell<Scratch>>,
+    f: impl FnOnce(&mut Scratch) -> R,
+) -> R {
+    key.with(|c| match c.try_borrow_mut() {
+        Ok(mut s) => f(&mut s),
+        Err(_) => f(&mut Scratch::default()),
+    })
+}
+
+/// Runs `f` on `x` as f32 (`xn` elements), widening f16 once.
+pub(super) fn with_x<R>(x: Act<'_>, xn: usize, f: impl FnOnce(&[f32]) -> R) -> R {
+    match x {
+        Act::F32(v) => f(&v[..xn]),
+        Act::F16(v) => with_scratch(&CALLER, |s| {
+            let mut buf = std::mem::take(&mut s.x);
+            buf.clear();
+            buf.extend(v[..xn].iter().map(|h| h.to_f32()));
+            let r = f(&buf);
+            s.x = buf;
+            r
+        }),
+    }
+}
+
+/// True when the AVX2 + FMA + F16C instantiation can run here.
+#[cfg(target_arch = "x86_64")]
+fn has_avx2() -> bool {
+    std::is_x86_feature_detected!("avx2")
+        && std::is_x86_feature_detected!("fma")
+        && std::is_x86_feature_detected!("f16c")
+}
+
+/// Defines `$name` calling `$generic` through the AVX2 wrapper when the
+/// CPU has it.
+macro_rules! simd_dispatch {
+    ($name:ident, $avx:ident, $generic:ident, <$($g:ident : $b:path),*>, ($($a:ident : $t:ty),*)) => {
+        #[cfg(target_arch = "x86_64")]
+        #[target_feature(enable = "avx2,fma,f16c")]
+        unsafe fn $avx<$($g: $b),*>($($a: $t),*) {
+            $generic::<$($g),*>($($a),*)
+        }
+
+        fn $name<$($g: $b),*>($($a: $t),*) {
+            #[cfg(target_arch = "x86_64")]
+            if has_avx2() {
+                // SAFETY: the CPU supports every feature the wrapper enables.
+                return unsafe { $avx::<$($g),*>($($a),*) };
+            }
+            $generic::<$($g),*>($($a),*)
+        }
+    };
+}
+
+/// One chunk of GEMV output rows: `out[j] = dot(row j, x)`.
+#[inline(always)]
+fn gemv_rows_generic<F: RowFmt, T: Elem>(
+    w: &[u8],
+    rb: usize,
+    x: &[f32],
+    xsum: &[f32],
+    out: &mut [T],
+) {
+    for (o, row) in out.iter_mut().zip(w.chunks_exact(rb)) {
+        *o = T::from_f32(F::dot_row(row, x, xsum));
+    }
+}
+
+/// [`gemv_rows_generic`] with the AVX2 block kernels.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn gemv_rows_avx2<F: RowFmt, T: Elem>(
+    w: &[u8],
+    rb: usize,
+    x: &[f32],
+    xsum: &[f32],
+    out: &mut [T],
+) {
+    for (o, row) in out.iter_mut().zip(w.chunks_exact(rb)) {
+        // SAFETY: this function only runs on CPUs with the features above.
+        *o = T::from_f32(unsafe { F::dot_row_avx2(row, x, xsum) });
+    }
+}
+
+/// One chunk of GEMV rows, through the AVX2 kernels when the CPU has them.
+fn gemv_rows<F: RowFmt, T: Elem>(w: &[u8], rb: usize, x: &[f32], xsum: &[f32], out: &mut [T]) {
+    #[cfg(target_arch = "x86_64")]
+    if has_avx2() {
+        // SAFETY: the CPU supports every feature the wrapper enables.
+        return unsafe { gemv_rows_avx2::<F, T>(w, rb, x, xsum, out) };
+    }
+    gemv_rows_generic::<F, T>(w, rb, x, xsum, out)
+}
+
+/// Decodes `rows` packed rows (`rb` bytes each) into `panel` (`k` each).
+#[inline(always)]
+fn decode_rows_generic<F: RowFmt>(w: &[u8], rb: usize, k: usize, panel: &mut [f32]) {
+    for (row, o) in w.chunks_exact(rb).zip(panel.chunks_exact_mut(k)) {
+        F::decode_row(row, o);
+    }
+}
+
+simd_dispatch!(decode_rows, decode_rows_avx2, decode_rows_generic, <F: RowFmt>,
+    (w: &[u8], rb: usize, k: usize, panel: &mut [f32]));
+
+/// Sums of `x` over consecutive groups of `sub` elements.
+fn group_sums(x: &[f32], sub: usize, out: &mut Vec<f32>) {
+    out.clear();
+    if sub > 0 {
+        out.extend(x.chunks_exact(sub).map(|c| c.iter().sum::<f32>()));
+    }
+}
+
+/// `out[m, n] = x[m, k] @ dequant(w)ᵀ` (lengths checked by the caller).
+pub(super) fn run<F: RowFmt, T: Elem>(
+    x: &[f32],
+    w: &[u8],
+    rb: usize,
+    out: &mut [T],
+    m: usize,
+    k: usize,
+    n: usize,
+) {
+    if m == 0 || n == 0 {
+        return;
+    }
+    let out = &mut out[..m * n];
+    if k == 0 {
+        out.fill(T::from_f32(0.0));
+        return;
+    }
+    if m == 1 {
+        gemv::<F, T>(&x[..k], w, rb, out, k, n);
+    } else {
+        gemm_panels::<F, T>(&x[..m * k], w, rb, out, m, k, n);
+    }
+}
+
+/// Threads worth using for `work` multiply-adds.
+fn tasks_for(work: usize) -> usize {
+    if work < PAR_MIN {
+        1
+    } else {
+        rayon::current_num_threads().max(1)
+    }
+}
+
+/// Decode GEMV: chunks of output rows in parallel.
+fn gemv<F: RowFmt, T: Elem>(x: &[f32], w: &[u8], rb: usize, out: &mut [T], k: usize, n: usize) {
+    with_scratch(&CALLER, |s| {
+        group_sums(x, F::SUB, &mut s.xsum);
+        let xsum = &s.xsum[..];
+        let tasks = tasks_for(n.saturating_mul(k));
+        if tasks == 1 {
+            return gemv_rows::<F, T>(w, rb, x, xsum, out);
+        }
+        // a few chunks per thread so work stealing evens out noisy cores
+        let rows = n.div_ceil(tasks * 8).max(1);
+        out.par_chunks_mut(rows)
+            .zip(w.par_chunks(rows * rb))
+            .for_each(|(o, wc)| gemv_rows::<F, T>(wc, rb, x, xsum, o));
+    })
+}
+
+/// Output columns written by parallel panel tasks.
+struct ColWriter<T> {
+    ptr: *mut T,
+    m: usize,
+    n: usize,
+}
+
+// SAFETY: tasks write disjoint column ranges of one exclusively borrowed
+// `[m, n]` buffer (see `put`); `T` values are plain data.
+unsafe impl<T: Send> Sync for ColWriter<T> {}
+// SAFETY: as above.
+unsafe impl<T: Send> Send for ColWriter<T> {}
+
+impl<T: Elem> ColWriter<T> {
+    /// Writes the `[m, r]` tile as columns `j0..j0 + r`.
+    ///
+    /// # Safety
+    /// `j0 + r <= n`, the buffer behind `ptr` has `m·n` elements and stays
+    /// exclusively borrowed, and no two concurrent calls share a column.
+    unsafe fn put(&self, j0: usize, r: usize, tile: &[f32]) {
+        for (i, trow) in tile.chunks_exact(r).take(self.m).enumerate() {
+            for (c, &v) in trow.iter().enumerate() {
+                // SAFETY: i < m and j0 + c < n, so the index is < m·n.
+                unsafe { *self.ptr.add(i * self.n + j0 + c) = T::from_f32(v) };
+            }
+        }
+    }
+}
+
+/// Rows of W per decoded panel: about 256 KiB of f32, a multiple of 8,
+/// and small enough that every thread gets a few panels.
+fn panel_rows(k: usize, n: usize) -> usize {
+    let by_cache = ((64 * 1024) / k.max(1)).clamp(8, 128);
+    let by_threads = n.div_ceil(rayon::current_num_threads().max(1) * 2);
+    (by_cache.min(by_threads.max(8)) / 8 * 8).max(8)
+}
+
+/// Prefill GEMM: panels of W rows decoded once each, multiplied against
+/// all of `x` with `gemm`, panels in parallel.
+fn gemm_panels<F: RowFmt, T: Elem>(
+    x: &[f32],
+    w: &[u8],
+    rb: usize,
+    out: &mut [T],
+    m: usize,
+    k: usize,
+    n: usize,
+) {
+    let r = panel_rows(k, n);
+    let panels = n.div_ceil(r);
+    let writer = ColWriter {
+        ptr: out.as_mut_ptr(),
+        m,
+        n,
+    };
+    let one = |p: usize| {
+        let j0 = p * r;
+        let rows = r.min(n - j0);
+        let wp = &w[j0 * rb..(j0 + rows) * rb];
+        with_scratch(&WORKER, |s| {
+            s.panel.resize(rows * k, 0.0);
+            s.tile.resize(m * rows, 0.0);
+            decode_rows::<F>(wp, rb, k, &mut s.panel);
+            // SAFETY: x holds m·k elements (row stride k), the panel rows·k
+            // (rhs element (p, j) at j·k + p), the tile m·rows (row stride
+            // rows); all dims are non-zero.
+            unsafe {
+                gemm::gemm(
+                    m,
+                    rows,
+                    k,
+                    s.tile.as_mut_ptr(),
+                    1,
+                    rows as isize,
+                    false,
+                    x.as_ptr(),
+                    1,
+                    k as isize,
+                    s.panel.as_ptr(),
+                    k as isize,
+                    1,
+                    0.0f32,
+                    1.0f32,
+                    false,
+                    false,
+                    false,
+                    Parallelism::None,
+                );
+            }
+            // SAFETY: j0 + rows <= n, `out` (m·n) is borrowed for this whole
+            // call, and panel p owns columns j0..j0 + rows alone.
+            unsafe { writer.put(j0, rows, &s.tile[..m * rows]) };
+        });
+    };
+    if tasks_for(m.saturating_mul(n).saturating_mul(k)) == 1 {
+        (0..panels).for_each(one);
+    } else {
+        (0..panels).into_par_iter().for_each(one);
+    }
+}
+
+/// Grouped matmul: rows gathered per expert, run densely, scattered back;
+/// out-of-range experts give zero rows.
+#[allow(clippy::too_many_arguments)]
+pub(super) fn grouped<F: RowFmt>(
+    x: &[f32],
+    w: &[u8],
+    idx: &[i32],
+    out: &mut [f32],
+    rb: usize,
+    m: usize,
+    k: usize,
+    n: usize,
+    experts: usize,
+) {
+    let out = &mut out[..m * n];
+    out.fill(0.0);
+    if m == 0 || n == 0 || k == 0 {
+        return;
+    }
+    let expert_of = |i: usize| usize::try_from(idx[i]).ok().filter(|&e| e < experts);
+    let mut order: Vec<usize> = (0..m).filter(|&i| expert_of(i).is_some()).collect();
+    order.sort_by_key(|&i| expert_of(i));
+    let mut xg = Vec::new();
+    let mut og = Vec::new();
+    for group in order.chunk_by(|&a, &b| expert_of(a) == expert_of(b)) {
+        let Some(e) = expert_of(group[0]) else {
+            continue;
+        };
+        let we = &w[e * n * rb..(e + 1) * n * rb];
+        xg.clear();
+        for &i in group {
+            xg.extend_from_slice(&x[i * k..(i + 1) * k]);
+        }
+        og.clear();
+        og.resize(group.len() * n, 0f32);
+        run::<F, f32>(&xg, we, rb, &mut og, group.len(), k, n);
+        for (&i, orow) in group.iter().zip(og.chunks_exact(n)) {
+            out[i * n..(i + 1) * n].copy_from_slice(orow);
+        }
+    }
+}

@@ -1,0 +1,399 @@
+//! Quantised matmuls over packed GGUF blocks: `dst[m, n] = x[m, k] @
+//! dequant(W)[n, k]ᵀ`, with W's rows stored as ggml blocks
+//! (`GgmlType::row_bytes(k)` bytes per row).
+//!
+//! The packed weight is read directly; no dequantised copy of the matrix
+//! is ever made:
+//! - `m = 1` (decode GEMV, module `driver`): each task owns a chunk of output
+//!   rows. On x86-64 with AVX2 + FMA, the formats real models use (Q4_0,
+//!   Q4_1, Q5_0, Q8_0, Q8_1, Q4_K, Q6_K, F32) have fused kernels (module
+//!   `avx2`): codes split with byte-wide integer ops, widened 8 at a time
+//!   and multiplied into `x` in registers. Every other format (and every
+//!   format on other CPUs) unpacks a block into a stack buffer (`w = a·q`
+//!   per element plus the block's additive mins) and dots it with `x` in
+//!   runs of 32 with four independent 8-lane accumulators. Mins are applied
+//!   once per sub-block as `b · Σx`, with per-sub-block sums of `x`
+//!   computed once per call.
+//! - `m > 1` (prefill): each task decodes a small panel of W rows (tens of
+//!   rows, a few hundred KiB at most) into a thread-local buffer and
+//!   multiplies all `m` rows of `x` against it with the `gemm` crate, so
+//!   every block is decoded once per call however large `m` is.
+//!
+//! One module per block family: `legacy` (32-element Q4_0 … Q8_1),
+//! `kquants` (256-element Q2_K … Q8_K), `seed` (the seed's 128-element
+//! Q1_0 / Q2_0) and `float` (F32 / F16 / BF16). Accumulation is f32.
+
+#[cfg(target_arch = "x86_64")]
+mod avx2;
+mod driver;
+mod float;
+mod kquants;
+mod legacy;
+mod seed;
+
+use half::f16;
+use rlx_ir::GgmlType;
+
+use super::{check_len, invalid, numel, Result};
+
+/// Largest block (elements) of any format: the k-quants' 256.
+pub(crate) const MAX_BS: usize = 256;
+/// Most sub-blocks (separate scales) in one block: 16.
+pub(crate) const MAX_SUB: usize = 16;
+
+/// A block format: `BS` elements in `BB` bytes, split into sub-blocks of
+/// `SUB` elements that each have a multiplicative scale and (when
+/// `HAS_MIN`) an additive offset.
+pub(crate) trait Block: Sync + 'static {
+    /// Elements per block.
+    const BS: usize;
+    /// Bytes per block.
+    const BB: usize;
+    /// Elements per sub-block (divides `BS`).
+    const SUB: usize;
+    /// Whether sub-blocks carry an additive offset.
+    const HAS_MIN: bool;
+    /// Unpacks block `b` (`BB` bytes) into `w[..BS]` (scaled values without
+    /// the offsets) and, when `HAS_MIN`, `mins[..BS / SUB]` (the offset of
+    /// each sub-block): weight `e` is `w[e] + mins[e / SUB]`.
+    fn unpack(b: &[u8], w: &mut [f32; MAX_BS], mins: &mut [f32; MAX_SUB]);
+
+    /// AVX2 fused dot of one block with `x` (see [`avx2`]): adds into `acc`
+    /// and `macc` and returns `true`, or returns `false` (the default) when
+    /// the format has no such kernel.
+    ///
+    /// # Safety
+    /// The CPU must support AVX2 and FMA.
+    #[cfg(target_arch = "x86_64")]
+    #[inline(always)]
+    unsafe fn dot_avx2(
+        _b: &[u8],
+        _x: &[f32],
+        _xs: &[f32],
+        _acc: &mut std::arch::x86_64::__m256,
+        _macc: &mut f32,
+    ) -> bool {
+        false
+    }
+}
+
+/// A row format the drivers can run: dot one packed row with `x`, or
+/// decode it.
+pub(crate) trait RowFmt: Sync + 'static {
+    /// Elements per group of `x` sums the dot needs (`0`: none).
+    const SUB: usize;
+    /// `Σ_e dequant(row)[e]·x[e]`; `xsum[g]` is `Σ x` over group `g` of
+    /// `SUB` elements.
+    fn dot_row(row: &[u8], x: &[f32], xsum: &[f32]) -> f32;
+    /// Decodes the row into `out` (`k` elements).
+    fn decode_row(row: &[u8], out: &mut [f32]);
+    /// [`RowFmt::dot_row`] using the AVX2 block kernels where they exist.
+    ///
+    /// # Safety
+    /// The CPU must support AVX2, FMA and F16C.
+    #[cfg(target_arch = "x86_64")]
+    #[inline(always)]
+    unsafe fn dot_row_avx2(row: &[u8], x: &[f32], xsum: &[f32]) -> f32 {
+        Self::dot_row(row, x, xsum)
+    }
+}
+
+/// Rows made of whole blocks of `B`.
+pub(crate) struct Blocks<B>(std::marker::PhantomData<B>);
+
+impl<B: Block> RowFmt for Blocks<B> {
+    const SUB: usize = if B::HAS_MIN { B::SUB } else { 0 };
+
+    #[inline(always)]
+    fn dot_row(row: &[u8], x: &[f32], xsum: &[f32]) -> f32 {
+        let mut w = [0f32; MAX_BS];
+        let mut mins = [0f32; MAX_SUB];
+        let mut acc = [[0f32; 8]; 4];
+        let mut macc = 0f32;
+        let nsub = B::BS / B::SUB;
+        let blocks = row.chunks_exact(B::BB).zip(x.chunks_exact(B::BS));
+        for (bi, (blk, xb)) in blocks.enumerate() {
+            B::unpack(blk, &mut w, &mut mins);
+            dot_acc(&mut acc, &w[..B::BS], xb);
+            if B::HAS_MIN {
+                let xs = xsum.get(bi * nsub..(bi + 1) * nsub).unwrap_or(&[]);
+                for (&mn, &s) in mins.iter().zip(xs) {
+                    macc += mn * s;
+                }
+            }
+        }
+        hsum(&acc) + macc
+    }
+
+    #[cfg(target_arch = "x86_64")]
+    #[inline(always)]
+    unsafe fn dot_row_avx2(row: &[u8], x: &[f32], xsum: &[f32]) -> f32 {
+        let mut w = [0f32; MAX_BS];
+        let mut mins = [0f32; MAX_SUB];
+        let mut acc4 = [[0f32; 8]; 4];
+        let mut macc = 0f32;
+        // SAFETY: the caller guarantees AVX2 / FMA.
+        let mut acc = unsafe { std::arch::x86_64::_mm256_setzero_ps() };
+        let nsub = B::BS / B::SUB;
+        let blocks = row.chunks_exact(B::BB).zip(x.chunks_exact(B::BS));
+        for (bi, (blk, xb)) in blocks.enumerate() {
+            let xs = xsum.get(bi * nsub..(bi + 1) * nsub).unwrap_or(&[]);
+            // SAFETY: as above.
+            if unsafe { B::dot_avx2(blk, xb, xs, &mut acc, &mut macc) } {
+                continue;
+            }
+            B::unpack(blk, &mut w, &mut mins);
+            dot_acc(&mut acc4, &w[..B::BS], xb);
+            if B::HAS_MIN {
+                for (&mn, &s) in mins.iter().zip(xs) {
+                    macc += mn * s;
+                }
+            }
+        }
+        // SAFETY: as above.
+        unsafe { avx2::hsum8(acc) + hsum(&acc4) + macc }
+    }
+
+    #[inline(always)]
+    fn decode_row(row: &[u8], out: &mut [f32]) {
+        let mut w = [0f32; MAX_BS];
+        let mut mins = [0f32; MAX_SUB];
+        for (blk, o) in row.chunks_exact(B::BB).zip(out.chunks_exact_mut(B::BS)) {
+            B::unpack(blk, &mut w, &mut mins);
+            if B::HAS_MIN {
+                for ((os, ws), &mn) in o
+                    .chunks_exact_mut(B::SUB)
+                    .zip(w.chunks_exact(B::SUB))
+                    .zip(&mins)
+                {
+                    for (ov, &wv) in os.iter_mut().zip(ws) {
+                        *ov = wv + mn;
+                    }
+                }
+            } else {
+                o.copy_from_slice(&w[..B::BS]);
+            }
+        }
+    }
+}
+
+/// `acc += w·x` over runs of 32 (`w`, `x` the same length, a multiple of
+/// 32; a shorter tail is ignored): four independent 8-lane accumulators.
+#[inline(always)]
+pub(crate) fn dot_acc(acc: &mut [[f32; 8]; 4], w: &[f32], x: &[f32]) {
+    for (wc, xc) in w.chunks_exact(32).zip(x.chunks_exact(32)) {
+        for (a, (wv, xv)) in acc
+            .iter_mut()
+            .zip(wc.chunks_exact(8).zip(xc.chunks_exact(8)))
+        {
+            for l in 0..8 {
+                a[l] += wv[l] * xv[l];
+            }
+        }
+    }
+}
+
+/// Sum of the four accumulators' lanes.
+#[inline(always)]
+pub(crate) fn hsum(acc: &[[f32; 8]; 4]) -> f32 {
+    let mut t = [0f32; 8];
+    for a in acc {
+        for l in 0..8 {
+            t[l] += a[l];
+        }
+    }
+    ((t[0] + t[4]) + (t[1] + t[5])) + ((t[2] + t[6]) + (t[3] + t[7]))
+}
+
+/// Little-endian f16 at `b[at..at + 2]` widened to f32 (0 if out of range).
+#[inline(always)]
+pub(crate) fn f16_at(b: &[u8], at: usize) -> f32 {
+    match b.get(at..at + 2) {
+        Some(&[lo, hi]) => f16::from_bits(u16::from_le_bytes([lo, hi])).to_f32(),
+        _ => 0.0,
+    }
+}
+
+/// `b[at..at + N]` as an array; zeros if out of range (the drivers only
+/// pass whole blocks, so that never happens).
+#[inline(always)]
+pub(crate) fn arr<const N: usize>(b: &[u8], at: usize) -> &[u8; N] {
+    match b.get(at..).and_then(|s| s.first_chunk::<N>()) {
+        Some(a) => a,
+        None => &[0; N],
+    }
+}
+
+/// Activations: f32 or f16 `[m, k]`.
+#[derive(Debug, Clone, Copy)]
+pub enum Act<'a> {
+    /// f32 activations.
+    F32(&'a [f32]),
+    /// f16 activations (widened once per call).
+    F16(&'a [f16]),
+}
+
+/// Result buffer: f32 or f16 `[m, n]`.
+#[derive(Debug)]
+pub enum Out<'a> {
+    /// f32 result.
+    F32(&'a mut [f32]),
+    /// f16 result (accumulated in f32, rounded once on store).
+    F16(&'a mut [f16]),
+}
+
+/// Runs `$body` with `$F` bound to the [`RowFmt`] of `$ty`.
+macro_rules! with_fmt {
+    ($ty:expr, $F:ident => $body:expr) => {{
+        use GgmlType as G;
+        match $ty {
+            G::F32 => {
+                type $F = float::F32Row;
+                $body
+            }
+            G::F16 => {
+                type $F = float::F16Row;
+                $body
+            }
+            G::BF16 => {
+                type $F = float::Bf16Row;
+                $body
+            }
+            G::Q4_0 => {
+                type $F = Blocks<legacy::Q4_0>;
+                $body
+            }
+            G::Q4_1 => {
+                type $F = Blocks<legacy::Q4_1>;
+                $body
+            }
+            G::Q5_0 => {
+                type $F = Blocks<legacy::Q5_0>;
+                $body
+            }
+            G::Q5_1 => {
+                type $F = Blocks<legacy::Q5_1>;
+                $body
+            }
+            G::Q8_0 => {
+                type $F = Blocks<legacy::Q8_0>;
+                $body
+            }
+            G::Q8_1 => {
+                type $F = Blocks<legacy::Q8_1>;
+                $body
+            }
+            G::Q2K => {
+                type $F = Blocks<kquants::Q2K>;
+                $body
+            }
+            G::Q3K => {
+                type $F = Blocks<kquants::Q3K>;
+                $body
+            }
+            G::Q4K => {
+                type $F = Blocks<kquants::Q4K>;
+                $body
+            }
+            G::Q5K => {
+                type $F = Blocks<kquants::Q5K>;
+                $body
+            }
+            G::Q6K => {
+                type $F = Blocks<kquants::Q6K>;
+                $body
+            }
+            G::Q8K => {
+                type $F = Blocks<kquants::Q8K>;
+                $body
+            }
+            G::Q1_0 => {
+                type $F = Blocks<seed::Q1_0>;
+                $body
+            }
+            G::Q2_0 => {
+                type $F = Blocks<seed::Q2_0>;
+                $body
+            }
+        }
+    }};
+}
+
+/// Bytes of one packed row, checking that `k` is whole blocks.
+fn row_bytes(kernel: &'static str, ty: GgmlType, k: usize) -> Result<usize> {
+    ty.row_bytes(k).ok_or_else(|| {
+        invalid(
+            kernel,
+            format!(
+                "k={k} is not a multiple of the {} block size {}",
+                ty.name(),
+                ty.block_size()
+            ),
+        )
+    })
+}
+
+/// `out[m, n] = x[m, k] @ dequant(w)ᵀ` for packed GGUF rows of type `ty`.
+///
+/// Needs `k` a multiple of `ty`'s block size, `x ≥ m·k`, `w ≥ n ·
+/// row_bytes(k)` bytes, `out ≥ m·n`.
+pub fn dequant_matmul(
+    ty: GgmlType,
+    x: Act<'_>,
+    w: &[u8],
+    out: Out<'_>,
+    m: usize,
+    k: usize,
+    n: usize,
+) -> Result<()> {
+    const K: &str = "dequant_matmul_gguf";
+    let rb = row_bytes(K, ty, k)?;
+    let xn = numel(K, &[m, k])?;
+    check_len(K, "w", w.len(), numel(K, &[n, rb])?)?;
+    let xlen = match x {
+        Act::F32(v) => v.len(),
+        Act::F16(v) => v.len(),
+    };
+    check_len(K, "x", xlen, xn)?;
+    let olen = match &out {
+        Out::F32(v) => v.len(),
+        Out::F16(v) => v.len(),
+    };
+    check_len(K, "dst", olen, numel(K, &[m, n])?)?;
+    driver::with_x(x, xn, |xf| {
+        with_fmt!(ty, F => match out {
+            Out::F32(o) => driver::run::<F, f32>(xf, w, rb, o, m, k, n),
+            Out::F16(o) => driver::run::<F, f16>(xf, w, rb, o, m, k, n),
+        })
+    });
+    Ok(())
+}
+
+/// Grouped (MoE) variant: row `i` of `x [m, k]` against expert
+/// `expert_idx[i]` of the packed stack `w [experts, n, row_bytes(k)]`;
+/// an id outside `0..experts` gives a zero row. f32 in and out.
+#[allow(clippy::too_many_arguments)]
+pub fn dequant_grouped_matmul(
+    ty: GgmlType,
+    x: &[f32],
+    w: &[u8],
+    expert_idx: &[i32],
+    out: &mut [f32],
+    m: usize,
+    k: usize,
+    n: usize,
+    experts: usize,
+) -> Result<()> {
+    const K: &str = "dequant_grouped_matmul_gguf";
+    let rb = row_bytes(K, ty, k)?;
+    let per_expert = numel(K, &[n, rb])?;
+    check_len(K, "w", w.len(), numel(K, &[experts, per_expert])?)?;
+    check_len(K, "input", x.len(), numel(K, &[m, k])?)?;
+    check_len(K, "expert_idx", expert_idx.len(), m)?;
+    check_len(K, "dst", out.len(), numel(K, &[m, n])?)?;
+    with_fmt!(ty, F => driver::grouped::<F>(x, w, expert_idx, out, rb, m, k, n, experts));
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests;

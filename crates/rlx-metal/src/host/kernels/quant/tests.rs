@@ -1,0 +1,389 @@
+//! Quantised matmul kernels against a naive dequantise-then-dot written
+//! here, element by element from the block layouts (an independent code
+//! path from the kernels' block unpackers), accumulated in f64.
+
+use super::*;
+use crate::host::kernels::testutil::rand_vec;
+use rlx_ir::quant::ALL_GGML_TYPES;
+
+/// Deterministic bytes (xorshift).
+fn rand_bytes(n: usize, seed: u64) -> Vec<u8> {
+    let mut s = seed.wrapping_mul(0x2545_F491_4F6C_DD1D) | 1;
+    (0..n)
+        .map(|_| {
+            s ^= s << 13;
+            s ^= s >> 7;
+            s ^= s << 17;
+            (s >> 32) as u8
+        })
+        .collect()
+}
+
+fn put_f16(b: &mut [u8], at: usize, v: f32) {
+    b[at..at + 2].copy_from_slice(&f16::from_f32(v).to_le_bytes());
+}
+
+fn get_f16(b: &[u8], at: usize) -> f64 {
+    f64::from(f16::from_le_bytes([b[at], b[at + 1]]).to_f32())
+}
+
+/// Byte offsets of the f16 scale fields of each format.
+fn f16_fields(ty: GgmlType) -> &'static [usize] {
+    use GgmlType::*;
+    match ty {
+        Q4_0 | Q5_0 | Q8_0 | Q1_0 | Q2_0 => &[0],
+        Q4_1 | Q5_1 | Q8_1 | Q4K | Q5K => &[0, 2],
+        Q2K => &[80, 82],
+        Q3K => &[108],
+        Q6K => &[208],
+        F32 | F16 | BF16 | Q8K => &[],
+    }
+}
+
+/// `rows` random packed rows of `k` elements with sane scales.
+fn rand_rows(ty: GgmlType, rows: usize, k: usize, seed: u64) -> Vec<u8> {
+    let vals = rand_vec(rows * k, seed);
+    match ty {
+        GgmlType::F32 => return vals.iter().flat_map(|v| v.to_le_bytes()).collect(),
+        GgmlType::F16 => {
+            return vals
+                .iter()
+                .flat_map(|&v| f16::from_f32(v).to_le_bytes())
+                .collect()
+        }
+        GgmlType::BF16 => {
+            return vals
+                .iter()
+                .flat_map(|&v| half::bf16::from_f32(v).to_le_bytes())
+                .collect()
+        }
+        _ => {}
+    }
+    let bb = ty.block_bytes();
+    let nb = rows * k / ty.block_size();
+    let mut b = rand_bytes(nb * bb, seed ^ 0xABCD);
+    let scales = rand_vec(nb * 2, seed ^ 0x1234);
+    for (i, blk) in b.chunks_exact_mut(bb).enumerate() {
+        for (f, &at) in f16_fields(ty).iter().enumerate() {
+            put_f16(
+                blk,
+                at,
+                0.02 * scales[2 * i + f] + if f == 0 { 0.01 } else { 0.0 },
+            );
+        }
+        if ty == GgmlType::Q8K {
+            blk[..4].copy_from_slice(&(0.003 * scales[2 * i] + 0.001).to_le_bytes());
+        }
+    }
+    b
+}
+
+/// Weight `e` of one block, straight from the layout description.
+fn naive_elem(ty: GgmlType, b: &[u8], e: usize) -> f64 {
+    use GgmlType::*;
+    let nib = |qs: usize, i: usize| -> u32 {
+        // element i < 16: low nibble of byte i; else high nibble of byte i-16
+        if i < 16 {
+            u32::from(b[qs + i] & 15)
+        } else {
+            u32::from(b[qs + i - 16] >> 4)
+        }
+    };
+    let bit = |at: usize, i: usize| -> u32 { u32::from((b[at + i / 8] >> (i % 8)) & 1) };
+    let d = get_f16(b, 0);
+    match ty {
+        Q4_0 => d * (f64::from(nib(2, e)) - 8.0),
+        Q4_1 => d * f64::from(nib(4, e)) + get_f16(b, 2),
+        Q5_0 => d * (f64::from(nib(6, e) + 16 * bit(2, e)) - 16.0),
+        Q5_1 => d * f64::from(nib(8, e) + 16 * bit(4, e)) + get_f16(b, 2),
+        Q8_0 => d * f64::from(b[2 + e] as i8),
+        Q8_1 => d * f64::from(b[4 + e] as i8),
+        Q8K => {
+            let d = f64::from(f32::from_le_bytes([b[0], b[1], b[2], b[3]]));
+            d * f64::from(b[4 + e] as i8)
+        }
+        Q1_0 => d * if bit(2, e) == 1 { 1.0 } else { -1.0 },
+        Q2_0 => d * (f64::from((b[2 + e / 4] >> (2 * (e % 4))) & 3) - 1.5),
+        Q2K => {
+            let (half, j, l) = (e / 128, (e % 128) / 32, e % 32);
+            let q = f64::from((b[16 + 32 * half + l] >> (2 * j)) & 3);
+            let s = b[e / 16];
+            let (dd, dm) = (get_f16(b, 80), get_f16(b, 82));
+            dd * f64::from(s & 15) * q - dm * f64::from(s >> 4)
+        }
+        Q3K => {
+            let (half, j, l) = (e / 128, (e % 128) / 32, e % 32);
+            let low = i32::from((b[32 + 32 * half + l] >> (2 * j)) & 3);
+            let hb = (b[l] >> (4 * half + j)) & 1;
+            let q = low - if hb == 1 { 0 } else { 4 };
+            let i = e / 16;
+            let sc = &b[96..108];
+            let lo = if i < 8 { sc[i] & 15 } else { sc[i - 8] >> 4 };
+            let hi = (sc[8 + i % 4] >> (2 * (i / 4))) & 3;
+            let s = i32::from(lo | (hi << 4)) - 32;
+            get_f16(b, 108) * f64::from(s) * f64::from(q)
+        }
+        Q4K | Q5K => {
+            let (c, h, l) = (e / 64, (e % 64) / 32, e % 32);
+            let qs = if ty == Q4K { 16 } else { 48 };
+            let byte = b[qs + 32 * c + l];
+            let mut q = u32::from(if h == 0 { byte & 15 } else { byte >> 4 });
+            if ty == Q5K {
+                q += 16 * u32::from((b[16 + l] >> (2 * c + h)) & 1);
+            }
+            let j = 2 * c + h;
+            let sc = &b[4..16];
+            let (s, m) = if j < 4 {
+                (sc[j] & 63, sc[j + 4] & 63)
+            } else {
+                (
+                    (sc[j + 4] & 15) | ((sc[j - 4] >> 6) << 4),
+                    (sc[j + 4] >> 4) | ((sc[j] >> 6) << 4),
+                )
+            };
+            d * f64::from(s) * f64::from(q) - get_f16(b, 2) * f64::from(m)
+        }
+        Q6K => {
+            let (half, r, l) = (e / 128, (e % 128) / 32, e % 32);
+            let lb = b[64 * half + l + 32 * (r % 2)];
+            let low = if r < 2 { lb & 15 } else { lb >> 4 };
+            let high = (b[128 + 32 * half + l] >> (2 * r)) & 3;
+            let q = i32::from(low | (high << 4)) - 32;
+            get_f16(b, 208) * f64::from(b[192 + e / 16] as i8) * f64::from(q)
+        }
+        F32 | F16 | BF16 => unreachable!("float rows are decoded in naive_row"),
+    }
+}
+
+/// Row `j` of the naive dequantised weight.
+fn naive_row(ty: GgmlType, w: &[u8], j: usize, k: usize) -> Vec<f64> {
+    let rb = ty.row_bytes(k).unwrap();
+    let row = &w[j * rb..(j + 1) * rb];
+    match ty {
+        GgmlType::F32 => row
+            .chunks_exact(4)
+            .map(|c| f64::from(f32::from_le_bytes(c.try_into().unwrap())))
+            .collect(),
+        GgmlType::F16 => row
+            .chunks_exact(2)
+            .map(|c| f64::from(f16::from_le_bytes([c[0], c[1]]).to_f32()))
+            .collect(),
+        GgmlType::BF16 => row
+            .chunks_exact(2)
+            .map(|c| f64::from(half::bf16::from_le_bytes([c[0], c[1]]).to_f32()))
+            .collect(),
+        _ => {
+            let (bs, bb) = (ty.block_size(), ty.block_bytes());
+            (0..k)
+                .map(|e| naive_elem(ty, &row[e / bs * bb..(e / bs + 1) * bb], e % bs))
+                .collect()
+        }
+    }
+}
+
+fn naive_matmul(ty: GgmlType, x: &[f32], w: &[u8], m: usize, k: usize, n: usize) -> Vec<f64> {
+    let rows: Vec<Vec<f64>> = (0..n).map(|j| naive_row(ty, w, j, k)).collect();
+    let mut out = vec![0f64; m * n];
+    for i in 0..m {
+        for (j, r) in rows.iter().enumerate() {
+            out[i * n + j] = x[i * k..(i + 1) * k]
+                .iter()
+                .zip(r)
+                .map(|(&a, &b)| f64::from(a) * b)
+                .sum();
+        }
+    }
+    out
+}
+
+/// `max |got − want| ≤ tol · max |want|` (tolerance relative to the output
+/// scale: f32 accumulation vs the f64 oracle).
+#[track_caller]
+fn assert_scaled(got: &[f32], want: &[f64], tol: f64, what: &str) {
+    let scale = want.iter().fold(0f64, |a, &v| a.max(v.abs())).max(1e-30);
+    let err = got
+        .iter()
+        .zip(want)
+        .fold(0f64, |a, (&g, &w)| a.max((f64::from(g) - w).abs()));
+    assert!(err <= tol * scale, "{what}: max err {err} vs scale {scale}");
+}
+
+fn check(ty: GgmlType, m: usize, k: usize, n: usize, seed: u64) {
+    let w = rand_rows(ty, n, k, seed);
+    let x = rand_vec(m * k, seed + 7);
+    let want = naive_matmul(ty, &x, &w, m, k, n);
+    let what = format!("{} m={m} k={k} n={n}", ty.name());
+    let mut out = vec![f32::NAN; m * n];
+    dequant_matmul(ty, Act::F32(&x), &w, Out::F32(&mut out), m, k, n).unwrap();
+    assert_scaled(&out, &want, 1e-5, &what);
+    // f16 activations and f16 result: the oracle sees the same rounded x
+    let xh: Vec<f16> = x.iter().map(|&v| f16::from_f32(v)).collect();
+    let xr: Vec<f32> = xh.iter().map(|v| v.to_f32()).collect();
+    let want_h = naive_matmul(ty, &xr, &w, m, k, n);
+    let mut oh = vec![f16::NAN; m * n];
+    dequant_matmul(ty, Act::F16(&xh), &w, Out::F16(&mut oh), m, k, n).unwrap();
+    let oh: Vec<f32> = oh.iter().map(|v| v.to_f32()).collect();
+    assert_scaled(&oh, &want_h, 2e-3, &format!("{what} f16"));
+}
+
+/// Small `k` for a type: three blocks (37 elements for the float rows).
+fn small_k(ty: GgmlType) -> usize {
+    match ty.block_size() {
+        1 => 37,
+        bs => 3 * bs,
+    }
+}
+
+#[test]
+fn every_type_small_odd_shapes() {
+    for (t, &ty) in ALL_GGML_TYPES.iter().enumerate() {
+        for m in [1, 3, 17] {
+            check(ty, m, small_k(ty), 7, 11 * t as u64 + m as u64);
+        }
+    }
+}
+
+#[test]
+fn every_type_parallel_shapes() {
+    // n·k above PAR_MIN so the row chunks / panels run on the pool
+    for (t, &ty) in ALL_GGML_TYPES.iter().enumerate() {
+        for m in [1, 3, 17] {
+            check(ty, m, 1024, 67, 101 + 13 * t as u64 + m as u64);
+        }
+    }
+}
+
+#[test]
+fn zero_sized_dims() {
+    let ty = GgmlType::Q4_0;
+    let mut out = vec![1f32; 4];
+    let w = vec![0u8; 4 * 18];
+    dequant_matmul(ty, Act::F32(&[]), &w, Out::F32(&mut out), 0, 32, 4).unwrap();
+    assert_eq!(out, [1.0; 4], "m = 0 writes nothing");
+    let mut out = vec![1f32; 2];
+    dequant_matmul(ty, Act::F32(&[]), &[], Out::F32(&mut out), 2, 0, 1).unwrap();
+    assert_eq!(out, [0.0, 0.0]);
+}
+
+#[test]
+fn bad_operands_are_errors() {
+    let ty = GgmlType::Q4K;
+    let w = rand_rows(ty, 2, 256, 1);
+    let x = rand_vec(256, 2);
+    let mut out = vec![0f32; 2];
+    let e = dequant_matmul(ty, Act::F32(&x), &w, Out::F32(&mut out), 1, 100, 2).unwrap_err();
+    assert!(e.to_string().contains("not a multiple"), "{e}");
+    let e = dequant_matmul(ty, Act::F32(&x), &w[..200], Out::F32(&mut out), 1, 256, 2).unwrap_err();
+    assert!(e.to_string().starts_with("[dequant_matmul_gguf] w"), "{e}");
+    let e = dequant_matmul(ty, Act::F32(&x[..10]), &w, Out::F32(&mut out), 1, 256, 2).unwrap_err();
+    assert!(e.to_string().contains("x has 10"), "{e}");
+    let e = dequant_matmul(ty, Act::F32(&x), &w, Out::F32(&mut out[..1]), 1, 256, 2).unwrap_err();
+    assert!(e.to_string().contains("dst"), "{e}");
+    let idx = [0i32];
+    let e = dequant_grouped_matmul(ty, &x, &w, &idx, &mut out, 1, 256, 2, 2).unwrap_err();
+    assert!(e.to_string().contains("w has"), "{e}");
+}
+
+#[test]
+fn grouped_matches_per_expert_and_zeroes_bad_ids() {
+    for ty in [GgmlType::Q4_1, GgmlType::Q6K, GgmlType::F16, GgmlType::Q2_0] {
+        let (e, n) = (3usize, 5usize);
+        let k = small_k(ty).max(ty.block_size() * 2);
+        let rb = ty.row_bytes(k).unwrap();
+        let w = rand_rows(ty, e * n, k, 5);
+        let idx = [2i32, 0, 5, -1, 1, 2, 0, 2];
+        let m = idx.len();
+        let x = rand_vec(m * k, 9);
+        let mut out = vec![f32::NAN; m * n];
+        dequant_grouped_matmul(ty, &x, &w, &idx, &mut out, m, k, n, e).unwrap();
+        for (i, &ex) in idx.iter().enumerate() {
+            let got = &out[i * n..(i + 1) * n];
+            if !(0..e as i32).contains(&ex) {
+                assert!(got.iter().all(|&v| v == 0.0), "row {i} not zero");
+                continue;
+            }
+            let we = &w[ex as usize * n * rb..(ex as usize + 1) * n * rb];
+            let want = naive_matmul(ty, &x[i * k..(i + 1) * k], we, 1, k, n);
+            assert_scaled(got, &want, 1e-5, &format!("{} row {i}", ty.name()));
+        }
+    }
+}
+
+#[test]
+fn unpack_matches_naive_decoder_exactly_for_legacy() {
+    // the legacy formats decode to the same f32 products as the reference
+    for ty in [
+        GgmlType::Q4_0,
+        GgmlType::Q8_0,
+        GgmlType::Q1_0,
+        GgmlType::Q2_0,
+    ] {
+        let k = small_k(ty);
+        let w = rand_rows(ty, 1, k, 3);
+        let mut out = vec![0f32; k];
+        with_fmt!(ty, F => F::decode_row(&w, &mut out));
+        let want = naive_row(ty, &w, 0, k);
+        for (e, (&g, &v)) in out.iter().zip(&want).enumerate() {
+            assert!(
+                (f64::from(g) - v).abs() <= 1e-7 * v.abs(),
+                "{} e={e}",
+                ty.name()
+            );
+        }
+    }
+}
+
+#[test]
+#[ignore = "timing probe; run with --release --ignored --nocapture"]
+fn gemv_timing_probe() {
+    for (ty, k, n) in [
+        (GgmlType::Q4_1, 576, 1536),
+        (GgmlType::Q4_1, 1536, 576),
+        (GgmlType::Q4_0, 576, 1536),
+        (GgmlType::Q8_0, 576, 1536),
+        (GgmlType::Q8_0, 1536, 576),
+        (GgmlType::Q5_0, 576, 1536),
+        (GgmlType::Q4K, 768, 2048),
+        (GgmlType::Q6K, 768, 2048),
+        (GgmlType::F32, 576, 1536),
+    ] {
+        let w = rand_rows(ty, n, k, 1);
+        let x = rand_vec(k, 2);
+        let mut out = vec![0f32; n];
+        let reps = 200;
+        let t = std::time::Instant::now();
+        for _ in 0..reps {
+            dequant_matmul(ty, Act::F32(&x), &w, Out::F32(&mut out), 1, k, n).unwrap();
+        }
+        let dt = t.elapsed().as_secs_f64() / reps as f64;
+        let gbs = w.len() as f64 / dt / 1e9;
+        println!(
+            "{} k={k} n={n}: {:.1} us, {gbs:.2} GB/s",
+            ty.name(),
+            dt * 1e6
+        );
+    }
+}
+
+#[test]
+fn portable_dot_row_matches_naive() {
+    // the driver prefers the AVX2 kernels where the CPU has them; this keeps
+    // the portable path (used elsewhere) covered on such machines too
+    for (t, &ty) in ALL_GGML_TYPES.iter().enumerate() {
+        let k = small_k(ty) * 2;
+        let n = 5;
+        let w = rand_rows(ty, n, k, 40 + t as u64);
+        let x = rand_vec(k, 41 + t as u64);
+        let want = naive_matmul(ty, &x, &w, 1, k, n);
+        let rb = ty.row_bytes(k).unwrap();
+        let got: Vec<f32> = with_fmt!(ty, F => {
+            let xsum: Vec<f32> = if F::SUB == 0 {
+                Vec::new()
+            } else {
+                x.chunks_exact(F::SUB).map(|c| c.iter().sum()).collect()
+            };
+            w.chunks_exact(rb).map(|r| F::dot_row(r, &x, &xsum)).collect()
+        });
+        assert_scaled(&got, &want, 1e-5, &format!("{} portable", ty.name()));
+    }
+}
