@@ -45,15 +45,8 @@ SCALE_OFFSETS = {
 
 ALL_TYPES = list(GEOMETRY)
 
-#: rlx-ir serialises GgmlType::BF16 as "b_f16" (serde snake_case) while the
-#: Python API and the reference call it "bf16", so a bf16 graph cannot be
-#: built yet; strict xfail flags the day the IR name is fixed. The Rust unit
-#: tests cover the BF16 kernel meanwhile.
-BF16_NAME = pytest.mark.xfail(strict=True, reason="IR serde name of BF16 is 'b_f16'")
-
-
 def typ_params(types: list[str]) -> list:
-    return [pytest.param(t, marks=BF16_NAME) if t == "bf16" else t for t in types]
+    return list(types)
 
 
 def packed_weight(typ: str, n: int, k: int, rng: np.random.Generator) -> np.ndarray:

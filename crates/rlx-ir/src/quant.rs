@@ -18,6 +18,7 @@ pub enum GgmlType {
     /// 16-bit float.
     F16,
     /// bfloat16.
+    #[serde(rename = "bf16")]
     BF16,
     /// 32 weights: f16 scale + 16 bytes of 4-bit values (offset 8).
     Q4_0,
@@ -333,6 +334,13 @@ mod tests {
                 assert_eq!(GgmlType::from_ggml_id(id), Some(t));
             }
         }
+    }
+
+    #[test]
+    fn ggml_names_serialise_as_python_spells_them() {
+        let j = serde_json::to_string(&GgmlType::BF16).unwrap();
+        assert_eq!(j, r#""bf16""#);
+        assert_eq!(serde_json::to_string(&GgmlType::Q4_0).unwrap(), r#""q4_0""#);
     }
 
     #[test]
