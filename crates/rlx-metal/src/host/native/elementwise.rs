@@ -11,7 +11,6 @@ use crate::thunk::region::{
     input_byte_offset, ElementwiseRegion, REGION_MAX_INPUTS, REGION_MAX_STEPS, STEP_OPERAND,
 };
 use crate::thunk::{HalfFlag, Thunk};
-use half::f16;
 use k::{RegionArg, RegionCast, RegionInput, RegionOp, RegionStep};
 use rlx_ir::op::{Activation, BinaryOp};
 
@@ -43,21 +42,6 @@ pub(super) fn handles(t: &Thunk) -> bool {
         }
         _ => false,
     }
-}
-
-macro_rules! by_dt {
-    ($dt:expr, $T:ident => $body:expr) => {
-        match $dt {
-            HalfFlag::F32 => {
-                type $T = f32;
-                $body
-            }
-            HalfFlag::F16 => {
-                type $T = f16;
-                $body
-            }
-        }
-    };
 }
 
 fn unary<T: Elem + crate::host::buffer::Plain>(

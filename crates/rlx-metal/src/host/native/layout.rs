@@ -45,37 +45,6 @@ pub(super) fn handles(t: &Thunk) -> bool {
     }
 }
 
-macro_rules! by_dt {
-    ($dt:expr, $T:ident => $body:expr) => {
-        match $dt {
-            HalfFlag::F32 => {
-                type $T = f32;
-                $body
-            }
-            HalfFlag::F16 => {
-                type $T = f16;
-                $body
-            }
-        }
-    };
-}
-
-/// Raw word of a half flag (bit-exact moves).
-macro_rules! by_word {
-    ($dt:expr, $T:ident => $body:expr) => {
-        match $dt {
-            HalfFlag::F32 => {
-                type $T = u32;
-                $body
-            }
-            HalfFlag::F16 => {
-                type $T = u16;
-                $body
-            }
-        }
-    };
-}
-
 fn invalid(kernel: &'static str, msg: impl Into<String>) -> KernelError {
     KernelError::Invalid {
         kernel,

@@ -32,21 +32,6 @@ pub(super) fn handles(t: &Thunk) -> bool {
     }
 }
 
-macro_rules! by_dt {
-    ($dt:expr, $T:ident => $body:expr) => {
-        match $dt {
-            HalfFlag::F32 => {
-                type $T = f32;
-                $body
-            }
-            HalfFlag::F16 => {
-                type $T = f16;
-                $body
-            }
-        }
-    };
-}
-
 /// Row map of a modulation tensor from the seed's lead pack
 /// `[lead_rank, x_lead[8], mod_lead[8]]` (mod dims aligned with x's, size 1
 /// broadcasting): which modulation row each of x's `rows` rows reads, and

@@ -7,6 +7,40 @@
 //! in-place rewrites) are copied into a staging buffer first, so a shared
 //! and an exclusive slice never alias.
 
+/// Run `$body` with `$T` bound to the element type of a [`HalfFlag`]
+/// (`f32` / `f16`): one generic kernel call per flag.
+macro_rules! by_dt {
+    ($dt:expr, $T:ident => $body:expr) => {
+        match $dt {
+            HalfFlag::F32 => {
+                type $T = f32;
+                $body
+            }
+            HalfFlag::F16 => {
+                type $T = half::f16;
+                $body
+            }
+        }
+    };
+}
+
+/// As `by_dt!`, with `$T` the raw word of the flag's width (`u32` / `u16`):
+/// data movement copies bits exactly, NaN payloads included.
+macro_rules! by_word {
+    ($dt:expr, $T:ident => $body:expr) => {
+        match $dt {
+            HalfFlag::F32 => {
+                type $T = u32;
+                $body
+            }
+            HalfFlag::F16 => {
+                type $T = u16;
+                $body
+            }
+        }
+    };
+}
+
 mod elementwise;
 mod layout;
 mod linalg;
