@@ -315,3 +315,24 @@ pub enum SpdOp {
     /// Karcher (Fréchet) mean of the batch: `[b, n, n] → [n, n]`.
     KarcherMean,
 }
+
+/// Parameters shared by the Gaussian-splat ops.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct SplatConfig {
+    /// Image width.
+    pub width: u32,
+    /// Image height.
+    pub height: u32,
+    /// Tile edge in pixels.
+    pub tile_size: u32,
+    /// Splat extent in standard deviations.
+    pub radius_scale: f32,
+    /// Minimum alpha that contributes.
+    pub alpha_cutoff: f32,
+    /// Most splats blended per pixel.
+    pub max_splat_steps: u32,
+    /// Stop blending below this transmittance.
+    pub transmittance_threshold: f32,
+    /// Capacity of the tile lists.
+    pub max_list_entries: u32,
+}
