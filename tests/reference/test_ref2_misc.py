@@ -236,8 +236,68 @@ def test_spd_backward_fd(kind: str) -> None:
                     else got[bi, i, j] + (got[bi, j, i] if i != j else 0)
                 )
                 assert abs(have - want) < 1e-5 * max(1, abs(want)), (bi, i, j, have, want)
-    with pytest.raises(NotImplementedError):
-        spd_backward("karcher_mean", 0.0, [x], dy)
+    with pytest.raises(KeyError, match="no_such_spd"):
+        spd_backward("no_such_spd", 0.0, [x], dy)
+
+
+# Central differences of the float64 forward, h = 1e-5: truncation O(h²)·|f'''| ≈ 1e-10 and
+# round-off ≈ 1e-16·|f|/h ≈ 1e-10 relative; the Karcher fixed point stops at
+# ‖step‖_F < 1e-12 (then takes that step), so its residual is well below 1e-12 and
+# contributes < 1e-12/h = 1e-7. Bound: |have − want| ≤ 1e-6 · max(|want|, 1).
+SPD_FD_RTOL = 1e-6
+
+
+def _spd_mean_fd(kind: str, n: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """(analytic, central-difference) gradients of ⟨dY, f(X)⟩ along E_ij + E_ji."""
+    rng = np.random.default_rng(seed)
+    b = 3
+    x = _spd(rng, b, n)
+    extra = [_spd(rng, 1, n)[0]] if kind == "batch_norm" else []
+    dy = rng.standard_normal((n, n) if kind == "karcher_mean" else (b, n, n))
+    got = _spd_thunk({"op": "spd_backward", "kind": kind, "eps": 0.0}, [x, *extra, dy], x.shape)
+    have = np.zeros_like(x)
+    want = np.zeros_like(x)
+    h = 1e-5
+    for bi in range(b):
+        for i in range(n):
+            for j in range(i, n):
+                e = np.zeros_like(x)
+                e[bi, i, j] = e[bi, j, i] = 1.0
+                fp = np.sum(spd_forward(kind, 0.0, [x + h * e, *extra]) * dy)
+                fm = np.sum(spd_forward(kind, 0.0, [x - h * e, *extra]) * dy)
+                want[bi, i, j] = (fp - fm) / (2 * h)
+                have[bi, i, j] = got[bi, i, j] * (1 if i == j else 2)
+    return have, want
+
+
+@pytest.mark.parametrize("n", [3, 4])
+@pytest.mark.parametrize("kind", ["karcher_mean", "batch_norm"])
+def test_spd_mean_backward_fd(kind: str, n: int) -> None:
+    have, want = _spd_mean_fd(kind, n, seed=10 + n)
+    assert np.abs(want).max() > 1e-2  # a non-trivial gradient
+    err = np.abs(have - want) / np.maximum(np.abs(want), 1.0)
+    assert err.max() < SPD_FD_RTOL, (kind, n, err.max())
+
+
+def test_spd_mean_backward_fd_can_fail() -> None:
+    """The FD check detects a wrong gradient: the explicit-X_i term of batch norm
+    alone (dropping the path through the Karcher mean) is off by far more than the
+    bound, and so is a perturbed Karcher-mean gradient."""
+    rng = np.random.default_rng(7)
+    n, b = 3, 3
+    x = _spd(rng, b, n)
+    bias = _spd(rng, 1, n)[0]
+    dy = rng.standard_normal((b, n, n))
+    g = spd_forward("karcher_mean", 0.0, [x])
+    s = _powm(g, -0.5)
+    bh = _powm(bias, 0.5)
+    direct_only = np.stack([s @ bh @ (0.5 * (d + d.T)) @ bh @ s for d in dy])
+    full = spd_backward("batch_norm", 0.0, [x, bias], dy)
+    assert np.abs(full - direct_only).max() > 1e3 * SPD_FD_RTOL * max(1, np.abs(full).max())
+    have, want = _spd_mean_fd("karcher_mean", n, seed=13)
+    bad = have * (1 + 1e-4)
+    err = np.abs(bad - want) / np.maximum(np.abs(want), 1.0)
+    assert err.max() > SPD_FD_RTOL
 
 
 def test_spd_f32_buffers() -> None:

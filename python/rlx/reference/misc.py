@@ -166,11 +166,58 @@ def _daleckii_krein(x: np.ndarray, dy: np.ndarray, f: Callable, fprime: Callable
     return u @ (lmat * (ut @ _sym(dy) @ u)) @ ut
 
 
+def _karcher_mean_vjp(x: np.ndarray, g: np.ndarray, dy: np.ndarray) -> np.ndarray:
+    """Exact gradient ``[b, n, n]`` of ``⟨dY, G(X)⟩`` for the Karcher mean ``G`` of SPD
+    ``x [b, n, n]`` (symmetric gradient, as :func:`spd_backward`).
+
+    ``G`` is defined implicitly by ``F(G, X) = Σ_i log(G^{-½} X_i G^{-½}) = 0`` (Moakher,
+    SIAM J. Matrix Anal. Appl. 26(3), 2005; Brooks et al., "Riemannian batch
+    normalization for SPD neural networks", NeurIPS 2019). By the implicit function
+    theorem ``dG = −(∂F/∂G)^{-1} Σ_i (∂F/∂X_i)[dX_i]``, with ``S = G^{-½}``,
+    ``Y_i = S X_i S`` and the Fréchet derivatives (Daleckii–Krein, Higham, "Functions
+    of Matrices", SIAM 2008, ch. 3 / Thm 3.11)::
+
+        ∂F/∂G [E]   = Σ_i Dlog(Y_i)[dS X_i S + S X_i dS],  dS = D(·)^{-½}(G)[E]
+        ∂F/∂X_i [E] = Dlog(Y_i)[S E S]
+
+    Both are assembled as dense matrices on the ``n(n+1)/2`` symmetric coordinates
+    (upper-triangle entries; basis ``E_ii``, ``E_ij + E_ji``) and the transposed
+    system is solved for the cotangent, so the result is exact up to round-off and
+    the forward's convergence tolerance."""
+    b, n, _ = x.shape
+    iu, ju = np.triu_indices(n)
+    p = iu.size
+    basis = np.zeros((p, n, n))
+    basis[np.arange(p), iu, ju] = 1.0
+    basis[np.arange(p), ju, iu] = 1.0
+    s = _eig_apply(g, lambda v: 1.0 / np.sqrt(v))
+    y = _sym(s @ x @ s)
+    sx = s @ x  # [b, n, n]
+    jg = np.zeros((p, p))  # ∂F/∂G: rows = output coords, cols = input coords
+    jx = np.zeros((b, p, p))  # ∂F/∂X_i
+    for k in range(p):
+        ds = _daleckii_krein(g, basis[k], lambda v: v**-0.5, lambda v: -0.5 * v**-1.5)
+        dyi = ds @ x @ s + sx @ ds
+        jg[:, k] = _daleckii_krein(y, dyi, np.log, lambda v: 1.0 / v).sum(0)[iu, ju]
+        jx[:, :, k] = _daleckii_krein(y, s @ basis[k] @ s, np.log, lambda v: 1.0 / v)[:, iu, ju]
+    # dL = w · c(dG) with c(·) the coordinates: w_k = ⟨sym(dY), E_k⟩
+    w = np.einsum("ij,kij->k", _sym(np.asarray(dy, np.float64)), basis)
+    v = np.linalg.solve(jg.T, w)
+    gc = -np.einsum("bok,o->bk", jx, v)  # dL = Σ_i gc_i · c(dX_i)
+    out = np.zeros((b, n, n))
+    scale = np.where(iu == ju, 1.0, 0.5)  # ⟨Gr, dX⟩ = Σ_{i≤j} Gr_ij c_ij (2 if i≠j)
+    out[:, iu, ju] = gc * scale
+    out[:, ju, iu] = gc * scale
+    return out
+
+
 def spd_backward(kind: str, eps: float, args: list[np.ndarray], dy: np.ndarray) -> np.ndarray:
     """Gradient w.r.t. the first operand (float64). For symmetric-input ops the
     result is the symmetric gradient: ``⟨dY, d f(X)⟩ = ⟨G, dX⟩`` for symmetric ``dX``.
-    ``bi_map``: ``W dY Wᵀ``; ``re_eig`` / ``log_eig``: Daleckii–Krein. Batch norm
-    and Karcher mean gradients are not defined by this reference."""
+    ``bi_map``: ``W dY Wᵀ``; ``re_eig`` / ``log_eig``: Daleckii–Krein;
+    ``karcher_mean`` / ``batch_norm``: implicit differentiation of the Karcher mean
+    (:func:`_karcher_mean_vjp`; for batch norm also through ``G^{-½}``, the bias is held
+    fixed). An unknown kind raises ``KeyError``."""
     x = np.asarray(args[0], np.float64)
     dy = np.asarray(dy, np.float64)
     if kind == "bi_map":
@@ -182,9 +229,23 @@ def spd_backward(kind: str, eps: float, args: list[np.ndarray], dy: np.ndarray) 
         )
     if kind == "log_eig":
         return _daleckii_krein(x, dy, np.log, lambda v: 1.0 / v)
-    raise NotImplementedError(
-        f"[spd_backward] gradient of '{kind}' is not implemented in the reference"
-    )
+    if kind == "karcher_mean":
+        xs = _sym(x)
+        return _karcher_mean_vjp(xs, karcher_mean(xs, eps), dy)
+    if kind == "batch_norm":
+        # Y_i = sym(B^½ S X_i S B^½), S = G^{-½}, G = KarcherMean(X).
+        xs = _sym(x)
+        g = karcher_mean(xs, eps)
+        s = _eig_apply(g, lambda v: 1.0 / np.sqrt(v))
+        bh = _eig_apply(_sym(np.asarray(args[1], np.float64)), np.sqrt)
+        z = bh @ _sym(dy) @ bh  # [b, n, n], cotangent pulled through B^½ · B^½
+        direct = _sym(s @ z @ s)  # through the explicit X_i
+        # through S: ⟨Z_i, dS X_i S + S X_i dS⟩ = ⟨Z_i S X_i + X_i S Z_i, dS⟩
+        ws = (z @ s @ xs + xs @ s @ z).sum(0)
+        # through G: dS = D(·)^{-½}(G)[dG], a self-adjoint Fréchet derivative
+        wg = _daleckii_krein(g, ws, lambda v: v**-0.5, lambda v: -0.5 * v**-1.5)
+        return direct + _karcher_mean_vjp(xs, g, wg)
+    raise KeyError(f"[spd_backward] unknown SPD op '{kind}'")
 
 
 @reference("spd_host")
