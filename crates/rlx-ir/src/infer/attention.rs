@@ -145,7 +145,7 @@ pub(super) fn infer(op: &Op, inputs: &[&Shape]) -> Result<Shape> {
             float_dtype(op, x, "x")?;
             heads_of(op, x.dim(2), *head_dim)?;
             let rows = if *per_token {
-                dim_product(x.dim(0), x.dim(1)).ok_or_else(|| {
+                dim_mul(op, x.dim(0), x.dim(1), "rows").map_err(|_| {
                     IrError::shape(
                         op.name(),
                         format!("per-token cos/sin need batch or seq static, got {x}"),

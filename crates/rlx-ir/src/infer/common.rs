@@ -248,18 +248,6 @@ pub fn scale_dims(op: &Op, layout: ScaleLayout, rows: &Dim, cols: &Dim) -> Resul
     })
 }
 
-/// The product of two dims where it is expressible: both static (checked),
-/// or one of them the static size 1. `None` otherwise (a product of symbols
-/// has no name).
-pub fn dim_product(a: &Dim, b: &Dim) -> Option<Dim> {
-    match (a, b) {
-        (Dim::Static(x), Dim::Static(y)) => x.checked_mul(*y).map(Dim::Static),
-        _ if a.is_one() => Some(b.clone()),
-        _ if b.is_one() => Some(a.clone()),
-        _ => None,
-    }
-}
-
 /// Normalise `axes` against `x`, rejecting out-of-range and repeated axes.
 pub fn distinct_axes(op: &Op, x: &Shape, axes: &[i64]) -> Result<Vec<usize>> {
     let mut out: Vec<usize> = Vec::with_capacity(axes.len());

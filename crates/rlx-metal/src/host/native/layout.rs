@@ -233,7 +233,9 @@ pub(super) fn run(t: &Thunk, mem: &Mem) -> NResult {
             )?)
         }
         Reverse(r) => {
-            let dims: Vec<usize> = r.dims.iter().map(|&d| d as usize).collect();
+            let (dims, rank) =
+                super::widen::<16>(&r.dims).ok_or_else(|| invalid("reverse", "rank above 16"))?;
+            let dims = &dims[..rank];
             let n: usize = dims.iter().product();
             macro_rules! rev {
                 ($W:ty) => {
