@@ -4,4 +4,5 @@
 
 pub mod compile;
 pub mod host;
+pub mod passes;
 pub mod thunk;

@@ -1,0 +1,158 @@
+//! Thunk-level fusion passes and the pass manager.
+//!
+//! A pass rewrites a lowered schedule into one with fewer dispatches and the
+//! same results. Every pass is one file with a [`Pass::NAME`], a doc comment
+//! giving its pattern, preconditions and dispatches before → after, and it
+//! asks its liveness questions of the shared [`dataflow::Dataflow`] only.
+//!
+//! Passes never delete slots while they run: a fused-away thunk becomes
+//! [`Thunk::Nop`], so indices a pass holds stay valid; the manager compacts
+//! the `Nop`s after each pass. [`run_passes`] applies them in the fixed
+//! order of [`PIPELINE`], skipping the names listed in `RLX_DISABLE_PASS`,
+//! and returns a [`PassReport`] (matches and thunk counts per pass,
+//! dispatches before and after) for the compile report.
+
+pub mod dataflow;
+pub mod residual_rms_norm;
+
+use crate::thunk::{ByteRange, Thunk, ThunkSchedule};
+use serde::{Deserialize, Serialize};
+
+/// What every pass sees besides the schedule.
+#[derive(Clone, Debug, Default)]
+pub struct PassContext {
+    /// Ranges that must hold their final values after the schedule: graph
+    /// outputs and persistent state.
+    pub live_out: Vec<ByteRange>,
+}
+
+/// One rewrite over a schedule.
+pub trait Pass {
+    /// Name used by `RLX_DISABLE_PASS` and the report.
+    const NAME: &'static str;
+    /// Rewrite `thunks` in place (fused-away slots become `Nop`); returns
+    /// the number of matches rewritten.
+    fn run(thunks: &mut [Thunk], cx: &PassContext) -> usize;
+}
+
+/// A pass as the manager stores it.
+#[derive(Clone, Copy)]
+pub struct PassEntry {
+    /// The pass's name.
+    pub name: &'static str,
+    /// The pass's entry point.
+    pub run: fn(&mut [Thunk], &PassContext) -> usize,
+}
+
+const fn entry<P: Pass>() -> PassEntry {
+    PassEntry {
+        name: P::NAME,
+        run: P::run,
+    }
+}
+
+/// The passes, in the order they run.
+pub const PIPELINE: &[PassEntry] = &[entry::<residual_rms_norm::FuseResidualRmsNorm>()];
+
+/// The names of every pass, in pipeline order.
+pub fn pass_names() -> Vec<&'static str> {
+    PIPELINE.iter().map(|p| p.name).collect()
+}
+
+/// What one pass did.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PassStat {
+    /// The pass.
+    pub name: String,
+    /// False when switched off by `RLX_DISABLE_PASS`.
+    pub enabled: bool,
+    /// Matches rewritten.
+    pub matches: usize,
+    /// Thunks (excluding `Nop`) before the pass.
+    pub thunks_before: usize,
+    /// Thunks (excluding `Nop`) after the pass.
+    pub thunks_after: usize,
+}
+
+/// What the pass manager did to one schedule.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PassReport {
+    /// One entry per pass, in pipeline order.
+    pub passes: Vec<PassStat>,
+    /// Dispatches (non-`Nop` thunks) of the lowered schedule.
+    pub dispatches_before: usize,
+    /// Dispatches after all passes.
+    pub dispatches_after: usize,
+}
+
+/// Dispatches of a thunk list: every thunk but `Nop`.
+pub fn dispatches(thunks: &[Thunk]) -> usize {
+    thunks.iter().filter(|t| !matches!(t, Thunk::Nop)).count()
+}
+
+/// The pass names switched off by `RLX_DISABLE_PASS`.
+pub fn disabled_from_env() -> Vec<String> {
+    rlx_ir::env::list("RLX_DISABLE_PASS")
+}
+
+/// Run `pipeline` over `schedule` in order, skipping the passes named in
+/// `disabled`. `Nop`s are removed after each pass.
+pub fn run_passes(
+    schedule: &mut ThunkSchedule,
+    cx: &PassContext,
+    pipeline: &[PassEntry],
+    disabled: &[String],
+) -> PassReport {
+    schedule.thunks.retain(|t| !matches!(t, Thunk::Nop));
+    let mut report = PassReport {
+        dispatches_before: schedule.thunks.len(),
+        ..PassReport::default()
+    };
+    for p in pipeline {
+        let before = schedule.thunks.len();
+        let enabled = !disabled.iter().any(|d| d == p.name);
+        let matches = if enabled {
+            (p.run)(&mut schedule.thunks, cx)
+        } else {
+            0
+        };
+        schedule.thunks.retain(|t| !matches!(t, Thunk::Nop));
+        report.passes.push(PassStat {
+            name: p.name.to_string(),
+            enabled,
+            matches,
+            thunks_before: before,
+            thunks_after: schedule.thunks.len(),
+        });
+    }
+    report.dispatches_after = schedule.thunks.len();
+    report
+}
+
+impl std::fmt::Display for PassReport {
+    /// A table: one line per pass, then the dispatch totals.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        writeln!(
+            f,
+            "{:<40} {:>7} {:>8} {:>8}",
+            "pass", "matches", "before", "after"
+        )?;
+        for p in &self.passes {
+            let name = if p.enabled {
+                p.name.clone()
+            } else {
+                format!("{} (disabled)", p.name)
+            };
+            writeln!(
+                f,
+                "{name:<40} {:>7} {:>8} {:>8}",
+                p.matches, p.thunks_before, p.thunks_after
+            )?;
+        }
+        write!(
+            f,
+            "dispatches: {} → {}",
+            self.dispatches_before, self.dispatches_after
+        )
+    }
+}
