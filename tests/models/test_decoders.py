@@ -1,0 +1,166 @@
+"""Decoder builders on tiny random GGUFs (F32, Q8_0, Q4_0 weights) against the
+independent float64 numpy forward pass of ``tiny_gguf.py``; cached decode against
+full recompute; padded buckets; chunked long prompts; bad input."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+import rlx
+from rlx.models.decoder import DecoderModel
+from rlx.sampling import SamplingParams
+
+from tiny_gguf import reference_logits, write_tiny
+
+gguf = pytest.importorskip("gguf")
+
+ARCHS = ("llama", "qwen2", "qwen3", "gemma3")
+#: max |rlx − oracle| relative to the oracle's largest |logit|: f32 rounding
+#: only (the host's quantised matmuls dequantize exactly; measured ~2e-6).
+TOL = {"F32": 1e-4, "Q8_0": 1e-4, "Q4_0": 1e-4}
+
+
+def _rel(a: np.ndarray, b: np.ndarray) -> float:
+    return float(np.max(np.abs(a - b)) / np.max(np.abs(b)))
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-untyped-def]
+    cache: dict[tuple[str, str], tuple[Path, DecoderModel]] = {}
+
+    def get(arch: str, qtype: str) -> tuple[Path, DecoderModel]:
+        key = (arch, qtype)
+        if key not in cache:
+            path = write_tiny(tmp_path_factory.mktemp("tiny") / f"{arch}_{qtype}.gguf", arch, qtype)
+            cache[key] = (path, rlx.load(str(path)))
+        return cache[key]
+
+    return get
+
+
+def _ids(n: int, seed: int = 1) -> list[int]:
+    return [256] + [int(t) for t in np.random.default_rng(seed).integers(0, 256, n - 1)]
+
+
+@pytest.mark.parametrize("qtype", ["F32", "Q8_0", "Q4_0"])
+@pytest.mark.parametrize("arch", ARCHS)
+def test_logits_match_numpy_oracle(tiny, arch: str, qtype: str) -> None:  # type: ignore[no-untyped-def]
+    path, model = tiny(arch, qtype)
+    ids = _ids(23)
+    got = model.logits(ids)
+    want = reference_logits(path, arch, ids)
+    assert got.shape == want.shape == (23, model.config.vocab)
+    assert _rel(got, want) < TOL[qtype]
+    assert np.mean(got.argmax(-1) == want.argmax(-1)) >= 0.95
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+def test_cached_decode_equals_full_recompute(tiny, arch: str) -> None:  # type: ignore[no-untyped-def]
+    _, model = tiny(arch, "F32")
+    ids = _ids(30, seed=2)
+    full = model.logits(ids)
+    model.reset(len(ids))
+    steps = [model._feed(ids[:7])]  # padded prefill (bucket 16)
+    for t in ids[7:]:
+        steps.append(model._feed([t]))  # one cached decode step each
+    assert _rel(np.stack(steps), full[6:]) < 1e-4
+
+
+@pytest.mark.parametrize("arch", ["llama", "gemma3"])
+def test_padded_bucket_equals_exact_length(tiny, arch: str) -> None:  # type: ignore[no-untyped-def]
+    """5 tokens padded into the 16-bucket == the same 5 tokens fed one by one."""
+    _, model = tiny(arch, "Q8_0")
+    ids = _ids(5, seed=3)
+    model.reset(8)
+    padded = model._feed(ids)
+    model.reset(8)
+    for t in ids:
+        exact = model._feed([t])
+    assert _rel(padded, exact) < 1e-4
+
+
+@pytest.mark.parametrize("arch", ["llama", "gemma3"])
+def test_long_prompt_runs_in_chunks(tiny, arch: str) -> None:  # type: ignore[no-untyped-def]
+    path, model = tiny(arch, "F32")
+    ids = _ids(300, seed=4)  # > the largest bucket (256): two chunks, the second cached
+    got = model.logits(ids)
+    want = reference_logits(path, arch, ids)
+    assert _rel(got, want) < 1e-4
+
+
+def test_greedy_generation_matches_oracle(tiny) -> None:  # type: ignore[no-untyped-def]
+    path, model = tiny("qwen2", "F32")
+    ids = _ids(6, seed=5)
+    got = list(model.generate_ids(ids, 8))
+    seq = list(ids)
+    for _ in range(len(got)):
+        nxt = int(reference_logits(path, "qwen2", seq)[-1].argmax())
+        if nxt == 257:
+            break
+        seq.append(nxt)
+    assert got == seq[len(ids) :]
+
+
+def test_seeded_sampling_is_reproducible(tiny) -> None:  # type: ignore[no-untyped-def]
+    _, model = tiny("llama", "F32")
+    p = SamplingParams(temperature=1.0, top_k=50, top_p=0.9)
+    a = list(model.generate_ids(_ids(4), 10, p, seed=7))
+    b = list(model.generate_ids(_ids(4), 10, p, seed=7))
+    assert a == b and len(a) > 0
+
+
+def test_prompt_longer_than_context_fails_before_work(tiny) -> None:  # type: ignore[no-untyped-def]
+    _, model = tiny("llama", "F32")
+    before = dict(model._runners)
+    with pytest.raises(rlx.RlxError, match="context is 1024"):
+        model.generate_ids(_ids(1024), 4)
+    assert model._runners == before
+
+
+def test_stop_strings_cut_the_stream(tiny) -> None:  # type: ignore[no-untyped-def]
+    _, model = tiny("llama", "F32")
+    full = "".join(model.generate("ab", max_tokens=12))
+    assert len(full) >= 4
+    stop = full[2:4]
+    cut = "".join(model.generate("ab", max_tokens=12, stop=[stop]))
+    assert cut == full[: full.find(stop)]
+
+
+def test_unsupported_architecture(tmp_path: Path) -> None:
+    path = tmp_path / "mamba.gguf"
+    w = gguf.GGUFWriter(str(path), "mamba")
+    w.add_uint32("mamba.block_count", 1)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    with pytest.raises(rlx.WeightFormatError, match=r"mamba\.gguf.*'mamba'.*gemma3, llama, qwen2"):
+        rlx.load(str(path))
+
+
+def test_missing_tensor_is_named(tmp_path: Path) -> None:
+    src = write_tiny(tmp_path / "full.gguf", "llama")
+    r = gguf.GGUFReader(str(src))
+    path = tmp_path / "broken.gguf"
+    w = gguf.GGUFWriter(str(path), "llama")
+    for key, field in r.fields.items():
+        if key.startswith("GGUF.") or key == "general.architecture":
+            continue
+        w.add_key_value(key, field.contents(), field.types[0], field.types[-1]
+                        if field.types[0] == gguf.GGUFValueType.ARRAY else None)  # fmt: skip
+    for t in r.tensors:
+        if t.name != "blk.1.ffn_up.weight":
+            w.add_tensor(t.name, np.asarray(t.data))
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    with pytest.raises(rlx.WeightFormatError, match=r"broken\.gguf.*blk\.1\.ffn_up\.weight"):
+        rlx.load(str(path))
+
+
+def test_unknown_name_is_an_error() -> None:
+    with pytest.raises(rlx.WeightFormatError, match="smollm2"):
+        rlx.load("no-such-model")
