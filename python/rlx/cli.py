@@ -11,6 +11,7 @@ import sys
 from typing import Any
 
 from rlx import _rlx
+from rlx.errors import RlxError
 from rlx.graph import Graph
 
 
@@ -235,6 +236,9 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("\nrlx: interrupted", file=sys.stderr)
         return 130
+    except RlxError as e:
+        print(f"rlx: {e}", file=sys.stderr)
+        return 1
 
 
 if __name__ == "__main__":

@@ -5,16 +5,19 @@ full recompute; padded buckets; chunked long prompts; bad input."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Callable
 
 import numpy as np
 import pytest
 import rlx
 from rlx.models.decoder import DecoderModel
 from rlx.sampling import SamplingParams
-
 from tiny_gguf import reference_logits, write_tiny
 
 gguf = pytest.importorskip("gguf")
+
+#: ``tiny(arch, qtype)`` → (path, loaded model), cached per module.
+Tiny = Callable[[str, str], "tuple[Path, DecoderModel]"]
 
 ARCHS = ("llama", "qwen2", "qwen3", "gemma3")
 #: max |rlx − oracle| relative to the oracle's largest |logit|: f32 rounding
@@ -27,7 +30,7 @@ def _rel(a: np.ndarray, b: np.ndarray) -> float:
 
 
 @pytest.fixture(scope="module")
-def tiny(tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-untyped-def]
+def tiny(tmp_path_factory: pytest.TempPathFactory) -> Tiny:
     cache: dict[tuple[str, str], tuple[Path, DecoderModel]] = {}
 
     def get(arch: str, qtype: str) -> tuple[Path, DecoderModel]:
@@ -46,7 +49,7 @@ def _ids(n: int, seed: int = 1) -> list[int]:
 
 @pytest.mark.parametrize("qtype", ["F32", "Q8_0", "Q4_0"])
 @pytest.mark.parametrize("arch", ARCHS)
-def test_logits_match_numpy_oracle(tiny, arch: str, qtype: str) -> None:  # type: ignore[no-untyped-def]
+def test_logits_match_numpy_oracle(tiny: Tiny, arch: str, qtype: str) -> None:
     path, model = tiny(arch, qtype)
     ids = _ids(23)
     got = model.logits(ids)
@@ -57,7 +60,7 @@ def test_logits_match_numpy_oracle(tiny, arch: str, qtype: str) -> None:  # type
 
 
 @pytest.mark.parametrize("arch", ARCHS)
-def test_cached_decode_equals_full_recompute(tiny, arch: str) -> None:  # type: ignore[no-untyped-def]
+def test_cached_decode_equals_full_recompute(tiny: Tiny, arch: str) -> None:
     _, model = tiny(arch, "F32")
     ids = _ids(30, seed=2)
     full = model.logits(ids)
@@ -69,7 +72,7 @@ def test_cached_decode_equals_full_recompute(tiny, arch: str) -> None:  # type: 
 
 
 @pytest.mark.parametrize("arch", ["llama", "gemma3"])
-def test_padded_bucket_equals_exact_length(tiny, arch: str) -> None:  # type: ignore[no-untyped-def]
+def test_padded_bucket_equals_exact_length(tiny: Tiny, arch: str) -> None:
     """5 tokens padded into the 16-bucket == the same 5 tokens fed one by one."""
     _, model = tiny(arch, "Q8_0")
     ids = _ids(5, seed=3)
@@ -82,7 +85,7 @@ def test_padded_bucket_equals_exact_length(tiny, arch: str) -> None:  # type: ig
 
 
 @pytest.mark.parametrize("arch", ["llama", "gemma3"])
-def test_long_prompt_runs_in_chunks(tiny, arch: str) -> None:  # type: ignore[no-untyped-def]
+def test_long_prompt_runs_in_chunks(tiny: Tiny, arch: str) -> None:
     path, model = tiny(arch, "F32")
     ids = _ids(300, seed=4)  # > the largest bucket (256): two chunks, the second cached
     got = model.logits(ids)
@@ -90,7 +93,7 @@ def test_long_prompt_runs_in_chunks(tiny, arch: str) -> None:  # type: ignore[no
     assert _rel(got, want) < 1e-4
 
 
-def test_greedy_generation_matches_oracle(tiny) -> None:  # type: ignore[no-untyped-def]
+def test_greedy_generation_matches_oracle(tiny: Tiny) -> None:
     path, model = tiny("qwen2", "F32")
     ids = _ids(6, seed=5)
     got = list(model.generate_ids(ids, 8))
@@ -103,7 +106,7 @@ def test_greedy_generation_matches_oracle(tiny) -> None:  # type: ignore[no-unty
     assert got == seq[len(ids) :]
 
 
-def test_seeded_sampling_is_reproducible(tiny) -> None:  # type: ignore[no-untyped-def]
+def test_seeded_sampling_is_reproducible(tiny: Tiny) -> None:
     _, model = tiny("llama", "F32")
     p = SamplingParams(temperature=1.0, top_k=50, top_p=0.9)
     a = list(model.generate_ids(_ids(4), 10, p, seed=7))
@@ -111,7 +114,7 @@ def test_seeded_sampling_is_reproducible(tiny) -> None:  # type: ignore[no-untyp
     assert a == b and len(a) > 0
 
 
-def test_prompt_longer_than_context_fails_before_work(tiny) -> None:  # type: ignore[no-untyped-def]
+def test_prompt_longer_than_context_fails_before_work(tiny: Tiny) -> None:
     _, model = tiny("llama", "F32")
     before = dict(model._runners)
     with pytest.raises(rlx.RlxError, match="context is 1024"):
@@ -119,7 +122,7 @@ def test_prompt_longer_than_context_fails_before_work(tiny) -> None:  # type: ig
     assert model._runners == before
 
 
-def test_stop_strings_cut_the_stream(tiny) -> None:  # type: ignore[no-untyped-def]
+def test_stop_strings_cut_the_stream(tiny: Tiny) -> None:
     _, model = tiny("llama", "F32")
     full = "".join(model.generate("ab", max_tokens=12))
     assert len(full) >= 4

@@ -8,6 +8,7 @@ The oracle reads the file back with ``gguf.GGUFReader`` and dequantizes with
 from __future__ import annotations
 
 from pathlib import Path
+
 import numpy as np
 import pytest
 

@@ -36,7 +36,7 @@ def prefill_tps(model: DecoderModel, n: int, repeats: int) -> float:
     model.reset(n)
     model._feed(ids)  # compile + warm up
     times = []
-    for r in range(repeats):
+    for _ in range(repeats):
         model.reset(n)
         t0 = time.perf_counter()
         model._feed(ids)

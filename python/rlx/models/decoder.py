@@ -95,8 +95,9 @@ class DecoderModel:
         # unknown type fails here, at load, naming the tensor.
         build_decoder(self.config, self.spec, self.weights, 1, 0)
         self._runners: dict[tuple[int, int, bool], _Runner] = {}
+        rd = self.config.rope_dims
         self._inv_freq = {
-            b: b ** (-np.arange(0, self.config.rope_dims, 2, dtype=np.float64) / self.config.rope_dims)
+            b: b ** (-np.arange(0, rd, 2, dtype=np.float64) / rd)
             for b in sorted(set(self.config.rope_bases))
         }
         self._cap = 0
@@ -223,11 +224,12 @@ class DecoderModel:
         self,
         ids: Sequence[int],
         max_tokens: int,
-        params: SamplingParams = SamplingParams(),
+        params: Optional[SamplingParams] = None,
         seed: Optional[int] = None,
     ) -> Iterator[int]:
         """Token ids after the prompt ``ids`` (stops at EOS/EOT or ``max_tokens``).
         Raises :class:`rlx.RlxError` before any work when the prompt does not fit."""
+        params = params or SamplingParams()
         params.check()
         prompt = [int(t) for t in ids]
         ctx = self.config.ctx
