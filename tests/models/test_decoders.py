@@ -10,7 +10,7 @@ from typing import Callable
 import numpy as np
 import pytest
 import rlx
-from rlx.models.decoder import DecoderModel
+from rlx.models.decoder import DecoderModel, inplace_available
 from rlx.sampling import SamplingParams
 from tiny_gguf import reference_logits, write_tiny
 
@@ -167,3 +167,18 @@ def test_missing_tensor_is_named(tmp_path: Path) -> None:
 def test_unknown_name_is_an_error() -> None:
     with pytest.raises(rlx.WeightFormatError, match="smollm2"):
         rlx.load("no-such-model")
+
+
+@pytest.mark.skipif(not inplace_available(), reason="executor lacks share_state / kv_len")
+@pytest.mark.parametrize("arch", ARCHS)
+def test_inplace_cache_matches_oracle(tmp_path: Path, arch: str) -> None:
+    """The in-place cache mode (shared state, scatter, kv_len): teacher-forced
+    logits over two chunks and cached greedy decode against the oracle."""
+    path = write_tiny(tmp_path / f"{arch}.gguf", arch, "Q8_0")
+    model = rlx.load(str(path), inplace=True)
+    ids = _ids(300, seed=6)
+    assert _rel(model.logits(ids), reference_logits(path, arch, ids)) < 1e-4
+    full = model.logits(ids[:40])
+    model.reset(40)
+    steps = [model._feed(ids[:7])] + [model._feed([t]) for t in ids[7:40]]
+    assert _rel(np.stack(steps), full[6:]) < 1e-4

@@ -166,10 +166,12 @@ class Weights:
             return np.asarray(self.f.tensor_array(name)[ids], np.float32)
         if t.ggml_type == "F16":
             return self.f.tensor_array(name)[ids].astype(np.float32)
-        rows = self.f.tensor_rows(name)[ids]
         native = _native_dequant()
         if native is not None:
-            return np.asarray(native(rows, t.ggml_type, t.shape[-1]), np.float32)
+            out = np.empty((len(ids), t.shape[-1]), np.float32)
+            native(t.type_id, self.f.tensor_rows(name), [int(i) for i in ids], t.shape[-1], out)
+            return out
+        rows = self.f.tensor_rows(name)[ids]
         from gguf import GGMLQuantizationType
         from gguf.quants import dequantize
 
@@ -184,7 +186,8 @@ class Weights:
 
 
 def _native_dequant() -> Optional[Callable[..., Any]]:
-    """``rlx._rlx.gguf_dequantize_rows`` once the native dequantizer exists."""
+    """``rlx._rlx.gguf_dequantize_rows(type_id, data [n, row_bytes], rows, k,
+    out [len(rows), k])`` once the native dequantizer exists."""
     from rlx import _rlx
 
     return getattr(_rlx, "gguf_dequantize_rows", None)

