@@ -182,3 +182,12 @@ def test_inplace_cache_matches_oracle(tmp_path: Path, arch: str) -> None:
     model.reset(40)
     steps = [model._feed(ids[:7])] + [model._feed([t]) for t in ids[7:40]]
     assert _rel(np.stack(steps), full[6:]) < 1e-4
+
+
+def test_bench_figures_on_tiny_model(tiny: Tiny) -> None:
+    from rlx.models import bench
+
+    path, _ = tiny("llama", "Q8_0")
+    res = bench.run(str(path), repeats=1)
+    assert {"load_s", "pp64", "pp256", "tg32", "tg128", "peak_rss_mib"} <= set(res)
+    assert all(res[k] > 0 for k in ("pp64", "pp256", "tg32", "tg128", "peak_rss_mib"))

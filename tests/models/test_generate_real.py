@@ -92,3 +92,22 @@ def test_cli_bad_model_name_fails_cleanly() -> None:
     )  # fmt: skip
     assert out.returncode != 0
     assert "no-such-model" in out.stderr and "Traceback" not in out.stderr
+
+
+def test_cli_ctrl_c_exits_130(smollm2_path: Path) -> None:
+    """SIGINT while tokens stream: a message on stderr, exit status 130."""
+    import signal
+    import time
+
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "rlx.cli", "generate", str(smollm2_path), "-p",
+         "Once upon a time", "-n", "4000"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    assert proc.stdout is not None
+    proc.stdout.read(1)  # the first piece is out: generation is running
+    time.sleep(0.5)
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 130
+    assert "interrupted" in err and "Traceback" not in err
