@@ -74,10 +74,13 @@ class Config:
         hidden = f.arch_int("embedding_length")
         heads = f.arch_int("attention.head_count")
         head_dim = f.arch_int("attention.key_length", hidden // heads)
-        vocab = f.arch_int("vocab_size", 0) or len(f.get_str_list("tokenizer.ggml.tokens"))
+        names = {t.name for t in f.tensors}
+        if "token_embd.weight" not in names:
+            raise WeightFormatError(f"[weights] {f.path}: missing tensor 'token_embd.weight'")
+        vocab = f.tensor("token_embd.weight").shape[0]
         n_layers = f.arch_int("block_count")
         base = f.arch_float("rope.freq_base", 10000.0)
-        tied = "output.weight" not in {t.name for t in f.tensors}
+        tied = "output.weight" not in names
         return cls(
             arch=a,
             n_layers=n_layers,
