@@ -1,6 +1,6 @@
 """rlx: an ML compiler and runtime with a Python front end and a Rust core."""
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Optional
 
 from rlx._rlx import __version__
 from rlx._types import dtype_name
@@ -21,12 +21,17 @@ if TYPE_CHECKING:
     from rlx.models import DecoderModel
 
 
-def load(path_or_name: str, device: str = "host", progress: bool = False) -> "DecoderModel":
+def load(
+    path_or_name: str,
+    device: str = "host",
+    progress: bool = False,
+    inplace: Optional[bool] = None,
+) -> "DecoderModel":
     """Load a GGUF decoder LLM (a path or a packaged name such as ``"smollm2"``);
     see :func:`rlx.models.load`."""
     from rlx.models import load as _load
 
-    return _load(path_or_name, device=device, progress=progress)
+    return _load(path_or_name, device=device, progress=progress, inplace=inplace)
 
 
 __all__ = [

@@ -16,7 +16,7 @@ from tiny_gguf import reference_logits, write_tiny
 
 gguf = pytest.importorskip("gguf")
 
-#: ``tiny(arch, qtype)`` → (path, loaded model), cached per module.
+#: ``tiny(arch, qtype)`` → (path, loaded model), cached per module and cache mode.
 Tiny = Callable[[str, str], "tuple[Path, DecoderModel]"]
 
 ARCHS = ("llama", "qwen2", "qwen3", "gemma3")
@@ -29,15 +29,20 @@ def _rel(a: np.ndarray, b: np.ndarray) -> float:
     return float(np.max(np.abs(a - b)) / np.max(np.abs(b)))
 
 
-@pytest.fixture(scope="module")
-def tiny(tmp_path_factory: pytest.TempPathFactory) -> Tiny:
+#: KV-cache modes to test: the copy mode always, the in-place mode once the
+#: executor has share_state and attention(kv_len=).
+MODES = [False] + ([True] if inplace_available() else [])
+
+
+@pytest.fixture(scope="module", params=MODES, ids=lambda m: "inplace" if m else "copy")
+def tiny(tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest) -> Tiny:
     cache: dict[tuple[str, str], tuple[Path, DecoderModel]] = {}
 
     def get(arch: str, qtype: str) -> tuple[Path, DecoderModel]:
         key = (arch, qtype)
         if key not in cache:
             path = write_tiny(tmp_path_factory.mktemp("tiny") / f"{arch}_{qtype}.gguf", arch, qtype)
-            cache[key] = (path, rlx.load(str(path)))
+            cache[key] = (path, rlx.load(str(path), inplace=request.param))
         return cache[key]
 
     return get
