@@ -108,8 +108,11 @@ def _run_demo(g: Any, seq: int) -> int:
 
 
 def _set_threads(args: argparse.Namespace) -> None:
+    """``--threads N``: set before the first run (the host's rayon pool is
+    built lazily then; today it sizes itself from ``RAYON_NUM_THREADS``)."""
     if getattr(args, "threads", None):
         os.environ["RLX_NUM_THREADS"] = str(args.threads)
+        os.environ["RAYON_NUM_THREADS"] = str(args.threads)
 
 
 def _load(args: argparse.Namespace) -> Any:
