@@ -196,3 +196,18 @@ def test_bench_figures_on_tiny_model(tiny: Tiny) -> None:
     res = bench.run(str(path), repeats=1)
     assert {"load_s", "pp64", "pp256", "tg32", "tg128", "peak_rss_mib"} <= set(res)
     assert all(res[k] > 0 for k in ("pp64", "pp256", "tg32", "tg128", "peak_rss_mib"))
+
+
+@pytest.mark.parametrize(
+    ("pattern", "windows"),
+    [(2, [5, 0, 5]), (3, [5, 5, 0]), ([True, False, False], [5, 0, 0])],
+)
+def test_gemma3_layer_pattern_from_metadata(
+    tmp_path: Path, pattern: object, windows: list[int]
+) -> None:
+    """``sliding_window_pattern`` as a period (every n-th layer global) or as
+    one flag per layer (True = sliding window) picks windows and RoPE bases."""
+    path = write_tiny(tmp_path / "g.gguf", "gemma3", pattern=pattern)
+    cfg = rlx.load(str(path)).config
+    assert cfg.windows == windows
+    assert cfg.rope_bases == [10000.0 if w else 1e6 for w in windows]

@@ -38,7 +38,7 @@ def geometry(arch: str) -> dict[str, int]:
 
 
 def write_tiny(path: Path, arch: str, qtype: str = "F32", seed: int = 0,
-               window: int = 5) -> Path:  # fmt: skip
+               window: int = 5, pattern: object = 2) -> Path:  # fmt: skip
     """A 3-layer random ``arch`` model with 2-D weights stored as ``qtype``."""
     rng = np.random.default_rng(seed)
     geo = geometry(arch)
@@ -58,7 +58,10 @@ def write_tiny(path: Path, arch: str, qtype: str = "F32", seed: int = 0,
     w.add_float32(f"{arch}.rope.freq_base", 10000.0 if arch == "llama" else 1e6)
     if arch == "gemma3":
         w.add_uint32(f"{arch}.attention.sliding_window", window)
-        w.add_uint32(f"{arch}.attention.sliding_window_pattern", 2)
+        if isinstance(pattern, list):
+            w.add_array(f"{arch}.attention.sliding_window_pattern", pattern)
+        else:
+            w.add_uint32(f"{arch}.attention.sliding_window_pattern", int(pattern))  # type: ignore[call-overload]
     w.add_string("tokenizer.ggml.model", "gpt2")
     w.add_string("tokenizer.ggml.pre", "gpt2")
     w.add_array("tokenizer.ggml.tokens", tokens)

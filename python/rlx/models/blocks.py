@@ -29,6 +29,7 @@ output is ``logits``.
 
 from __future__ import annotations
 
+from rlx.errors import UnsupportedOpError
 from rlx.graph import Graph
 from rlx.models.base import ArchSpec, Config, Weights
 from rlx.node import Node
@@ -105,6 +106,11 @@ def build_decoder(
         kv_out += [k, v]
         if inplace:
             win = cfg.windows[i]
+            if win == 1:
+                raise UnsupportedOpError(
+                    f"[{cfg.arch}] layer {i}: a sliding window of 1 key has no in-place "
+                    "mask (the kernel's window keeps q − j <= w); load with inplace=False"
+                )
             a = g.attention(
                 q,
                 _scatter_cache(g, k, f"k{i}", slots, c, cfg),
