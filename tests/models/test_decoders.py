@@ -211,3 +211,18 @@ def test_gemma3_layer_pattern_from_metadata(
     cfg = rlx.load(str(path)).config
     assert cfg.windows == windows
     assert cfg.rope_bases == [10000.0 if w else 1e6 for w in windows]
+
+
+@pytest.mark.parametrize("qtype", ["F32", "Q8_0", "Q4_0"])
+def test_embedding_rows_match_gguf_dequantize(tmp_path: Path, qtype: str) -> None:
+    """Token embeddings (native row dequantizer when present, else gguf's)."""
+    from rlx.io.gguf import open_gguf
+    from rlx.models.base import Weights
+
+    path = write_tiny(tmp_path / "e.gguf", "llama", qtype)
+    f = open_gguf(path)
+    ids = np.array([0, 7, 256, 257, 7])
+    got = Weights(f).embedding_rows("token_embd.weight", ids)
+    t = next(t for t in gguf.GGUFReader(str(path)).tensors if t.name == "token_embd.weight")
+    want = gguf.quants.dequantize(np.asarray(t.data), t.tensor_type).reshape(258, -1)[ids]
+    np.testing.assert_array_equal(got, want)
