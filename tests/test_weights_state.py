@@ -39,6 +39,10 @@ def test_bind_param_is_zero_copy(device: str) -> None:
     w *= -3.0
     b[:] = 7.0
     np.testing.assert_allclose(exe.run(x=x)["y"], x @ w + b, rtol=1e-5, atol=1e-5)
+    # the native segment of a bound param is a read-only window on w itself
+    seg = np.frombuffer(exe._native.segment_view(1), np.float32)
+    assert not seg.flags.writeable
+    np.testing.assert_array_equal(seg, w.reshape(-1))
     s = exe.stats
     assert s["weights_bytes_external"] == w.nbytes + b.nbytes
     # only segment 0 (compiler constants) is owned
