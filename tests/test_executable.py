@@ -248,10 +248,11 @@ def test_schedule_lists_offsets() -> None:
     assert len(lines) == exe.stats["thunks"] == 1
     line = lines[0]
     assert line.startswith("0 fused_mm_bias_act")
-    offs = re.findall(r"(\w+)=(W?)@(\d+)", line)
+    offs = re.findall(r"(\w+)=(W\d+|S|)@(\d+)", line)
     fields = {k: (w, int(o)) for k, w, o in offs}
     assert {"a", "w", "bias", "c"} <= fields.keys()
-    assert fields["w"][0] == "W" and fields["bias"][0] == "W"  # params in the weights buffer
+    # each param in its own weights segment (1 + declaration index), at offset 0
+    assert fields["w"] == ("W1", 0) and fields["bias"] == ("W2", 0)
     assert fields["a"][0] == "" and fields["c"][0] == ""
     assert fields["a"][1] != fields["c"][1]
     assert "m=2 k=3 n=4" in line

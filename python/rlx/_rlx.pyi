@@ -78,7 +78,10 @@ def env_vars() -> list[tuple[str, str, str]]:
 
 @final
 class Executable:
-    """A compiled graph with its arena and weights buffer (``rlx.Executable`` wraps it)."""
+    """A compiled graph with its arena, weights segments and state buffer.
+
+    ``rlx.Executable`` wraps it.
+    """
 
     def __new__(
         cls, graph: Graph, device: str = "host", dims: Optional[dict[str, int]] = None
@@ -87,8 +90,22 @@ class Executable:
         """Run the schedule verifier."""
     def arena_view(self) -> memoryview:
         """Writable memoryview of the arena."""
-    def weights_view(self) -> memoryview:
-        """Writable memoryview of the weights buffer."""
+    def segment_count(self) -> int:
+        """Number of weights segments (1 + number of params)."""
+    def segment_view(self, i: int) -> Optional[memoryview]:
+        """Weights segment ``i`` (writable if owned, read-only if bound; ``None`` while unset)."""
+    def own_segment(self, i: int) -> memoryview:
+        """Make segment ``i`` owned (zeroed unless already owned); a writable view of it."""
+    def bind_segment(self, i: int, owner: Any, address: int, nbytes: int, align: int) -> None:
+        """Internal: point segment ``i`` at ``nbytes`` at ``address``, memory owned by ``owner``."""
+    def state_view(self) -> memoryview:
+        """Writable memoryview of the state buffer."""
+    def share_state(self, other: Executable) -> None:
+        """Use ``other``'s state buffer (identical state tables only)."""
+    def shares_state_with(self, other: Executable) -> bool:
+        """True when both use one state buffer."""
+    def reset_state(self) -> None:
+        """Zero-fill the state buffer."""
     def bindings(self) -> list[tuple[str, str, int, int, list[int], str]]:
         """``(kind, name, node, offset, dims, dtype)`` of inputs, params, states, outputs."""
     def run(self, fallback: Callable[[int, str], Any]) -> None:

@@ -1,9 +1,16 @@
 """Compiled graphs: ``rlx.compile(graph, device=...)`` → :class:`Executable`.
 
-The native side owns the schedule, the activation arena and the weights
+The native side owns the schedule, the activation arena, the weights
+segments (segment 0 = compiler constants, one per param) and the state
 buffer; this wrapper checks inputs, moves numpy data in and out through
 zero-copy views of those buffers, and routes thunks without a native kernel
 to the numpy reference (:mod:`rlx.reference`).
+
+Weights reach the executor either copied (:meth:`Executable.set_param`) or
+zero-copy (:meth:`Executable.bind_param`: the param's segment points at the
+caller's array, e.g. an ``np.memmap`` of a model file). Executables declaring
+the same states can share one state buffer (:meth:`Executable.share_state`),
+e.g. a prefill and a decode graph over one KV cache.
 """
 
 from __future__ import annotations
@@ -14,9 +21,7 @@ from typing import Any
 import numpy as np
 
 from rlx import _rlx, reference
-from rlx.errors import DTypeError, RlxError, ShapeError
-
-_WEIGHT_TAG = reference.WEIGHT_TAG
+from rlx.errors import DTypeError, RlxError, ShapeError, WeightFormatError
 
 DEVICES = ("host", "reference")
 
@@ -63,8 +68,9 @@ class Executable:
         self.device = device
         self._native = _rlx.Executable(native_graph, device, dims)
         self._arena = np.frombuffer(self._native.arena_view(), dtype=np.uint8)
-        self._weights = np.frombuffer(self._native.weights_view(), dtype=np.uint8)
-        self._mem = reference.Memory(self._arena, self._weights)
+        segments = [self._segment_array(i) for i in range(self._native.segment_count())]
+        state = np.frombuffer(self._native.state_view(), dtype=np.uint8)
+        self._mem = reference.Memory(self._arena, segments=segments, state=state)
         self.inputs: dict[str, _Slot] = {}
         self.params: dict[str, _Slot] = {}
         self.states: dict[str, _Slot] = {}
@@ -80,10 +86,22 @@ class Executable:
             else:
                 self.outputs.append(slot)
         self._set: set[str] = set()
+        #: params bound zero-copy → the array they point into (kept alive here too)
+        self._bound: dict[str, np.ndarray] = {}
 
     # ------------------------------------------------------------- buffers
     def _view(self, slot: _Slot) -> np.ndarray:
         return self._mem.view(slot.offset, slot.shape, slot.np_dtype)
+
+    def _segment_array(self, i: int) -> np.ndarray | None:
+        mv = self._native.segment_view(i)
+        return None if mv is None else np.frombuffer(mv, dtype=np.uint8)
+
+    def _param_slot(self, name: str, what: str) -> _Slot:
+        slot = self.params.get(name)
+        if slot is None:
+            raise KeyError(f"[{what}] no param named '{name}'; params: {sorted(self.params)}")
+        return slot
 
     def _check(self, slot: _Slot, value: Any, what: str) -> np.ndarray:
         arr = np.asarray(value)
@@ -100,12 +118,57 @@ class Executable:
         return arr
 
     def set_param(self, name: str, value: Any) -> None:
-        """Copy a weight into the weights buffer (checked against its declared shape)."""
-        slot = self.params.get(name)
-        if slot is None:
-            raise KeyError(f"[set_param] no param named '{name}'; params: {sorted(self.params)}")
+        """Copy a weight into the param's own weights segment (checked against
+        its declared shape; same-kind dtypes are converted). Replaces an
+        earlier :meth:`bind_param` of the same param."""
+        slot = self._param_slot(name, "set_param")
         arr = self._check(slot, value, "set_param")
+        seg = reference.decode_offset(slot.offset)[1]
+        if name in self._bound or self._mem.segments[seg] is None:
+            self._mem.segments[seg] = np.frombuffer(self._native.own_segment(seg), np.uint8)
+            self._bound.pop(name, None)
         self._view(slot)[...] = arr
+        self._set.add(name)
+
+    def bind_param(self, name: str, array: Any) -> None:
+        """Point the param at ``array``'s memory without copying.
+
+        ``array`` is any C-contiguous buffer (numpy arrays including
+        read-only ``np.memmap`` views of a file, or an object with the buffer
+        protocol) of exactly the param's dtype and shape (``uint8`` for packed
+        quantised weights declared ``u8``), aligned to its element size. The
+        executable keeps a reference, so the memory stays alive. Contract:
+        weights are read-only to rlx; the caller must not mutate the array
+        while a run is in progress (mutations between runs are seen by the
+        next run). A later :meth:`set_param` switches the param back to an
+        owned copy.
+        """
+        slot = self._param_slot(name, "bind_param")
+        arr = array if isinstance(array, np.ndarray) else np.asarray(array)
+        if arr.dtype != slot.np_dtype:
+            raise DTypeError(
+                f"[bind_param] '{name}' expects dtype {slot.dtype} ({slot.np_dtype}) exactly, "
+                f"got {arr.dtype}; bind_param never converts (set_param does)"
+            )
+        if tuple(arr.shape) != slot.shape:
+            raise ShapeError(
+                f"[bind_param] '{name}' expects shape {list(slot.shape)}, got {list(arr.shape)}"
+            )
+        if not arr.flags.c_contiguous:
+            raise WeightFormatError(
+                f"[bind_param] '{name}' must be C-contiguous to bind without a copy"
+            )
+        address = int(arr.__array_interface__["data"][0])
+        align = slot.np_dtype.alignment
+        if arr.nbytes and address % align:
+            raise WeightFormatError(
+                f"[bind_param] '{name}': data at {address:#x} is not aligned to its "
+                f"{align}-byte elements ({slot.dtype}); copy it or use set_param"
+            )
+        seg = reference.decode_offset(slot.offset)[1]
+        self._native.bind_segment(seg, arr, address, arr.nbytes, align)
+        self._bound[name] = arr
+        self._mem.segments[seg] = arr.reshape(-1).view(np.uint8)
         self._set.add(name)
 
     def set_state(self, name: str, value: Any) -> None:
@@ -117,7 +180,33 @@ class Executable:
 
     def state(self, name: str) -> np.ndarray:
         """A copy of a state tensor."""
-        return self._view(self.states[name]).copy()
+        slot = self.states.get(name)
+        if slot is None:
+            raise KeyError(f"[state] no state named '{name}'; states: {sorted(self.states)}")
+        return self._view(slot).copy()
+
+    def reset_state(self) -> None:
+        """Zero every state tensor (the whole state buffer, shared or not)."""
+        self._native.reset_state()
+
+    def share_state(self, other: Executable) -> None:
+        """Use ``other``'s state buffer from now on (e.g. a decode graph
+        sharing a prefill graph's KV cache): writes by either are seen by
+        both. Both must declare identical states (names, dtypes, shapes, in
+        the same order, hence the same layout), else :class:`RlxError`. This
+        executable's previous state contents are dropped."""
+        if not isinstance(other, Executable):
+            raise TypeError(
+                f"[share_state] expects an rlx.Executable, got {type(other).__name__}"
+            )
+        if other is self:
+            return
+        self._native.share_state(other._native)
+        self._mem.state = np.frombuffer(self._native.state_view(), dtype=np.uint8)
+
+    def shares_state_with(self, other: Executable) -> bool:
+        """True when both executables use one state buffer."""
+        return bool(self._native.shares_state_with(other._native))
 
     # ---------------------------------------------------------------- run
     def _fallback(self, index: int, thunk_json: str) -> None:
@@ -153,14 +242,16 @@ class Executable:
 
     @property
     def arena_bytes(self) -> int:
-        """Bytes of the activation arena (state region included)."""
+        """Bytes of the activation arena (states live in their own buffer)."""
         return int(self.stats["arena_bytes"])
 
     @property
     def stats(self) -> dict[str, Any]:
-        """Compile figures: arena vs naive bytes, thunk counts, native vs fallback;
-        ``by_thunk`` counts thunks per name, ``fallback_by_thunk`` those of them
-        that run through the numpy reference."""
+        """Compile figures: arena vs naive bytes, ``state_bytes``, weights bytes
+        (``weights_bytes`` declared, ``weights_bytes_owned`` held in owned
+        segments, ``weights_bytes_external`` bound zero-copy), thunk counts,
+        native vs fallback; ``by_thunk`` counts thunks per name,
+        ``fallback_by_thunk`` those of them that run through the numpy reference."""
         return dict(self._native.stats())
 
     def verify(self) -> None:

@@ -1,8 +1,28 @@
-//! `rlx._rlx.Executable`: a compiled graph with its arena and weights
-//! buffer, run by the host executor. Python's `rlx.Executable` wraps it
-//! (input checks, numpy conversion); this file only moves bytes and calls.
+//! `rlx._rlx.Executable`: a compiled graph with its arena, weights segments
+//! and state buffer, run by the host executor. Python's `rlx.Executable`
+//! wraps it (input checks, numpy conversion); this file only moves bytes and
+//! calls.
+//!
+//! # Weights segments
+//!
+//! Segment 0 holds the compiler's constants; segment `1 + i` holds param
+//! `i`. A param segment is unset until the param is given, then either
+//! *owned* (an aligned buffer `set_param` copies into) or *external*: a
+//! pointer into memory owned by a Python object (a numpy array, possibly a
+//! read-only `np.memmap` of a model file), which the segment keeps alive.
+//! Kernels only ever read weights. Safety contract of external segments:
+//! the memory must not be mutated while a run is in progress and must stay
+//! valid while the owner object lives (true of numpy arrays and memmaps).
+//!
+//! # State buffer
+//!
+//! States live in one buffer behind `Arc<Mutex<..>>` so that several
+//! executables (a prefill and a decode graph) can share one KV cache; a run
+//! holds the lock. `share_state` only accepts an identical state table.
 
-use crate::errors::{ir_err, GraphError, KernelError, ShapeError, UnsupportedOpError};
+use crate::errors::{
+    ir_err, GraphError, KernelError, RlxError, ShapeError, UnsupportedOpError, WeightFormatError,
+};
 use crate::graph::PyGraph;
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
@@ -11,16 +31,61 @@ use rlx_metal::compile::{
     compile, verify::verify_schedule, verify::VerifyContext, Binding, CompileError, CompileOptions,
     Compiled,
 };
-use rlx_metal::host::buffer::{AlignedBuf, Mem};
+use rlx_metal::host::buffer::{AlignedBuf, Mem, Segment};
 use rlx_metal::host::exec::{HostExecutor, Mode, RunError};
 use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+/// Where the bytes of one weights segment live.
+enum SegStore {
+    /// Not given yet (a param before `set_param` / `bind_param`).
+    Unset,
+    /// Owned, 64-byte aligned bytes.
+    Owned(AlignedBuf),
+    /// Bytes owned by a Python object, kept alive here (see the module doc).
+    External {
+        /// The owner (keeps the memory alive).
+        _owner: PyObject,
+        /// First byte.
+        ptr: *const u8,
+        /// Length in bytes.
+        len: usize,
+    },
+}
+
+// SAFETY: `External` holds an address into memory its owner keeps alive;
+// the address is only dereferenced by kernels during a run (read-only).
+unsafe impl Send for SegStore {}
+unsafe impl Sync for SegStore {}
+
+impl SegStore {
+    fn segment(&mut self) -> Segment {
+        match self {
+            SegStore::Unset => Segment::EMPTY,
+            SegStore::Owned(b) => Segment {
+                ptr: b.as_mut_ptr(),
+                len: b.len(),
+            },
+            SegStore::External { ptr, len, .. } => Segment {
+                ptr: *ptr,
+                len: *len,
+            },
+        }
+    }
+}
+
+/// The state buffer, shareable between executables.
+type SharedState = Arc<Mutex<AlignedBuf>>;
 
 /// A compiled, runnable graph.
 #[pyclass(name = "Executable", module = "rlx._rlx")]
 pub struct PyExecutable {
     compiled: Compiled,
     arena: AlignedBuf,
-    weights: AlignedBuf,
+    stores: Vec<SegStore>,
+    /// `stores` as raw segments, rebuilt whenever a store changes.
+    segments: Vec<Segment>,
+    state: SharedState,
     exec: HostExecutor,
     /// Per-thunk JSON handed to the fallback (built once).
     thunk_json: Vec<String>,
@@ -91,6 +156,22 @@ fn memview(py: Python<'_>, ptr: *mut u8, len: usize) -> PyResult<PyObject> {
     }
 }
 
+/// `PyBUF_READ` of CPython's buffer API.
+const PYBUF_READ: std::os::raw::c_int = 0x100;
+
+fn readonly_memview(py: Python<'_>, ptr: *const u8, len: usize) -> PyResult<PyObject> {
+    // SAFETY: the memory belongs to an owner the segment keeps alive; the
+    // Python wrapper drops its view before rebinding the segment.
+    unsafe {
+        let raw = pyo3::ffi::PyMemoryView_FromMemory(
+            ptr.cast_mut().cast::<std::os::raw::c_char>(),
+            len as pyo3::ffi::Py_ssize_t,
+            PYBUF_READ,
+        );
+        Ok(Bound::from_owned_ptr_or_err(py, raw)?.unbind())
+    }
+}
+
 fn binding_tuple(kind: &str, b: &Binding) -> (String, String, usize, usize, Vec<usize>, String) {
     (
         kind.to_string(),
@@ -126,10 +207,23 @@ impl PyExecutable {
             dims: dims.unwrap_or_default(),
         };
         let compiled = compile(&graph.inner, &opts).map_err(compile_err)?;
-        let mut weights = AlignedBuf::zeroed(compiled.weights_bytes);
+        let constants_len = compiled.segment_bytes.first().copied().unwrap_or(0);
+        let mut constants = AlignedBuf::zeroed(constants_len);
         for (off, bytes) in &compiled.constants {
-            weights.as_mut_slice()[*off..*off + bytes.len()].copy_from_slice(bytes);
+            let dst = constants
+                .as_mut_slice()
+                .get_mut(*off..*off + bytes.len())
+                .ok_or_else(|| {
+                    GraphError::new_err(format!(
+                        "[compile] constant at {off}..{} outside weights segment 0 of {constants_len}",
+                        off + bytes.len()
+                    ))
+                })?;
+            dst.copy_from_slice(bytes);
         }
+        let mut stores = vec![SegStore::Owned(constants)];
+        stores.extend((1..compiled.segment_bytes.len()).map(|_| SegStore::Unset));
+        let segments = stores.iter_mut().map(SegStore::segment).collect();
         let verified_at_compile = rlx_ir::env::flag("RLX_VERIFY");
         if verified_at_compile {
             verify(&compiled).map_err(compile_err)?;
@@ -137,7 +231,9 @@ impl PyExecutable {
         let thunk_json = compiled.schedule.thunks.iter().map(thunk_to_json).collect();
         Ok(PyExecutable {
             arena: AlignedBuf::zeroed(compiled.arena_bytes),
-            weights,
+            stores,
+            segments,
+            state: Arc::new(Mutex::new(AlignedBuf::zeroed(compiled.state_bytes))),
             exec: HostExecutor::new(mode),
             thunk_json,
             compiled,
@@ -156,10 +252,119 @@ impl PyExecutable {
         memview(py, self.arena.as_mut_ptr(), len)
     }
 
-    /// Writable memoryview of the weights buffer.
-    fn weights_view(&mut self, py: Python<'_>) -> PyResult<PyObject> {
-        let len = self.weights.len();
-        memview(py, self.weights.as_mut_ptr(), len)
+    /// Number of weights segments (1 + number of params).
+    fn segment_count(&self) -> usize {
+        self.stores.len()
+    }
+
+    /// A memoryview of weights segment `i`: writable when owned, read-only
+    /// when external, `None` while unset. Invalidated when the segment is
+    /// bound or owned anew.
+    fn segment_view(&mut self, py: Python<'_>, i: usize) -> PyResult<Option<PyObject>> {
+        match self.stores.get_mut(i) {
+            None => Err(self.no_segment(i)),
+            Some(SegStore::Unset) => Ok(None),
+            Some(SegStore::Owned(b)) => {
+                let len = b.len();
+                memview(py, b.as_mut_ptr(), len).map(Some)
+            }
+            Some(SegStore::External { ptr, len, .. }) => readonly_memview(py, *ptr, *len).map(Some),
+        }
+    }
+
+    /// Make weights segment `i` owned (allocating zeroed bytes unless it is
+    /// owned already, dropping any external binding) and return a writable
+    /// memoryview of it (what `set_param` copies into).
+    fn own_segment(&mut self, py: Python<'_>, i: usize) -> PyResult<PyObject> {
+        let len = self.segment_len(i)?;
+        if !matches!(self.stores[i], SegStore::Owned(_)) {
+            self.stores[i] = SegStore::Owned(AlignedBuf::zeroed(len));
+            self.segments[i] = self.stores[i].segment();
+        }
+        let seg = self.segments[i];
+        memview(py, seg.ptr.cast_mut(), seg.len)
+    }
+
+    /// Bind weights segment `i` to `nbytes` bytes at `address`, owned by
+    /// `owner` (zero-copy; `owner` is kept alive). Internal: the caller
+    /// guarantees the memory belongs to `owner`, stays valid while `owner`
+    /// lives and is not mutated during a run. `nbytes` must equal the
+    /// segment's size and `address` be a multiple of `align`.
+    fn bind_segment(
+        &mut self,
+        i: usize,
+        owner: PyObject,
+        address: usize,
+        nbytes: usize,
+        align: usize,
+    ) -> PyResult<()> {
+        let len = self.segment_len(i)?;
+        if nbytes != len {
+            return Err(ShapeError::new_err(format!(
+                "[bind_param] weights segment {i} holds {len} bytes, the buffer has {nbytes}"
+            )));
+        }
+        if align > 1 && address % align != 0 {
+            return Err(WeightFormatError::new_err(format!(
+                "[bind_param] weights segment {i}: buffer address {address:#x} is not aligned to {align} bytes"
+            )));
+        }
+        if address == 0 && nbytes > 0 {
+            return Err(PyValueError::new_err(format!(
+                "[bind_param] weights segment {i}: null buffer address"
+            )));
+        }
+        self.stores[i] = SegStore::External {
+            _owner: owner,
+            ptr: address as *const u8,
+            len: nbytes,
+        };
+        self.segments[i] = self.stores[i].segment();
+        Ok(())
+    }
+
+    /// Writable memoryview of the state buffer (invalidated by `share_state`).
+    fn state_view(&mut self, py: Python<'_>) -> PyResult<PyObject> {
+        let (ptr, len) = {
+            let mut st = self.lock_state()?;
+            let len = st.len();
+            (st.as_mut_ptr(), len)
+        };
+        memview(py, ptr, len)
+    }
+
+    /// Use `other`'s state buffer from now on. Both must have the same state
+    /// table (names, dtypes, shapes, offsets), else `RlxError`.
+    fn share_state(&mut self, other: &Bound<'_, PyExecutable>) -> PyResult<()> {
+        let Ok(other) = other.try_borrow() else {
+            // `other` is `self` (already mutably borrowed): nothing to do.
+            return Ok(());
+        };
+        let mine = state_table(&self.compiled);
+        let theirs = state_table(&other.compiled);
+        if mine != theirs {
+            return Err(RlxError::new_err(format!(
+                "[share_state] state tables differ: this executable has {}; the other has {}",
+                describe_states(&mine),
+                describe_states(&theirs)
+            )));
+        }
+        self.state = Arc::clone(&other.state);
+        Ok(())
+    }
+
+    /// True when `other` uses the same state buffer.
+    fn shares_state_with(&self, other: &Bound<'_, PyExecutable>) -> bool {
+        match other.try_borrow() {
+            Ok(o) => Arc::ptr_eq(&self.state, &o.state),
+            Err(_) => true, // `other` is `self`
+        }
+    }
+
+    /// Zero-fill the state buffer.
+    fn reset_state(&mut self) -> PyResult<()> {
+        self.lock_state()?.as_mut_slice().fill(0);
+        Ok(())
     }
 
     /// `(kind, name, node, offset, dims, dtype)` for every input, param,
@@ -178,21 +383,31 @@ impl PyExecutable {
     /// a native kernel; the GIL is released while native kernels run.
     fn run(&mut self, py: Python<'_>, fallback: PyObject) -> PyResult<()> {
         let arena_len = self.arena.len();
-        let weights_len = self.weights.len();
         let arena_ptr = self.arena.as_mut_ptr() as usize;
-        let weights_ptr = self.weights.as_mut_ptr() as usize;
         let schedule = &self.compiled.schedule;
         let json = &self.thunk_json;
         let exec = &mut self.exec;
+        let segments = &self.segments;
+        let state = &self.state;
         let result = py.allow_threads(|| {
-            // SAFETY: both buffers are owned by `self`, alive for the call,
-            // and only touched through `mem` and the fallback in between.
+            // Hold the state lock for the whole run; a run that finds it held
+            // (another executable sharing the buffer, re-entered from a
+            // callback) fails rather than deadlocks.
+            let Ok(mut guard) = state.try_lock() else {
+                return Err(None);
+            };
+            let state_len = guard.len();
+            // SAFETY: the arena is owned by `self`, the state buffer is
+            // locked, the owned segments belong to `self` and the external
+            // ones to objects it keeps alive; all stay put for the call and
+            // are only touched through `mem` and the fallback in between.
             let mem = unsafe {
                 Mem::new(
                     arena_ptr as *mut u8,
                     arena_len,
-                    weights_ptr as *const u8,
-                    weights_len,
+                    guard.as_mut_ptr(),
+                    state_len,
+                    segments,
                 )
             };
             let mut fb = |i: usize, _t: &rlx_metal::thunk::Thunk| -> Result<(), PyErr> {
@@ -201,22 +416,14 @@ impl PyExecutable {
                     Ok(())
                 })
             };
-            exec.run(schedule, &mem, &mut fb)
+            exec.run(schedule, &mem, &mut fb).map_err(Some)
         });
         match result {
             Ok(()) => Ok(()),
-            Err(RunError::Fallback {
-                index,
-                thunk,
-                source,
-            }) => {
-                let err = KernelError::new_err(format!(
-                    "[{thunk}] thunk {index} failed in its host callback: {source}"
-                ));
-                err.set_cause(py, Some(source));
-                Err(err)
-            }
-            Err(e) => Err(KernelError::new_err(e.to_string())),
+            Err(None) => Err(RlxError::new_err(
+                "[run] the state buffer is in use by another run (an executable sharing it)",
+            )),
+            Err(Some(e)) => Err(run_err(py, e)),
         }
     }
 
@@ -238,8 +445,9 @@ impl PyExecutable {
             .ok_or_else(|| PyValueError::new_err(format!("[schedule] no thunk {i}")))
     }
 
-    /// Figures of the compile: arena / naive / state / weights bytes, thunk
-    /// count, whether the verifier ran at compile (`verified_at_compile`),
+    /// Figures of the compile: arena / naive / state bytes, weights bytes
+    /// (`weights_bytes` declared, `weights_bytes_owned` held in owned
+    /// segments, `weights_bytes_external` bound zero-copy), thunk count, whether the verifier ran at compile (`verified_at_compile`),
     /// native vs fallback thunks, a count per thunk name
     /// (`by_thunk`) and per thunk name of those run by the fallback
     /// (`fallback_by_thunk`).
@@ -249,7 +457,18 @@ impl PyExecutable {
         d.set_item("arena_bytes", c.arena_bytes)?;
         d.set_item("naive_bytes", c.naive_bytes)?;
         d.set_item("state_bytes", c.state_bytes)?;
-        d.set_item("weights_bytes", c.weights_bytes)?;
+        d.set_item("weights_bytes", c.weights_bytes())?;
+        let (mut owned, mut external) = (0usize, 0usize);
+        for st in &self.stores {
+            match st {
+                SegStore::Unset => {}
+                SegStore::Owned(b) => owned += b.len(),
+                SegStore::External { len, .. } => external += len,
+            }
+        }
+        d.set_item("weights_bytes_owned", owned)?;
+        d.set_item("weights_bytes_external", external)?;
+        d.set_item("segments", self.stores.len())?;
         d.set_item("thunks", c.schedule.thunks.len())?;
         d.set_item("verified_at_compile", self.verified_at_compile)?;
         let native = c
@@ -274,6 +493,79 @@ impl PyExecutable {
     }
 }
 
+impl PyExecutable {
+    fn no_segment(&self, i: usize) -> PyErr {
+        PyValueError::new_err(format!(
+            "[segment] no weights segment {i} (there are {})",
+            self.stores.len()
+        ))
+    }
+
+    /// Declared byte length of segment `i`.
+    fn segment_len(&self, i: usize) -> PyResult<usize> {
+        self.compiled
+            .segment_bytes
+            .get(i)
+            .copied()
+            .ok_or_else(|| self.no_segment(i))
+    }
+
+    fn lock_state(&self) -> PyResult<std::sync::MutexGuard<'_, AlignedBuf>> {
+        self.state.try_lock().map_err(|_| {
+            RlxError::new_err(
+                "[state] the state buffer is in use by a run of an executable sharing it",
+            )
+        })
+    }
+}
+
+/// `(name, dtype, dims, offset)` of every state, in declaration order.
+fn state_table(c: &Compiled) -> Vec<(String, String, Vec<usize>, usize)> {
+    c.states
+        .iter()
+        .map(|b| {
+            (
+                b.name.clone(),
+                b.shape.dtype.name().to_string(),
+                b.shape
+                    .dims
+                    .iter()
+                    .map(|d| d.as_static().unwrap_or(0))
+                    .collect(),
+                b.offset,
+            )
+        })
+        .collect()
+}
+
+fn describe_states(t: &[(String, String, Vec<usize>, usize)]) -> String {
+    if t.is_empty() {
+        return "no states".into();
+    }
+    t.iter()
+        .map(|(n, dt, dims, off)| format!("'{n}' {dt}{dims:?} at {}", rlx_metal::thunk::Off(*off)))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// The Python error of a failed run.
+fn run_err(py: Python<'_>, e: RunError<PyErr>) -> PyErr {
+    match e {
+        RunError::Fallback {
+            index,
+            thunk,
+            source,
+        } => {
+            let err = KernelError::new_err(format!(
+                "[{thunk}] thunk {index} failed in its host callback: {source}"
+            ));
+            err.set_cause(py, Some(source));
+            err
+        }
+        e => KernelError::new_err(e.to_string()),
+    }
+}
+
 /// Add one to `counts[key]`.
 fn bump(counts: &Bound<'_, PyDict>, key: &str) -> PyResult<()> {
     let n: usize = counts
@@ -286,8 +578,8 @@ fn bump(counts: &Bound<'_, PyDict>, key: &str) -> PyResult<()> {
 
 fn verify(c: &Compiled) -> Result<(), CompileError> {
     let mut initialized = Vec::new();
-    for b in c.inputs.iter().chain(c.states.iter()) {
-        if !rlx_metal::thunk::is_weight(b.offset) {
+    for b in &c.inputs {
+        if rlx_metal::thunk::is_arena(b.offset) {
             initialized.push(b.offset..b.offset + b.shape.size_bytes().unwrap_or(0));
         }
     }
@@ -295,7 +587,8 @@ fn verify(c: &Compiled) -> Result<(), CompileError> {
         &c.schedule,
         &VerifyContext {
             arena_bytes: c.arena_bytes,
-            weights_bytes: c.weights_bytes,
+            state_bytes: c.state_bytes,
+            segment_bytes: c.segment_bytes.clone(),
             initialized,
             groups: Vec::new(),
         },

@@ -11,8 +11,10 @@
 //! * Views (reshape, same-size cast, leading-axis narrow) alias their
 //!   parent: they take no bytes of their own and keep the parent alive
 //!   until the view's last use.
-//! * State values (KV caches, recurrent state) sit in a region at the start
-//!   of the arena that placement never reuses.
+//! * State (KV caches, recurrent state) is not the planner's business: it
+//!   lives in its own buffer, laid out by the lowering (see
+//!   [`super::lower`]), so it can persist across runs and be shared between
+//!   executables.
 //!
 //! The plan reports the arena size against the naive sum of all value sizes.
 
@@ -26,10 +28,8 @@ pub const DEFAULT_ALIGN: usize = 64;
 /// How a value gets its bytes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ValueKind {
-    /// Placed by the planner in the reusable part of the arena.
+    /// Placed by the planner in the arena.
     Planned,
-    /// Persistent state: its own bytes for the whole life of the executable.
-    State,
     /// An alias of `parent` (an earlier value) starting `byte_offset` bytes in.
     View {
         /// Index of the aliased value (must be smaller than the view's).
@@ -58,10 +58,8 @@ pub struct Value {
 pub struct MemoryPlan {
     /// Byte offset of each value in the arena (views included).
     pub offsets: Vec<usize>,
-    /// Total arena size: state region plus the planned region.
+    /// Total arena size.
     pub arena_bytes: usize,
-    /// Size of the state region at the start of the arena.
-    pub state_bytes: usize,
     /// Sum of the sizes of all non-view values (what a planner-less
     /// allocator would use).
     pub naive_bytes: usize,
@@ -209,20 +207,11 @@ pub fn plan(values: &[Value], align: usize) -> Result<MemoryPlan, PlanError> {
         }
     }
 
-    // State region first, at fixed offsets.
     let mut offsets = vec![0usize; n];
-    let mut state_top = 0usize;
-    let mut naive = 0usize;
-    for (i, v) in values.iter().enumerate() {
-        if !matches!(v.kind, ValueKind::View { .. }) {
-            naive = naive.saturating_add(v.size);
-        }
-        if v.kind == ValueKind::State {
-            offsets[i] = state_top;
-            state_top = align_up(state_top.saturating_add(v.size), align);
-        }
-    }
-    let base = state_top;
+    let naive = values
+        .iter()
+        .filter(|v| !matches!(v.kind, ValueKind::View { .. }))
+        .fold(0usize, |acc, v| acc.saturating_add(v.size));
 
     // Planned values in order of start step (stable on index).
     let mut order: Vec<usize> = (0..n)
@@ -231,8 +220,8 @@ pub fn plan(values: &[Value], align: usize) -> Result<MemoryPlan, PlanError> {
     order.sort_by_key(|&i| (values[i].start, i));
 
     let mut free = FreeList::default();
-    let mut top = 0usize; // relative to `base`
-                          // live values ordered by (end, index) for release
+    let mut top = 0usize;
+    // live values ordered by (end, index) for release
     let mut live: BTreeMap<(usize, usize), (usize, usize)> = BTreeMap::new();
     for &i in &order {
         let v = values[i];
@@ -257,7 +246,7 @@ pub fn plan(values: &[Value], align: usize) -> Result<MemoryPlan, PlanError> {
             top += size;
             off
         };
-        offsets[i] = base + off;
+        offsets[i] = off;
         live.insert((end[i], i), (off, size));
     }
     for i in 0..n {
@@ -267,8 +256,7 @@ pub fn plan(values: &[Value], align: usize) -> Result<MemoryPlan, PlanError> {
     }
     Ok(MemoryPlan {
         offsets,
-        arena_bytes: base + top,
-        state_bytes: state_top,
+        arena_bytes: top,
         naive_bytes: naive,
     })
 }
@@ -311,9 +299,7 @@ mod tests {
                     continue;
                 }
                 let live_overlap = iv[i].0 <= iv[j].1 && iv[j].0 <= iv[i].1;
-                let state =
-                    values[i].kind == ValueKind::State || values[j].kind == ValueKind::State;
-                if !(live_overlap || state) || values[i].size == 0 || values[j].size == 0 {
+                if !live_overlap || values[i].size == 0 || values[j].size == 0 {
                     continue;
                 }
                 let (aj, bj) = (p.offsets[j], p.offsets[j] + values[j].size);
@@ -356,24 +342,6 @@ mod tests {
         // value 2 must not reuse value 0 (kept alive by its view until 5)
         assert!(p.offsets[2] >= p.offsets[0] + 4096 || p.offsets[2] + 4096 <= p.offsets[0]);
         check_no_overlap(&vals, &p);
-    }
-
-    #[test]
-    fn state_is_never_reused() {
-        let vals = vec![
-            Value {
-                size: 512,
-                start: 0,
-                end: 0,
-                kind: ValueKind::State,
-            },
-            planned(512, 1, 2),
-            planned(512, 3, 4),
-        ];
-        let p = plan(&vals, 64).unwrap();
-        assert_eq!(p.offsets[0], 0);
-        assert_eq!(p.state_bytes, 512);
-        assert!(p.offsets[1] >= 512 && p.offsets[2] >= 512);
     }
 
     #[test]
@@ -426,7 +394,6 @@ mod tests {
             let mut out: Vec<Value> = Vec::new();
             for (i, (size, start, len, kind, pick)) in raw.into_iter().enumerate() {
                 let kind = match kind {
-                    0 => ValueKind::State,
                     1 | 2 if i > 0 => {
                         let parent = pick as usize % i;
                         let psize = out[parent].size;

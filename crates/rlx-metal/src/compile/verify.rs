@@ -1,11 +1,13 @@
 //! The schedule verifier: every byte range a thunk touches lies inside its
-//! buffer; every arena byte a thunk reads was written earlier or is
-//! initialised before the run (inputs, state); and inside one dispatch
+//! buffer (the arena, the state buffer, or its own weights segment); no
+//! thunk writes weights; every arena byte a thunk reads was written earlier
+//! or is initialised before the run (inputs; the state buffer and weights
+//! are always initialised); and inside one dispatch
 //! group (thunks the device may run concurrently) no thunk reads bytes a
 //! later thunk of the group writes. It relies on `Thunk::io()` being exact.
 
 use super::error::CompileError;
-use crate::thunk::{is_weight, raw_offset, ThunkSchedule};
+use crate::thunk::{buffer_of, is_arena, raw_offset, Buf, ThunkSchedule};
 use std::collections::BTreeMap;
 use std::ops::Range;
 
@@ -57,9 +59,11 @@ impl ByteSet {
 pub struct VerifyContext {
     /// Arena size in bytes.
     pub arena_bytes: usize,
-    /// Weights-buffer size in bytes.
-    pub weights_bytes: usize,
-    /// Arena ranges valid before the first thunk (inputs, state).
+    /// State-buffer size in bytes.
+    pub state_bytes: usize,
+    /// Size in bytes of every weights segment (segment 0 first).
+    pub segment_bytes: Vec<usize>,
+    /// Arena ranges valid before the first thunk (inputs).
     pub initialized: Vec<Range<usize>>,
     /// Dispatch groups (index ranges of thunks that may run together);
     /// empty means every thunk is its own group.
@@ -81,10 +85,23 @@ pub fn verify_schedule(schedule: &ThunkSchedule, cx: &VerifyContext) -> Result<(
         let io = t.io();
         for (kind, ranges) in [("reads", &io.reads), ("writes", &io.writes)] {
             for r in ranges.iter() {
-                let (raw, limit, buf) = if is_weight(r.offset) {
-                    (raw_offset(r.offset), cx.weights_bytes, "weights")
-                } else {
-                    (r.offset, cx.arena_bytes, "arena")
+                let buf = buffer_of(r.offset);
+                let raw = raw_offset(r.offset);
+                let limit = match buf {
+                    Buf::Arena => cx.arena_bytes,
+                    Buf::State => cx.state_bytes,
+                    Buf::Weights(s) => match cx.segment_bytes.get(s) {
+                        Some(&b) => b,
+                        None => {
+                            return Err(err(
+                                i,
+                                format!(
+                                    "{kind} weights segment {s}, but the schedule has {}",
+                                    cx.segment_bytes.len()
+                                ),
+                            ))
+                        }
+                    },
                 };
                 let end = raw.saturating_add(r.len);
                 if end > limit {
@@ -93,16 +110,16 @@ pub fn verify_schedule(schedule: &ThunkSchedule, cx: &VerifyContext) -> Result<(
                         format!("{kind} {buf} bytes {raw}..{end}, beyond the {buf} size {limit}"),
                     ));
                 }
-                if kind == "writes" && buf == "weights" {
+                if kind == "writes" && matches!(buf, Buf::Weights(_)) {
                     return Err(err(
                         i,
-                        format!("writes the read-only weights buffer at {raw}..{end}"),
+                        format!("writes the read-only {buf} at {raw}..{end}"),
                     ));
                 }
             }
         }
         for r in &io.reads {
-            if is_weight(r.offset) {
+            if !is_arena(r.offset) {
                 continue;
             }
             if let Some(gap) = written.first_gap(r.offset, r.offset + r.len) {
@@ -169,7 +186,7 @@ mod schedule_tests {
     use super::*;
     use crate::thunk::binary::BinaryFull;
     use crate::thunk::shape::Copy;
-    use crate::thunk::{tag_weight, HalfFlag, Thunk};
+    use crate::thunk::{tag_segment, tag_state, tag_weight, HalfFlag, Thunk};
     use rlx_ir::op::BinaryOp;
 
     fn add(lhs: usize, rhs: usize, dst: usize, len: u32) -> Thunk {
@@ -187,7 +204,8 @@ mod schedule_tests {
     fn cx(arena: usize, init: Vec<Range<usize>>) -> VerifyContext {
         VerifyContext {
             arena_bytes: arena,
-            weights_bytes: 256,
+            state_bytes: 128,
+            segment_bytes: vec![256, 32],
             initialized: init,
             groups: vec![],
         }
@@ -244,12 +262,40 @@ mod schedule_tests {
         let e = verify_schedule(&s, &cx(1024, vec![]))
             .unwrap_err()
             .to_string();
-        assert!(e.contains("read-only weights"), "{e}");
+        assert!(e.contains("read-only weights segment 0"), "{e}");
         let s = sched(vec![add(0, tag_weight(250), 64, 4)]);
         let e = verify_schedule(&s, &cx(1024, vec![0..64]))
             .unwrap_err()
             .to_string();
-        assert!(e.contains("beyond the weights size 256"), "{e}");
+        assert!(e.contains("beyond the weights segment 0 size 256"), "{e}");
+    }
+
+    #[test]
+    fn bounds_are_per_segment_and_state() {
+        // segment 1 is 32 bytes: 16 f32 elements at 0 fit in segment 0 but not in 1
+        let ok = sched(vec![add(0, tag_segment(1, 0), 64, 8)]);
+        verify_schedule(&ok, &cx(1024, vec![0..64])).unwrap();
+        let s = sched(vec![add(0, tag_segment(1, 0), 64, 16)]);
+        let e = verify_schedule(&s, &cx(1024, vec![0..64]))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("weights segment 1 bytes 0..64"), "{e}");
+        let s = sched(vec![add(0, tag_segment(2, 0), 64, 1)]);
+        let e = verify_schedule(&s, &cx(1024, vec![0..64]))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("weights segment 2, but the schedule has 2"),
+            "{e}"
+        );
+        // state is initialised (no read-before-write) and writable, but bounded
+        let s = sched(vec![add(tag_state(0), tag_state(64), tag_state(0), 16)]);
+        verify_schedule(&s, &cx(64, vec![])).unwrap();
+        let s = sched(vec![add(tag_state(0), tag_state(100), 0, 16)]);
+        let e = verify_schedule(&s, &cx(64, vec![]))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("state bytes 100..164"), "{e}");
     }
 
     #[test]

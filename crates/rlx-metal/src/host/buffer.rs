@@ -1,11 +1,14 @@
-//! Byte buffers of a schedule (arena, weights) and typed access to them.
+//! Byte buffers of a schedule (arena, state, weights segments) and typed
+//! access to them.
 //!
-//! Buffers are 64-byte aligned so that every planned offset (a multiple of
-//! 64) is aligned for any element type. Thunks address them with offsets
-//! from `Thunk::io()`'s world: plain arena offsets, or weights offsets
-//! tagged with bit 63.
+//! Owned buffers are 64-byte aligned so that every planned offset (a
+//! multiple of 64) is aligned for any element type; external weights
+//! segments are checked for alignment on access. Thunks address them with
+//! offsets from `Thunk::io()`'s world (see [`crate::thunk::offsets`]): plain
+//! arena offsets, state offsets tagged with bit 62, weights offsets tagged
+//! with bit 63 and a segment index.
 
-use crate::thunk::{is_weight, raw_offset};
+use crate::thunk::{buffer_of, is_weight, raw_offset, Buf};
 
 #[derive(Clone, Copy)]
 #[repr(C, align(64))]
@@ -68,21 +71,47 @@ impl Plain for u32 {}
 impl Plain for i8 {}
 impl Plain for i16 {}
 
-/// Raw view of the arena and weights buffer during one run. The executor
-/// hands out slices for the exact ranges a thunk declares in `io()`; reads
-/// that overlap a write of the same thunk are staged into a copy first, so
-/// a shared and an exclusive slice never alias.
-pub struct Mem {
-    arena: *mut u8,
-    arena_len: usize,
-    weights: *const u8,
-    weights_len: usize,
+/// One read-only weights segment: a pointer and a length in bytes. The
+/// memory belongs to someone else (an [`AlignedBuf`] of the executable, or
+/// an external buffer such as a memory-mapped file kept alive by its owner).
+#[derive(Clone, Copy, Debug)]
+pub struct Segment {
+    /// First byte (may be dangling when `len` is 0).
+    pub ptr: *const u8,
+    /// Length in bytes.
+    pub len: usize,
 }
 
-// SAFETY: `Mem` is a pair of raw buffer pointers; the executor uses it from
+// SAFETY: a `Segment` is an address and a length; only `Mem` dereferences
+// it, under `Mem::new`'s contract (read-only, owner alive).
+unsafe impl Send for Segment {}
+unsafe impl Sync for Segment {}
+
+impl Segment {
+    /// An empty segment.
+    pub const EMPTY: Segment = Segment {
+        ptr: std::ptr::null(),
+        len: 0,
+    };
+}
+
+/// Raw view of the buffers of one run: the activation arena, the state
+/// buffer and the weights segments. The executor hands out slices for the
+/// exact ranges a thunk declares in `io()`; reads that overlap a write of
+/// the same thunk are staged into a copy first, so a shared and an
+/// exclusive slice never alias. Weights are never written.
+pub struct Mem<'s> {
+    arena: *mut u8,
+    arena_len: usize,
+    state: *mut u8,
+    state_len: usize,
+    segments: &'s [Segment],
+}
+
+// SAFETY: `Mem` is a set of raw buffer pointers; the executor uses it from
 // one thread at a time and kernels only receive disjoint slices.
-unsafe impl Send for Mem {}
-unsafe impl Sync for Mem {}
+unsafe impl Send for Mem<'_> {}
+unsafe impl Sync for Mem<'_> {}
 
 /// Errors from carving a slice.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -92,14 +121,24 @@ pub enum MemError {
     OutOfBounds {
         /// Which operand.
         what: &'static str,
-        /// Buffer name.
-        buf: &'static str,
+        /// The buffer.
+        buf: Buf,
         /// First byte.
         start: usize,
         /// One past the last byte.
         end: usize,
         /// Buffer length.
         len: usize,
+    },
+    /// A weights offset names a segment the run does not have.
+    #[error("[mem] {what} names weights segment {segment}, but there are {count}")]
+    UnknownSegment {
+        /// Which operand.
+        what: &'static str,
+        /// The segment named.
+        segment: usize,
+        /// Segments present.
+        count: usize,
     },
     /// The offset is not aligned for the element type.
     #[error("[mem] {what} at offset {off} is not aligned to {align} bytes")]
@@ -119,33 +158,44 @@ pub enum MemError {
     },
 }
 
-impl Mem {
-    /// A view of `arena` and `weights`.
+impl<'s> Mem<'s> {
+    /// A view of `arena`, the `state` buffer and the weights `segments`.
     ///
     /// # Safety
-    /// Both buffers must stay alive and unmoved while the `Mem` is used,
-    /// and nothing else may access them meanwhile except through this `Mem`
-    /// (or callbacks the executor runs between kernels).
+    /// Every buffer must stay alive and unmoved while the `Mem` is used, and
+    /// nothing else may access the arena and state buffer meanwhile except
+    /// through this `Mem` (or callbacks the executor runs between kernels).
+    /// Nothing may write the weights segments while the `Mem` is used.
     pub unsafe fn new(
         arena: *mut u8,
         arena_len: usize,
-        weights: *const u8,
-        weights_len: usize,
+        state: *mut u8,
+        state_len: usize,
+        segments: &'s [Segment],
     ) -> Self {
         Mem {
             arena,
             arena_len,
-            weights,
-            weights_len,
+            state,
+            state_len,
+            segments,
         }
     }
 
     fn locate<T>(&self, what: &'static str, off: usize, n: usize) -> Result<*mut T, MemError> {
         let bytes = n.saturating_mul(std::mem::size_of::<T>());
-        let (base, len, buf) = if is_weight(off) {
-            (self.weights as *mut u8, self.weights_len, "weights")
-        } else {
-            (self.arena, self.arena_len, "arena")
+        let buf = buffer_of(off);
+        let (base, len) = match buf {
+            Buf::Arena => (self.arena, self.arena_len),
+            Buf::State => (self.state, self.state_len),
+            Buf::Weights(s) => {
+                let seg = self.segments.get(s).ok_or(MemError::UnknownSegment {
+                    what,
+                    segment: s,
+                    count: self.segments.len(),
+                })?;
+                (seg.ptr as *mut u8, seg.len)
+            }
         };
         let raw = raw_offset(off);
         let end = raw.saturating_add(bytes);
@@ -157,6 +207,10 @@ impl Mem {
                 end,
                 len,
             });
+        }
+        if bytes == 0 {
+            // An empty slice needs only a well-aligned non-null pointer.
+            return Ok(std::ptr::NonNull::<T>::dangling().as_ptr());
         }
         // SAFETY: raw + bytes <= len, within the buffer.
         let p = unsafe { base.add(raw) };
@@ -202,3 +256,79 @@ impl Mem {
 }
 impl Plain for crate::host::kernels::elementwise::Bool {}
 impl Plain for u64 {}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::thunk::{tag_segment, tag_state, tag_weight};
+
+    #[test]
+    fn per_buffer_bounds_and_writes() {
+        let mut arena = AlignedBuf::zeroed(64);
+        let mut state = AlignedBuf::zeroed(32);
+        let mut w0 = AlignedBuf::zeroed(16);
+        w0.as_mut_slice()[..4].copy_from_slice(&1.5f32.to_le_bytes());
+        let w1: Vec<f32> = vec![1.0, 2.0, 3.0];
+        let segs = [
+            Segment {
+                ptr: w0.as_mut_ptr(),
+                len: w0.len(),
+            },
+            Segment {
+                ptr: w1.as_ptr().cast(),
+                len: 12,
+            },
+        ];
+        // SAFETY: all buffers outlive `mem` and are only touched through it.
+        let mem = unsafe {
+            Mem::new(
+                arena.as_mut_ptr(),
+                arena.len(),
+                state.as_mut_ptr(),
+                state.len(),
+                &segs,
+            )
+        };
+        assert_eq!(mem.get::<f32>("x", tag_weight(0), 1).unwrap(), &[1.5]);
+        assert_eq!(
+            mem.get::<f32>("x", tag_segment(1, 4), 2).unwrap(),
+            &[2.0, 3.0]
+        );
+        // segment 1 has 12 bytes: a fourth element is out of bounds there
+        let e = mem.get::<f32>("x", tag_segment(1, 4), 3).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "[mem] x bytes 4..16 out of the weights segment 1 buffer of 12"
+        );
+        assert!(matches!(
+            mem.get::<u8>("w", tag_segment(2, 0), 1),
+            Err(MemError::UnknownSegment {
+                segment: 2,
+                count: 2,
+                ..
+            })
+        ));
+        assert!(matches!(
+            mem.get_mut::<f32>("y", tag_segment(1, 0), 1),
+            Err(MemError::WeightsWrite { .. })
+        ));
+        // the state buffer is writable and separate from the arena
+        mem.get_mut::<f32>("s", tag_state(28), 1).unwrap()[0] = 7.0;
+        assert_eq!(mem.get::<f32>("a", 28, 1).unwrap(), &[0.0]);
+        assert!(mem.get::<f32>("s", tag_state(32), 1).is_err());
+        assert!(mem.get::<f32>("a", 60, 1).is_ok());
+        assert!(matches!(
+            mem.get::<f32>("s", tag_state(2), 1),
+            Err(MemError::Misaligned { .. })
+        ));
+        // empty slices never dereference (even of an empty segment)
+        let empty = [Segment::EMPTY];
+        // SAFETY: as above; the empty segment is never dereferenced.
+        let mem2 = unsafe { Mem::new(arena.as_mut_ptr(), 64, state.as_mut_ptr(), 32, &empty) };
+        assert!(mem2.get::<f32>("z", tag_weight(0), 0).unwrap().is_empty());
+        assert_eq!(
+            f32::from_le_bytes(state.as_slice()[28..32].try_into().unwrap()),
+            7.0
+        );
+    }
+}

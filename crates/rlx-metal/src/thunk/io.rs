@@ -1,18 +1,19 @@
 //! What a thunk touches: [`ByteRange`]s read and written.
 //!
-//! Ranges carry tagged offsets (see [`super::offsets`]); a weights range and
-//! an arena range never overlap, whatever their raw numbers. Size arithmetic
+//! Ranges carry tagged offsets (see [`super::offsets`]); ranges in different
+//! buffers (arena, state, weights segments) never overlap, whatever their
+//! raw numbers. Size arithmetic
 //! here saturates, so a malformed thunk yields a (huge) range rather than a
 //! panic; the schedule verifier rejects it as out of bounds.
 
-use super::offsets::{is_weight, offset_add, raw_offset};
+use super::offsets::{buffer_of, is_weight, offset_add, raw_offset, Buf};
 use serde::{Deserialize, Serialize};
 use std::fmt;
 
 /// A contiguous span of one buffer.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct ByteRange {
-    /// Tagged start offset (bit 63 set = weights buffer).
+    /// Tagged start offset (see [`super::offsets`]).
     pub offset: usize,
     /// Length in bytes.
     pub len: usize,
@@ -24,9 +25,14 @@ impl ByteRange {
         ByteRange { offset, len }
     }
 
-    /// True when the range lies in the weights buffer.
+    /// True when the range lies in a weights segment.
     pub fn is_weight(&self) -> bool {
         is_weight(self.offset)
+    }
+
+    /// The buffer the range lies in.
+    pub fn buffer(&self) -> Buf {
+        buffer_of(self.offset)
     }
 
     /// Raw start within its buffer.
@@ -42,7 +48,7 @@ impl ByteRange {
     /// True when both ranges are in the same buffer and share at least one
     /// byte. Empty ranges overlap nothing.
     pub fn overlaps(&self, other: &ByteRange) -> bool {
-        self.is_weight() == other.is_weight()
+        self.buffer() == other.buffer()
             && self.len > 0
             && other.len > 0
             && self.start() < other.end()
@@ -52,8 +58,11 @@ impl ByteRange {
 
 impl fmt::Display for ByteRange {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let buf = if self.is_weight() { "W" } else { "" };
-        write!(f, "{buf}[{}..{})", self.start(), self.end())
+        match self.buffer() {
+            Buf::Arena => write!(f, "[{}..{})", self.start(), self.end()),
+            Buf::State => write!(f, "S[{}..{})", self.start(), self.end()),
+            Buf::Weights(s) => write!(f, "W{s}[{}..{})", self.start(), self.end()),
+        }
     }
 }
 
@@ -216,10 +225,19 @@ pub const IDX: usize = 4;
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::thunk::offsets::tag_weight;
+    use crate::thunk::offsets::{tag_segment, tag_state, tag_weight};
 
     #[test]
     fn overlap_rules() {
+        // same raw bytes in different buffers / segments never overlap
+        let s = ByteRange::new(tag_state(0), 16);
+        assert!(!s.overlaps(&ByteRange::new(0, 16)));
+        assert!(s.overlaps(&ByteRange::new(tag_state(8), 16)));
+        let w1 = ByteRange::new(tag_segment(1, 0), 16);
+        assert!(!w1.overlaps(&ByteRange::new(tag_segment(2, 0), 16)));
+        assert!(!w1.overlaps(&ByteRange::new(tag_weight(0), 16)));
+        assert_eq!(w1.to_string(), "W1[0..16)");
+        assert_eq!(s.to_string(), "S[0..16)");
         let a = ByteRange::new(0, 16);
         assert!(a.overlaps(&ByteRange::new(15, 1)));
         assert!(!a.overlaps(&ByteRange::new(16, 4)));

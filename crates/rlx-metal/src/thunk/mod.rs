@@ -9,8 +9,10 @@
 //!
 //! # Offsets
 //!
-//! Activation-arena offsets are plain byte offsets; weights-buffer offsets
-//! carry bit 63 ([`offsets::tag_weight`]). Offsets beyond 4 GiB are legal.
+//! Activation-arena offsets are plain byte offsets; weights offsets carry
+//! bit 63 plus a segment index ([`offsets::tag_segment`]); state-buffer
+//! offsets carry bit 62 ([`offsets::tag_state`]). Offsets beyond 4 GiB are
+//! legal.
 //!
 //! # Size conventions used by `io()`
 //!
@@ -70,7 +72,10 @@ pub mod splat;
 mod tests;
 
 pub use io::{ByteRange, ThunkIo};
-pub use offsets::{is_weight, raw_offset, tag_weight, Off};
+pub use offsets::{
+    buffer_of, is_arena, is_state, is_weight, raw_offset, segment, tag_segment, tag_state,
+    tag_weight, Buf, Off,
+};
 
 use rlx_ir::{DType, RngOptions};
 use serde::{Deserialize, Serialize};
@@ -138,7 +143,7 @@ pub trait ThunkOp {
     fn safe_for_active_extent(&self) -> bool;
 
     /// The description after the name: key dims, then offsets
-    /// (`m=1 k=576 n=1536 a=@0 b=W@1024 c=@4096`). One line.
+    /// (`m=1 k=576 n=1536 a=@0 b=W1@0 c=@4096`). One line.
     fn fmt_fields(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result;
 }
 

@@ -10,7 +10,7 @@ use super::{numel, Ctx};
 use crate::compile::error::CompileError;
 use crate::thunk::binary::{BiasAdd, BinaryBroadcast, BinaryFull, Compare, Fma, Where};
 use crate::thunk::elementwise::{ActivationOut, Cast, CastHost, FusedSwiGLU};
-use crate::thunk::is_weight;
+use crate::thunk::is_arena;
 use crate::thunk::region::ElementwiseRegion;
 use rlx_ir::op::{Activation, BinaryOp, RegionOperand, RegionStep};
 use rlx_ir::{DType, Op};
@@ -390,7 +390,7 @@ fn region(ctx: &mut Ctx<'_>, steps: &[RegionStep]) -> Result<(), CompileError> {
             out_dims.len() >= stripped.len()
                 && out_dims[out_dims.len() - stripped.len()..] == stripped[..]
         };
-        let needs_copy = ctx.in_shape(i).dtype != DType::F32 || is_weight(off) || off % 4 != 0;
+        let needs_copy = ctx.in_shape(i).dtype != DType::F32 || !is_arena(off) || off % 4 != 0;
         if n == 1 && total != 1 {
             scalar_mask |= 1 << i;
         } else if n != total && trailing {

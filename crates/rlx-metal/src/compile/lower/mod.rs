@@ -1,10 +1,12 @@
 //! Lowering: IR graph → thunk schedule over planned byte offsets.
 //!
 //! 1. Every node gets a static shape (symbolic dims bound from the compile
-//!    options) and a location: params and constants in the weights buffer
-//!    (tagged offsets), state in the state region, views (reshape, same-dtype
-//!    cast, contiguous narrow) aliasing their parent, everything else a
-//!    planned arena value live from its node to its last use.
+//!    options) and a location: constants in weights segment 0, param `i` in
+//!    its own weights segment `1 + i` (so a weight can be bound zero-copy),
+//!    states in the state buffer (declaration order, 64-byte aligned), views
+//!    (reshape, same-dtype cast, contiguous narrow) aliasing their parent in
+//!    the parent's buffer, everything else a planned arena value live from
+//!    its node to its last use.
 //! 2. Each node is lowered once in *measure* mode to learn which scratch
 //!    buffers it needs (scratch lives only during its node).
 //! 3. The planner places values and scratch ([`super::plan`]).
@@ -24,7 +26,7 @@ mod shape;
 
 use super::error::CompileError;
 use super::plan::{plan, Value, ValueKind, DEFAULT_ALIGN};
-use crate::thunk::{tag_weight, HalfFlag, Thunk, ThunkSchedule};
+use crate::thunk::{tag_segment, tag_state, tag_weight, HalfFlag, Thunk, ThunkSchedule};
 use rlx_ir::{DType, Dim, Graph, NodeId, Op, Shape};
 use std::collections::HashMap;
 
@@ -42,7 +44,8 @@ pub struct Binding {
     pub name: String,
     /// Node id.
     pub node: NodeId,
-    /// Byte offset (weights-tagged for params).
+    /// Tagged byte offset (a weights segment for params, the state buffer
+    /// for states, see [`crate::thunk::offsets`]).
     pub offset: usize,
     /// Static shape.
     pub shape: Shape,
@@ -53,14 +56,16 @@ pub struct Binding {
 pub struct Compiled {
     /// Thunks in order.
     pub schedule: ThunkSchedule,
-    /// Arena bytes (state region + planned values + scratch).
+    /// Arena bytes (planned values + scratch).
     pub arena_bytes: usize,
     /// Naive sum of all arena value sizes.
     pub naive_bytes: usize,
-    /// Bytes of the state region at the start of the arena.
+    /// Bytes of the state buffer (every state, declaration order, 64-byte
+    /// aligned starts).
     pub state_bytes: usize,
-    /// Bytes of the weights buffer (params + constants).
-    pub weights_bytes: usize,
+    /// Byte length of every weights segment: segment 0 holds the
+    /// compiler's constants, segment `1 + i` is param `i` (exactly its size).
+    pub segment_bytes: Vec<usize>,
     /// Run-time inputs.
     pub inputs: Vec<Binding>,
     /// Weights to set before running.
@@ -69,7 +74,7 @@ pub struct Compiled {
     pub states: Vec<Binding>,
     /// Graph outputs, in declaration order.
     pub outputs: Vec<Binding>,
-    /// Constant data to copy into the weights buffer: (raw offset, bytes).
+    /// Constant data to copy into weights segment 0: (raw offset, bytes).
     pub constants: Vec<(usize, Vec<u8>)>,
     /// Static shape of every node.
     pub shapes: Vec<Shape>,
@@ -77,10 +82,19 @@ pub struct Compiled {
     pub offsets: Vec<usize>,
 }
 
+impl Compiled {
+    /// Total bytes of all weights segments (constants + params).
+    pub fn weights_bytes(&self) -> usize {
+        self.segment_bytes.iter().sum()
+    }
+}
+
 #[derive(Debug, Clone, Copy, PartialEq)]
 enum Loc {
-    /// Weights buffer, raw offset.
-    Weights(usize),
+    /// Weights segment, raw offset.
+    Weights(usize, usize),
+    /// State buffer, raw offset.
+    State(usize),
     /// Arena value index (into the planner's value list).
     Arena(usize),
 }
@@ -352,6 +366,8 @@ pub fn compile(graph: &Graph, opts: &CompileOptions) -> Result<Compiled, Compile
     // One aligned block of f32 -inf after the zeros.
     let neg_inf = zeros_bytes;
     let mut weights_top = align(neg_inf + 4);
+    let mut segment_bytes = vec![0usize];
+    let mut state_top = 0usize;
     let mut locs: Vec<Loc> = Vec::with_capacity(n);
     let mut views = vec![false; n];
     let mut values: Vec<Value> = Vec::new();
@@ -361,22 +377,27 @@ pub fn compile(graph: &Graph, opts: &CompileOptions) -> Result<Compiled, Compile
         let bytes = shapes[i].size_bytes().unwrap_or(0);
         let loc = match &node.op {
             Op::Param { .. } => {
-                let off = weights_top;
-                weights_top = align(weights_top + bytes);
-                Loc::Weights(off)
+                segment_bytes.push(bytes);
+                Loc::Weights(segment_bytes.len() - 1, 0)
+            }
+            Op::State { .. } => {
+                let off = state_top;
+                state_top = align(state_top + bytes);
+                Loc::State(off)
             }
             Op::Constant { values: vals, .. } => {
                 let off = weights_top;
                 weights_top = align(weights_top + bytes);
                 let count = shapes[i].numel().unwrap_or(0);
                 constants.push((off, constant_bytes(vals, count, shapes[i].dtype)));
-                Loc::Weights(off)
+                Loc::Weights(0, off)
             }
             _ => match view_of(graph, &shapes, i) {
                 Some((parent, byte_off)) => {
                     views[i] = true;
                     match locs[parent] {
-                        Loc::Weights(off) => Loc::Weights(off + byte_off),
+                        Loc::Weights(seg, off) => Loc::Weights(seg, off + byte_off),
+                        Loc::State(off) => Loc::State(off + byte_off),
                         Loc::Arena(pv) => {
                             values.push(Value {
                                 size: bytes,
@@ -392,16 +413,15 @@ pub fn compile(graph: &Graph, opts: &CompileOptions) -> Result<Compiled, Compile
                     }
                 }
                 None => {
-                    let (start, kind) = match node.op {
-                        Op::Input { .. } => (0, ValueKind::Planned),
-                        Op::State { .. } => (0, ValueKind::State),
-                        _ => (i, ValueKind::Planned),
+                    let start = match node.op {
+                        Op::Input { .. } => 0,
+                        _ => i,
                     };
                     values.push(Value {
                         size: bytes,
                         start,
                         end: last_use[i].max(start),
-                        kind,
+                        kind: ValueKind::Planned,
                     });
                     Loc::Arena(values.len() - 1)
                 }
@@ -409,6 +429,7 @@ pub fn compile(graph: &Graph, opts: &CompileOptions) -> Result<Compiled, Compile
         };
         locs.push(loc);
     }
+    segment_bytes[0] = weights_top;
 
     // Measure scratch needs.
     let mut scratch: Vec<Vec<usize>> = vec![Vec::new(); n];
@@ -450,7 +471,8 @@ pub fn compile(graph: &Graph, opts: &CompileOptions) -> Result<Compiled, Compile
     let offsets: Vec<usize> = locs
         .iter()
         .map(|l| match *l {
-            Loc::Weights(off) => tag_weight(off),
+            Loc::Weights(seg, off) => tag_segment(seg, off),
+            Loc::State(off) => tag_state(off),
             Loc::Arena(v) => mplan.offsets[v],
         })
         .collect();
@@ -500,8 +522,8 @@ pub fn compile(graph: &Graph, opts: &CompileOptions) -> Result<Compiled, Compile
         },
         arena_bytes: mplan.arena_bytes,
         naive_bytes: mplan.naive_bytes,
-        state_bytes: mplan.state_bytes,
-        weights_bytes: weights_top,
+        state_bytes: state_top,
+        segment_bytes,
         inputs,
         params,
         states,

@@ -196,7 +196,7 @@ fn sgemm_display_example() {
     });
     assert_eq!(
         t.to_string(),
-        "sgemm m=1 k=576 n=1536 f32 a=@0 b=W@1024 c=@4096"
+        "sgemm m=1 k=576 n=1536 f32 a=@0 b=W0@1024 c=@4096"
     );
 }
 
