@@ -65,6 +65,9 @@ pub struct AttnOpts {
     /// Logit soft-cap: `cap·tanh(x/cap)` after scaling, before masking;
     /// `0.0` disables it.
     pub softcap: f32,
+    /// Run-time key length `L` (`1 ≤ L ≤ kv_s`): only keys `0..L` are
+    /// attended and query `i` sits at `L - s + i`. `None` means `kv_s`.
+    pub kv_len: Option<i64>,
 }
 
 /// f32 dot product over eight independent lanes (vectorises).
@@ -85,12 +88,62 @@ fn dot<T: Elem>(a: &[f32], b: &[T]) -> f32 {
     s
 }
 
+/// Per-thread reusable buffers of [`sdpa`] (grown once, never shrunk, so a
+/// warm decode loop allocates nothing).
+#[derive(Default)]
+struct Scratch {
+    /// Queries of the head subset, widened to f32 (`gs · d`).
+    qf: Vec<f32>,
+    /// One key row widened to f32 (`d`).
+    krow: Vec<f32>,
+    /// Scores, key-major (`n · gs`).
+    scores: Vec<f32>,
+    /// Output accumulators (`gs · d`).
+    acc: Vec<f32>,
+}
+
+thread_local! {
+    static SCRATCH: std::cell::RefCell<Scratch> = std::cell::RefCell::new(Scratch::default());
+}
+
+/// `out` as a raw pointer shared by the parallel tasks, each of which
+/// writes its own disjoint rows.
+#[derive(Clone, Copy)]
+struct OutPtr<T>(*mut T);
+// SAFETY: tasks write pairwise-disjoint rows (one query position and head
+// subset each), so sharing the pointer across threads is race-free.
+unsafe impl<T: Send> Send for OutPtr<T> {}
+unsafe impl<T: Send> Sync for OutPtr<T> {}
+
+impl<T> OutPtr<T> {
+    /// Elements `r..r + n`.
+    ///
+    /// # Safety
+    /// The range must lie inside the slice the pointer came from and no
+    /// other live reference may overlap it.
+    #[allow(clippy::mut_from_ref)]
+    unsafe fn row(&self, r: usize, n: usize) -> &mut [T] {
+        // SAFETY: the caller's contract.
+        unsafe { std::slice::from_raw_parts_mut(self.0.add(r), n) }
+    }
+}
+
 /// Scaled dot-product attention `out = softmax(mask(cap(q·kᵀ·scale)))·v`.
 /// Needs `q, out >= b·s·heads·d`, `k, v >= b·kv_s·kv_heads·d`, a custom
 /// mask `>= b·s·kv_s` and a bias `>= b·heads·s·kv_s`. A query row with no
 /// visible key is written as zeros. A key whose final score is `-inf`
-/// (masked) is skipped, so a NaN in its value does not leak; a NaN score
-/// makes the whole row NaN, as IEEE softmax would.
+/// (masked) is skipped, so a NaN in its value does not leak; a NaN (or
+/// `+inf`) score makes the whole row NaN, as IEEE softmax would.
+///
+/// With `opts.kv_len = Some(L)` only keys `0..L` take part (`1 ≤ L ≤ kv_s`,
+/// else an error) and query `i` sits at absolute position `L - s + i`;
+/// masks keep their `kv_s` stride.
+///
+/// Work is split per (batch, query position, KV head, subset of that KV
+/// head's query heads): each task streams its visible K rows once for all
+/// its query heads, then its V rows once. Subsets are only split below a
+/// whole GQA group when there are too few tasks to keep every thread busy
+/// (decode).
 #[allow(clippy::too_many_arguments)]
 pub fn sdpa<T: Elem>(
     dims: &AttnDims,
@@ -118,16 +171,26 @@ pub fn sdpa<T: Elem>(
         ));
     }
     let q_len = numel(K, &[batch, s, heads, d])?;
-    let kv_len = numel(K, &[batch, kv_s, kv_heads, d])?;
+    let kv_total = numel(K, &[batch, kv_s, kv_heads, d])?;
     check_len(K, "q", q.len(), q_len)?;
     check_len(K, "out", out.len(), q_len)?;
-    check_len(K, "k", k.len(), kv_len)?;
-    check_len(K, "v", v.len(), kv_len)?;
+    check_len(K, "k", k.len(), kv_total)?;
+    check_len(K, "v", v.len(), kv_total)?;
     match mask {
         Mask::Custom(m) => check_len(K, "mask", m.len(), numel(K, &[batch, s, kv_s])?)?,
         Mask::Bias(m) => check_len(K, "bias", m.len(), numel(K, &[batch, heads, s, kv_s])?)?,
         _ => {}
     }
+    let len = match opts.kv_len {
+        None => kv_s,
+        Some(l) if l >= 1 && (l as u64) <= kv_s as u64 => l as usize,
+        Some(l) => {
+            return Err(invalid(
+                K,
+                format!("kv_len {l} out of range 1..={kv_s} (the key/value capacity)"),
+            ))
+        }
+    };
     if q_len == 0 {
         return Ok(());
     }
@@ -137,48 +200,69 @@ pub fn sdpa<T: Elem>(
         opts.scale
     };
     let group = heads / kv_heads;
-    let min_rows = (PAR_MIN / (kv_s * d).max(1)).max(1);
-    out[..q_len]
-        .par_chunks_mut(d)
-        .enumerate()
-        .with_min_len(min_rows)
-        .for_each_init(
-            || {
-                (
-                    Vec::with_capacity(d),
-                    Vec::with_capacity(kv_s),
-                    vec![0f32; d],
-                )
-            },
-            |(qf, scores, acc): &mut (Vec<f32>, Vec<f32>, Vec<f32>), (r, o)| {
-                let (bi, i, h) = match layout {
-                    Layout::Bshd => (r / (heads * s), (r / heads) % s, r % heads),
-                    Layout::Bhsd => (r / (heads * s), r % s, (r / s) % heads),
-                };
-                let g = h / group;
-                let key_row = |j: usize| match layout {
-                    Layout::Bshd => ((bi * kv_s + j) * kv_heads + g) * d,
-                    Layout::Bhsd => ((bi * kv_heads + g) * kv_s + j) * d,
-                };
-                let abs = kv_s as isize - s as isize + i as isize;
-                let (lo, hi) = match mask {
-                    Mask::Causal => (0, (abs + 1).clamp(0, kv_s as isize) as usize),
-                    Mask::SlidingWindow(w) => {
-                        let hi = (abs + 1).clamp(0, kv_s as isize) as usize;
-                        let lo = (abs - w.min(isize::MAX as usize) as isize).clamp(0, hi as isize)
-                            as usize;
-                        (lo, hi)
-                    }
-                    _ => (0, kv_s),
-                };
-                qf.clear();
-                qf.extend(q[r * d..r * d + d].iter().map(|x| x.to_f32()));
-                scores.clear();
-                let mut max = f32::NEG_INFINITY;
-                let mut nan = false;
-                for j in lo..hi {
-                    let kr = key_row(j);
-                    let mut sc = dot(qf, &k[kr..kr + d]) * scale;
+    let base = batch * s * kv_heads;
+    let threads = rayon::current_num_threads().max(1);
+    // split GQA groups only when whole groups leave threads idle
+    let parts = if base >= 2 * threads {
+        1
+    } else {
+        (2 * threads).div_ceil(base).min(group)
+    };
+    let per = group.div_ceil(parts);
+    let parts = group.div_ceil(per);
+    let items = base * parts;
+    let work = (per * len * d).max(1);
+    let min_items = (PAR_MIN / work).max(1);
+    let q_row = move |bi: usize, i: usize, h: usize| match layout {
+        Layout::Bshd => ((bi * s + i) * heads + h) * d,
+        Layout::Bhsd => ((bi * heads + h) * s + i) * d,
+    };
+    let key_row = move |bi: usize, g: usize, j: usize| match layout {
+        Layout::Bshd => ((bi * kv_s + j) * kv_heads + g) * d,
+        Layout::Bhsd => ((bi * kv_heads + g) * kv_s + j) * d,
+    };
+    let outp = OutPtr(out.as_mut_ptr());
+    let task = |item: usize| {
+        let p = item % parts;
+        let g = (item / parts) % kv_heads;
+        let i = (item / (parts * kv_heads)) % s;
+        let bi = item / (parts * kv_heads * s);
+        let h0 = g * group + p * per;
+        let gs = per.min((g + 1) * group - h0);
+        let abs = len as isize - s as isize + i as isize;
+        let (lo, hi) = match mask {
+            Mask::Causal => (0, (abs + 1).clamp(0, len as isize) as usize),
+            Mask::SlidingWindow(w) => {
+                let hi = (abs + 1).clamp(0, len as isize) as usize;
+                let lo = (abs - w.min(isize::MAX as usize) as isize).clamp(0, hi as isize) as usize;
+                (lo, hi)
+            }
+            _ => (0, len),
+        };
+        let n = hi - lo;
+        SCRATCH.with(|cell| {
+            let mut guard = cell.borrow_mut();
+            let Scratch {
+                qf,
+                krow,
+                scores,
+                acc,
+            } = &mut *guard;
+            qf.clear();
+            for h in h0..h0 + gs {
+                let r = q_row(bi, i, h);
+                qf.extend(q[r..r + d].iter().map(|x| x.to_f32()));
+            }
+            krow.resize(d, 0.0);
+            scores.resize(n * gs, 0.0);
+            // pass 1: every visible key row is read once for all gs heads
+            for (jj, j) in (lo..hi).enumerate() {
+                let kr = key_row(bi, g, j);
+                krow.iter_mut()
+                    .zip(&k[kr..kr + d])
+                    .for_each(|(o, x)| *o = x.to_f32());
+                for t in 0..gs {
+                    let mut sc = dot(krow, &qf[t * d..t * d + d]) * scale;
                     if opts.softcap > 0.0 {
                         sc = opts.softcap * (sc / opts.softcap).tanh();
                     }
@@ -186,38 +270,83 @@ pub fn sdpa<T: Elem>(
                         Mask::Custom(m) if m[(bi * s + i) * kv_s + j].to_f32() == 0.0 => {
                             sc = f32::NEG_INFINITY
                         }
-                        Mask::Bias(m) => sc += m[((bi * heads + h) * s + i) * kv_s + j].to_f32(),
+                        Mask::Bias(m) => {
+                            sc += m[((bi * heads + h0 + t) * s + i) * kv_s + j].to_f32()
+                        }
                         _ => {}
                     }
-                    // f32::max ignores NaN: track it separately
-                    nan |= sc.is_nan();
-                    max = max.max(sc);
-                    scores.push(sc);
+                    scores[jj * gs + t] = sc;
                 }
-                if nan || max == f32::NEG_INFINITY {
-                    let fill = if nan { f32::NAN } else { 0.0 };
-                    o.iter_mut().for_each(|o| *o = T::from_f32(fill));
-                    return;
-                }
-                acc.iter_mut().for_each(|a| *a = 0.0);
-                let mut sum = 0f32;
-                for (j, &sc) in (lo..hi).zip(scores.iter()) {
-                    if sc == f32::NEG_INFINITY {
-                        continue; // masked: its value is never read
+            }
+            // per-head max; NaN / +inf poison the head's row
+            acc.clear();
+            acc.resize(gs * d, 0.0);
+            let mut maxes = [f32::NEG_INFINITY; 64];
+            let mut bad = [false; 64];
+            let mut sums = [0f32; 64];
+            // heads in chunks of 64 keep the per-head state on the stack
+            for c0 in (0..gs).step_by(64) {
+                let cn = (gs - c0).min(64);
+                maxes[..cn].fill(f32::NEG_INFINITY);
+                bad[..cn].fill(false);
+                sums[..cn].fill(0.0);
+                for row in scores.chunks_exact(gs) {
+                    for t in 0..cn {
+                        let sc = row[c0 + t];
+                        bad[t] |= sc.is_nan() || sc == f32::INFINITY;
+                        maxes[t] = maxes[t].max(sc);
                     }
-                    let p = (sc - max).exp();
-                    sum += p;
-                    let vr = key_row(j);
-                    acc.iter_mut()
-                        .zip(&v[vr..vr + d])
-                        .for_each(|(a, x)| *a += p * x.to_f32());
                 }
-                let inv = 1.0 / sum;
-                o.iter_mut()
-                    .zip(acc.iter())
-                    .for_each(|(o, a)| *o = T::from_f32(a * inv));
-            },
-        );
+                // pass 2: every visible value row is read once
+                for (jj, j) in (lo..hi).enumerate() {
+                    let vr = key_row(bi, g, j);
+                    let vrow = &v[vr..vr + d];
+                    let mut widened = false;
+                    for t in 0..cn {
+                        let sc = scores[jj * gs + c0 + t];
+                        if bad[t] || sc == f32::NEG_INFINITY {
+                            continue; // masked: its value is never read
+                        }
+                        if !widened {
+                            krow.iter_mut()
+                                .zip(vrow)
+                                .for_each(|(o, x)| *o = x.to_f32());
+                            widened = true;
+                        }
+                        let pw = (sc - maxes[t]).exp();
+                        sums[t] += pw;
+                        let a = &mut acc[(c0 + t) * d..(c0 + t) * d + d];
+                        a.iter_mut().zip(krow.iter()).for_each(|(a, x)| *a += pw * x);
+                    }
+                }
+                for t in 0..cn {
+                    let h = h0 + c0 + t;
+                    let r = q_row(bi, i, h);
+                    // SAFETY: row `r` (d elements, in bounds: q_len was
+                    // checked against `out`) belongs to exactly this task.
+                    let o = unsafe { outp.row(r, d) };
+                    if bad[t] || maxes[t] == f32::NEG_INFINITY {
+                        let fill = if bad[t] { f32::NAN } else { 0.0 };
+                        o.iter_mut().for_each(|o| *o = T::from_f32(fill));
+                        continue;
+                    }
+                    let inv = 1.0 / sums[t];
+                    let a = &acc[(c0 + t) * d..(c0 + t) * d + d];
+                    o.iter_mut()
+                        .zip(a)
+                        .for_each(|(o, a)| *o = T::from_f32(a * inv));
+                }
+            }
+        });
+    };
+    if items <= min_items {
+        (0..items).for_each(task);
+    } else {
+        (0..items)
+            .into_par_iter()
+            .with_min_len(min_items)
+            .for_each(task);
+    }
     Ok(())
 }
 
