@@ -32,7 +32,7 @@ fn attention_dynamic_kv_len() {
     ok(&op, &[q, kv, kv, "i32[1]"], "f32[1, 1, 36]");
     err(&op, &[q, kv, kv, "i64[1]"], "kv_len must be i32 [1]");
     err(&op, &[q, kv, kv, "i32[2]"], "kv_len must be i32 [1]");
-    err(&op, &[q, kv, kv], "operand");
+    err(&op, &[q, kv, kv], "expects 4 input(s), got 3");
 }
 
 #[test]

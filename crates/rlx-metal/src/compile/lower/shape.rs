@@ -21,8 +21,7 @@ use rlx_ir::{DType, Graph, NodeId, Op};
 pub(super) fn scatters_into_state(g: &Graph, id: NodeId) -> bool {
     let n = g.node(id);
     matches!(n.op, Op::ScatterNd)
-        && n
-            .inputs
+        && n.inputs
             .first()
             .is_some_and(|&d| matches!(g.node(d).op, Op::State { .. }))
 }
@@ -52,12 +51,17 @@ fn check_sole_consumer(ctx: &Ctx<'_>) -> Result<(), CompileError> {
     if who.is_empty() {
         who.push("another operand of this scatter".into());
     }
-    Err(ctx.unsupported(format!(
-        "scatter_nd into State '{}' updates it in place, so the state may have no other \
-         consumer; it is also read by {}",
-        g.node(state).name,
-        who.join(", ")
-    )))
+    Err(CompileError::Ir(rlx_ir::IrError::Verify {
+        node: ctx.node,
+        op: ctx.node().op.name().to_string(),
+        msg: format!(
+            "'{}' writes State '{}' in place, so the state may have no other consumer; \
+             it is also read by {}",
+            ctx.node().name,
+            g.node(state).name,
+            who.join(", ")
+        ),
+    }))
 }
 
 /// The largest data-movement unit (4 or 2 bytes) dividing every byte count.

@@ -308,15 +308,15 @@ pub fn sdpa<T: Elem>(
                             continue; // masked: its value is never read
                         }
                         if !widened {
-                            krow.iter_mut()
-                                .zip(vrow)
-                                .for_each(|(o, x)| *o = x.to_f32());
+                            krow.iter_mut().zip(vrow).for_each(|(o, x)| *o = x.to_f32());
                             widened = true;
                         }
                         let pw = (sc - maxes[t]).exp();
                         sums[t] += pw;
                         let a = &mut acc[(c0 + t) * d..(c0 + t) * d + d];
-                        a.iter_mut().zip(krow.iter()).for_each(|(a, x)| *a += pw * x);
+                        a.iter_mut()
+                            .zip(krow.iter())
+                            .for_each(|(a, x)| *a += pw * x);
                     }
                 }
                 for t in 0..cn {

@@ -438,9 +438,21 @@ fn sdpa_kv_len_out_of_range_is_an_error() {
             kv_len: Some(bad),
             ..AttnOpts::default()
         };
-        let e = sdpa(&dm, Layout::Bshd, Mask::<f32>::Causal, opts, &q, &k, &k, &mut out)
-            .unwrap_err()
-            .to_string();
-        assert!(e.contains("[sdpa] kv_len") && e.contains(&bad.to_string()), "{e}");
+        let e = sdpa(
+            &dm,
+            Layout::Bshd,
+            Mask::<f32>::Causal,
+            opts,
+            &q,
+            &k,
+            &k,
+            &mut out,
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(
+            e.contains("[sdpa] kv_len") && e.contains(&bad.to_string()),
+            "{e}"
+        );
     }
 }

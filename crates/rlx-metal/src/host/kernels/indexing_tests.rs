@@ -58,7 +58,11 @@ fn out_of_range_index_is_an_error_and_writes_nothing() {
     let e = gather_nd(&before, &[-5], &mut [0u32; 2], &[4, 2], &[1, 1], 0).unwrap_err();
     assert!(e.to_string().contains("index -5 out of range 0..4"), "{e}");
     let e = gather_elements(&before, &[0, 2], &mut [0u32; 2], &[4, 2], &[1, 2], 1).unwrap_err();
-    assert!(e.to_string().starts_with("[gather_elements] indices index 2"), "{e}");
+    assert!(
+        e.to_string()
+            .starts_with("[gather_elements] indices index 2"),
+        "{e}"
+    );
     let e = scatter_elements(None, &[9], &[1u32], &mut cache, &[4, 2], &[1, 1], 0).unwrap_err();
     assert!(e.to_string().starts_with("[scatter_elements]"), "{e}");
     assert_eq!(cache, before);
@@ -83,9 +87,7 @@ fn elements_ops_match_loops() {
 
     let idx0 = [2i32, 0, 1, 0, 1, 2];
     gather_elements(&data, &idx0, &mut got, &[3, 4], &[2, 3], 0).unwrap();
-    let want0: Vec<u32> = (0..6)
-        .map(|p| data[idx0[p] as usize * 4 + p % 3])
-        .collect();
+    let want0: Vec<u32> = (0..6).map(|p| data[idx0[p] as usize * 4 + p % 3]).collect();
     assert_eq!(got, want0);
 
     let upd = [50u32, 51, 52, 53, 54, 55];

@@ -68,13 +68,23 @@ fn words<W: Plain>(c: &CpuIndexing, mem: &Mem, st: &mut Staging) -> NResult {
             let q = q.first().copied().unwrap_or(0);
             let n_upd = prod(lead) * prod(data_dims.get(q..).unwrap_or(&[]));
             let db = total * es;
-            let idx = read_staged::<i32>(mem, &mut st.a, "indices", *indices, prod(indices_dims), *dst, db)?;
+            let idx = read_staged::<i32>(
+                mem,
+                &mut st.a,
+                "indices",
+                *indices,
+                prod(indices_dims),
+                *dst,
+                db,
+            )?;
             let upd = read_staged::<W>(mem, &mut st.b, "updates", *updates, n_upd, *dst, db)?;
             let in_place = data == dst;
             let src = if in_place {
                 None
             } else {
-                Some(read_staged::<W>(mem, &mut st.c, "data", *data, total, *dst, db)?)
+                Some(read_staged::<W>(
+                    mem, &mut st.c, "data", *data, total, *dst, db,
+                )?)
             };
             let out = mem.get_mut::<W>("dst", *dst, total)?;
             Ok(ix::scatter_nd(src, idx, upd, out, data_dims, indices_dims)?)
@@ -97,10 +107,20 @@ fn words<W: Plain>(c: &CpuIndexing, mem: &Mem, st: &mut Staging) -> NResult {
             let src = if data == dst {
                 None
             } else {
-                Some(read_staged::<W>(mem, &mut st.c, "data", *data, total, *dst, db)?)
+                Some(read_staged::<W>(
+                    mem, &mut st.c, "data", *data, total, *dst, db,
+                )?)
             };
             let out = mem.get_mut::<W>("dst", *dst, total)?;
-            Ok(ix::scatter_elements(src, idx, upd, out, data_dims, indices_dims, *axis)?)
+            Ok(ix::scatter_elements(
+                src,
+                idx,
+                upd,
+                out,
+                data_dims,
+                indices_dims,
+                *axis,
+            )?)
         }
         IndexingThunk::GatherNd {
             data,
@@ -116,10 +136,25 @@ fn words<W: Plain>(c: &CpuIndexing, mem: &Mem, st: &mut Staging) -> NResult {
             let tail = data_dims.get(batch_dims.saturating_add(q)..).unwrap_or(&[]);
             let n_out = prod(lead) * prod(tail);
             let ob = n_out * es;
-            let idx = read_staged::<i32>(mem, &mut st.a, "indices", *indices, prod(indices_dims), *dst, ob)?;
+            let idx = read_staged::<i32>(
+                mem,
+                &mut st.a,
+                "indices",
+                *indices,
+                prod(indices_dims),
+                *dst,
+                ob,
+            )?;
             let src = read_staged::<W>(mem, &mut st.b, "data", *data, prod(data_dims), *dst, ob)?;
             let out = mem.get_mut::<W>("dst", *dst, n_out)?;
-            Ok(ix::gather_nd(src, idx, out, data_dims, indices_dims, *batch_dims)?)
+            Ok(ix::gather_nd(
+                src,
+                idx,
+                out,
+                data_dims,
+                indices_dims,
+                *batch_dims,
+            )?)
         }
         IndexingThunk::GatherElements {
             data,
@@ -135,7 +170,14 @@ fn words<W: Plain>(c: &CpuIndexing, mem: &Mem, st: &mut Staging) -> NResult {
             let idx = read_staged::<i32>(mem, &mut st.a, "indices", *indices, n, *dst, ob)?;
             let src = read_staged::<W>(mem, &mut st.b, "data", *data, prod(data_dims), *dst, ob)?;
             let out = mem.get_mut::<W>("dst", *dst, n)?;
-            Ok(ix::gather_elements(src, idx, out, data_dims, indices_dims, *axis)?)
+            Ok(ix::gather_elements(
+                src,
+                idx,
+                out,
+                data_dims,
+                indices_dims,
+                *axis,
+            )?)
         }
     }
 }

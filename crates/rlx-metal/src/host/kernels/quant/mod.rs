@@ -419,10 +419,7 @@ pub fn dequantize_rows(
     {
         return Err(invalid(
             K,
-            format!(
-                "{} row {r} (rows[{i}]) out of range 0..{n_rows}",
-                ty.name()
-            ),
+            format!("{} row {r} (rows[{i}]) out of range 0..{n_rows}", ty.name()),
         ));
     }
     if k == 0 {
