@@ -110,7 +110,8 @@ def attention(t: dict, mem: Memory) -> None:
     if t.get("kv_len") is not None:
         n = int(mem.view(t["kv_len"], (1,), I32)[0])
         if not 1 <= n <= kv:
-            raise ValueError(f"[attention] kv_len {n} out of range 1..={kv} (the key/value capacity)")
+            raise ValueError(
+                f"[attention] kv_len {n} out of range 1..={kv} (the key/value capacity)")
         k, v = k[:, :, :n], v[:, :, :n]
     kind = t.get("mask_kind", 0)
     visible = bias = None
