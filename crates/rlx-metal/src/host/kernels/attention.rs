@@ -71,7 +71,7 @@ pub struct AttnOpts {
 }
 
 /// f32 dot product over eight independent lanes (vectorises).
-#[inline]
+#[inline(always)]
 fn dot<T: Elem>(a: &[f32], b: &[T]) -> f32 {
     let mut acc = [0f32; 8];
     let (ac, bc) = (a.chunks_exact(8), b.chunks_exact(8));
@@ -94,9 +94,9 @@ fn dot<T: Elem>(a: &[f32], b: &[T]) -> f32 {
 struct Scratch {
     /// Queries of the head subset, widened to f32 (`gs · d`).
     qf: Vec<f32>,
-    /// One key row widened to f32 (`d`).
+    /// One key / value row widened to f32 (`d`).
     krow: Vec<f32>,
-    /// Scores, key-major (`n · gs`).
+    /// Scores, then probabilities, head-major (`gs · n`).
     scores: Vec<f32>,
     /// Output accumulators (`gs · d`).
     acc: Vec<f32>,
@@ -128,6 +128,219 @@ impl<T> OutPtr<T> {
     }
 }
 
+/// `e^x` for `x ≤ 0` (scores minus their row max), vectorisable: Cephes'
+/// `expf` range reduction `x = n·ln2 + r` and degree-6 polynomial (relative
+/// error ~1e-7); inputs below -87 give ~1e-38 instead of underflowing.
+#[inline(always)]
+fn exp_nonpos(x: f32) -> f32 {
+    const LOG2E: f32 = std::f32::consts::LOG2_E;
+    const MAGIC: f32 = 12_582_912.0; // 1.5·2^23: adding it rounds to an integer
+    const C1: f32 = 0.693_359_4;
+    const C2: f32 = -2.121_944_4e-4;
+    let x = x.max(-87.0);
+    let n = (x * LOG2E + MAGIC) - MAGIC;
+    let r = x - n * C1 - n * C2;
+    let z = r * r;
+    let p = ((((1.987_569_1e-4 * r + 1.398_2e-3) * r + 8.333_452e-3) * r + 4.166_579_6e-2) * r
+        + 1.666_666_5e-1)
+        * r
+        + 0.5;
+    let y = p * z + r + 1.0;
+    y * f32::from_bits(((n as i32 + 127) as u32) << 23)
+}
+
+/// Everything one [`sdpa`] task needs.
+struct Job<'a, T> {
+    layout: Layout,
+    mask: Mask<'a, T>,
+    softcap: f32,
+    scale: f32,
+    q: &'a [T],
+    k: &'a [T],
+    v: &'a [T],
+    out: OutPtr<T>,
+    s: usize,
+    kv_s: usize,
+    len: usize,
+    heads: usize,
+    kv_heads: usize,
+    d: usize,
+    group: usize,
+    parts: usize,
+    per: usize,
+}
+
+impl<T: Elem> Job<'_, T> {
+    /// Row offset of query (and output) `(bi, i, h)`.
+    #[inline(always)]
+    fn q_row(&self, bi: usize, i: usize, h: usize) -> usize {
+        match self.layout {
+            Layout::Bshd => ((bi * self.s + i) * self.heads + h) * self.d,
+            Layout::Bhsd => ((bi * self.heads + h) * self.s + i) * self.d,
+        }
+    }
+
+    /// Row offset of key / value `(bi, g, j)`.
+    #[inline(always)]
+    fn key_row(&self, bi: usize, g: usize, j: usize) -> usize {
+        match self.layout {
+            Layout::Bshd => ((bi * self.kv_s + j) * self.kv_heads + g) * self.d,
+            Layout::Bhsd => ((bi * self.kv_heads + g) * self.kv_s + j) * self.d,
+        }
+    }
+
+    /// Task `item`: one (batch, query position, KV head, head subset).
+    #[inline(always)]
+    fn run(&self, item: usize, sc: &mut Scratch) {
+        let (d, s, parts) = (self.d, self.s, self.parts);
+        let p = item % parts;
+        let g = (item / parts) % self.kv_heads;
+        let i = (item / (parts * self.kv_heads)) % s;
+        let bi = item / (parts * self.kv_heads * s);
+        let h0 = g * self.group + p * self.per;
+        let gs = self.per.min((g + 1) * self.group - h0);
+        let len = self.len;
+        let abs = len as isize - s as isize + i as isize;
+        let (lo, hi) = match self.mask {
+            Mask::Causal => (0, (abs + 1).clamp(0, len as isize) as usize),
+            Mask::SlidingWindow(w) => {
+                let hi = (abs + 1).clamp(0, len as isize) as usize;
+                let lo = (abs - w.min(isize::MAX as usize) as isize).clamp(0, hi as isize) as usize;
+                (lo, hi)
+            }
+            _ => (0, len),
+        };
+        let n = hi - lo;
+        let Scratch {
+            qf,
+            krow,
+            scores,
+            acc,
+        } = sc;
+        qf.clear();
+        for h in h0..h0 + gs {
+            let r = self.q_row(bi, i, h);
+            qf.extend(self.q[r..r + d].iter().map(|x| x.to_f32()));
+        }
+        krow.resize(d, 0.0);
+        scores.resize(n * gs, 0.0);
+        // pass 1: every visible key row is read once for all gs heads
+        for (jj, j) in (lo..hi).enumerate() {
+            let kr = self.key_row(bi, g, j);
+            krow.iter_mut()
+                .zip(&self.k[kr..kr + d])
+                .for_each(|(o, x)| *o = x.to_f32());
+            for t in 0..gs {
+                let mut x = dot(krow, &qf[t * d..t * d + d]) * self.scale;
+                if self.softcap > 0.0 {
+                    x = self.softcap * (x / self.softcap).tanh();
+                }
+                match self.mask {
+                    Mask::Custom(m) if m[(bi * s + i) * self.kv_s + j].to_f32() == 0.0 => {
+                        x = f32::NEG_INFINITY
+                    }
+                    Mask::Bias(m) => {
+                        x += m[((bi * self.heads + h0 + t) * s + i) * self.kv_s + j].to_f32()
+                    }
+                    _ => {}
+                }
+                scores[t * n + jj] = x;
+            }
+        }
+        // softmax numerators per head, in place: -1 marks a masked key
+        // (never read below); NaN / +inf poison the head's row
+        acc.clear();
+        acc.resize(gs * d, 0.0);
+        for t in 0..gs {
+            let row = &mut scores[t * n..(t + 1) * n];
+            let bad = row.iter().any(|x| x.is_nan() || *x == f32::INFINITY);
+            let max = row.iter().fold(f32::NEG_INFINITY, |m, &x| m.max(x));
+            let r = self.q_row(bi, i, h0 + t);
+            if bad || max == f32::NEG_INFINITY {
+                let fill = T::from_f32(if bad { f32::NAN } else { 0.0 });
+                // SAFETY: row `r` (d elements, in bounds: q_len was checked
+                // against `out`) belongs to exactly this task.
+                unsafe { self.out.row(r, d) }.fill(fill);
+                row.fill(-1.0);
+                continue;
+            }
+            for x in row.iter_mut() {
+                let e = exp_nonpos(*x - max);
+                *x = if *x == f32::NEG_INFINITY { -1.0 } else { e };
+            }
+        }
+        // pass 2: every visible value row is read once
+        let mut sums = [0f32; 64];
+        for c0 in (0..gs).step_by(64) {
+            let cn = (gs - c0).min(64);
+            sums[..cn].fill(0.0);
+            for (jj, j) in (lo..hi).enumerate() {
+                let vr = self.key_row(bi, g, j);
+                let mut widened = false;
+                for t in 0..cn {
+                    let pw = scores[(c0 + t) * n + jj];
+                    if pw < 0.0 {
+                        continue; // masked: its value is never read
+                    }
+                    if !widened {
+                        krow.iter_mut()
+                            .zip(&self.v[vr..vr + d])
+                            .for_each(|(o, x)| *o = x.to_f32());
+                        widened = true;
+                    }
+                    sums[t] += pw;
+                    let a = &mut acc[(c0 + t) * d..(c0 + t) * d + d];
+                    a.iter_mut()
+                        .zip(krow.iter())
+                        .for_each(|(a, x)| *a += pw * x);
+                }
+            }
+            for t in 0..cn {
+                if sums[t] == 0.0
+                    && scores[(c0 + t) * n..(c0 + t + 1) * n]
+                        .iter()
+                        .all(|&x| x < 0.0)
+                {
+                    continue; // written above (no visible key or a poisoned row)
+                }
+                let r = self.q_row(bi, i, h0 + c0 + t);
+                let inv = 1.0 / sums[t];
+                let a = &acc[(c0 + t) * d..(c0 + t) * d + d];
+                // SAFETY: as above.
+                let o = unsafe { self.out.row(r, d) };
+                o.iter_mut()
+                    .zip(a)
+                    .for_each(|(o, a)| *o = T::from_f32(a * inv));
+            }
+        }
+    }
+}
+
+/// [`Job::run`] compiled for AVX2 + FMA (8-wide dot products, exp and
+/// accumulation).
+///
+/// # Safety
+/// The CPU must support AVX2 and FMA.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn run_avx2<T: Elem>(job: &Job<'_, T>, item: usize, sc: &mut Scratch) {
+    job.run(item, sc)
+}
+
+/// One task on this thread's scratch, through the widest build the CPU has.
+fn run_item<T: Elem>(job: &Job<'_, T>, item: usize, avx2: bool) {
+    SCRATCH.with(|cell| {
+        let mut sc = cell.borrow_mut();
+        #[cfg(target_arch = "x86_64")]
+        if avx2 {
+            // SAFETY: `avx2` is only true when the CPU reported AVX2 and FMA.
+            return unsafe { run_avx2(job, item, &mut sc) };
+        }
+        let _ = avx2;
+        job.run(item, &mut sc)
+    })
+}
+
 /// Scaled dot-product attention `out = softmax(mask(cap(q·kᵀ·scale)))·v`.
 /// Needs `q, out >= b·s·heads·d`, `k, v >= b·kv_s·kv_heads·d`, a custom
 /// mask `>= b·s·kv_s` and a bias `>= b·heads·s·kv_s`. A query row with no
@@ -143,7 +356,7 @@ impl<T> OutPtr<T> {
 /// head's query heads): each task streams its visible K rows once for all
 /// its query heads, then its V rows once. Subsets are only split below a
 /// whole GQA group when there are too few tasks to keep every thread busy
-/// (decode).
+/// (decode). On x86-64 with AVX2 + FMA the task body is compiled 8-wide.
 #[allow(clippy::too_many_arguments)]
 pub fn sdpa<T: Elem>(
     dims: &AttnDims,
@@ -213,139 +426,36 @@ pub fn sdpa<T: Elem>(
     let items = base * parts;
     let work = (per * len * d).max(1);
     let min_items = (PAR_MIN / work).max(1);
-    let q_row = move |bi: usize, i: usize, h: usize| match layout {
-        Layout::Bshd => ((bi * s + i) * heads + h) * d,
-        Layout::Bhsd => ((bi * heads + h) * s + i) * d,
+    let job = Job {
+        layout,
+        mask,
+        softcap: opts.softcap,
+        scale,
+        q,
+        k,
+        v,
+        out: OutPtr(out.as_mut_ptr()),
+        s,
+        kv_s,
+        len,
+        heads,
+        kv_heads,
+        d,
+        group,
+        parts,
+        per,
     };
-    let key_row = move |bi: usize, g: usize, j: usize| match layout {
-        Layout::Bshd => ((bi * kv_s + j) * kv_heads + g) * d,
-        Layout::Bhsd => ((bi * kv_heads + g) * kv_s + j) * d,
-    };
-    let outp = OutPtr(out.as_mut_ptr());
-    let task = |item: usize| {
-        let p = item % parts;
-        let g = (item / parts) % kv_heads;
-        let i = (item / (parts * kv_heads)) % s;
-        let bi = item / (parts * kv_heads * s);
-        let h0 = g * group + p * per;
-        let gs = per.min((g + 1) * group - h0);
-        let abs = len as isize - s as isize + i as isize;
-        let (lo, hi) = match mask {
-            Mask::Causal => (0, (abs + 1).clamp(0, len as isize) as usize),
-            Mask::SlidingWindow(w) => {
-                let hi = (abs + 1).clamp(0, len as isize) as usize;
-                let lo = (abs - w.min(isize::MAX as usize) as isize).clamp(0, hi as isize) as usize;
-                (lo, hi)
-            }
-            _ => (0, len),
-        };
-        let n = hi - lo;
-        SCRATCH.with(|cell| {
-            let mut guard = cell.borrow_mut();
-            let Scratch {
-                qf,
-                krow,
-                scores,
-                acc,
-            } = &mut *guard;
-            qf.clear();
-            for h in h0..h0 + gs {
-                let r = q_row(bi, i, h);
-                qf.extend(q[r..r + d].iter().map(|x| x.to_f32()));
-            }
-            krow.resize(d, 0.0);
-            scores.resize(n * gs, 0.0);
-            // pass 1: every visible key row is read once for all gs heads
-            for (jj, j) in (lo..hi).enumerate() {
-                let kr = key_row(bi, g, j);
-                krow.iter_mut()
-                    .zip(&k[kr..kr + d])
-                    .for_each(|(o, x)| *o = x.to_f32());
-                for t in 0..gs {
-                    let mut sc = dot(krow, &qf[t * d..t * d + d]) * scale;
-                    if opts.softcap > 0.0 {
-                        sc = opts.softcap * (sc / opts.softcap).tanh();
-                    }
-                    match mask {
-                        Mask::Custom(m) if m[(bi * s + i) * kv_s + j].to_f32() == 0.0 => {
-                            sc = f32::NEG_INFINITY
-                        }
-                        Mask::Bias(m) => {
-                            sc += m[((bi * heads + h0 + t) * s + i) * kv_s + j].to_f32()
-                        }
-                        _ => {}
-                    }
-                    scores[jj * gs + t] = sc;
-                }
-            }
-            // per-head max; NaN / +inf poison the head's row
-            acc.clear();
-            acc.resize(gs * d, 0.0);
-            let mut maxes = [f32::NEG_INFINITY; 64];
-            let mut bad = [false; 64];
-            let mut sums = [0f32; 64];
-            // heads in chunks of 64 keep the per-head state on the stack
-            for c0 in (0..gs).step_by(64) {
-                let cn = (gs - c0).min(64);
-                maxes[..cn].fill(f32::NEG_INFINITY);
-                bad[..cn].fill(false);
-                sums[..cn].fill(0.0);
-                for row in scores.chunks_exact(gs) {
-                    for t in 0..cn {
-                        let sc = row[c0 + t];
-                        bad[t] |= sc.is_nan() || sc == f32::INFINITY;
-                        maxes[t] = maxes[t].max(sc);
-                    }
-                }
-                // pass 2: every visible value row is read once
-                for (jj, j) in (lo..hi).enumerate() {
-                    let vr = key_row(bi, g, j);
-                    let vrow = &v[vr..vr + d];
-                    let mut widened = false;
-                    for t in 0..cn {
-                        let sc = scores[jj * gs + c0 + t];
-                        if bad[t] || sc == f32::NEG_INFINITY {
-                            continue; // masked: its value is never read
-                        }
-                        if !widened {
-                            krow.iter_mut().zip(vrow).for_each(|(o, x)| *o = x.to_f32());
-                            widened = true;
-                        }
-                        let pw = (sc - maxes[t]).exp();
-                        sums[t] += pw;
-                        let a = &mut acc[(c0 + t) * d..(c0 + t) * d + d];
-                        a.iter_mut()
-                            .zip(krow.iter())
-                            .for_each(|(a, x)| *a += pw * x);
-                    }
-                }
-                for t in 0..cn {
-                    let h = h0 + c0 + t;
-                    let r = q_row(bi, i, h);
-                    // SAFETY: row `r` (d elements, in bounds: q_len was
-                    // checked against `out`) belongs to exactly this task.
-                    let o = unsafe { outp.row(r, d) };
-                    if bad[t] || maxes[t] == f32::NEG_INFINITY {
-                        let fill = if bad[t] { f32::NAN } else { 0.0 };
-                        o.iter_mut().for_each(|o| *o = T::from_f32(fill));
-                        continue;
-                    }
-                    let inv = 1.0 / sums[t];
-                    let a = &acc[(c0 + t) * d..(c0 + t) * d + d];
-                    o.iter_mut()
-                        .zip(a)
-                        .for_each(|(o, a)| *o = T::from_f32(a * inv));
-                }
-            }
-        });
-    };
+    #[cfg(target_arch = "x86_64")]
+    let avx2 = std::is_x86_feature_detected!("avx2") && std::is_x86_feature_detected!("fma");
+    #[cfg(not(target_arch = "x86_64"))]
+    let avx2 = false;
     if items <= min_items {
-        (0..items).for_each(task);
+        (0..items).for_each(|it| run_item(&job, it, avx2));
     } else {
         (0..items)
             .into_par_iter()
             .with_min_len(min_items)
-            .for_each(task);
+            .for_each(|it| run_item(&job, it, avx2));
     }
     Ok(())
 }
