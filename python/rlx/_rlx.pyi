@@ -1,5 +1,6 @@
 """Type stubs for the native module ``rlx._rlx`` (crates/rlx-py)."""
 
+from collections.abc import Sequence
 from typing import Any, Callable, Final, Optional, Union, final
 
 __all__ = [
@@ -15,6 +16,7 @@ __all__ = [
     "__version__",
     "dtype_name",
     "env_vars",
+    "gguf_dequantize_rows",
 ]
 
 __version__: Final[str]
@@ -72,6 +74,19 @@ class Graph:
 
 def dtype_name(s: str) -> str:
     """Normalise a dtype spelling to rlx's short name."""
+
+def gguf_dequantize_rows(
+    ggml_type: int, data: Any, rows: Sequence[int], k: int, out: Any
+) -> None:
+    """Embedding lookup on packed GGUF rows with the native row decoders.
+
+    ``data``: C-contiguous uint8 numpy array ``[n_rows, row_bytes(k)]`` of
+    ggml type id ``ggml_type`` (a memmap is read in place); ``rows``: any
+    integer sequence; ``out``: writable C-contiguous float32 array
+    ``[len(rows), k]``, written in place (nothing is returned). Raises
+    WeightFormatError for an unknown type, ShapeError for mismatched arrays,
+    KernelError naming the type and row for a row outside ``0..n_rows``
+    (checked before anything is written)."""
 
 def env_vars() -> list[tuple[str, str, str]]:
     """The environment-variable registry as ``(name, default, meaning)`` rows."""

@@ -355,6 +355,7 @@ fn any_op() -> impl Strategy<Value = Op> {
                     layout,
                     score_scale: None,
                     softcap: Some(30.0),
+                    dynamic_kv_len: false,
                 },
             )
             .boxed(),

@@ -6,6 +6,7 @@
 
 mod errors;
 mod exec;
+mod gguf;
 mod graph;
 
 use pyo3::prelude::*;
@@ -17,5 +18,6 @@ fn _rlx(m: &Bound<'_, PyModule>) -> PyResult<()> {
     errors::register(m)?;
     graph::register(m)?;
     exec::register(m)?;
+    gguf::register(m)?;
     Ok(())
 }

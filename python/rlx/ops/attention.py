@@ -52,6 +52,7 @@ class AttentionOps(GraphBase):
         score_scale: Optional[float] = None,
         softcap: Optional[float] = None,
         mask_input: Optional[Node] = None,
+        kv_len: Optional[Node] = None,
         name: str = "",
     ) -> Node:
         """Scaled dot-product attention; result has q's shape.
@@ -61,6 +62,12 @@ class AttentionOps(GraphBase):
         smaller), ``head_dim`` to q's hidden / heads. ``mask`` is ``"causal"``,
         ``None``/``"none"``, ``"sliding_window"`` (``window`` > 0 with causal
         implies it), or ``"custom"`` / ``"bias"`` with ``mask_input``.
+
+        ``kv_len`` (an int32 ``[1]`` node, e.g. an input) attends only the
+        first ``kv_len`` keys of k/v at run time — a KV cache of fixed
+        capacity ``kv_s`` filled up to ``kv_len`` rows; query ``i`` then sits
+        at absolute position ``kv_len − s + i`` for the causal and sliding
+        masks. ``1 ≤ kv_len ≤ kv_s`` is checked at run time (KernelError).
         """
         if head_dim is None:
             head_dim = self._head_dim(q, heads, layout, "attention")
@@ -74,8 +81,11 @@ class AttentionOps(GraphBase):
             "layout": layout,
             "score_scale": score_scale,
             "softcap": softcap,
+            "dynamic_kv_len": kv_len is not None,
         }
         ins = [q, k, v] + ([mask_input] if mask_input is not None else [])
+        if kv_len is not None:
+            ins.append(kv_len)
         return self._add(op, ins, name)
 
     def fused_attention_block(

@@ -23,7 +23,7 @@ import numpy as np
 
 from . import Memory, reference
 from ._act import store
-from ._common import F32, fdt
+from ._common import F32, I32, fdt
 
 
 def _visible(kind: int, seq: int, kv_seq: int, window: int) -> np.ndarray:
@@ -83,7 +83,9 @@ def attention(t: dict, mem: Memory) -> None:
 
     Layout ``bhsd=1``: q ``[B, H, S, D]``, k/v ``[B, KVH, KV, D]``; ``bhsd=0``:
     q ``[B, S, H·D]``, k/v ``[B, KV, KVH·D]``; the output has q's layout.
-    Query ``i`` sits at absolute position ``kv_seq − seq + i``. ``mask_kind``:
+    Query ``i`` sits at absolute position ``L − seq + i`` where ``L`` is
+    ``kv_seq``, or the int32 read at offset ``kv_len`` when that field is
+    set (then only keys ``0..L`` take part; ``1 ≤ L ≤ kv_seq``). ``mask_kind``:
     0 none; 1 causal (``j ≤ abs_q``); 2 custom ``mask [B, S, KV]`` in ``dt``,
     non-zero = visible; 3 additive bias ``[B, H, S, KV]`` in ``dt``; 4 sliding
     window (causal and ``abs_q − j ≤ window``). ``score_scale`` 0 means
@@ -102,14 +104,23 @@ def attention(t: dict, mem: Memory) -> None:
         return x.transpose(0, 2, 1, 3)
 
     q, k, v = load("q", h, s), load("k", kvh, kv), load("v", kvh, kv)
+    # run-time key length: only keys 0..n take part (the rest of the cache
+    # is never read), query i sits at n - s + i
+    n = kv
+    if t.get("kv_len") is not None:
+        n = int(mem.view(t["kv_len"], (1,), I32)[0])
+        if not 1 <= n <= kv:
+            raise ValueError(
+                f"[attention] kv_len {n} out of range 1..={kv} (the key/value capacity)")
+        k, v = k[:, :, :n], v[:, :, :n]
     kind = t.get("mask_kind", 0)
     visible = bias = None
     if kind == 2:
-        visible = (mem.view(t["mask"], (b, s, kv), dt) != 0)[:, None]
+        visible = (mem.view(t["mask"], (b, s, kv), dt)[..., :n] != 0)[:, None]
     elif kind == 3:
-        bias = mem.view(t["mask"], (b, h, s, kv), dt).astype(np.float64)
+        bias = mem.view(t["mask"], (b, h, s, kv), dt)[..., :n].astype(np.float64)
     elif kind != 0:
-        visible = _visible(kind, s, kv, t.get("window", 0))
+        visible = _visible(kind, s, n, t.get("window", 0))
     scale = float(np.float32(t.get("score_scale", 0.0)))
     if scale == 0.0:
         scale = 1.0 / math.sqrt(d)

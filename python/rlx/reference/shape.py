@@ -151,13 +151,19 @@ def cpu_indexing(t: dict, mem: Memory) -> None:
     ``data`` then assign updates in order (later duplicates win); the output
     has data's dims. GatherND writes ``indices.dims[:-1] + data.dims[batch_dims
     + q:]`` (with q = ``indices.dims[-1]``); GatherElements writes indices'
-    dims.
+    dims. When ``data == dst`` (a scatter into a State leaf) the scatter
+    works in place: only the addressed entries are written.
     """
     kind = t["kind"]
     dt = DTYPES[t.get("dt", "f32")]
     ddims = [int(d) for d in t["data_dims"]]
     idims = [int(d) for d in t["indices_dims"]]
-    data = mem.view(t["data"], ddims, dt).copy()
+    # data == dst: a scatter into a State leaf, updated in place (only the
+    # addressed entries change; every index is checked before any write)
+    in_place = t["data"] == t["dst"] and kind.startswith("scatter")
+    data = mem.view(t["data"], ddims, dt)
+    if not in_place:
+        data = data.copy()
     idx = mem.view(t["indices"], idims, I32).astype(np.int64)
     rank = len(ddims)
     if kind in ("scatter_elements", "gather_elements"):
@@ -175,7 +181,8 @@ def cpu_indexing(t: dict, mem: Memory) -> None:
         out = data.reshape(-1)
         for f, u in zip(flat, upd.reshape(-1)):
             out[f] = u
-        mem.view(t["dst"], ddims, dt)[...] = out.reshape(ddims)
+        if not in_place:
+            mem.view(t["dst"], ddims, dt)[...] = out.reshape(ddims)
         return
     q = idims[-1]
     if kind == "gather_nd":
@@ -199,6 +206,7 @@ def cpu_indexing(t: dict, mem: Memory) -> None:
         upd = mem.view(t["updates"], udims, dt).reshape([idx.shape[0], *ddims[q:]])
         for r in range(idx.shape[0]):
             data[tuple(idx[r])] = upd[r]
-        mem.view(t["dst"], ddims, dt)[...] = data
+        if not in_place:
+            mem.view(t["dst"], ddims, dt)[...] = data
         return
     raise ValueError(f"[cpu_indexing] unknown kind '{kind}'")

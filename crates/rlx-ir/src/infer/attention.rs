@@ -3,6 +3,7 @@
 //! 2-D RoPE. Every op returns the shape of its first operand.
 
 use super::common::*;
+use crate::dtype::DType;
 use crate::error::{IrError, Result};
 use crate::op::{AttnLayout, MaskKind, Op};
 use crate::shape::{dims_string, Dim, Shape};
@@ -18,6 +19,7 @@ pub(super) fn infer(op: &Op, inputs: &[&Shape]) -> Result<Shape> {
             layout,
             score_scale,
             softcap,
+            dynamic_kv_len,
         } => {
             nonzero_attr(op, *heads, "heads")?;
             nonzero_attr(op, *kv_heads, "kv_heads")?;
@@ -50,7 +52,17 @@ pub(super) fn infer(op: &Op, inputs: &[&Shape]) -> Result<Shape> {
                     ));
                 }
             }
-            arity(op, inputs, 3 + mask.has_input() as usize)?;
+            let n_mask = mask.has_input() as usize;
+            arity(op, inputs, 3 + n_mask + *dynamic_kv_len as usize)?;
+            if *dynamic_kv_len {
+                let kl = inputs[3 + n_mask];
+                if kl.dtype != DType::I32 || kl.dims != [Dim::Static(1)] {
+                    return Err(IrError::shape(
+                        op.name(),
+                        format!("kv_len must be i32 [1], got {kl}"),
+                    ));
+                }
+            }
             let (q, k, v) = (inputs[0], inputs[1], inputs[2]);
             float_dtype(op, q, "q")?;
             same_dtype(op, q, k)?;
@@ -76,7 +88,8 @@ pub(super) fn infer(op: &Op, inputs: &[&Shape]) -> Result<Shape> {
             expect_dims(op, v, &want_k, "v")?;
             let (b, s) = batch_seq(*layout, q);
             let (_, kv_s) = batch_seq(*layout, k);
-            if let Some(m) = inputs.get(3) {
+            if n_mask == 1 {
+                let m = inputs[3];
                 mask_operand(op, *mask, m, &[b, Dim::Static(*heads), s, kv_s])?;
             }
             Ok(q.clone())

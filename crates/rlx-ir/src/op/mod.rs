@@ -212,10 +212,12 @@ pub enum Op {
     GatedResidual,
 
     // ------------------------------------------------------------- attention
-    /// Scaled dot-product attention. Operands `[q, k, v, (mask or bias)]`.
-    /// BSHD: q `[b, s, heads·d]`, k/v `[b, kv_s, kv_heads·d]`; BHSD:
-    /// q `[b, heads, s, d]`, k/v `[b, kv_heads, kv_s, d]`. Result has q's shape.
-    /// Query `i` sits at absolute position `kv_s - s + i` (cached decode).
+    /// Scaled dot-product attention. Operands `[q, k, v, (mask or bias),
+    /// (kv_len)]`. BSHD: q `[b, s, heads·d]`, k/v `[b, kv_s, kv_heads·d]`;
+    /// BHSD: q `[b, heads, s, d]`, k/v `[b, kv_heads, kv_s, d]`. Result has
+    /// q's shape. Query `i` sits at absolute position `L - s + i` where `L`
+    /// is the attended key length: `kv_s`, or the run-time `kv_len` operand
+    /// when `dynamic_kv_len` (cached decode over a fixed-capacity cache).
     Attention {
         /// Query heads.
         heads: usize,
@@ -233,6 +235,11 @@ pub enum Op {
         score_scale: Option<f32>,
         /// `softcap·tanh(s/softcap)` on scores; `None` disables.
         softcap: Option<f32>,
+        /// When true a last operand `kv_len` (i32 `[1]`) gives, at run time,
+        /// how many leading keys are attended (`1 ≤ kv_len ≤ kv_s`); the
+        /// rest of k/v (unwritten cache rows) is never read.
+        #[serde(default)]
+        dynamic_kv_len: bool,
     },
     /// QKV projection + NeoX RoPE + SDPA + output projection in one op (short
     /// sequences). Operands `[x [b, s, hidden], w_qkv [hidden, 3·heads·d],

@@ -97,6 +97,7 @@ pub fn foreign_ops() -> Vec<Op> {
             layout: AttnLayout::Bshd,
             score_scale: Some(0.125),
             softcap: Some(50.0),
+            dynamic_kv_len: false,
         },
         Op::FusedAttentionBlock {
             heads: 4,

@@ -9,7 +9,7 @@
 //! `[batch, heads, seq, kv_seq]`), 4 sliding window; only 2 and 3 read
 //! `mask`.
 
-use super::io::{bytes, ThunkIo, F32};
+use super::io::{bytes, ThunkIo, F32, IDX};
 use super::offsets::Off;
 use super::{HalfFlag, ThunkOp};
 use serde::{Deserialize, Serialize};
@@ -73,6 +73,12 @@ pub struct Attention {
     pub score_scale: f32,
     /// Logit softcap; 0.0 disables.
     pub attn_logit_softcap: f32,
+    /// Not in the seed: offset of an i32 `[1]` run-time key length `L`
+    /// (`1 ≤ L ≤ kv_seq`). Only keys `0..L` are attended and query `i` sits
+    /// at absolute position `L - seq + i`; `None` means `L = kv_seq`. K / V
+    /// are still declared read in full (which rows count is a run-time fact).
+    #[serde(default)]
+    pub kv_len: Option<usize>,
 }
 
 impl ThunkOp for Attention {
@@ -94,6 +100,7 @@ impl ThunkOp for Attention {
             .read(self.k, kv)
             .read(self.v, kv)
             .read(self.mask, mask)
+            .read_if(self.kv_len.is_some(), self.kv_len.unwrap_or(0), IDX)
             .write(self.out, q)
     }
     fn safe_for_active_extent(&self) -> bool {
@@ -114,7 +121,11 @@ impl ThunkOp for Attention {
             self.dt
         )?;
         let (q, k, v, o) = (Off(self.q), Off(self.k), Off(self.v), Off(self.out));
-        write!(f, " q={q} k={k} v={v} out={o}")
+        write!(f, " q={q} k={k} v={v} out={o}")?;
+        match self.kv_len {
+            Some(l) => write!(f, " kv_len={}", Off(l)),
+            None => Ok(()),
+        }
     }
 }
 

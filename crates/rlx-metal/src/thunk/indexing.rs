@@ -143,7 +143,9 @@ impl ThunkOp for ScatterAdd {
 
 /// A host ONNX indexing op. `data` / `updates` / the output use `dtype`;
 /// `indices` are i32. Scatters write a full copy of `data` (updated) to
-/// `dst`, which may equal `data`.
+/// `dst`, or, when `dst == data` (a scatter into a State leaf), update it in
+/// place: then `data` is not reported read (the rows not addressed keep
+/// their bytes; no copy of the whole tensor is made).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub enum IndexingThunk {
     /// ONNX ScatterND: `indices [.., q]` address `data` prefixes; `updates`
@@ -260,7 +262,7 @@ impl IndexingThunk {
                 let upd = prod(lead).saturating_mul(prod(data_dims.get(q..).unwrap_or(&[])));
                 let d = nbytes(prod(data_dims), es);
                 ThunkIo::new()
-                    .read(*data, d)
+                    .read_if(data != dst, *data, d)
                     .read(*indices, nbytes(prod(indices_dims), IDX))
                     .read(*updates, nbytes(upd, es))
                     .write(*dst, d)
@@ -279,7 +281,7 @@ impl IndexingThunk {
                 let d = nbytes(prod(data_dims), es);
                 let n_idx = prod(indices_dims);
                 ThunkIo::new()
-                    .read(*data, d)
+                    .read_if(data != dst, *data, d)
                     .read(*indices, nbytes(n_idx, IDX))
                     .read(*updates, nbytes(n_idx, es))
                     .write(*dst, d)

@@ -17,7 +17,22 @@ fn attn(heads: usize, kv_heads: usize, d: usize, mask: MaskKind, layout: AttnLay
         layout,
         score_scale: None,
         softcap: None,
+        dynamic_kv_len: false,
     }
+}
+
+#[test]
+fn attention_dynamic_kv_len() {
+    let mut op = attn(9, 3, 4, MaskKind::Causal, AttnLayout::Bshd);
+    if let Op::Attention { dynamic_kv_len, .. } = &mut op {
+        *dynamic_kv_len = true;
+    }
+    let q = "f32[1, 1, 36]";
+    let kv = "f32[1, 64, 12]";
+    ok(&op, &[q, kv, kv, "i32[1]"], "f32[1, 1, 36]");
+    err(&op, &[q, kv, kv, "i64[1]"], "kv_len must be i32 [1]");
+    err(&op, &[q, kv, kv, "i32[2]"], "kv_len must be i32 [1]");
+    err(&op, &[q, kv, kv], "expects 4 input(s), got 3");
 }
 
 #[test]

@@ -93,6 +93,7 @@ pub(super) fn lower(ctx: &mut Ctx<'_>, op: &Op) -> Result<(), CompileError> {
             layout,
             score_scale,
             softcap,
+            dynamic_kv_len,
         } => {
             let dtype = ctx.out_shape().dtype;
             let dt = ctx.half_flag(dtype, "q")?;
@@ -121,6 +122,8 @@ pub(super) fn lower(ctx: &mut Ctx<'_>, op: &Op) -> Result<(), CompileError> {
                 }
                 other => (0, *other),
             };
+            // the kv_len operand (i32 [1], checked by shape inference) is last
+            let kv_len = dynamic_kv_len.then(|| ctx.input(ctx.arity() - 1));
             ctx.push(Attention {
                 q,
                 k,
@@ -139,6 +142,7 @@ pub(super) fn lower(ctx: &mut Ctx<'_>, op: &Op) -> Result<(), CompileError> {
                 bhsd: (*layout == AttnLayout::Bhsd) as u32,
                 score_scale: score_scale.unwrap_or(0.0),
                 attn_logit_softcap: softcap.unwrap_or(0.0),
+                kv_len,
             });
             Ok(())
         }

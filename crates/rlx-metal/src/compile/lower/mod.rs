@@ -256,6 +256,7 @@ fn view_of(g: &Graph, shapes: &[Shape], id: NodeId) -> Option<(NodeId, usize)> {
     let src = &shapes[first];
     match &n.op {
         Op::Reshape { .. } => Some((first, 0)),
+        Op::ScatterNd if shape::scatters_into_state(g, id) => Some((first, 0)),
         Op::Cast { to } if *to == src.dtype => Some((first, 0)),
         Op::Expand { .. } | Op::Transpose { .. } if shapes[id].dims == src.dims => {
             // identity expand / permutation that keeps every dim in place
@@ -314,7 +315,7 @@ fn constant_bytes(values: &[f64], n: usize, dtype: DType) -> Vec<u8> {
 
 fn lower_node(ctx: &mut Ctx<'_>) -> Result<(), CompileError> {
     use rlx_ir::op::OpFamily;
-    if ctx.is_view() {
+    if ctx.is_view() && !shape::scatters_into_state(ctx.graph, ctx.node) {
         return Ok(()); // the planner aliased it: no data moves
     }
     let op = ctx.node().op.clone();

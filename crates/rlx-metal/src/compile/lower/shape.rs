@@ -13,7 +13,56 @@ use crate::thunk::indexing::{CpuIndexing, Gather, GatherAxis, IndexingThunk, Sca
 use crate::thunk::shape::{Concat, Narrow, Reverse, Transpose};
 use crate::thunk::HalfFlag;
 use rlx_ir::op::BinaryOp;
-use rlx_ir::{DType, Op};
+use rlx_ir::{DType, Graph, NodeId, Op};
+
+/// True when node `id` is a ScatterND whose data operand is a `State` leaf:
+/// its value aliases the state and the scatter writes the state in place
+/// (a KV-cache row write; no copy of the whole cache).
+pub(super) fn scatters_into_state(g: &Graph, id: NodeId) -> bool {
+    let n = g.node(id);
+    matches!(n.op, Op::ScatterNd)
+        && n.inputs
+            .first()
+            .is_some_and(|&d| matches!(g.node(d).op, Op::State { .. }))
+}
+
+/// An in-place scatter is only sound when nothing else reads the state
+/// leaf (another reader would see the updated rows, in whatever order the
+/// schedule puts it): the scatter must be its only consumer and the leaf
+/// no graph output.
+fn check_sole_consumer(ctx: &Ctx<'_>) -> Result<(), CompileError> {
+    let g = ctx.graph;
+    let state = ctx.node().inputs[0];
+    let others: Vec<String> = g
+        .nodes
+        .iter()
+        .enumerate()
+        .filter(|&(i, n)| i != ctx.node && n.inputs.contains(&state))
+        .map(|(i, n)| format!("node {i} '{}' ({})", n.name, n.op.name()))
+        .collect();
+    let is_output = g.outputs.contains(&state);
+    if others.is_empty() && !is_output && ctx.node().inputs[1..].iter().all(|&i| i != state) {
+        return Ok(());
+    }
+    let mut who = others;
+    if is_output {
+        who.push("a graph output".into());
+    }
+    if who.is_empty() {
+        who.push("another operand of this scatter".into());
+    }
+    Err(CompileError::Ir(rlx_ir::IrError::Verify {
+        node: ctx.node,
+        op: ctx.node().op.name().to_string(),
+        msg: format!(
+            "'{}' writes State '{}' in place, so the state may have no other consumer; \
+             it is also read by {}",
+            ctx.node().name,
+            g.node(state).name,
+            who.join(", ")
+        ),
+    }))
+}
 
 /// The largest data-movement unit (4 or 2 bytes) dividing every byte count.
 fn unit(bytes: &[usize]) -> Option<(HalfFlag, usize)> {
@@ -236,6 +285,10 @@ pub(super) fn lower(ctx: &mut Ctx<'_>, op: &Op) -> Result<(), CompileError> {
         | Op::ScatterElements { .. }
         | Op::GatherNd { .. }
         | Op::GatherElements { .. } => {
+            let in_place = scatters_into_state(ctx.graph, ctx.node);
+            if in_place {
+                check_sole_consumer(ctx)?;
+            }
             let data = ctx.input(0);
             let indices = index_i32(ctx, 1)?;
             let data_dims = ctx.in_dims(0);

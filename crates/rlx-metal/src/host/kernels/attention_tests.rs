@@ -127,6 +127,7 @@ fn run_case(dm: AttnDims, mk: MK, scale: f32, cap: f32) {
     let opts = AttnOpts {
         scale,
         softcap: cap,
+        kv_len: None,
     };
     for layout in [Layout::Bhsd, Layout::Bshd] {
         let (qq, kk, vv, ww) = match layout {
@@ -353,4 +354,105 @@ fn rope_matches_naive() {
         per_token: false,
     };
     assert!(rope(&p, &[0f32; 8], &[0f32; 4], &[0f32; 4], &mut [0f32; 8]).is_err());
+}
+
+/// `[b, h, kvs, d]` rows `0..len` of every (batch, head).
+fn prefix_rows(x: &[f32], b: usize, h: usize, kvs: usize, len: usize, d: usize) -> Vec<f32> {
+    let mut out = Vec::with_capacity(b * h * len * d);
+    for bh in 0..b * h {
+        out.extend_from_slice(&x[bh * kvs * d..(bh * kvs + len) * d]);
+    }
+    out
+}
+
+#[test]
+fn sdpa_runtime_kv_len_equals_truncated_cache() {
+    let (b, cap) = (2usize, 11usize);
+    for &(heads, kv_heads, d) in &[(9usize, 3usize, 8usize), (4, 1, 16), (6, 6, 5)] {
+        for &s in &[1usize, 3] {
+            for len in [s, 5, cap] {
+                for mk in [MK::Causal, MK::Window(2), MK::None] {
+                    let q = rand_vec(b * heads * s * d, 11);
+                    let k = rand_vec(b * kv_heads * cap * d, 12);
+                    let v = rand_vec(b * kv_heads * cap * d, 13);
+                    let short = AttnDims {
+                        batch: b,
+                        seq: s,
+                        kv_seq: len,
+                        heads,
+                        kv_heads,
+                        head_dim: d,
+                    };
+                    let (kt, vt) = (
+                        prefix_rows(&k, b, kv_heads, cap, len, d),
+                        prefix_rows(&v, b, kv_heads, cap, len, d),
+                    );
+                    let want = naive(&short, &q, &kt, &vt, mk, &[], 0.0, 0.0);
+                    let full = AttnDims {
+                        kv_seq: cap,
+                        ..short
+                    };
+                    let opts = AttnOpts {
+                        kv_len: Some(len as i64),
+                        ..AttnOpts::default()
+                    };
+                    let m = match mk {
+                        MK::Causal => Mask::Causal,
+                        MK::Window(w) => Mask::SlidingWindow(w),
+                        _ => Mask::None,
+                    };
+                    for layout in [Layout::Bhsd, Layout::Bshd] {
+                        let (qq, kk, vv, ww) = match layout {
+                            Layout::Bhsd => (q.clone(), k.clone(), v.clone(), want.clone()),
+                            Layout::Bshd => (
+                                to_bshd(&q, b, heads, s, d),
+                                to_bshd(&k, b, kv_heads, cap, d),
+                                to_bshd(&v, b, kv_heads, cap, d),
+                                to_bshd(&want, b, heads, s, d),
+                            ),
+                        };
+                        let mut out = vec![f32::NAN; ww.len()];
+                        sdpa(&full, layout, m, opts, &qq, &kk, &vv, &mut out).unwrap();
+                        assert_close(&out, &ww, 1e-5);
+                    }
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn sdpa_kv_len_out_of_range_is_an_error() {
+    let dm = AttnDims {
+        batch: 1,
+        seq: 1,
+        kv_seq: 4,
+        heads: 2,
+        kv_heads: 1,
+        head_dim: 4,
+    };
+    let (q, k) = (vec![0f32; 8], vec![0f32; 16]);
+    let mut out = vec![0f32; 8];
+    for bad in [0i64, -1, 5] {
+        let opts = AttnOpts {
+            kv_len: Some(bad),
+            ..AttnOpts::default()
+        };
+        let e = sdpa(
+            &dm,
+            Layout::Bshd,
+            Mask::<f32>::Causal,
+            opts,
+            &q,
+            &k,
+            &k,
+            &mut out,
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(
+            e.contains("[sdpa] kv_len") && e.contains(&bad.to_string()),
+            "{e}"
+        );
+    }
 }

@@ -23,6 +23,7 @@ use thiserror::Error;
 pub mod attention;
 pub mod conv;
 pub mod elementwise;
+pub mod indexing;
 pub mod matmul;
 pub mod norm;
 pub mod quant;

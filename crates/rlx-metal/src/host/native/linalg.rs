@@ -294,7 +294,11 @@ pub(super) fn run(t: &Thunk, mem: &Mem) -> NResult {
                 _ => Mask::SlidingWindow(a.window as usize),
             };
             let layout = if a.bhsd == 1 { Layout::Bhsd } else { Layout::Bshd };
-            let opts = AttnOpts { scale: a.score_scale, softcap: a.attn_logit_softcap };
+            let kv_len = match a.kv_len {
+                Some(off) => Some(i64::from(mem.get::<i32>("kv_len", off, 1)?[0])),
+                None => None,
+            };
+            let opts = AttnOpts { scale: a.score_scale, softcap: a.attn_logit_softcap, kv_len };
             let (q, k, v) = (mem.get::<T>("q", a.q, qn)?, mem.get::<T>("k", a.k, kn)?, mem.get::<T>("v", a.v, kn)?);
             Ok(att::sdpa(&d, layout, mask, opts, q, k, v, mem.get_mut::<T>("out", a.out, qn)?)?)
         }),
@@ -415,6 +419,7 @@ fn fused_attn(f: &crate::thunk::attention::FusedAttn, mem: &Mem) -> NResult {
     let opts = AttnOpts {
         scale: f32::from_bits(f.scale_bits),
         softcap: 0.0,
+        kv_len: None,
     };
     let out = mem.get_mut::<f32>("out", f.out, rows * inner)?;
     Ok(att::sdpa(&dims, Layout::Bshd, mask, opts, &q, &k, &v, out)?)

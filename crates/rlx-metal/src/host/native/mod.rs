@@ -42,6 +42,7 @@ macro_rules! by_word {
 }
 
 mod elementwise;
+mod indexing;
 mod layout;
 mod linalg;
 mod quant;
@@ -55,7 +56,11 @@ pub(crate) type NResult = Result<(), NativeError>;
 
 /// True when `t` has a native host kernel.
 pub fn has_native(t: &Thunk) -> bool {
-    elementwise::handles(t) || linalg::handles(t) || layout::handles(t) || quant::handles(t)
+    elementwise::handles(t)
+        || linalg::handles(t)
+        || layout::handles(t)
+        || quant::handles(t)
+        || indexing::handles(t)
 }
 
 /// Run `t` natively, or `None` if it has no native kernel.
@@ -71,6 +76,9 @@ pub(crate) fn run(t: &Thunk, mem: &Mem, st: &mut Staging, _s: &ThunkSchedule) ->
     }
     if quant::handles(t) {
         return Some(quant::run(t, mem, st));
+    }
+    if indexing::handles(t) {
+        return Some(indexing::run(t, mem, st));
     }
     None
 }

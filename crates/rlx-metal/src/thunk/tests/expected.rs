@@ -142,7 +142,8 @@ pub(super) fn expect(t: &Thunk) -> Expect {
         T::GatherAxis(_) => e(&[(X0, 2 * 5 * 4 * 4), (X1, 12)], &[(X2, 2 * 3 * 4 * 4)], true),
         T::ScatterAdd(_) => e(&[(X0, 3 * 4 * 4), (X1, 12)], &[(X2, 10 * 4 * 4)], true),
         // data [4,5,6], indices [3,2] -> updates [3, 6]
-        T::CpuIndexing(_) => e(&[(X0, 120 * 4), (X1, 6 * 4), (X2, 18 * 4)], &[(X0, 120 * 4)], false),
+        // in place (dst == data): only indices and updates are read
+        T::CpuIndexing(_) => e(&[(X1, 6 * 4), (X2, 18 * 4)], &[(X0, 120 * 4)], false),
         // ---- reduce
         T::Softmax(_) => e(&[(X0, 160)], &[(X0, 160)], true),
         T::SoftmaxCrossEntropyDense(_) => e(&[(X0, 60), (X1, 60)], &[(X2, 12)], true),

@@ -215,6 +215,29 @@ fn indexing_variants() {
     });
     assert_eq!(ge.reads, ranges(&[(X0, 36), (X1, 24)]));
     assert_eq!(ge.writes, ranges(&[(X2, 24)]));
+    // in place (data == dst, a KV-cache write): data is not read
+    let kv = io(IndexingThunk::ScatterNd {
+        data: X0,
+        indices: X1,
+        updates: X2,
+        dst: X0,
+        data_dims: vec![16, 8],
+        indices_dims: vec![2, 1],
+        dtype: DType::F32,
+    });
+    assert_eq!(kv.reads, ranges(&[(X1, 2 * 4), (X2, 2 * 8 * 4)]));
+    assert_eq!(kv.writes, ranges(&[(X0, 16 * 8 * 4)]));
+}
+
+#[test]
+fn attention_reads_its_runtime_kv_len() {
+    let t = Attention {
+        kv_len: Some(X3),
+        ..samples::attention()
+    };
+    let io = Thunk::Attention(t).io();
+    let (q, kv) = (7 * 9 * 64 * 4, 7 * 3 * 64 * 4);
+    assert_eq!(io.reads, ranges(&[(X0, q), (X1, kv), (X2, kv), (X3, 4)]));
 }
 
 #[test]

@@ -395,5 +395,49 @@ pub fn dequant_grouped_matmul(
     Ok(())
 }
 
+/// Embedding lookup on packed GGUF rows: `out[i, :] = dequant(w[rows[i]])`
+/// for `w [n_rows, row_bytes(k)]` of type `ty` (the matmuls' own row
+/// decoders). Needs `w ≥ n_rows · row_bytes(k)` bytes and `out ≥
+/// rows.len() · k`; a row outside `0..n_rows` is an error naming the type
+/// and the row, raised before anything is written.
+pub fn dequantize_rows(
+    ty: GgmlType,
+    w: &[u8],
+    n_rows: usize,
+    rows: &[i64],
+    k: usize,
+    out: &mut [f32],
+) -> Result<()> {
+    const K: &str = "gguf_dequantize_rows";
+    let rb = row_bytes(K, ty, k)?;
+    check_len(K, "data", w.len(), numel(K, &[n_rows, rb])?)?;
+    check_len(K, "out", out.len(), numel(K, &[rows.len(), k])?)?;
+    if let Some((i, &r)) = rows
+        .iter()
+        .enumerate()
+        .find(|&(_, &r)| r < 0 || r as u64 >= n_rows as u64)
+    {
+        return Err(invalid(
+            K,
+            format!("{} row {r} (rows[{i}]) out of range 0..{n_rows}", ty.name()),
+        ));
+    }
+    if k == 0 {
+        return Ok(());
+    }
+    let decode = |(o, &r): (&mut [f32], &i64)| {
+        let at = r as usize * rb;
+        with_fmt!(ty, F => F::decode_row(&w[at..at + rb], o));
+    };
+    let out = &mut out[..rows.len() * k];
+    if rows.len() * k >= super::PAR_MIN {
+        use rayon::prelude::*;
+        out.par_chunks_mut(k).zip(rows.par_iter()).for_each(decode);
+    } else {
+        out.chunks_mut(k).zip(rows.iter()).for_each(decode);
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests;

@@ -1,0 +1,183 @@
+//! Native glue for the host ONNX indexing thunk ([`CpuIndexing`]): all four
+//! kinds on raw 1/2/4/8-byte words. A scatter whose `data` is its `dst`
+//! (a write into a State leaf) runs in place: only the addressed rows move.
+
+use super::{read_staged, NResult};
+use crate::host::buffer::{Mem, Plain};
+use crate::host::exec::Staging;
+use crate::host::kernels::indexing as ix;
+use crate::host::kernels::KernelError;
+use crate::thunk::indexing::{CpuIndexing, IndexingThunk};
+use crate::thunk::Thunk;
+
+pub(super) fn handles(t: &Thunk) -> bool {
+    match t {
+        Thunk::CpuIndexing(c) => matches!(dtype_of(&c.thunk).size_bytes(), 1 | 2 | 4 | 8),
+        _ => false,
+    }
+}
+
+fn dtype_of(t: &IndexingThunk) -> rlx_ir::DType {
+    match t {
+        IndexingThunk::ScatterNd { dtype, .. }
+        | IndexingThunk::ScatterElements { dtype, .. }
+        | IndexingThunk::GatherNd { dtype, .. }
+        | IndexingThunk::GatherElements { dtype, .. } => *dtype,
+    }
+}
+
+fn prod(d: &[usize]) -> usize {
+    d.iter().product()
+}
+
+pub(super) fn run(t: &Thunk, mem: &Mem, st: &mut Staging) -> NResult {
+    let Thunk::CpuIndexing(c) = t else {
+        return Err(KernelError::Invalid {
+            kernel: "native",
+            msg: format!("no indexing kernel for {}", t.name()),
+        }
+        .into());
+    };
+    match dtype_of(&c.thunk).size_bytes() {
+        1 => words::<u8>(c, mem, st),
+        2 => words::<u16>(c, mem, st),
+        4 => words::<u32>(c, mem, st),
+        8 => words::<u64>(c, mem, st),
+        n => Err(KernelError::Invalid {
+            kernel: "cpu_indexing",
+            msg: format!("no kernel for {n}-byte elements"),
+        }
+        .into()),
+    }
+}
+
+fn words<W: Plain>(c: &CpuIndexing, mem: &Mem, st: &mut Staging) -> NResult {
+    let es = std::mem::size_of::<W>();
+    match &c.thunk {
+        IndexingThunk::ScatterNd {
+            data,
+            indices,
+            updates,
+            dst,
+            data_dims,
+            indices_dims,
+            ..
+        } => {
+            let total = prod(data_dims);
+            let (lead, q) = indices_dims.split_at(indices_dims.len().saturating_sub(1));
+            let q = q.first().copied().unwrap_or(0);
+            let n_upd = prod(lead) * prod(data_dims.get(q..).unwrap_or(&[]));
+            let db = total * es;
+            let idx = read_staged::<i32>(
+                mem,
+                &mut st.a,
+                "indices",
+                *indices,
+                prod(indices_dims),
+                *dst,
+                db,
+            )?;
+            let upd = read_staged::<W>(mem, &mut st.b, "updates", *updates, n_upd, *dst, db)?;
+            let in_place = data == dst;
+            let src = if in_place {
+                None
+            } else {
+                Some(read_staged::<W>(
+                    mem, &mut st.c, "data", *data, total, *dst, db,
+                )?)
+            };
+            let out = mem.get_mut::<W>("dst", *dst, total)?;
+            Ok(ix::scatter_nd(src, idx, upd, out, data_dims, indices_dims)?)
+        }
+        IndexingThunk::ScatterElements {
+            data,
+            indices,
+            updates,
+            dst,
+            data_dims,
+            indices_dims,
+            axis,
+            ..
+        } => {
+            let total = prod(data_dims);
+            let n_idx = prod(indices_dims);
+            let db = total * es;
+            let idx = read_staged::<i32>(mem, &mut st.a, "indices", *indices, n_idx, *dst, db)?;
+            let upd = read_staged::<W>(mem, &mut st.b, "updates", *updates, n_idx, *dst, db)?;
+            let src = if data == dst {
+                None
+            } else {
+                Some(read_staged::<W>(
+                    mem, &mut st.c, "data", *data, total, *dst, db,
+                )?)
+            };
+            let out = mem.get_mut::<W>("dst", *dst, total)?;
+            Ok(ix::scatter_elements(
+                src,
+                idx,
+                upd,
+                out,
+                data_dims,
+                indices_dims,
+                *axis,
+            )?)
+        }
+        IndexingThunk::GatherNd {
+            data,
+            indices,
+            dst,
+            data_dims,
+            indices_dims,
+            batch_dims,
+            ..
+        } => {
+            let (lead, q) = indices_dims.split_at(indices_dims.len().saturating_sub(1));
+            let q = q.first().copied().unwrap_or(0);
+            let tail = data_dims.get(batch_dims.saturating_add(q)..).unwrap_or(&[]);
+            let n_out = prod(lead) * prod(tail);
+            let ob = n_out * es;
+            let idx = read_staged::<i32>(
+                mem,
+                &mut st.a,
+                "indices",
+                *indices,
+                prod(indices_dims),
+                *dst,
+                ob,
+            )?;
+            let src = read_staged::<W>(mem, &mut st.b, "data", *data, prod(data_dims), *dst, ob)?;
+            let out = mem.get_mut::<W>("dst", *dst, n_out)?;
+            Ok(ix::gather_nd(
+                src,
+                idx,
+                out,
+                data_dims,
+                indices_dims,
+                *batch_dims,
+            )?)
+        }
+        IndexingThunk::GatherElements {
+            data,
+            indices,
+            dst,
+            data_dims,
+            indices_dims,
+            axis,
+            ..
+        } => {
+            let n = prod(indices_dims);
+            let ob = n * es;
+            let idx = read_staged::<i32>(mem, &mut st.a, "indices", *indices, n, *dst, ob)?;
+            let src = read_staged::<W>(mem, &mut st.b, "data", *data, prod(data_dims), *dst, ob)?;
+            let out = mem.get_mut::<W>("dst", *dst, n)?;
+            Ok(ix::gather_elements(
+                src,
+                idx,
+                out,
+                data_dims,
+                indices_dims,
+                *axis,
+            )?)
+        }
+    }
+}

@@ -1,0 +1,119 @@
+//! `gguf_dequantize_rows`: embedding lookups on packed GGUF rows with the
+//! host's native row decoders. Arrays cross as numpy arrays, read through
+//! `__array_interface__` (the module is abi3, without the buffer API), so
+//! no bytes are copied: a memory-mapped GGUF tensor is decoded in place.
+
+use crate::errors::{KernelError, ShapeError, WeightFormatError};
+use pyo3::prelude::*;
+use pyo3::types::PyDict;
+use rlx_ir::GgmlType;
+use rlx_metal::host::kernels::quant::dequantize_rows;
+
+/// A C-contiguous numpy array seen through `__array_interface__`.
+struct RawArray {
+    ptr: usize,
+    shape: Vec<usize>,
+    readonly: bool,
+}
+
+fn raw_array(obj: &Bound<'_, PyAny>, what: &str, typestr: &[&str]) -> PyResult<RawArray> {
+    let bad = |msg: String| ShapeError::new_err(format!("[gguf_dequantize_rows] {what}: {msg}"));
+    let ai = obj
+        .getattr("__array_interface__")
+        .map_err(|_| bad("expected a numpy array".into()))?;
+    let ai = ai
+        .downcast::<PyDict>()
+        .map_err(|_| bad("__array_interface__ is not a dict".into()))?;
+    let get = |k: &str| -> PyResult<Bound<'_, PyAny>> {
+        ai.get_item(k)?
+            .ok_or_else(|| bad(format!("__array_interface__ has no '{k}'")))
+    };
+    let ts: String = get("typestr")?.extract()?;
+    if !typestr.contains(&ts.as_str()) {
+        return Err(bad(format!("dtype {ts} is not one of {typestr:?}")));
+    }
+    if let Some(st) = ai.get_item("strides")? {
+        if !st.is_none() {
+            return Err(bad("must be C-contiguous".into()));
+        }
+    }
+    let (ptr, readonly): (usize, bool) = get("data")?.extract()?;
+    let shape: Vec<usize> = get("shape")?.extract()?;
+    Ok(RawArray {
+        ptr,
+        shape,
+        readonly,
+    })
+}
+
+/// Decode `rows` of a packed GGUF tensor `data` (uint8 `[n_rows,
+/// row_bytes]`) of ggml type id `ggml_type` into `out` (float32
+/// `[len(rows), k]`, written in place). `rows` is any integer sequence.
+#[pyfunction]
+fn gguf_dequantize_rows(
+    ggml_type: u32,
+    data: &Bound<'_, PyAny>,
+    rows: Vec<i64>,
+    k: usize,
+    out: &Bound<'_, PyAny>,
+) -> PyResult<()> {
+    const K: &str = "[gguf_dequantize_rows]";
+    let ty = GgmlType::from_ggml_id(ggml_type)
+        .ok_or_else(|| WeightFormatError::new_err(format!("{K} unknown ggml type {ggml_type}")))?;
+    let d = raw_array(data, "data", &["|u1"])?;
+    let o = raw_array(out, "out", &["<f4"])?;
+    if o.readonly {
+        return Err(ShapeError::new_err(format!("{K} out is read-only")));
+    }
+    let rb = ty.row_bytes(k).ok_or_else(|| {
+        ShapeError::new_err(format!(
+            "{K} {}: k={k} is not a multiple of the block size {}",
+            ty.name(),
+            ty.block_size()
+        ))
+    })?;
+    let [n_rows, row_bytes] = d.shape[..] else {
+        return Err(ShapeError::new_err(format!(
+            "{K} data must be 2-D [n_rows, row_bytes], got shape {:?}",
+            d.shape
+        )));
+    };
+    if row_bytes != rb {
+        return Err(ShapeError::new_err(format!(
+            "{K} {}: rows of k={k} take {rb} bytes, data rows have {row_bytes}",
+            ty.name()
+        )));
+    }
+    if o.shape != [rows.len(), k] {
+        return Err(ShapeError::new_err(format!(
+            "{K} out must be [{}, {k}], got {:?}",
+            rows.len(),
+            o.shape
+        )));
+    }
+    let n_out = rows.len() * k;
+    let (w_len, o_bytes) = (n_rows * row_bytes, n_out * 4);
+    if w_len > 0 && o_bytes > 0 && d.ptr < o.ptr + o_bytes && o.ptr < d.ptr + w_len {
+        return Err(ShapeError::new_err(format!("{K} out overlaps data")));
+    }
+    if d.ptr == 0 || o.ptr == 0 || o.ptr % 4 != 0 {
+        return Err(ShapeError::new_err(format!(
+            "{K} data / out must be allocated and out 4-byte aligned"
+        )));
+    }
+    // SAFETY: both arrays are C-contiguous with the shapes checked above,
+    // non-null, `out` aligned for f32, writable and disjoint from `data`
+    // (checked); both stay alive for the whole call (borrowed from the
+    // caller, which holds the GIL).
+    let (w, dst) = unsafe {
+        (
+            std::slice::from_raw_parts(d.ptr as *const u8, w_len),
+            std::slice::from_raw_parts_mut(o.ptr as *mut f32, n_out),
+        )
+    };
+    dequantize_rows(ty, w, n_rows, &rows, k, dst).map_err(|e| KernelError::new_err(e.to_string()))
+}
+
+pub(crate) fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_function(wrap_pyfunction!(gguf_dequantize_rows, m)?)
+}
