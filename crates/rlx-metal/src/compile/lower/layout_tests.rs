@@ -10,6 +10,7 @@ fn f32s(d: &[usize]) -> Shape {
 }
 
 #[test]
+#[allow(clippy::single_range_in_vec_init)]
 fn params_get_segments_and_states_the_state_buffer() {
     let mut g = Graph::new("t");
     let x = g.add(Op::Input { shape: f32s(&[4]) }, &[], "x").unwrap();
