@@ -245,3 +245,30 @@ def test_bind_param_adds_no_resident_copy(tmp_path: Path) -> None:
     # the copying path, for contrast, makes the whole matrix resident
     exe.set_param("w", mm)
     assert _rss_mib() - before > 60
+
+
+def test_run_reentering_a_sharing_executable_fails_cleanly() -> None:
+    # A custom op of one executable runs another that shares its state buffer
+    # (held for the first run): the inner run raises instead of deadlocking.
+    inner = rlx.compile(_reader("inner", 1.0))
+    seen: list[BaseException] = []
+
+    def host(inputs: list[np.ndarray], out: np.ndarray) -> None:
+        try:
+            inner.run(x=np.zeros((2, 4), np.float32))
+        except rlx.RlxError as e:
+            seen.append(e)
+        out[...] = inputs[0]
+
+    rlx.register_op("wts_reenter", lambda a, **_: a, host)
+    g = rlx.Graph("outer")
+    kv = g.state("kv", [2, 4])
+    x = g.input("x", [2, 4])
+    g.outputs(g.custom_op("wts_reenter", g.add(kv, x), name="out"))
+    outer = rlx.compile(g)
+    inner.share_state(outer)
+    outer.set_state("kv", np.ones((2, 4), np.float32))
+    np.testing.assert_allclose(outer.run(x=np.ones((2, 4), np.float32))["out"], 2.0)
+    assert len(seen) == 1 and "state buffer is in use" in str(seen[0])
+    # once the outer run is over, the inner one runs on the shared state
+    np.testing.assert_allclose(inner.run(x=np.zeros((2, 4), np.float32))["out"], 1.0)
