@@ -213,3 +213,62 @@ def test_reset_state_zero_fills() -> None:
     np.testing.assert_array_equal(exe.state("kv"), np.zeros((2, 4), np.float32))
     with pytest.raises(KeyError, match="no state named 'nope'"):
         exe.state("nope")
+
+
+def _rss_mib() -> float:
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+    return float("nan")
+
+
+@pytest.mark.skipif(not Path("/proc/self/status").exists(), reason="needs /proc (Linux)")
+def test_bind_param_adds_no_resident_copy(tmp_path: Path) -> None:
+    rows, cols = 16384, 1024  # 64 MiB of f32
+    path = tmp_path / "big.bin"
+    with open(path, "wb") as f:
+        block = np.full((1024, cols), 0.5, np.float32).tobytes()
+        for _ in range(rows // 1024):
+            f.write(block)
+    g = rlx.Graph("big")
+    w = g.param("w", [rows, cols])
+    g.outputs(g.narrow(w, 0, 3, 1, name="row"))  # a view: the run reads nothing big
+    exe = rlx.compile(g)
+    mm = np.memmap(path, dtype=np.float32, mode="r", shape=(rows, cols))
+    before = _rss_mib()
+    exe.bind_param("w", mm)
+    out = exe.run()["row"]
+    grown = _rss_mib() - before
+    np.testing.assert_array_equal(out, np.full((1, cols), 0.5, np.float32))
+    assert grown < 16, f"RSS grew {grown:.1f} MiB binding a 64 MiB memmap"
+    # the copying path, for contrast, makes the whole matrix resident
+    exe.set_param("w", mm)
+    assert _rss_mib() - before > 60
+
+
+def test_run_reentering_a_sharing_executable_fails_cleanly() -> None:
+    # A custom op of one executable runs another that shares its state buffer
+    # (held for the first run): the inner run raises instead of deadlocking.
+    inner = rlx.compile(_reader("inner", 1.0))
+    seen: list[BaseException] = []
+
+    def host(inputs: list[np.ndarray], out: np.ndarray) -> None:
+        try:
+            inner.run(x=np.zeros((2, 4), np.float32))
+        except rlx.RlxError as e:
+            seen.append(e)
+        out[...] = inputs[0]
+
+    rlx.register_op("wts_reenter", lambda a, **_: a, host)
+    g = rlx.Graph("outer")
+    kv = g.state("kv", [2, 4])
+    x = g.input("x", [2, 4])
+    g.outputs(g.custom_op("wts_reenter", g.add(kv, x), name="out"))
+    outer = rlx.compile(g)
+    inner.share_state(outer)
+    outer.set_state("kv", np.ones((2, 4), np.float32))
+    np.testing.assert_allclose(outer.run(x=np.ones((2, 4), np.float32))["out"], 2.0)
+    assert len(seen) == 1 and "state buffer is in use" in str(seen[0])
+    # once the outer run is over, the inner one runs on the shared state
+    np.testing.assert_allclose(inner.run(x=np.zeros((2, 4), np.float32))["out"], 1.0)

@@ -393,7 +393,7 @@ impl PyExecutable {
             // Hold the state lock for the whole run; a run that finds it held
             // (another executable sharing the buffer, re-entered from a
             // callback) fails rather than deadlocks.
-            let Ok(mut guard) = state.try_lock() else {
+            let Some(mut guard) = try_lock_state(state) else {
                 return Err(None);
             };
             let state_len = guard.len();
@@ -511,11 +511,22 @@ impl PyExecutable {
     }
 
     fn lock_state(&self) -> PyResult<std::sync::MutexGuard<'_, AlignedBuf>> {
-        self.state.try_lock().map_err(|_| {
+        try_lock_state(&self.state).ok_or_else(|| {
             RlxError::new_err(
                 "[state] the state buffer is in use by a run of an executable sharing it",
             )
         })
+    }
+}
+
+/// Lock the state buffer unless a run holds it. A lock poisoned by a
+/// panicking kernel is taken over: the bytes are plain data, valid whatever
+/// the kernel left in them.
+fn try_lock_state(state: &SharedState) -> Option<std::sync::MutexGuard<'_, AlignedBuf>> {
+    match state.try_lock() {
+        Ok(g) => Some(g),
+        Err(std::sync::TryLockError::Poisoned(p)) => Some(p.into_inner()),
+        Err(std::sync::TryLockError::WouldBlock) => None,
     }
 }
 

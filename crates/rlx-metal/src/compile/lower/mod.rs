@@ -566,3 +566,6 @@ pub(crate) fn converted(ctx: &mut Ctx<'_>, i: usize, to: DType) -> Result<usize,
 
 #[cfg(test)]
 mod tests;
+
+#[cfg(test)]
+mod layout_tests;
