@@ -456,3 +456,16 @@ fn sdpa_kv_len_out_of_range_is_an_error() {
         );
     }
 }
+
+#[test]
+fn exp_nonpos_matches_libm() {
+    let mut worst = 0f64;
+    for i in 0..=86_900 {
+        let x = -(i as f32) * 1e-3;
+        let (got, want) = (exp_nonpos(x) as f64, (x as f64).exp());
+        worst = worst.max((got - want).abs() / want);
+    }
+    assert!(worst < 3e-7, "max relative error {worst}");
+    assert_eq!(exp_nonpos(0.0), 1.0);
+    assert!(exp_nonpos(-1e30) < 1e-37);
+}
