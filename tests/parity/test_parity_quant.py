@@ -54,6 +54,7 @@ SCALE_OFFSETS = {
 
 ALL_TYPES = list(GEOMETRY)
 
+
 def typ_params(types: list[str]) -> list:
     return list(types)
 

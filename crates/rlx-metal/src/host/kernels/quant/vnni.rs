@@ -8,9 +8,11 @@
 //! `dx_b = max|x| / 127` and codes `qx = round(x / dx_b)` in `−127..=127`,
 //! so `|x − dx_b·qx| ≤ dx_b / 2` per element. Every supported weight format
 //! is written per 16-element half `h` of a run as `w = a_h·q + c_h` with
-//! an unsigned integer code `q` (for signed formats the code is offset and
-//! `c_h` carries the offset back), so
-//! `Σ w·x ≈ Σ_h dx·(a_h·Σ q·qx + c_h·Σ qx)`: the integer sums are exact,
+//! an integer code `q`, so `Σ w·x ≈ Σ_h dx·(a_h·Σ q·qx + c_h·Σ qx)`.
+//! Formats with a min (Q4_1, Q5_1, Q2_K, Q4_K, Q5_K) use unsigned codes
+//! and the `c_h·Σ qx` term; the symmetric ones (Q4_0, Q5_0, Q8_0, Q3_K,
+//! Q6_K) recentre their codes to signed bytes (`c_h = 0`) and feed
+//! `vpdpbusd` with `|q|` and `sign(q)·qx`. The integer sums are exact,
 //! the scale products and the accumulation are f32. The only approximation
 //! beyond f32 rounding is the activation rounding, bounded per output `j`
 //! by `½ Σ_e |w_je|·dx_b(e)` — about 0.5 % of the output scale for
@@ -195,6 +197,10 @@ pub(super) trait VFmt: 'static {
     const RUNS: usize;
     /// Whether both halves of every run share `a` and `c`.
     const UNIFORM: bool;
+    /// Whether the codes are signed bytes with no offset (`c = 0`): then
+    /// the dot runs as `|q| · (sign(q)·qx)`, which is exact for
+    /// `q ∈ −128..=127`, and no `c · Σqx` term is needed.
+    const SIGNED: bool = false;
     /// Writes the half scales `a[..2·RUNS]` and offsets `c[..2·RUNS]` of the
     /// block at `p` (only the even entries when `UNIFORM`).
     ///
@@ -208,41 +214,41 @@ pub(super) trait VFmt: 'static {
     unsafe fn codes(p: *const u8, r: usize) -> __m256i;
 }
 
-/// Q4_0: `w = d·q − 8d`.
+/// Q4_0: signed codes `q − 8`, `w = d·(q − 8)`.
 pub(super) struct VQ4_0;
 /// Q4_1: `w = d·q + m`.
 pub(super) struct VQ4_1;
-/// Q5_0: `w = d·q − 16d`.
+/// Q5_0: signed codes `q − 16`.
 pub(super) struct VQ5_0;
 /// Q5_1: `w = d·q + m`.
 pub(super) struct VQ5_1;
-/// Q8_0: codes offset by 128, `w = d·q − 128d`.
+/// Q8_0: the int8 codes as they are, `w = d·q`.
 pub(super) struct VQ8_0;
 /// Q2_K: `w = d·sc·q − dmin·m` per half.
 pub(super) struct VQ2K;
-/// Q3_K: `q = low | high·4`, `w = d·sc·q − 4·d·sc`.
+/// Q3_K: signed codes `low − 4·(1 − high)`, `w = d·sc·q`.
 pub(super) struct VQ3K;
 /// Q4_K: `w = d·sc·q − dmin·m` per run.
 pub(super) struct VQ4K;
 /// Q5_K: as Q4_K with a fifth bit.
 pub(super) struct VQ5K;
-/// Q6_K: `w = d·sc·q − 32·d·sc` per half.
+/// Q6_K: signed codes `q − 32`, `w = d·sc·q` per half.
 pub(super) struct VQ6K;
 
 impl VFmt for VQ4_0 {
+    const SIGNED: bool = true;
     const BB: usize = 18;
     const RUNS: usize = 1;
     const UNIFORM: bool = true;
     #[inline(always)]
     unsafe fn scales(p: *const u8, a: &mut [f32; 16], c: &mut [f32; 16]) {
         // SAFETY: forwarded.
-        let d = unsafe { h2f(p) };
-        (a[0], c[0]) = (d, -8.0 * d);
+        (a[0], c[0]) = (unsafe { h2f(p) }, 0.0);
     }
     #[inline(always)]
     unsafe fn codes(p: *const u8, _r: usize) -> __m256i {
         // SAFETY: forwarded.
-        unsafe { nib32(p.add(2)) }
+        unsafe { _mm256_sub_epi8(nib32(p.add(2)), _mm256_set1_epi8(8)) }
     }
 }
 
@@ -263,19 +269,22 @@ impl VFmt for VQ4_1 {
 }
 
 impl VFmt for VQ5_0 {
+    const SIGNED: bool = true;
     const BB: usize = 22;
     const RUNS: usize = 1;
     const UNIFORM: bool = true;
     #[inline(always)]
     unsafe fn scales(p: *const u8, a: &mut [f32; 16], c: &mut [f32; 16]) {
         // SAFETY: forwarded.
-        let d = unsafe { h2f(p) };
-        (a[0], c[0]) = (d, -16.0 * d);
+        (a[0], c[0]) = (unsafe { h2f(p) }, 0.0);
     }
     #[inline(always)]
     unsafe fn codes(p: *const u8, _r: usize) -> __m256i {
         // SAFETY: forwarded.
-        unsafe { _mm256_or_si256(nib32(p.add(6)), bit5(p.add(2))) }
+        unsafe {
+            let q = _mm256_or_si256(nib32(p.add(6)), bit5(p.add(2)));
+            _mm256_sub_epi8(q, _mm256_set1_epi8(16))
+        }
     }
 }
 
@@ -296,22 +305,19 @@ impl VFmt for VQ5_1 {
 }
 
 impl VFmt for VQ8_0 {
+    const SIGNED: bool = true;
     const BB: usize = 34;
     const RUNS: usize = 1;
     const UNIFORM: bool = true;
     #[inline(always)]
     unsafe fn scales(p: *const u8, a: &mut [f32; 16], c: &mut [f32; 16]) {
         // SAFETY: forwarded.
-        let d = unsafe { h2f(p) };
-        (a[0], c[0]) = (d, -128.0 * d);
+        (a[0], c[0]) = (unsafe { h2f(p) }, 0.0);
     }
     #[inline(always)]
     unsafe fn codes(p: *const u8, _r: usize) -> __m256i {
         // SAFETY: forwarded (32 code bytes after the scale).
-        unsafe {
-            let v = _mm256_loadu_si256(p.add(2).cast());
-            _mm256_xor_si256(v, _mm256_set1_epi8(-128))
-        }
+        unsafe { _mm256_loadu_si256(p.add(2).cast()) }
     }
 }
 
@@ -352,6 +358,7 @@ impl VFmt for VQ3K {
     const BB: usize = 110;
     const RUNS: usize = 8;
     const UNIFORM: bool = false;
+    const SIGNED: bool = true;
     #[inline(always)]
     unsafe fn scales(p: *const u8, a: &mut [f32; 16], c: &mut [f32; 16]) {
         // SAFETY: forwarded.
@@ -360,8 +367,7 @@ impl VFmt for VQ3K {
             let low = if h < 8 { sc[h] & 0x0F } else { sc[h - 8] >> 4 };
             let high = (sc[8 + h % 4] >> (2 * (h / 4))) & 3;
             let s = d * (f32::from(low | (high << 4)) - 32.0);
-            a[h] = s;
-            c[h] = -4.0 * s;
+            (a[h], c[h]) = (s, 0.0);
         }
     }
     #[inline(always)]
@@ -372,7 +378,7 @@ impl VFmt for VQ3K {
             let hm = _mm256_loadu_si256(p.cast());
             let bit = _mm256_set1_epi8(1 << r);
             let on = _mm256_cmpeq_epi8(_mm256_and_si256(hm, bit), bit);
-            _mm256_or_si256(low, _mm256_and_si256(on, _mm256_set1_epi8(4)))
+            _mm256_sub_epi8(low, _mm256_andnot_si256(on, _mm256_set1_epi8(4)))
         }
     }
 }
@@ -448,6 +454,7 @@ impl VFmt for VQ6K {
     const BB: usize = 210;
     const RUNS: usize = 8;
     const UNIFORM: bool = false;
+    const SIGNED: bool = true;
     #[inline(always)]
     unsafe fn scales(p: *const u8, a: &mut [f32; 16], c: &mut [f32; 16]) {
         // SAFETY: forwarded (int8 scales at 192, d at 208).
@@ -455,8 +462,7 @@ impl VFmt for VQ6K {
         for h in 0..16 {
             // SAFETY: 192 + h < BB.
             let s = d * f32::from(unsafe { *p.add(192 + h) } as i8);
-            a[h] = s;
-            c[h] = -32.0 * s;
+            (a[h], c[h]) = (s, 0.0);
         }
     }
     #[inline(always)]
@@ -470,7 +476,7 @@ impl VFmt for VQ6K {
             let qh = _mm256_loadu_si256(p.add(128 + 32 * n).cast());
             let high = _mm256_srl_epi16(qh, _mm_cvtsi32_si128(2 * rr as i32));
             let high = _mm256_slli_epi16(_mm256_and_si256(high, _mm256_set1_epi8(3)), 4);
-            _mm256_or_si256(low, high)
+            _mm256_sub_epi8(_mm256_or_si256(low, high), _mm256_set1_epi8(32))
         }
     }
 }
@@ -507,6 +513,11 @@ unsafe fn dot_rows<V: VFmt, const M: usize>(
             V::scales(p, &mut a, &mut c);
             for r in 0..V::RUNS {
                 let codes = V::codes(p, r);
+                let mag = if V::SIGNED {
+                    _mm256_abs_epi8(codes)
+                } else {
+                    codes
+                };
                 let av = if V::UNIFORM {
                     _mm256_set1_ps(a[2 * r])
                 } else {
@@ -515,9 +526,17 @@ unsafe fn dot_rows<V: VFmt, const M: usize>(
                 for i in 0..M {
                     let xb = x0[i] + blk * V::RUNS + r;
                     let xq = _mm256_loadu_si256(q.add(32 * xb).cast());
-                    let dp = _mm256_dpbusd_epi32(_mm256_setzero_si256(), codes, xq);
+                    let xq = if V::SIGNED {
+                        _mm256_sign_epi8(xq, codes)
+                    } else {
+                        xq
+                    };
+                    let dp = _mm256_dpbusd_epi32(_mm256_setzero_si256(), mag, xq);
                     let sc = _mm256_mul_ps(av, _mm256_set1_ps(*d.add(xb)));
                     acc[i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dp), sc, acc[i]);
+                    if V::SIGNED {
+                        continue;
+                    }
                     let (s0, s1) = (*s.add(2 * xb), *s.add(2 * xb + 1));
                     bacc[i] += if V::UNIFORM {
                         c[2 * r] * (s0 + s1)
