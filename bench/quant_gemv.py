@@ -8,6 +8,7 @@ bytes read. For comparison the same products are done by numpy on
 dequantised f32 matrices (``x @ W.T``; its GB/s counts the f32 bytes).
 
     python bench/quant_gemv.py [--runs 30] [--layers 16] [--m 64]
+    RLX_NUM_THREADS=2 python bench/quant_gemv.py --models   # the three models' shapes
 
 Timings are not asserted anywhere; machines are noisy.
 """
@@ -39,19 +40,49 @@ SHAPES = [
     ("f16", 576, 1536),
 ]
 
+#: the matmuls of the three models (model, type, k, n). k-quants need k a
+#: multiple of 256, so the 640- and 896-wide inputs of Gemma3 / Qwen2.5 are
+#: Q5_0 / Q8_0 in those files; the huge output projections run with one
+#: weight per graph.
+MODEL_SHAPES = [
+    ("smollm2", "q4_1", 576, 1536),
+    ("smollm2", "q4_1", 1536, 576),
+    ("smollm2", "q8_0", 576, 49152),
+    ("gemma3", "q5_0", 640, 2048),
+    ("gemma3", "q8_0", 640, 2048),
+    ("gemma3", "q6_k", 2048, 640),
+    ("gemma3", "q5_0", 2048, 640),
+    ("gemma3", "q8_0", 640, 262144),
+    ("qwen2.5", "q5_0", 896, 4864),
+    ("qwen2.5", "q8_0", 896, 4864),
+    ("qwen2.5", "q4_k", 4864, 896),
+    ("qwen2.5", "q6_k", 4864, 896),
+    ("qwen2.5", "q8_0", 896, 151936),
+]
+
 GGUF_QUANTIZE = {"q4_0": T.Q4_0, "q4_1": T.Q4_1, "q5_0": T.Q5_0, "q8_0": T.Q8_0}
 
 
 def packed(typ: str, n: int, k: int, rng: np.random.Generator) -> np.ndarray:
-    w = rng.standard_normal((n, k)).astype(np.float32)
     if typ == "f16":
+        w = rng.standard_normal((n, k)).astype(np.float32)
         return w.astype(np.float16).view(np.uint8).reshape(n, -1)
-    if typ in GGUF_QUANTIZE:
+    if typ in GGUF_QUANTIZE and n * k <= 1 << 24:
+        w = rng.standard_normal((n, k)).astype(np.float32)
         return np.ascontiguousarray(quants.quantize(w, GGUF_QUANTIZE[typ]), np.uint8)
+    # random valid blocks (finite scales): as fast as real ones to multiply
     bs, bb = GEOMETRY[typ]
     nb = n * k // bs
     raw = rng.integers(0, 256, size=(nb, bb), dtype=np.uint8)
-    f16_fields = {"q4_k": [0, 2], "q6_k": [208], "q2_k": [80, 82]}[typ]
+    f16_fields = {
+        "q4_0": [0],
+        "q4_1": [0, 2],
+        "q5_0": [0],
+        "q8_0": [0],
+        "q4_k": [0, 2],
+        "q6_k": [208],
+        "q2_k": [80, 82],
+    }[typ]
     for o in f16_fields:
         raw[:, o : o + 2] = rng.uniform(0.01, 0.1, (nb, 1)).astype(np.float16).view(np.uint8)
     return raw.reshape(n, row_bytes(typ, k))
@@ -67,7 +98,7 @@ def median_time(fn: Callable[[], object], runs: int) -> float:
     return statistics.median(times)
 
 
-def bench(typ: str, k: int, n: int, m: int, layers: int, runs: int) -> dict:
+def bench(typ: str, k: int, n: int, m: int, layers: int, runs: int, numpy: bool = True) -> dict:
     rng = np.random.default_rng(0)
     ws = [packed(typ, n, k, rng) for _ in range(layers)]
     g = rlx.Graph("bench")
@@ -85,8 +116,10 @@ def bench(typ: str, k: int, n: int, m: int, layers: int, runs: int) -> dict:
     assert ex.stats["fallback_thunks"] == 0, ex.stats
     # time the schedule itself (inputs already in the arena)
     t_host = median_time(lambda: ex._native.run(ex._fallback), runs) / layers
-    wf = [dequantize_rows(wq, typ, k) for wq in ws]
-    t_np = median_time(lambda: [xv @ w.T for w in wf], runs) / layers
+    t_np = float("nan")
+    if numpy:
+        wf = [dequantize_rows(wq, typ, k) for wq in ws]
+        t_np = median_time(lambda: [xv @ w.T for w in wf], runs) / layers
     pbytes = ws[0].nbytes
     return {
         "typ": typ,
@@ -108,7 +141,13 @@ def main() -> None:
     ap.add_argument("--runs", type=int, default=30)
     ap.add_argument("--layers", type=int, default=16)
     ap.add_argument("--m", type=int, default=64, help="rows for the prefill table (0: skip)")
+    ap.add_argument(
+        "--models", action="store_true", help="only the three models' shapes (m = 1, 4, --m)"
+    )
     a = ap.parse_args()
+    if a.models:
+        models(a)
+        return
     print(f"GEMV (m = 1), median of {a.runs} runs, {a.layers} weights per graph")
     print(
         f"{'type':6} {'k':>5} {'n':>5} {'KiB':>7} | {'host µs':>8} {'GB/s':>6} | "
@@ -133,6 +172,29 @@ def main() -> None:
             f"{typ:6} {k:5} {n:5} | {r['host_us']:8.1f} {r['host_gflops']:8.1f} | "
             f"{r['np_us']:8.1f} {r['np_gflops']:8.1f}"
         )
+
+
+def models(a: argparse.Namespace) -> None:
+    """GEMV (m = 1), small batch (m = 4) and prefill (m = --m) at the models' shapes."""
+    print(f"median of {a.runs} runs (prefill: {max(a.runs // 3, 5)}); GB/s of packed bytes")
+    print(
+        f"{'model':8} {'type':5} {'k':>5} {'n':>6} {'MiB':>6} | {'m=1 µs':>8} {'GB/s':>5} | "
+        f"{'m=4 µs':>8} {'GB/s':>5} | {f'm={a.m} µs':>9} {'GFLOP/s':>7}"
+    )
+    for model, typ, k, n in MODEL_SHAPES:
+        big = n * k > 1 << 24
+        layers = 1 if big else a.layers
+        r1 = bench(typ, k, n, 1, layers, a.runs, numpy=False)
+        r4 = bench(typ, k, n, 4, layers, a.runs, numpy=False)
+        line = (
+            f"{model:8} {typ:5} {k:5} {n:6} {r1['kib'] / 1024:6.1f} | "
+            f"{r1['host_us']:8.1f} {r1['host_gbs']:5.1f} | "
+            f"{r4['host_us']:8.1f} {r4['host_gbs']:5.1f} | "
+        )
+        if a.m > 0 and not big:
+            rp = bench(typ, k, n, a.m, max(a.layers // 4, 2), max(a.runs // 3, 5), numpy=False)
+            line += f"{rp['host_us']:9.1f} {rp['host_gflops']:7.1f}"
+        print(line, flush=True)
 
 
 if __name__ == "__main__":

@@ -171,7 +171,7 @@ pub(super) fn run<F: RowFmt, T: Elem>(
 }
 
 /// Threads worth using for `work` multiply-adds.
-fn tasks_for(work: usize) -> usize {
+pub(super) fn tasks_for(work: usize) -> usize {
     if work < PAR_MIN {
         1
     } else {

@@ -14,6 +14,11 @@
 //!   runs of 32 with four independent 8-lane accumulators. Mins are applied
 //!   once per sub-block as `b · Σx`, with per-sub-block sums of `x`
 //!   computed once per call.
+//! - `m ≤ 8` on CPUs with AVX-512 VNNI (module `vnni`): for Q4_0, Q4_1,
+//!   Q5_0, Q5_1, Q8_0 and Q2_K … Q6_K the activations are rounded once per
+//!   call to 8-bit blocks of 32 and dotted with the weight codes by integer
+//!   multiply-adds (`vpdpbusd`); see that module for the error bound. This
+//!   takes precedence over the two paths below.
 //! - `m > 1` (prefill): each task decodes a small panel of W rows (tens of
 //!   rows, a few hundred KiB at most) into a thread-local buffer and
 //!   multiplies all `m` rows of `x` against it with the `gemm` crate, so
@@ -30,6 +35,8 @@ mod float;
 mod kquants;
 mod legacy;
 mod seed;
+#[cfg(target_arch = "x86_64")]
+mod vnni;
 
 use half::f16;
 use rlx_ir::GgmlType;
@@ -361,6 +368,15 @@ pub fn dequant_matmul(
     };
     check_len(K, "dst", olen, numel(K, &[m, n])?)?;
     driver::with_x(x, xn, |xf| {
+        #[cfg(target_arch = "x86_64")]
+        let mut out = out;
+        #[cfg(target_arch = "x86_64")]
+        if m > 0 && m <= vnni::MAX_M && n > 0 && k > 0 {
+            let tasks = driver::tasks_for(m.saturating_mul(n).saturating_mul(k));
+            if vnni::try_run(ty, xf, w, rb, &mut out, m, k, n, tasks) {
+                return;
+            }
+        }
         with_fmt!(ty, F => match out {
             Out::F32(o) => driver::run::<F, f32>(xf, w, rb, o, m, k, n),
             Out::F16(o) => driver::run::<F, f16>(xf, w, rb, o, m, k, n),

@@ -208,22 +208,78 @@ fn assert_scaled(got: &[f32], want: &[f64], tol: f64, what: &str) {
     assert!(err <= tol * scale, "{what}: max err {err} vs scale {scale}");
 }
 
+/// Whether `dequant_matmul` rounds the activations of `ty` to 8-bit blocks
+/// on this machine for `m` rows (module `vnni`).
+fn int_dots(ty: GgmlType, m: usize) -> bool {
+    use GgmlType::*;
+    #[cfg(target_arch = "x86_64")]
+    if vnni::available() && m <= vnni::MAX_M {
+        return matches!(
+            ty,
+            Q4_0 | Q4_1 | Q5_0 | Q5_1 | Q8_0 | Q2K | Q3K | Q4K | Q5K | Q6K
+        );
+    }
+    let _ = (ty, m);
+    false
+}
+
+/// Per-output bound of the activation rounding of the integer-dot path:
+/// `½ Σ_e |w_je| · dx_b(e)` with `dx_b = max|x_b| / 127` per block of 32
+/// of each activation row (module `vnni`); zero where the path is not used.
+fn rounding_bound(ty: GgmlType, x: &[f32], w: &[u8], m: usize, k: usize, n: usize) -> Vec<f64> {
+    if !int_dots(ty, m) {
+        return vec![0.0; m * n];
+    }
+    let rows: Vec<Vec<f64>> = (0..n).map(|j| naive_row(ty, w, j, k)).collect();
+    let mut out = vec![0f64; m * n];
+    for i in 0..m {
+        let xi = &x[i * k..(i + 1) * k];
+        let dx: Vec<f64> = xi
+            .chunks_exact(32)
+            .map(|b| f64::from(b.iter().fold(0f32, |a, v| a.max(v.abs()))) / 127.0)
+            .collect();
+        for (j, r) in rows.iter().enumerate() {
+            out[i * n + j] = 0.5
+                * r.iter()
+                    .enumerate()
+                    .map(|(e, v)| v.abs() * dx[e / 32])
+                    .sum::<f64>();
+        }
+    }
+    out
+}
+
+/// `|got − want| ≤ tol · max|want| + bound` element-wise.
+#[track_caller]
+fn assert_bounded(got: &[f32], want: &[f64], bound: &[f64], tol: f64, what: &str) {
+    let scale = want.iter().fold(0f64, |a, &v| a.max(v.abs())).max(1e-30);
+    for (e, ((&g, &w), &b)) in got.iter().zip(want).zip(bound).enumerate() {
+        let err = (f64::from(g) - w).abs();
+        assert!(
+            err <= tol * scale + b,
+            "{what}: element {e}: got {g}, want {w} (err {err}, bound {b}, scale {scale})"
+        );
+    }
+}
+
 fn check(ty: GgmlType, m: usize, k: usize, n: usize, seed: u64) {
     let w = rand_rows(ty, n, k, seed);
     let x = rand_vec(m * k, seed + 7);
     let want = naive_matmul(ty, &x, &w, m, k, n);
+    let bound = rounding_bound(ty, &x, &w, m, k, n);
     let what = format!("{} m={m} k={k} n={n}", ty.name());
     let mut out = vec![f32::NAN; m * n];
     dequant_matmul(ty, Act::F32(&x), &w, Out::F32(&mut out), m, k, n).unwrap();
-    assert_scaled(&out, &want, 1e-5, &what);
+    assert_bounded(&out, &want, &bound, 1e-5, &what);
     // f16 activations and f16 result: the oracle sees the same rounded x
     let xh: Vec<f16> = x.iter().map(|&v| f16::from_f32(v)).collect();
     let xr: Vec<f32> = xh.iter().map(|v| v.to_f32()).collect();
     let want_h = naive_matmul(ty, &xr, &w, m, k, n);
+    let bound_h = rounding_bound(ty, &xr, &w, m, k, n);
     let mut oh = vec![f16::NAN; m * n];
     dequant_matmul(ty, Act::F16(&xh), &w, Out::F16(&mut oh), m, k, n).unwrap();
     let oh: Vec<f32> = oh.iter().map(|v| v.to_f32()).collect();
-    assert_scaled(&oh, &want_h, 2e-3, &format!("{what} f16"));
+    assert_bounded(&oh, &want_h, &bound_h, 2e-3, &format!("{what} f16"));
 }
 
 /// Small `k` for a type: three blocks (37 elements for the float rows).
@@ -385,5 +441,138 @@ fn portable_dot_row_matches_naive() {
             w.chunks_exact(rb).map(|r| F::dot_row(r, &x, &xsum)).collect()
         });
         assert_scaled(&got, &want, 1e-5, &format!("{} portable", ty.name()));
+    }
+}
+
+/// The formats with integer-dot kernels.
+const INT_DOT_TYPES: [GgmlType; 10] = {
+    use GgmlType::*;
+    [Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q2K, Q3K, Q4K, Q5K, Q6K]
+};
+
+#[test]
+fn integer_dot_types_odd_shapes() {
+    // odd m (row groups of 4 plus every remainder), odd n (ragged chunks),
+    // k an odd number of blocks; within the rounding bound of the oracle
+    for (t, &ty) in INT_DOT_TYPES.iter().enumerate() {
+        let bs = ty.block_size();
+        for (s, (m, nb, n)) in [
+            (1, 1, 1),
+            (2, 3, 5),
+            (3, 5, 13),
+            (5, 1, 7),
+            (7, 3, 3),
+            (8, 1, 9),
+            (9, 5, 31),
+            (17, 3, 65),
+        ]
+        .into_iter()
+        .enumerate()
+        {
+            check(ty, m, nb * bs, n, 500 + 17 * t as u64 + s as u64);
+        }
+    }
+}
+
+#[test]
+fn integer_dot_types_large_parallel_shapes() {
+    // above PAR_MIN: chunks run on the pool, prefill chunks capped by bytes
+    for (t, &ty) in INT_DOT_TYPES.iter().enumerate() {
+        for m in [1, 6] {
+            check(ty, m, 1280, 203, 900 + 3 * t as u64 + m as u64);
+        }
+    }
+}
+
+#[test]
+fn integer_dots_propagate_non_finite_activations() {
+    for &ty in &INT_DOT_TYPES {
+        let k = ty.block_size() * 2;
+        let n = 3;
+        let w = rand_rows(ty, n, k, 77);
+        for bad in [f32::INFINITY, f32::NAN] {
+            let mut x = rand_vec(2 * k, 78);
+            x[k + 5] = bad;
+            let mut out = vec![0f32; 2 * n];
+            dequant_matmul(ty, Act::F32(&x), &w, Out::F32(&mut out), 2, k, n).unwrap();
+            assert!(
+                out[..n].iter().all(|v| v.is_finite()),
+                "{} row 0",
+                ty.name()
+            );
+            assert!(
+                out[n..].iter().all(|v| !v.is_finite()),
+                "{} row 1 {bad}",
+                ty.name()
+            );
+        }
+    }
+}
+
+#[test]
+#[ignore = "timing probe; run with --release --ignored --nocapture"]
+fn integer_dot_timing_probe() {
+    // best of many calls (robust to a loaded machine), one thread and the
+    // default pool, integer-dot path vs the f32 path
+    let shapes = [
+        (GgmlType::Q4_1, 576, 1536),
+        (GgmlType::Q4_1, 1536, 576),
+        (GgmlType::Q8_0, 576, 1536),
+        (GgmlType::Q8_0, 576, 8192),
+        (GgmlType::Q5_0, 640, 2048),
+        (GgmlType::Q6K, 2048, 640),
+        (GgmlType::Q5_0, 2048, 640),
+        (GgmlType::Q4K, 1024, 4864),
+        (GgmlType::Q6K, 4864, 896),
+        (GgmlType::Q4K, 4864, 896),
+        (GgmlType::Q3K, 1024, 4864),
+        (GgmlType::Q2K, 1024, 4864),
+        (GgmlType::Q5K, 1024, 4864),
+    ];
+    let one = rayon::ThreadPoolBuilder::new()
+        .num_threads(1)
+        .build()
+        .unwrap();
+    for m in [1usize, 4, 64] {
+        for &(ty, k, n) in &shapes {
+            let w = rand_rows(ty, n, k, 1);
+            let x = rand_vec(m * k, 2);
+            let mut out = vec![0f32; m * n];
+            let reps = if m == 64 { 10 } else { 200 };
+            let best = |f: &mut dyn FnMut()| {
+                f();
+                (0..reps)
+                    .map(|_| {
+                        let t = std::time::Instant::now();
+                        f();
+                        t.elapsed().as_secs_f64()
+                    })
+                    .fold(f64::INFINITY, f64::min)
+            };
+            let rb = ty.row_bytes(k).unwrap();
+            let mut new =
+                || dequant_matmul(ty, Act::F32(&x), &w, Out::F32(&mut out), m, k, n).unwrap();
+            let t2 = best(&mut new);
+            let t1 = one.install(|| best(&mut new));
+            let mut out2 = vec![0f32; m * n];
+            let mut old =
+                || with_fmt!(ty, F => driver::run::<F, f32>(&x, &w, rb, &mut out2, m, k, n));
+            let o2 = best(&mut old);
+            let o1 = one.install(|| best(&mut old));
+            let gb = w.len() as f64 / 1e9;
+            let gf = 2.0 * (m * n * k) as f64 / 1e9;
+            println!(
+                "m={m:3} {:5} k={k:5} n={n:5}: int 1t {:7.1} us {:5.1} GB/s {:6.1} GF/s | 2t {:7.1} us {:5.1} GB/s {:6.1} GF/s || f32 1t {:7.1} us | 2t {:7.1} us",
+                ty.name(),
+                t1 * 1e6,
+                gb / t1,
+                gf / t1,
+                t2 * 1e6,
+                gb / t2,
+                gf / t2,
+                o1 * 1e6,
+                o2 * 1e6
+            );
+        }
     }
 }

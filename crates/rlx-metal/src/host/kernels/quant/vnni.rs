@@ -1,0 +1,654 @@
+//! Integer-dot quantised matmuls for CPUs with AVX-512 VNNI (+ VL, BW):
+//! the activations are quantised once per call to 8-bit blocks and every
+//! 32-element run of a weight block is dotted with them by `vpdpbusd`
+//! (unsigned weight codes × signed activation codes, four products summed
+//! into each i32 lane, no saturation).
+//!
+//! Numerics. Each row of `x` is cut into blocks of 32; block `b` gets
+//! `dx_b = max|x| / 127` and codes `qx = round(x / dx_b)` in `−127..=127`,
+//! so `|x − dx_b·qx| ≤ dx_b / 2` per element. Every supported weight format
+//! is written per 16-element half `h` of a run as `w = a_h·q + c_h` with
+//! an integer code `q`, so `Σ w·x ≈ Σ_h dx·(a_h·Σ q·qx + c_h·Σ qx)`.
+//! Formats with a min (Q4_1, Q5_1, Q2_K, Q4_K, Q5_K) use unsigned codes
+//! and the `c_h·Σ qx` term; the symmetric ones (Q4_0, Q5_0, Q8_0, Q3_K,
+//! Q6_K) recentre their codes to signed bytes (`c_h = 0`) and feed
+//! `vpdpbusd` with `|q|` and `sign(q)·qx`. The integer sums are exact,
+//! the scale products and the accumulation are f32. The only approximation
+//! beyond f32 rounding is the activation rounding, bounded per output `j`
+//! by `½ Σ_e |w_je|·dx_b(e)` — about 0.5 % of the output scale for
+//! Gaussian-like activations (the tests check the exact bound). A block of
+//! `x` holding a non-finite value gives `dx = NaN`, so the affected outputs
+//! are NaN rather than silently wrong.
+//!
+//! Work split: one task per chunk of weight rows (a few per thread); each
+//! task walks its rows for groups of up to four activation rows, so a
+//! block's codes are unpacked once per group and its bytes stay in L1
+//! while the group's rows are dotted with it.
+
+// The AVX-512 intrinsics and `target_feature` names used here are stable
+// since Rust 1.89; the workspace's declared `rust-version` (1.80) predates
+// them, so building this module needs a ≥ 1.89 toolchain.
+#![allow(clippy::incompatible_msrv)]
+
+use std::arch::x86_64::*;
+
+use std::cell::RefCell;
+
+use rayon::prelude::*;
+use rlx_ir::GgmlType;
+
+use super::super::Elem;
+use super::Out;
+
+/// Most activation rows the integer-dot path takes; larger `m` (prefill)
+/// goes to the panel + GEMM path, which is faster there.
+pub(super) const MAX_M: usize = 8;
+
+/// True when this CPU can run the kernels here.
+pub(super) fn available() -> bool {
+    std::is_x86_feature_detected!("avx512f")
+        && std::is_x86_feature_detected!("avx512bw")
+        && std::is_x86_feature_detected!("avx512vl")
+        && std::is_x86_feature_detected!("avx512vnni")
+        && std::is_x86_feature_detected!("avx2")
+        && std::is_x86_feature_detected!("fma")
+        && std::is_x86_feature_detected!("f16c")
+}
+
+thread_local! {
+    static QACT: RefCell<QAct> = RefCell::new(QAct::default());
+}
+
+/// Runs the integer-dot matmul when this CPU has the features and `ty` a
+/// kernel here (returns `false` otherwise, having done nothing). Lengths
+/// are checked by the caller; `m, n, k > 0`, `k` whole blocks.
+#[allow(clippy::too_many_arguments)]
+pub(super) fn try_run(
+    ty: GgmlType,
+    x: &[f32],
+    w: &[u8],
+    rb: usize,
+    out: &mut Out<'_>,
+    m: usize,
+    k: usize,
+    n: usize,
+    tasks: usize,
+) -> bool {
+    if !available() || k % 32 != 0 {
+        return false;
+    }
+    macro_rules! go {
+        ($V:ty) => {{
+            QACT.with(|c| {
+                let mut fresh = QAct::default();
+                let mut held = c.try_borrow_mut();
+                let qa = match held.as_deref_mut() {
+                    Ok(q) => q,
+                    Err(_) => &mut fresh,
+                };
+                match out {
+                    Out::F32(o) => run::<$V, f32>(qa, x, w, rb, o, m, k, n, tasks),
+                    Out::F16(o) => run::<$V, half::f16>(qa, x, w, rb, o, m, k, n, tasks),
+                }
+            });
+            true
+        }};
+    }
+    use GgmlType as G;
+    match ty {
+        G::Q4_0 => go!(VQ4_0),
+        G::Q4_1 => go!(VQ4_1),
+        G::Q5_0 => go!(VQ5_0),
+        G::Q5_1 => go!(VQ5_1),
+        G::Q8_0 => go!(VQ8_0),
+        G::Q2K => go!(VQ2K),
+        G::Q3K => go!(VQ3K),
+        G::Q4K => go!(VQ4K),
+        G::Q5K => go!(VQ5K),
+        G::Q6K => go!(VQ6K),
+        _ => false,
+    }
+}
+
+/// Activations quantised per block of 32: codes, block scales and the
+/// scaled code sums of each 16-element half (`dx · Σ qx`).
+#[derive(Default)]
+pub(super) struct QAct {
+    q: Vec<i8>,
+    d: Vec<f32>,
+    s: Vec<f32>,
+}
+
+impl QAct {
+    /// Quantises `x [m, k]` (`k` a multiple of 32), reusing the buffers.
+    fn fill(&mut self, x: &[f32], m: usize, k: usize) {
+        let nb = m * k / 32;
+        self.q.resize(m * k, 0);
+        self.d.resize(nb, 0.0);
+        self.s.resize(2 * nb, 0.0);
+        // SAFETY: `available()` was checked by the only caller (`run`).
+        unsafe { quantize(&x[..m * k], &mut self.q, &mut self.d, &mut self.s) }
+    }
+}
+
+/// Per-block activation quantisation (see the module docs).
+#[target_feature(enable = "avx2,fma,avx512f,avx512bw,avx512vl")]
+unsafe fn quantize(x: &[f32], q: &mut [i8], d: &mut [f32], s: &mut [f32]) {
+    let blocks = x.chunks_exact(32).zip(q.chunks_exact_mut(32));
+    for (((xb, qb), db), sb) in blocks.zip(d.iter_mut()).zip(s.chunks_exact_mut(2)) {
+        let mut amax = 0f32;
+        let mut finite = true;
+        for &v in xb {
+            amax = amax.max(v.abs());
+            finite &= v.is_finite();
+        }
+        let dx = amax / 127.0;
+        let inv = if dx > 0.0 { 1.0 / dx } else { 0.0 };
+        let mut sums = [0i32; 2];
+        for (h, (xh, qh)) in xb.chunks_exact(16).zip(qb.chunks_exact_mut(16)).enumerate() {
+            let mut t = 0i32;
+            for (o, &v) in qh.iter_mut().zip(xh) {
+                let c = (v * inv).round_ties_even().clamp(-127.0, 127.0) as i8;
+                *o = c;
+                t += i32::from(c);
+            }
+            sums[h] = t;
+        }
+        let dx = if finite { dx } else { f32::NAN };
+        *db = dx;
+        sb[0] = dx * sums[0] as f32;
+        sb[1] = dx * sums[1] as f32;
+    }
+}
+
+/// f16 at `p` (unaligned) widened with F16C.
+#[inline(always)]
+unsafe fn h2f(p: *const u8) -> f32 {
+    // SAFETY: the caller guarantees 2 readable bytes and F16C.
+    unsafe {
+        let bits = i32::from(p.cast::<u16>().read_unaligned());
+        _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(bits)))
+    }
+}
+
+/// 16 bytes at `p` as 32 nibble codes: low nibbles (elements 0..16) then
+/// high nibbles (16..32).
+#[inline(always)]
+unsafe fn nib32(p: *const u8) -> __m256i {
+    // SAFETY: 16 readable bytes at `p`; AVX2 present.
+    unsafe {
+        let v = _mm_loadu_si128(p.cast());
+        let both = _mm256_inserti128_si256(_mm256_castsi128_si256(v), _mm_srli_epi16(v, 4), 1);
+        _mm256_and_si256(both, _mm256_set1_epi8(0x0F))
+    }
+}
+
+/// `16` in each byte whose bit is set in the 32-bit mask at `p`.
+#[inline(always)]
+unsafe fn bit5(p: *const u8) -> __m256i {
+    // SAFETY: 4 readable bytes at `p`; AVX-512 BW + VL present.
+    unsafe {
+        let m = p.cast::<u32>().read_unaligned();
+        _mm256_maskz_set1_epi8(m, 16)
+    }
+}
+
+/// A weight format as runs of 32 unsigned codes with per-half affine
+/// scales (see the module docs).
+pub(super) trait VFmt: 'static {
+    /// Bytes per block.
+    const BB: usize;
+    /// Runs of 32 elements per block (1 or 8).
+    const RUNS: usize;
+    /// Whether both halves of every run share `a` and `c`.
+    const UNIFORM: bool;
+    /// Whether the codes are signed bytes with no offset (`c = 0`): then
+    /// the dot runs as `|q| · (sign(q)·qx)`, which is exact for
+    /// `q ∈ −128..=127`, and no `c · Σqx` term is needed.
+    const SIGNED: bool = false;
+    /// Writes the half scales `a[..2·RUNS]` and offsets `c[..2·RUNS]` of the
+    /// block at `p` (only the even entries when `UNIFORM`).
+    ///
+    /// # Safety
+    /// `BB` readable bytes at `p`; AVX-512 F/BW/VL, F16C present.
+    unsafe fn scales(p: *const u8, a: &mut [f32; 16], c: &mut [f32; 16]);
+    /// The codes of run `r` of the block at `p`.
+    ///
+    /// # Safety
+    /// As [`VFmt::scales`], and `r < RUNS`.
+    unsafe fn codes(p: *const u8, r: usize) -> __m256i;
+}
+
+/// Q4_0: signed codes `q − 8`, `w = d·(q − 8)`.
+pub(super) struct VQ4_0;
+/// Q4_1: `w = d·q + m`.
+pub(super) struct VQ4_1;
+/// Q5_0: signed codes `q − 16`.
+pub(super) struct VQ5_0;
+/// Q5_1: `w = d·q + m`.
+pub(super) struct VQ5_1;
+/// Q8_0: the int8 codes as they are, `w = d·q`.
+pub(super) struct VQ8_0;
+/// Q2_K: `w = d·sc·q − dmin·m` per half.
+pub(super) struct VQ2K;
+/// Q3_K: signed codes `low − 4·(1 − high)`, `w = d·sc·q`.
+pub(super) struct VQ3K;
+/// Q4_K: `w = d·sc·q − dmin·m` per run.
+pub(super) struct VQ4K;
+/// Q5_K: as Q4_K with a fifth bit.
+pub(super) struct VQ5K;
+/// Q6_K: signed codes `q − 32`, `w = d·sc·q` per half.
+pub(super) struct VQ6K;
+
+impl VFmt for VQ4_0 {
+    const SIGNED: bool = true;
+    const BB: usize = 18;
+    const RUNS: usize = 1;
+    const UNIFORM: bool = true;
+    #[inline(always)]
+    unsafe fn scales(p: *const u8, a: &mut [f32; 16], c: &mut [f32; 16]) {
+        // SAFETY: forwarded.
+        (a[0], c[0]) = (unsafe { h2f(p) }, 0.0);
+    }
+    #[inline(always)]
+    unsafe fn codes(p: *const u8, _r: usize) -> __m256i {
+        // SAFETY: forwarded.
+        unsafe { _mm256_sub_epi8(nib32(p.add(2)), _mm256_set1_epi8(8)) }
+    }
+}
+
+impl VFmt for VQ4_1 {
+    const BB: usize = 20;
+    const RUNS: usize = 1;
+    const UNIFORM: bool = true;
+    #[inline(always)]
+    unsafe fn scales(p: *const u8, a: &mut [f32; 16], c: &mut [f32; 16]) {
+        // SAFETY: forwarded.
+        unsafe { (a[0], c[0]) = (h2f(p), h2f(p.add(2))) };
+    }
+    #[inline(always)]
+    unsafe fn codes(p: *const u8, _r: usize) -> __m256i {
+        // SAFETY: forwarded.
+        unsafe { nib32(p.add(4)) }
+    }
+}
+
+impl VFmt for VQ5_0 {
+    const SIGNED: bool = true;
+    const BB: usize = 22;
+    const RUNS: usize = 1;
+    const UNIFORM: bool = true;
+    #[inline(always)]
+    unsafe fn scales(p: *const u8, a: &mut [f32; 16], c: &mut [f32; 16]) {
+        // SAFETY: forwarded.
+        (a[0], c[0]) = (unsafe { h2f(p) }, 0.0);
+    }
+    #[inline(always)]
+    unsafe fn codes(p: *const u8, _r: usize) -> __m256i {
+        // SAFETY: forwarded.
+        unsafe {
+            let q = _mm256_or_si256(nib32(p.add(6)), bit5(p.add(2)));
+            _mm256_sub_epi8(q, _mm256_set1_epi8(16))
+        }
+    }
+}
+
+impl VFmt for VQ5_1 {
+    const BB: usize = 24;
+    const RUNS: usize = 1;
+    const UNIFORM: bool = true;
+    #[inline(always)]
+    unsafe fn scales(p: *const u8, a: &mut [f32; 16], c: &mut [f32; 16]) {
+        // SAFETY: forwarded.
+        unsafe { (a[0], c[0]) = (h2f(p), h2f(p.add(2))) };
+    }
+    #[inline(always)]
+    unsafe fn codes(p: *const u8, _r: usize) -> __m256i {
+        // SAFETY: forwarded.
+        unsafe { _mm256_or_si256(nib32(p.add(8)), bit5(p.add(4))) }
+    }
+}
+
+impl VFmt for VQ8_0 {
+    const SIGNED: bool = true;
+    const BB: usize = 34;
+    const RUNS: usize = 1;
+    const UNIFORM: bool = true;
+    #[inline(always)]
+    unsafe fn scales(p: *const u8, a: &mut [f32; 16], c: &mut [f32; 16]) {
+        // SAFETY: forwarded.
+        (a[0], c[0]) = (unsafe { h2f(p) }, 0.0);
+    }
+    #[inline(always)]
+    unsafe fn codes(p: *const u8, _r: usize) -> __m256i {
+        // SAFETY: forwarded (32 code bytes after the scale).
+        unsafe { _mm256_loadu_si256(p.add(2).cast()) }
+    }
+}
+
+/// Two-bit codes of run `r` (`n = r / 4`, `j = r % 4`) from `qs` at `p`.
+#[inline(always)]
+unsafe fn two_bits(p: *const u8, r: usize) -> __m256i {
+    // SAFETY: 64 readable bytes at `p`; AVX2 present.
+    unsafe {
+        let v = _mm256_loadu_si256(p.add(32 * (r / 4)).cast());
+        let sh = _mm_cvtsi32_si128(2 * (r % 4) as i32);
+        _mm256_and_si256(_mm256_srl_epi16(v, sh), _mm256_set1_epi8(3))
+    }
+}
+
+impl VFmt for VQ2K {
+    const BB: usize = 84;
+    const RUNS: usize = 8;
+    const UNIFORM: bool = false;
+    #[inline(always)]
+    unsafe fn scales(p: *const u8, a: &mut [f32; 16], c: &mut [f32; 16]) {
+        // SAFETY: forwarded.
+        let (d, dmin) = unsafe { (h2f(p.add(80)), h2f(p.add(82))) };
+        for h in 0..16 {
+            // SAFETY: h < 16 ≤ BB.
+            let sc = unsafe { *p.add(h) };
+            a[h] = d * f32::from(sc & 0x0F);
+            c[h] = -dmin * f32::from(sc >> 4);
+        }
+    }
+    #[inline(always)]
+    unsafe fn codes(p: *const u8, r: usize) -> __m256i {
+        // SAFETY: forwarded.
+        unsafe { two_bits(p.add(16), r) }
+    }
+}
+
+impl VFmt for VQ3K {
+    const BB: usize = 110;
+    const RUNS: usize = 8;
+    const UNIFORM: bool = false;
+    const SIGNED: bool = true;
+    #[inline(always)]
+    unsafe fn scales(p: *const u8, a: &mut [f32; 16], c: &mut [f32; 16]) {
+        // SAFETY: forwarded.
+        let (sc, d) = unsafe { (&*p.add(96).cast::<[u8; 12]>(), h2f(p.add(108))) };
+        for h in 0..16 {
+            let low = if h < 8 { sc[h] & 0x0F } else { sc[h - 8] >> 4 };
+            let high = (sc[8 + h % 4] >> (2 * (h / 4))) & 3;
+            let s = d * (f32::from(low | (high << 4)) - 32.0);
+            (a[h], c[h]) = (s, 0.0);
+        }
+    }
+    #[inline(always)]
+    unsafe fn codes(p: *const u8, r: usize) -> __m256i {
+        // SAFETY: forwarded (hmask at 0, qs at 32).
+        unsafe {
+            let low = two_bits(p.add(32), r);
+            let hm = _mm256_loadu_si256(p.cast());
+            let bit = _mm256_set1_epi8(1 << r);
+            let on = _mm256_cmpeq_epi8(_mm256_and_si256(hm, bit), bit);
+            _mm256_sub_epi8(low, _mm256_andnot_si256(on, _mm256_set1_epi8(4)))
+        }
+    }
+}
+
+/// Q4_K / Q5_K scales: run `r` has `a = d·s_r`, `c = −dmin·m_r`.
+#[inline(always)]
+unsafe fn k4_scales(p: *const u8, a: &mut [f32; 16], c: &mut [f32; 16]) {
+    // SAFETY: 16 readable bytes at `p`; F16C present.
+    let (d, dmin, sc) = unsafe { (h2f(p), h2f(p.add(2)), &*p.add(4).cast::<[u8; 12]>()) };
+    let (s, m) = super::kquants::k4_scales(sc);
+    for r in 0..8 {
+        a[2 * r] = d * s[r];
+        c[2 * r] = -dmin * m[r];
+    }
+}
+
+/// Nibbles of run `r` (`r / 2` selects 32 bytes, `r % 2` the nibble).
+#[inline(always)]
+unsafe fn k4_nibbles(qs: *const u8, r: usize) -> __m256i {
+    // SAFETY: 128 readable bytes at `qs`; AVX2 present.
+    unsafe {
+        let v = _mm256_loadu_si256(qs.add(32 * (r / 2)).cast());
+        let v = if r % 2 == 0 {
+            v
+        } else {
+            _mm256_srli_epi16(v, 4)
+        };
+        _mm256_and_si256(v, _mm256_set1_epi8(0x0F))
+    }
+}
+
+impl VFmt for VQ4K {
+    const BB: usize = 144;
+    const RUNS: usize = 8;
+    const UNIFORM: bool = true;
+    #[inline(always)]
+    unsafe fn scales(p: *const u8, a: &mut [f32; 16], c: &mut [f32; 16]) {
+        // SAFETY: forwarded.
+        unsafe { k4_scales(p, a, c) }
+    }
+    #[inline(always)]
+    unsafe fn codes(p: *const u8, r: usize) -> __m256i {
+        // SAFETY: forwarded.
+        unsafe { k4_nibbles(p.add(16), r) }
+    }
+}
+
+impl VFmt for VQ5K {
+    const BB: usize = 176;
+    const RUNS: usize = 8;
+    const UNIFORM: bool = true;
+    #[inline(always)]
+    unsafe fn scales(p: *const u8, a: &mut [f32; 16], c: &mut [f32; 16]) {
+        // SAFETY: forwarded.
+        unsafe { k4_scales(p, a, c) }
+    }
+    #[inline(always)]
+    unsafe fn codes(p: *const u8, r: usize) -> __m256i {
+        // SAFETY: forwarded (qh at 16, qs at 48).
+        unsafe {
+            let qh = _mm256_loadu_si256(p.add(16).cast());
+            let bit = _mm256_set1_epi8(1 << r);
+            let on = _mm256_cmpeq_epi8(_mm256_and_si256(qh, bit), bit);
+            _mm256_or_si256(
+                k4_nibbles(p.add(48), r),
+                _mm256_and_si256(on, _mm256_set1_epi8(16)),
+            )
+        }
+    }
+}
+
+impl VFmt for VQ6K {
+    const BB: usize = 210;
+    const RUNS: usize = 8;
+    const UNIFORM: bool = false;
+    const SIGNED: bool = true;
+    #[inline(always)]
+    unsafe fn scales(p: *const u8, a: &mut [f32; 16], c: &mut [f32; 16]) {
+        // SAFETY: forwarded (int8 scales at 192, d at 208).
+        let d = unsafe { h2f(p.add(208)) };
+        for h in 0..16 {
+            // SAFETY: 192 + h < BB.
+            let s = d * f32::from(unsafe { *p.add(192 + h) } as i8);
+            (a[h], c[h]) = (s, 0.0);
+        }
+    }
+    #[inline(always)]
+    unsafe fn codes(p: *const u8, r: usize) -> __m256i {
+        // SAFETY: forwarded (ql at 0, qh at 128).
+        unsafe {
+            let (n, rr) = (r / 4, r % 4);
+            let ql = _mm256_loadu_si256(p.add(64 * n + 32 * (rr & 1)).cast());
+            let low = if rr < 2 { ql } else { _mm256_srli_epi16(ql, 4) };
+            let low = _mm256_and_si256(low, _mm256_set1_epi8(0x0F));
+            let qh = _mm256_loadu_si256(p.add(128 + 32 * n).cast());
+            let high = _mm256_srl_epi16(qh, _mm_cvtsi32_si128(2 * rr as i32));
+            let high = _mm256_slli_epi16(_mm256_and_si256(high, _mm256_set1_epi8(3)), 4);
+            _mm256_sub_epi8(_mm256_or_si256(low, high), _mm256_set1_epi8(32))
+        }
+    }
+}
+
+/// Horizontal sum of 8 lanes.
+#[inline(always)]
+unsafe fn hsum(v: __m256) -> f32 {
+    // SAFETY: AVX present.
+    unsafe {
+        let s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+        let s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+        _mm_cvtss_f32(_mm_add_ss(s, _mm_shuffle_ps(s, s, 1)))
+    }
+}
+
+/// Dots of one packed weight row (`nb` blocks at `w`) with `M` quantised
+/// activation rows starting at block `x0[i]` of `qa`.
+#[inline(always)]
+unsafe fn dot_rows<V: VFmt, const M: usize>(
+    w: *const u8,
+    nb: usize,
+    qa: &QAct,
+    x0: [usize; M],
+) -> [f32; M] {
+    let mut bacc = [0f32; M];
+    let (mut a, mut c) = ([0f32; 16], [0f32; 16]);
+    // SAFETY: the caller guarantees `nb` blocks at `w` and `nb·RUNS` blocks
+    // of 32 in `qa` from each `x0[i]`, and the CPU features.
+    unsafe {
+        let mut acc = [_mm256_setzero_ps(); M];
+        let (q, d, s) = (qa.q.as_ptr(), qa.d.as_ptr(), qa.s.as_ptr());
+        for blk in 0..nb {
+            let p = w.add(blk * V::BB);
+            V::scales(p, &mut a, &mut c);
+            for r in 0..V::RUNS {
+                let codes = V::codes(p, r);
+                let mag = if V::SIGNED {
+                    _mm256_abs_epi8(codes)
+                } else {
+                    codes
+                };
+                let av = if V::UNIFORM {
+                    _mm256_set1_ps(a[2 * r])
+                } else {
+                    _mm256_setr_m128(_mm_set1_ps(a[2 * r]), _mm_set1_ps(a[2 * r + 1]))
+                };
+                for i in 0..M {
+                    let xb = x0[i] + blk * V::RUNS + r;
+                    let xq = _mm256_loadu_si256(q.add(32 * xb).cast());
+                    let xq = if V::SIGNED {
+                        _mm256_sign_epi8(xq, codes)
+                    } else {
+                        xq
+                    };
+                    let dp = _mm256_dpbusd_epi32(_mm256_setzero_si256(), mag, xq);
+                    let sc = _mm256_mul_ps(av, _mm256_set1_ps(*d.add(xb)));
+                    acc[i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dp), sc, acc[i]);
+                    if V::SIGNED {
+                        continue;
+                    }
+                    let (s0, s1) = (*s.add(2 * xb), *s.add(2 * xb + 1));
+                    bacc[i] += if V::UNIFORM {
+                        c[2 * r] * (s0 + s1)
+                    } else {
+                        c[2 * r] * s0 + c[2 * r + 1] * s1
+                    };
+                }
+            }
+        }
+        let mut out = [0f32; M];
+        for i in 0..M {
+            out[i] = hsum(acc[i]) + bacc[i];
+        }
+        out
+    }
+}
+
+/// Output elements written by parallel row-chunk tasks.
+struct Dst<T> {
+    ptr: *mut T,
+    n: usize,
+}
+
+// SAFETY: tasks write disjoint column ranges of one exclusively borrowed
+// `[m, n]` buffer; `T` values are plain data.
+unsafe impl<T: Send> Sync for Dst<T> {}
+
+/// Rows `j0..j0 + rows` of the output for every activation row.
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+unsafe fn chunk<V: VFmt, T: Elem>(
+    w: &[u8],
+    rb: usize,
+    qa: &QAct,
+    dst: &Dst<T>,
+    m: usize,
+    j0: usize,
+    rows: usize,
+) {
+    let nb = rb / V::BB;
+    let xb = nb * V::RUNS;
+    let mut i = 0;
+    // SAFETY: the caller checked `w ≥ (j0 + rows)·rb`, `qa` holds `m` rows
+    // of `nb·RUNS` blocks, and the output `m·n` with `j0 + rows ≤ n`.
+    unsafe {
+        macro_rules! group {
+            ($g:literal) => {{
+                let x0: [usize; $g] = std::array::from_fn(|t| (i + t) * xb);
+                for j in j0..j0 + rows {
+                    let r = dot_rows::<V, $g>(w.as_ptr().add(j * rb), nb, qa, x0);
+                    for (t, v) in r.into_iter().enumerate() {
+                        *dst.ptr.add((i + t) * dst.n + j) = T::from_f32(v);
+                    }
+                }
+            }};
+        }
+        while i < m {
+            let g = (m - i).min(4);
+            match g {
+                4 => group!(4),
+                3 => group!(3),
+                2 => group!(2),
+                _ => group!(1),
+            }
+            i += g;
+        }
+    }
+}
+
+/// `out[m, n] = x[m, k] @ dequant(w)ᵀ` for the format `V` (lengths checked
+/// by the caller, `k` a whole number of blocks, `m, n, k > 0`);
+/// `tasks` is how many threads to use.
+#[allow(clippy::too_many_arguments)]
+fn run<V: VFmt, T: Elem>(
+    qa: &mut QAct,
+    x: &[f32],
+    w: &[u8],
+    rb: usize,
+    out: &mut [T],
+    m: usize,
+    k: usize,
+    n: usize,
+    tasks: usize,
+) {
+    qa.fill(x, m, k);
+    let qa = &*qa;
+    let dst = Dst {
+        ptr: out.as_mut_ptr(),
+        n,
+    };
+    // a few chunks per thread (work stealing evens out noisy cores), and
+    // for several row groups at most ~32 KiB of packed rows per chunk so
+    // they stay in L1/L2 while every group passes over them
+    let mut rows = n.div_ceil(tasks * 4).max(1);
+    if m > 4 {
+        rows = rows.min((32 * 1024 / rb.max(1)).max(4));
+    }
+    let one = |c: usize| {
+        let j0 = c * rows;
+        let r = rows.min(n - j0);
+        // SAFETY: `run`'s callers check `available()`; j0 + r ≤ n, w holds
+        // n·rb bytes, out m·n elements, chunks own disjoint columns.
+        unsafe { chunk::<V, T>(w, rb, qa, &dst, m, j0, r) }
+    };
+    let chunks = n.div_ceil(rows);
+    if tasks <= 1 {
+        (0..chunks).for_each(one);
+    } else {
+        (0..chunks).into_par_iter().for_each(one);
+    }
+}
