@@ -101,6 +101,8 @@ class Executable:
     def __new__(
         cls, graph: Graph, device: str = "host", dims: Optional[dict[str, int]] = None
     ) -> Executable: ...
+    def pass_report(self) -> str:
+        """The fusion-pass report (one line per pass, then dispatches)."""
     def verify(self) -> None:
         """Run the schedule verifier."""
     def arena_view(self) -> memoryview:

@@ -254,6 +254,12 @@ class Executable:
         ``fallback_by_thunk`` those of them that run through the numpy reference."""
         return dict(self._native.stats())
 
+    def report(self) -> str:
+        """What the fusion passes did: per pass its matches and the thunk count
+        before and after, then the dispatches of the lowered and final schedule.
+        ``stats["pass_matches"]`` has the same per pass (-1 = disabled)."""
+        return str(self._native.pass_report())
+
     def verify(self) -> None:
         """Run the schedule verifier."""
         self._native.verify()

@@ -241,6 +241,12 @@ impl PyExecutable {
         })
     }
 
+    /// The fusion-pass report: one line per pass (matches, thunks before
+    /// and after), then dispatches lowered → final.
+    fn pass_report(&self) -> String {
+        self.compiled.passes.to_string()
+    }
+
     /// Run the schedule verifier (raises on the first problem).
     fn verify(&self) -> PyResult<()> {
         verify(&self.compiled).map_err(compile_err)
@@ -470,6 +476,13 @@ impl PyExecutable {
         d.set_item("weights_bytes_external", external)?;
         d.set_item("segments", self.stores.len())?;
         d.set_item("thunks", c.schedule.thunks.len())?;
+        d.set_item("dispatches_lowered", c.passes.dispatches_before)?;
+        d.set_item("dispatches", c.passes.dispatches_after)?;
+        let passes = PyDict::new(py);
+        for p in &c.passes.passes {
+            passes.set_item(&p.name, if p.enabled { p.matches as i64 } else { -1 })?;
+        }
+        d.set_item("pass_matches", passes)?;
         d.set_item("verified_at_compile", self.verified_at_compile)?;
         let native = c
             .schedule

@@ -45,6 +45,14 @@ pub enum CompileError {
         /// Node index.
         node: usize,
     },
+    /// `RLX_DISABLE_PASS` names a pass that does not exist.
+    #[error("[compile] RLX_DISABLE_PASS names unknown pass '{name}'; passes: {known}")]
+    UnknownPass {
+        /// The unknown name.
+        name: String,
+        /// Every pass name, comma-separated.
+        known: String,
+    },
     /// Memory planning failed.
     #[error(transparent)]
     Plan(#[from] PlanError),

@@ -86,9 +86,29 @@ pub struct HostExecutor {
     pub last_fallbacks: usize,
 }
 
+/// Size rayon's global pool from `RLX_NUM_THREADS` (0 or unset: one
+/// worker per core), once per process. Later calls do nothing; a pool some
+/// other code built first is kept.
+pub fn init_threads() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        let n = rlx_ir::env::get("RLX_NUM_THREADS")
+            .and_then(|v| v.trim().parse::<usize>().ok())
+            .unwrap_or(0);
+        if n > 0 {
+            // An error only means a global pool exists already.
+            let _ = rayon::ThreadPoolBuilder::new()
+                .num_threads(n)
+                .build_global();
+        }
+    });
+}
+
 impl HostExecutor {
-    /// An executor in `mode`.
+    /// An executor in `mode`. The first one sizes the worker pool
+    /// ([`init_threads`]).
     pub fn new(mode: Mode) -> Self {
+        init_threads();
         HostExecutor {
             mode,
             staging: Staging::default(),

@@ -13,8 +13,9 @@
 //!   not fuse, since the fused thunk never writes the sum;
 //! * neither `x` nor `res` is written between the add and the norm (the
 //!   fused thunk reads them at the norm's slot);
-//! * the norm's output does not overlap `x` or `res` (a row-parallel kernel
-//!   would read bytes another row already wrote).
+//! * the norm's output either is exactly `x` or `res` (each row is read in
+//!   full before the same row is written) or does not overlap them at all —
+//!   a shifted overlap would let one row read bytes another row wrote.
 
 use super::dataflow::Dataflow;
 use super::{Pass, PassContext};
@@ -95,7 +96,8 @@ fn plan(thunks: &[Thunk], df: &Dataflow, i: usize) -> Option<(FusedResidualRmsNo
         return None;
     }
     let out = ByteRange::new(norm.dst, span);
-    if out.overlaps(&x) || out.overlaps(&res) {
+    let clash = |r: &ByteRange| out.overlaps(r) && out != *r;
+    if clash(&x) || clash(&res) {
         return None;
     }
     dead.push(at);
@@ -259,9 +261,16 @@ mod tests {
     }
 
     #[test]
-    fn refuses_output_overlapping_an_operand() {
-        let (_, m) = fuse(vec![add(0, B, 2 * B), rms(2 * B, 0)], &[out(0)]);
+    fn refuses_output_shifted_over_an_operand() {
+        let (_, m) = fuse(vec![add(0, B, 2 * B), rms(2 * B, 8)], &[out(8)]);
         assert_eq!(m, 0);
+    }
+
+    #[test]
+    fn fires_with_output_exactly_on_an_operand() {
+        let (n, m) = fuse(vec![add(0, B, 2 * B), rms(2 * B, 0)], &[out(0)]);
+        assert_eq!(m, 1);
+        assert_eq!(n, vec!["fused_residual_rms_norm"]);
     }
 
     #[test]

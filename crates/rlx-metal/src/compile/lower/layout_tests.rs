@@ -3,6 +3,7 @@
 //! their parent's buffer.
 
 use super::*;
+use crate::compile::compile;
 use crate::thunk::{buffer_of, is_arena, raw_offset, Buf};
 
 fn f32s(d: &[usize]) -> Shape {

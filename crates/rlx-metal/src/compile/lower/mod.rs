@@ -26,7 +26,8 @@ mod shape;
 
 use super::error::CompileError;
 use super::plan::{plan, Value, ValueKind, DEFAULT_ALIGN};
-use crate::thunk::{tag_segment, tag_state, tag_weight, HalfFlag, Thunk, ThunkSchedule};
+use crate::passes::PassReport;
+use crate::thunk::{tag_segment, tag_state, tag_weight, ByteRange, HalfFlag, Thunk, ThunkSchedule};
 use rlx_ir::{DType, Dim, Graph, NodeId, Op, Shape};
 use std::collections::HashMap;
 
@@ -80,12 +81,24 @@ pub struct Compiled {
     pub shapes: Vec<Shape>,
     /// Offset of every node's value (tagged for weights).
     pub offsets: Vec<usize>,
+    /// What the fusion passes did (empty straight out of [`lower`]).
+    pub passes: PassReport,
 }
 
 impl Compiled {
     /// Total bytes of all weights segments (constants + params).
     pub fn weights_bytes(&self) -> usize {
         self.segment_bytes.iter().sum()
+    }
+
+    /// The ranges that must hold their values after a run: every graph
+    /// output and every state.
+    pub fn live_out(&self) -> Vec<ByteRange> {
+        self.outputs
+            .iter()
+            .chain(&self.states)
+            .map(|b| ByteRange::new(b.offset, b.shape.size_bytes().unwrap_or(0)))
+            .collect()
     }
 }
 
@@ -336,8 +349,9 @@ fn lower_node(ctx: &mut Ctx<'_>) -> Result<(), CompileError> {
     }
 }
 
-/// Compile `graph` into a schedule.
-pub fn compile(graph: &Graph, opts: &CompileOptions) -> Result<Compiled, CompileError> {
+/// Lower `graph` into a schedule over a planned arena (no fusion passes;
+/// [`crate::compile::compile`] runs those after this).
+pub fn lower(graph: &Graph, opts: &CompileOptions) -> Result<Compiled, CompileError> {
     rlx_ir::verify::verify(graph)?;
     let n = graph.len();
     let shapes: Vec<Shape> = (0..n)
@@ -532,6 +546,7 @@ pub fn compile(graph: &Graph, opts: &CompileOptions) -> Result<Compiled, Compile
         constants,
         shapes,
         offsets,
+        passes: PassReport::default(),
     })
 }
 

@@ -1,6 +1,7 @@
 //! Lowering tests: thunk kinds a graph lowers to, views, errors.
 
 use super::*;
+use crate::compile::compile;
 use rlx_ir::op::{Activation, BinaryOp};
 
 fn f32s(d: &[usize]) -> Shape {
