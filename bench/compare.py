@@ -198,7 +198,7 @@ def _model_path(model: str) -> Path:
 
         return ensure_model(model)
     except ImportError:
-        py = str(ROOT / ".venv" / "bin" / "python")
+        py = os.environ.get("RLX_PYTHON", str(ROOT / ".venv" / "bin" / "python"))
         code = (
             "import sys; from rlx.io.models import ensure_model; print(ensure_model(sys.argv[1]))"
         )

@@ -466,7 +466,7 @@ def _model_info(model: str) -> tuple[Path, str]:
             "import json, sys; from rlx.io.models import MODELS, ensure_model; "
             "m = sys.argv[1]; print(json.dumps([str(ensure_model(m)), MODELS[m].sha256]))"
         )
-        py = str(ROOT / ".venv" / "bin" / "python")
+        py = os.environ.get("RLX_PYTHON", str(ROOT / ".venv" / "bin" / "python"))
         out = subprocess.run([py, "-c", code, model], stdout=subprocess.PIPE, check=True)
         path, sha = json.loads(out.stdout.decode().strip().splitlines()[-1])
         return Path(path), sha
