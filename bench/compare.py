@@ -49,6 +49,11 @@ TG = (32, 128)
 #: Flags the peer llama.cpp is built with (scripts/setup_peers.sh).
 LLAMA_FLAGS = "AVX2+FMA+F16C+BMI2+AVX512(F,VNNI,BF16), AMX off, GGML_NATIVE off"
 
+#: libgomp's default active spin-wait at llama.cpp's per-op barriers collapses its
+#: throughput 5-50x when other processes share the cores (measured here: SmolLM2 tg32
+#: 2.4 vs 33 tok/s on a loaded 2-core machine); passive waiting is the fair setting.
+OMP_ENV = {"OMP_WAIT_POLICY": "PASSIVE"}
+
 Figures = dict[str, Optional[float]]  # keys pp64 pp256 tg32 tg128 rss_mb load_s
 KEYS = [f"pp{n}" for n in PP] + [f"tg{n}" for n in TG] + ["rss_mb"]
 
@@ -63,7 +68,9 @@ def _llama_bench() -> Optional[str]:
 
 def _child_peak_rss_mb(cmd: list[str]) -> Optional[float]:
     """Runs ``cmd`` and returns its peak RSS (MiB) from ``wait4``; None if it failed."""
-    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    proc = subprocess.Popen(
+        cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=_llama_env()
+    )
     _, status, usage = os.wait4(proc.pid, 0)
     proc.returncode = os.waitstatus_to_exitcode(status)
     if proc.returncode != 0:
@@ -71,12 +78,18 @@ def _child_peak_rss_mb(cmd: list[str]) -> Optional[float]:
     return usage.ru_maxrss / 1024.0  # KiB on Linux
 
 
+def _llama_env() -> dict[str, str]:
+    return dict(os.environ, **OMP_ENV)
+
+
 def _llama_round(bench: Optional[str], gguf: Path, threads: int) -> Figures:
     """One round of llama.cpp throughput figures (tokens/s)."""
     if bench is not None:
         cmd = [bench, "-m", str(gguf), "-t", str(threads), "-r", "1", "-o", "json"]
         cmd += ["-p", ",".join(map(str, PP)), "-n", ",".join(map(str, TG))]
-        out = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, check=True)
+        out = subprocess.run(
+            cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, check=True, env=_llama_env()
+        )
         res: Figures = {}
         for row in json.loads(out.stdout):
             key = f"pp{row['n_prompt']}" if row["n_gen"] == 0 else f"tg{row['n_gen']}"
@@ -84,7 +97,7 @@ def _llama_round(bench: Optional[str], gguf: Path, threads: int) -> Figures:
         return res
     py = str(PEER_VENV / "bin" / "python")
     cmd = [py, __file__, "--llama-cpp-python", str(gguf), "--threads", str(threads)]
-    out = subprocess.run(cmd, stdout=subprocess.PIPE, check=True, text=True)
+    out = subprocess.run(cmd, stdout=subprocess.PIPE, check=True, text=True, env=_llama_env())
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
@@ -145,6 +158,8 @@ def _llama_version(bench: Optional[str]) -> str:
     except (OSError, subprocess.CalledProcessError):
         ver = "llama.cpp"
     how = "llama-bench binary" if bench else "llama-cpp-python eval() timing"
+    if OMP_ENV:
+        how += ", " + " ".join(f"{k}={v}" for k, v in OMP_ENV.items())
     return f"{ver}, {how}, built with {LLAMA_FLAGS}"
 
 
@@ -237,7 +252,11 @@ def _machine() -> str:
         cpu += f" ({', '.join(isa)})"
     except (OSError, subprocess.CalledProcessError):
         pass
-    return f"{cpu}, {os.cpu_count()} logical CPUs, {platform.system()} {platform.release()}"
+    load = ", ".join(f"{x:.1f}" for x in os.getloadavg())
+    return (
+        f"{cpu}, {os.cpu_count()} logical CPUs, {platform.system()} {platform.release()}; "
+        f"load average at the end {load} (shared machine: figures are noisy)"
+    )
 
 
 def _rlx_version() -> str:
@@ -298,6 +317,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--no-rlx", action="store_true", help="measure llama.cpp only")
     ap.add_argument("--no-write", action="store_true", help="print, leave BENCHMARKS.md")
+    ap.add_argument("--omp-active", action="store_true", help="keep libgomp's default spin-waiting")
     ap.add_argument("--llama-cpp-python", metavar="GGUF", help=argparse.SUPPRESS)
     ap.add_argument("--llama-cpp-python-rss", metavar="GGUF", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
@@ -308,6 +328,8 @@ def main(argv: Optional[list[str]] = None) -> int:
         _llama_cpp_python_rss(args.llama_cpp_python_rss)
         return 0
 
+    if args.omp_active:
+        OMP_ENV.clear()
     bench = _llama_bench()
     print(f"llama.cpp: {bench or 'llama-cpp-python (no llama-bench binary found)'}")
     results: dict[str, dict[str, Figures]] = {}
