@@ -5,7 +5,7 @@
 #
 #   bash scripts/setup_peers.sh                 # venv in $RLX_PEER_VENV (default /work/peer-venv)
 #   RLX_PEER_VENV=~/peers bash scripts/setup_peers.sh
-#   SKIP_LLAMA_BENCH=1 bash scripts/setup_peers.sh   # wheel only, no llama-bench binary
+#   WITH_LLAMA_BENCH=1 bash scripts/setup_peers.sh   # also build the llama-bench binary
 #
 # What it installs (versions that worked on the 2-core AVX-512/AMX Xeon dev machines):
 # - torch 2.13.0 from PyPI (a CUDA build, ~4 GB with its nvidia-* wheels; runs on CPU here),
@@ -14,9 +14,14 @@
 # - llama-cpp-python 0.3.36 built from its sdist (no wheels exist) with explicit x86 flags:
 #   the default native build crashes on these CPUs, which report AMX; AVX-512 on, AMX off is
 #   the fastest build that runs correctly here. 15-40 min on a busy 2-core machine.
-# - llama-bench, built from the llama.cpp tree inside the same sdist, reusing the wheel's
-#   CMake build directory (only llama-bench and its helpers get compiled), copied to
-#   $RLX_PEER_VENV/bin/llama-bench.
+# - optionally (WITH_LLAMA_BENCH=1) llama-bench, built from the llama.cpp tree inside the same
+#   sdist, reusing the wheel's CMake build directory, copied to $RLX_PEER_VENV/bin/llama-bench.
+#   Not yet exercised: without it bench/compare.py times llama-cpp-python instead.
+# The wheel build links libllama/libggml before it compiles llama.cpp's "common" and
+# "mtmd" (multimodal) libraries, which llama-cpp-python only loads on demand; at that point
+# $BUILD/wheel-build/bin/*.so plus the sdist's llama_cpp/ Python package already work
+# (copy them into a llama_cpp/lib folder on PYTHONPATH) if the build is too slow to wait for.
+# Under `nice -n 10` on a machine busy with other builds the wheel took well over an hour.
 # Idempotent: steps already done are skipped. Build work runs under `nice`.
 set -euo pipefail
 PEER=${RLX_PEER_VENV:-/work/peer-venv}
@@ -58,7 +63,7 @@ if ! "$PEER/bin/python" -c "import llama_cpp" 2>/dev/null; then
   echo "llama-cpp-python built in $(($(date +%s) - start)) s"
 fi
 
-if [ -z "${SKIP_LLAMA_BENCH:-}" ] && [ ! -x "$PEER/bin/llama-bench" ]; then
+if [ -n "${WITH_LLAMA_BENCH:-}" ] && [ ! -x "$PEER/bin/llama-bench" ]; then
   echo "== llama-bench"
   start=$(date +%s)
   # shellcheck disable=SC2086
