@@ -101,6 +101,10 @@ class Executable:
     def __new__(
         cls, graph: Graph, device: str = "host", dims: Optional[dict[str, int]] = None
     ) -> Executable: ...
+    def set_profiling(self, on: bool) -> None:
+        """Switch per-thunk timing of runs on (clearing earlier figures) or off."""
+    def profile(self) -> list[tuple[int, str, float, int]]:
+        """(index, thunk name, seconds, calls) per thunk that ran since profiling began."""
     def pass_report(self) -> str:
         """The fusion-pass report (one line per pass, then dispatches)."""
     def verify(self) -> None:

@@ -254,6 +254,20 @@ class Executable:
         ``fallback_by_thunk`` those of them that run through the numpy reference."""
         return dict(self._native.stats())
 
+    def profile(self, on: bool | None = None) -> dict[str, tuple[float, int]]:
+        """Per-thunk-name timing of runs: ``profile(True)`` starts (clearing
+        earlier figures), ``profile(False)`` returns the figures and stops; the result maps a thunk
+        name to (seconds, calls) summed over every thunk of that name."""
+        if on:
+            self._native.set_profiling(True)
+        out: dict[str, tuple[float, int]] = {}
+        for _i, name, secs, calls in self._native.profile():
+            s, c = out.get(name, (0.0, 0))
+            out[name] = (s + secs, c + calls)
+        if on is False:
+            self._native.set_profiling(False)
+        return out
+
     def report(self) -> str:
         """What the fusion passes did: per pass its matches and the thunk count
         before and after, then the dispatches of the lowered and final schedule.

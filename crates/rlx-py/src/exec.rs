@@ -241,6 +241,26 @@ impl PyExecutable {
         })
     }
 
+    /// Switch per-thunk timing of runs on (clearing earlier figures) or off.
+    fn set_profiling(&mut self, on: bool) {
+        self.exec.set_profiling(on);
+    }
+
+    /// Per-thunk timing since profiling was switched on: a list of
+    /// `(index, thunk name, seconds, calls)` for the thunks that ran.
+    fn profile(&self) -> Vec<(usize, &'static str, f64, u64)> {
+        self.exec
+            .profile()
+            .iter()
+            .enumerate()
+            .filter(|(_, p)| p.1 > 0)
+            .filter_map(|(i, p)| {
+                let t = self.compiled.schedule.thunks.get(i)?;
+                Some((i, t.name(), p.0, p.1))
+            })
+            .collect()
+    }
+
     /// The fusion-pass report: one line per pass (matches, thunks before
     /// and after), then dispatches lowered → final.
     fn pass_report(&self) -> String {

@@ -84,6 +84,9 @@ pub struct HostExecutor {
     staging: Staging,
     /// How many thunks of the last run went to the fallback.
     pub last_fallbacks: usize,
+    /// Per-thunk wall time of every run since profiling was switched on
+    /// (`None` = off): seconds and calls by thunk index.
+    profile: Option<Vec<(f64, u64)>>,
 }
 
 /// Size rayon's global pool from `RLX_NUM_THREADS` (0 or unset: one
@@ -113,7 +116,19 @@ impl HostExecutor {
             mode,
             staging: Staging::default(),
             last_fallbacks: 0,
+            profile: None,
         }
+    }
+
+    /// Switch per-thunk timing on (clearing what was gathered) or off.
+    pub fn set_profiling(&mut self, on: bool) {
+        self.profile = on.then(Vec::new);
+    }
+
+    /// Seconds and calls per thunk index gathered since profiling was
+    /// switched on (empty when off).
+    pub fn profile(&self) -> &[(f64, u64)] {
+        self.profile.as_deref().unwrap_or(&[])
     }
 
     /// The mode.
@@ -138,10 +153,34 @@ impl HostExecutor {
             if matches!(t, Thunk::Nop) {
                 continue;
             }
-            let thunk = t.name();
+            let started = self.profile.is_some().then(std::time::Instant::now);
+            let result = self.run_one(index, t, mem, schedule, fallback);
+            if let (Some(t0), Some(p)) = (started, self.profile.as_mut()) {
+                if p.len() < schedule.thunks.len() {
+                    p.resize(schedule.thunks.len(), (0.0, 0));
+                }
+                p[index].0 += t0.elapsed().as_secs_f64();
+                p[index].1 += 1;
+            }
+            result?;
+        }
+        Ok(())
+    }
+
+    /// Run thunk `index` natively or through the fallback.
+    fn run_one<E: std::fmt::Display>(
+        &mut self,
+        index: usize,
+        t: &Thunk,
+        mem: &Mem,
+        schedule: &ThunkSchedule,
+        fallback: &mut dyn FnMut(usize, &Thunk) -> Result<(), E>,
+    ) -> Result<(), RunError<E>> {
+        let thunk = t.name();
+        {
             if self.mode == Mode::Native {
                 match super::native::run(t, mem, &mut self.staging, schedule) {
-                    Some(Ok(())) => continue,
+                    Some(Ok(())) => return Ok(()),
                     Some(Err(NativeError::Kernel(source))) => {
                         return Err(RunError::Kernel {
                             index,
