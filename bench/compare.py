@@ -192,11 +192,13 @@ def _rlx_round(gguf: Path, threads: int) -> Optional[dict[str, Any]]:
 
 def _rlx_figures(res: dict[str, Any]) -> Figures:
     fig: Figures = {}
+    # `rlx bench --json` prints flat keys (pp64, tg32, peak_rss_mib); the
+    # nested form ({"prefill_tps": {"64": ..}}) is accepted too.
     for n in PP:
-        fig[f"pp{n}"] = _num(res.get("prefill_tps", {}).get(str(n)))
+        fig[f"pp{n}"] = _num(res.get(f"pp{n}", res.get("prefill_tps", {}).get(str(n))))
     for n in TG:
-        fig[f"tg{n}"] = _num(res.get("decode_tps", {}).get(str(n)))
-    fig["rss_mb"] = _num(res.get("peak_rss_mb"))
+        fig[f"tg{n}"] = _num(res.get(f"tg{n}", res.get("decode_tps", {}).get(str(n))))
+    fig["rss_mb"] = _num(res.get("peak_rss_mib", res.get("peak_rss_mb")))
     fig["load_s"] = _num(res.get("load_s"))
     return fig
 

