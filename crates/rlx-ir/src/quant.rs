@@ -167,7 +167,8 @@ impl GgmlType {
     /// Bytes of one row of `k` elements, or `None` if `k` is not a multiple
     /// of the block size.
     pub fn row_bytes(self, k: usize) -> Option<usize> {
-        (k % self.block_size() == 0).then(|| k / self.block_size() * self.block_bytes())
+        k.is_multiple_of(self.block_size())
+            .then(|| k / self.block_size() * self.block_bytes())
     }
 }
 
@@ -229,7 +230,7 @@ impl QuantScheme {
     /// multiple of the block size.
     pub fn row_bytes(self, k: usize) -> Option<usize> {
         let b = self.block_size();
-        (b > 0 && k % b == 0).then(|| k / b * self.block_bytes())
+        (b > 0 && k.is_multiple_of(b)).then(|| k / b * self.block_bytes())
     }
 
     /// Number of extra tensors (scales, zero points) the matmul takes after

@@ -330,7 +330,7 @@ impl PyExecutable {
                 "[bind_param] weights segment {i} holds {len} bytes, the buffer has {nbytes}"
             )));
         }
-        if align > 1 && address % align != 0 {
+        if align > 1 && !address.is_multiple_of(align) {
             return Err(WeightFormatError::new_err(format!(
                 "[bind_param] weights segment {i}: buffer address {address:#x} is not aligned to {align} bytes"
             )));

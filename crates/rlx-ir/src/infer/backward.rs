@@ -340,7 +340,7 @@ fn rms_norm_backward(op: &Op, inputs: &[&Shape], eps: f32, wrt: Wrt) -> Result<S
 fn rope_backward(op: &Op, inputs: &[&Shape], head_dim: usize, n_rot: usize) -> Result<Shape> {
     arity(op, inputs, 3)?;
     positive(op, head_dim, "head_dim")?;
-    if n_rot == 0 || n_rot % 2 != 0 || n_rot > head_dim {
+    if n_rot == 0 || !n_rot.is_multiple_of(2) || n_rot > head_dim {
         return Err(IrError::attr(
             op.name(),
             format!("n_rot {n_rot} must be even and in 2..={head_dim}"),

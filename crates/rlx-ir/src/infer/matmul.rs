@@ -184,7 +184,7 @@ fn packed_row_bytes(op: &Op, scheme: QuantScheme, n: usize, k: usize) -> Result<
     nonzero_attr(op, n, "n")?;
     nonzero_attr(op, k, "k")?;
     let block = scheme.block_size();
-    if block == 0 || k % block != 0 {
+    if block == 0 || !k.is_multiple_of(block) {
         return Err(IrError::attr(
             op.name(),
             format!("k = {k} is not a multiple of the {scheme} block size {block}"),

@@ -190,7 +190,7 @@ fn ops(v: usize) -> Vec<Op> {
             body,
             num_carry: v,
             length: v,
-            wrt_xs: v % 2 == 0,
+            wrt_xs: v.is_multiple_of(2),
         },
     ]
 }

@@ -214,7 +214,7 @@ impl<'s> Mem<'s> {
         }
         // SAFETY: raw + bytes <= len, within the buffer.
         let p = unsafe { base.add(raw) };
-        if (p as usize) % std::mem::align_of::<T>() != 0 {
+        if !(p as usize).is_multiple_of(std::mem::align_of::<T>()) {
             return Err(MemError::Misaligned {
                 what,
                 off: raw,

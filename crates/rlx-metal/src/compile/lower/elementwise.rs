@@ -390,7 +390,8 @@ fn region(ctx: &mut Ctx<'_>, steps: &[RegionStep]) -> Result<(), CompileError> {
             out_dims.len() >= stripped.len()
                 && out_dims[out_dims.len() - stripped.len()..] == stripped[..]
         };
-        let needs_copy = ctx.in_shape(i).dtype != DType::F32 || !is_arena(off) || off % 4 != 0;
+        let needs_copy =
+            ctx.in_shape(i).dtype != DType::F32 || !is_arena(off) || !off.is_multiple_of(4);
         if n == 1 && total != 1 {
             scalar_mask |= 1 << i;
         } else if n != total && trailing {

@@ -219,7 +219,7 @@ pub(super) fn lower(ctx: &mut Ctx<'_>, op: &Op) -> Result<(), CompileError> {
             let td = ctx.in_dims(0);
             let ax = ctx.in_shape(0).axis("gather_axis", *axis)?;
             let trailing_b = numel(&td[ax + 1..]) * esz;
-            if trailing_b % 4 != 0 {
+            if !trailing_b.is_multiple_of(4) {
                 return Err(ctx.unsupported(
                     "gather_axis moves 4-byte units; trailing block is not a multiple of 4 bytes",
                 ));

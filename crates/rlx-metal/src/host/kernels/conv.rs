@@ -71,7 +71,9 @@ impl Conv2d {
             ));
         }
         if with_channels
-            && (self.groups == 0 || self.c_in % self.groups != 0 || self.c_out % self.groups != 0)
+            && (self.groups == 0
+                || !self.c_in.is_multiple_of(self.groups)
+                || !self.c_out.is_multiple_of(self.groups))
         {
             return Err(invalid(
                 kernel,
@@ -260,7 +262,7 @@ pub fn conv_transpose2d(
     {
         return Err(invalid(K, format!("degenerate geometry {p:?}")));
     }
-    if p.groups == 0 || p.c_in % p.groups != 0 || p.c_out % p.groups != 0 {
+    if p.groups == 0 || !p.c_in.is_multiple_of(p.groups) || !p.c_out.is_multiple_of(p.groups) {
         return Err(invalid(
             K,
             format!(

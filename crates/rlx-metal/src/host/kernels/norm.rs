@@ -325,7 +325,7 @@ pub fn group_norm<T: Elem>(
     eps: f32,
 ) -> Result<()> {
     const K: &str = "group_norm";
-    if groups == 0 || c % groups != 0 {
+    if groups == 0 || !c.is_multiple_of(groups) {
         return Err(invalid(
             K,
             format!("{c} channels not divisible into {groups} groups"),

@@ -120,7 +120,7 @@ pub fn narrow_last<T: Pod>(
     len: usize,
 ) -> Result<()> {
     const K: &str = "narrow";
-    if start.checked_add(len).map_or(true, |e| e > n) {
+    if start.checked_add(len).is_none_or(|e| e > n) {
         return Err(invalid(
             K,
             format!("range {start}..{start}+{len} outside last axis {n}"),

@@ -74,7 +74,7 @@ pub(super) fn try_run(
     n: usize,
     tasks: usize,
 ) -> bool {
-    if !available() || k % 32 != 0 {
+    if !available() || !k.is_multiple_of(32) {
         return false;
     }
     macro_rules! go {
@@ -406,7 +406,7 @@ unsafe fn k4_nibbles(qs: *const u8, r: usize) -> __m256i {
     // SAFETY: 128 readable bytes at `qs`; AVX2 present.
     unsafe {
         let v = _mm256_loadu_si256(qs.add(32 * (r / 2)).cast());
-        let v = if r % 2 == 0 {
+        let v = if r.is_multiple_of(2) {
             v
         } else {
             _mm256_srli_epi16(v, 4)
