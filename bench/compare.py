@@ -8,9 +8,9 @@ measures, alternating the two engines round by round in one run:
   up itself); else ``llama-cpp-python`` in the peer python (a warm-up, then
   prefill of 64 / 256 tokens in one batch and decode of 32 / 128 single tokens).
   Its peak RSS (load + 64 prompt tokens) is measured in a child process.
-* rlx: ``<repo>/.venv/bin/rlx bench GGUF --json --threads N``, whose JSON is
-  ``{"model", "load_s", "prefill_tps": {"64", "256"}, "decode_tps": {"32", "128"},
-  "peak_rss_mb"}``; missing or failing, its cells read "n/a".
+* rlx: ``<repo>/.venv/bin/rlx bench GGUF --json --threads N``, whose JSON has
+  ``load_s``, ``pp64``, ``pp256``, ``tg32``, ``tg128`` (tokens/s) and
+  ``peak_rss_mib``; missing or failing, its cells read "n/a".
 
 Figures are medians over ``--rounds`` (default 3). The Markdown table goes into
 BENCHMARKS.md between the ``compare.py`` markers (the rest of the file is kept).
