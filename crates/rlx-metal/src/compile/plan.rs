@@ -13,7 +13,7 @@
 //!   until the view's last use.
 //! * State (KV caches, recurrent state) is not the planner's business: it
 //!   lives in its own buffer, laid out by the lowering (see
-//!   [`super::lower`]), so it can persist across runs and be shared between
+//!   [`mod@super::lower`]), so it can persist across runs and be shared between
 //!   executables.
 //!
 //! The plan reports the arena size against the naive sum of all value sizes.
