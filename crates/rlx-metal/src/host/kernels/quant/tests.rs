@@ -458,6 +458,8 @@ fn integer_dot_types_odd_shapes() {
         let bs = ty.block_size();
         for (s, (m, nb, n)) in [
             (1, 1, 1),
+            (1, 3, 7),
+            (1, 5, 30),
             (2, 3, 5),
             (3, 5, 13),
             (5, 1, 7),
@@ -481,6 +483,10 @@ fn integer_dot_types_large_parallel_shapes() {
         for m in [1, 6] {
             check(ty, m, 1280, 203, 900 + 3 * t as u64 + m as u64);
         }
+        // a single activation row over more than 1 MiB of packed weights
+        // (the threshold for splitting decode GEMVs across the pool)
+        let n = (1 << 20) / ty.row_bytes(1280).unwrap_or(1) + 5;
+        check(ty, 1, 1280, n, 950 + t as u64);
     }
 }
 
