@@ -174,10 +174,10 @@ def test_in_place_scatter_writes_the_state_itself() -> None:
     # state's own offset, and attention reads k / v right there: no copy
     exe = rlx.compile(_kv_graph(1, 64, 4, 1, 16), device="host")
     sched = exe.schedule
-    writes = re.findall(r"scatter_nd .* data=@(\d+) dst=@(\d+)", sched)
+    writes = re.findall(r"scatter_nd .* data=(S@\d+) dst=(S@\d+)", sched)
     assert len(writes) == 2, sched
     assert all(a == b for a, b in writes), sched
-    attn = re.search(r"attention .* k=@(\d+) v=@(\d+)", sched)
+    attn = re.search(r"attention .* k=(S@\d+) v=(S@\d+)", sched)
     assert attn is not None and [w[0] for w in writes] == list(attn.groups()), sched
     assert set(exe.stats["by_thunk"]) == {"cpu_indexing", "attention"}, sched
 
