@@ -31,6 +31,12 @@ pub const VARS: &[EnvVar] = &[
         meaning: "worker threads of the host executor (0 = one per core)",
     },
     EnvVar {
+        name: "RLX_SPIN_US",
+        default: "1000",
+        meaning:
+            "microseconds the host's decode worker threads spin for the next job before sleeping",
+    },
+    EnvVar {
         name: "RLX_LOG",
         default: "warn",
         meaning: "log level: error, warn, info, debug",

@@ -9,6 +9,7 @@
 
 use std::cell::RefCell;
 
+use crate::host::team;
 use gemm::Parallelism;
 use rayon::prelude::*;
 
@@ -184,17 +185,42 @@ fn gemv<F: RowFmt, T: Elem>(x: &[f32], w: &[u8], rb: usize, out: &mut [T], k: us
     with_scratch(&CALLER, |s| {
         group_sums(x, F::SUB, &mut s.xsum);
         let xsum = &s.xsum[..];
-        let tasks = tasks_for(n.saturating_mul(k));
+        let tasks = if n.saturating_mul(k) < PAR_MIN {
+            1
+        } else {
+            team::threads()
+        };
         if tasks == 1 {
             return gemv_rows::<F, T>(w, rb, x, xsum, out);
         }
-        // a few chunks per thread so work stealing evens out noisy cores
+        // a few chunks per thread so a slow core takes fewer of them
         let rows = n.div_ceil(tasks * 8).max(1);
-        out.par_chunks_mut(rows)
-            .zip(w.par_chunks(rows * rb))
-            .for_each(|(o, wc)| gemv_rows::<F, T>(wc, rb, x, xsum, o));
+        let chunks = n.div_ceil(rows);
+        let dst = SharedOut(out.as_mut_ptr());
+        team::for_each(chunks, &|c| {
+            let j0 = c * rows;
+            let r = rows.min(n - j0);
+            // SAFETY: chunk `c` owns rows j0..j0+r of `out` (disjoint
+            // across chunks; j0 + r ≤ n = out.len()), and `out` outlives
+            // the call.
+            let o = unsafe { std::slice::from_raw_parts_mut(dst.get().add(j0), r) };
+            gemv_rows::<F, T>(&w[j0 * rb..(j0 + r) * rb], rb, x, xsum, o);
+        });
     })
 }
+
+/// The output of a GEMV, shared by chunks that write disjoint rows.
+struct SharedOut<T>(*mut T);
+
+impl<T> SharedOut<T> {
+    fn get(&self) -> *mut T {
+        self.0
+    }
+}
+
+// SAFETY: chunks write disjoint row ranges of one exclusively borrowed
+// buffer; `T` values are plain data.
+unsafe impl<T: Send> Sync for SharedOut<T> {}
 
 /// Output columns written by parallel panel tasks.
 struct ColWriter<T> {

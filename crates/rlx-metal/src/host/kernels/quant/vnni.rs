@@ -37,6 +37,7 @@ use std::arch::x86_64::*;
 
 use std::cell::RefCell;
 
+use crate::host::team;
 use rayon::prelude::*;
 use rlx_ir::GgmlType;
 
@@ -574,10 +575,10 @@ const WROWS: usize = 4;
 const PF_AHEAD: usize = 4096;
 
 /// Packed weight bytes below which a single-activation-row call runs on
-/// the calling thread: for the per-layer matrices of small models, waking
-/// and joining pool workers costs more than the second core gains
-/// (measured on SmolLM2: ~38 µs alone vs ~45–60 µs split for 0.5 MB).
-const PAR_MIN_BYTES_M1: usize = 1 << 20;
+/// the calling thread. Larger ones split across the spinning
+/// [`team`](crate::host::team), whose hand-off costs a microsecond or two
+/// (rayon's wake and join cost tens, more than a 0.5 MB GEMV gains).
+const PAR_MIN_BYTES_M1: usize = 32 << 10;
 
 /// Dots of `R` consecutive packed weight rows (`nb` blocks each, stride
 /// `rb`, starting at `w`) with the one quantised activation row of `qa`.
@@ -732,8 +733,12 @@ fn run<V: VFmt, T: Elem>(
     // a few chunks per thread (work stealing evens out noisy cores), and
     // for several row groups at most ~32 KiB of packed rows per chunk so
     // they stay in L1/L2 while every group passes over them
-    let tasks = if m == 1 && n.saturating_mul(rb) < PAR_MIN_BYTES_M1 {
-        1
+    let tasks = if m == 1 {
+        if n.saturating_mul(rb) < PAR_MIN_BYTES_M1 {
+            1
+        } else {
+            team::threads()
+        }
     } else {
         tasks
     };
@@ -751,6 +756,8 @@ fn run<V: VFmt, T: Elem>(
     let chunks = n.div_ceil(rows);
     if tasks <= 1 {
         (0..chunks).for_each(one);
+    } else if m == 1 {
+        team::for_each(chunks, &one);
     } else {
         (0..chunks).into_par_iter().for_each(one);
     }
