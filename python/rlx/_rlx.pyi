@@ -129,8 +129,11 @@ class Executable:
         """Zero-fill the state buffer."""
     def bindings(self) -> list[tuple[str, str, int, int, list[int], str]]:
         """``(kind, name, node, offset, dims, dtype)`` of inputs, params, states, outputs."""
-    def run(self, fallback: Callable[[int, str], Any]) -> None:
-        """Run once; ``fallback(index, thunk_json)`` runs thunks without a native kernel."""
+    def set_active_extent(self, full: int, inputs: list[str]) -> int:
+        """Plan runs on a prefix of the ``full`` token rows; returns the scaled thunk count."""
+    def run(self, fallback: Callable[[int, str], Any], active: Optional[int] = None) -> None:
+        """Run once (on the first ``active`` token rows when given); ``fallback(index,
+        thunk_json)`` runs thunks without a native kernel."""
     def schedule(self) -> str:
         """The schedule, one thunk per line."""
     def num_thunks(self) -> int:

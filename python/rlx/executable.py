@@ -16,7 +16,7 @@ e.g. a prefill and a decode graph over one KV cache.
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import Any, Optional
 
 import numpy as np
 
@@ -214,6 +214,24 @@ class Executable:
 
     def run(self, **inputs: Any) -> dict[str, np.ndarray]:
         """Run once; returns a dict of output name → numpy array (copies)."""
+        return self._run(None, inputs)
+
+    def set_active_extent(self, rows: int, token_inputs: list[str]) -> int:
+        """Allow :meth:`run_active` on this graph, compiled for ``rows`` token
+        rows: ``token_inputs`` are the inputs whose leading axis is the token
+        axis. Returns how many thunks scale with the active row count; raises
+        :class:`RlxError` naming the first thunk that reads token rows but
+        cannot run on a prefix of them."""
+        return int(self._native.set_active_extent(int(rows), list(token_inputs)))
+
+    def run_active(self, rows: int, **inputs: Any) -> dict[str, np.ndarray]:
+        """Run on the first ``rows`` token rows only (after
+        :meth:`set_active_extent`): inputs keep their compiled shapes, rows past
+        ``rows`` are ignored, and token-major outputs hold unspecified values
+        past ``rows``."""
+        return self._run(int(rows), inputs)
+
+    def _run(self, active: Optional[int], inputs: dict[str, Any]) -> dict[str, np.ndarray]:
         missing = sorted(set(self.params) - self._set)
         if missing:
             raise RlxError(f"[run] params not set: {', '.join(missing)}")
@@ -228,7 +246,7 @@ class Executable:
         for name, value in inputs.items():
             slot = self.inputs[name]
             self._view(slot)[...] = self._check(slot, value, "run")
-        self._native.run(self._fallback)
+        self._native.run(self._fallback, active)
         out: dict[str, np.ndarray] = {}
         for slot in self.outputs:
             out[slot.name] = self._view(slot).copy()

@@ -27,12 +27,14 @@ use crate::graph::PyGraph;
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
+use rlx_metal::compile::active::ActivePlan;
 use rlx_metal::compile::{
     compile, verify::verify_schedule, verify::VerifyContext, Binding, CompileError, CompileOptions,
     Compiled,
 };
 use rlx_metal::host::buffer::{AlignedBuf, Mem, Segment};
 use rlx_metal::host::exec::{HostExecutor, Mode, RunError};
+use rlx_metal::thunk::{ByteRange, ThunkSchedule};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
@@ -91,6 +93,15 @@ pub struct PyExecutable {
     thunk_json: Vec<String>,
     /// Whether the schedule verifier ran at compile (`RLX_VERIFY=1`).
     verified_at_compile: bool,
+    /// Active-extent plan and the schedules made from it, by active rows.
+    active: Option<ActiveRuns>,
+}
+
+/// An [`ActivePlan`] and its schedules (with their fallback JSON) per
+/// active row count, made on first use.
+struct ActiveRuns {
+    plan: ActivePlan,
+    schedules: HashMap<u32, (ThunkSchedule, Vec<String>)>,
 }
 
 fn compile_err(e: CompileError) -> PyErr {
@@ -238,6 +249,7 @@ impl PyExecutable {
             thunk_json,
             compiled,
             verified_at_compile,
+            active: None,
         })
     }
 
@@ -405,13 +417,62 @@ impl PyExecutable {
         out
     }
 
+    /// Plan running this schedule (compiled for `full` token rows) on a
+    /// prefix of its rows; `inputs` are the inputs whose leading axis is
+    /// the token axis. Returns how many thunks scale. Raises when some
+    /// thunk that reads token rows has no prefix form (the error names it).
+    fn set_active_extent(&mut self, full: u32, inputs: Vec<String>) -> PyResult<usize> {
+        let mut ranges = Vec::new();
+        for name in &inputs {
+            let b = self
+                .compiled
+                .inputs
+                .iter()
+                .find(|b| &b.name == name)
+                .ok_or_else(|| {
+                    RlxError::new_err(format!("[active extent] no input named '{name}'"))
+                })?;
+            let len = b.shape.size_bytes().unwrap_or(0);
+            ranges.push(ByteRange::new(b.offset, len));
+        }
+        let plan = ActivePlan::new(&self.compiled.schedule.thunks, &ranges, full)
+            .map_err(|e| RlxError::new_err(e.to_string()))?;
+        let scaled = plan.scaled();
+        self.active = Some(ActiveRuns {
+            plan,
+            schedules: HashMap::new(),
+        });
+        Ok(scaled)
+    }
+
     /// Run once. `fallback(index, thunk_json)` is called for thunks without
-    /// a native kernel; the GIL is released while native kernels run.
-    fn run(&mut self, py: Python<'_>, fallback: PyObject) -> PyResult<()> {
+    /// a native kernel; the GIL is released while native kernels run. With
+    /// `active`, only the first `active` token rows are computed (after
+    /// `set_active_extent`).
+    #[pyo3(signature = (fallback, active = None))]
+    fn run(&mut self, py: Python<'_>, fallback: PyObject, active: Option<u32>) -> PyResult<()> {
         let arena_len = self.arena.len();
         let arena_ptr = self.arena.as_mut_ptr() as usize;
-        let schedule = &self.compiled.schedule;
-        let json = &self.thunk_json;
+        let (schedule, json) = match active {
+            None => (&self.compiled.schedule, &self.thunk_json),
+            Some(a) => {
+                let runs = self.active.as_mut().ok_or_else(|| {
+                    RlxError::new_err(
+                        "[run] active rows given, but set_active_extent was not called",
+                    )
+                })?;
+                if !runs.schedules.contains_key(&a) {
+                    let s = runs
+                        .plan
+                        .schedule(&self.compiled.schedule, a)
+                        .map_err(|e| RlxError::new_err(e.to_string()))?;
+                    let j = s.thunks.iter().map(thunk_to_json).collect();
+                    runs.schedules.insert(a, (s, j));
+                }
+                let (s, j) = &runs.schedules[&a];
+                (s, j)
+            }
+        };
         let exec = &mut self.exec;
         let segments = &self.segments;
         let state = &self.state;

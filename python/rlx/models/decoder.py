@@ -56,6 +56,9 @@ CACHE_CAPS = (256, 1024, 4096, 16384)
 #: default cache mode of :class:`DecoderModel` (see the module doc): None =
 #: in-place when :func:`inplace_available`, else copy.
 INPLACE_CACHE: Optional[bool] = None
+#: run prompts shorter than their bucket on a prefix of it (active extent)
+#: when the compiled graph allows; False computes the padded rows as well.
+ACTIVE_EXTENT = True
 
 
 def inplace_available() -> bool:
@@ -97,6 +100,17 @@ class _Runner:
         self.v = [_state_view(self.exe, f"v{i}") for i in layers] if copy else []
         self.synced = 0
         self.seq_id = -1
+        #: whether shorter prompts run on a prefix of the bucket (active extent)
+        self.active = False
+        #: why not, when a thunk has no prefix form
+        self.active_error = ""
+        if model.inplace and s > 1 and ACTIVE_EXTENT:
+            token = ["x", "slots"] + [n for n in self.exe.inputs if n[:4] in ("cos_", "sin_")]
+            try:
+                self.exe.set_active_extent(s, token)
+                self.active = True
+            except RlxError as e:
+                self.active_error = str(e)
 
 
 class DecoderModel:
@@ -247,17 +261,25 @@ class DecoderModel:
 
     def _chunk_inplace(self, ids: Sequence[int], s: int, all_rows: bool) -> np.ndarray:
         n, n_new = self._n, len(ids)
-        if n + s > self._cap:  # padded rows would not fit: run the exact length
-            s = n_new
         r = self._runner(s, self._cap, all_rows)
+        # a shorter prompt runs on a prefix of the bucket when every thunk
+        # that reads token rows allows it; else its padded rows are computed
+        # too (and must fit the cache, or the exact length is compiled)
+        active = n_new < s and r.active
+        if not active and n + s > self._cap:
+            s = n_new
+            r = self._runner(s, self._cap, all_rows)
         x = np.zeros((1, s, self.config.hidden), np.float32)
         x[0, :n_new] = self.embed(ids)
         feeds = {"x": x, **self._rope_feeds(s)}
         feeds["slots"] = (n + np.arange(s, dtype=np.int32))[:, None]
-        feeds["kv_len"] = np.array([n + s], np.int32)
+        feeds["kv_len"] = np.array([n + (n_new if active else s)], np.int32)
         if not all_rows:
             feeds["row"] = np.array([n_new - 1], np.int32)
-        logits = r.exe.run(**feeds)["logits"]
+        if active:
+            logits = r.exe.run_active(n_new, **feeds)["logits"]
+        else:
+            logits = r.exe.run(**feeds)["logits"]
         self._n += n_new
         return logits[:n_new] if all_rows else logits[0]
 

@@ -2,6 +2,7 @@
 //! fusion passes, and the schedule verifier. [`compile`] runs them in that
 //! order.
 
+pub mod active;
 pub mod error;
 pub mod lower;
 pub mod plan;

@@ -1,0 +1,283 @@
+//! Active extent: run a schedule compiled for `full` token rows on only its
+//! first `active` rows, so a prompt bucket compiled once serves every
+//! shorter prompt without computing the padding.
+//!
+//! The caller names the *token inputs*: inputs whose leading axis is the
+//! token axis (embeddings, RoPE tables, cache slots). [`ActivePlan::new`]
+//! follows them through the schedule by exact byte ranges: a thunk that
+//! reads a token-major tensor is *token-dependent*, and must be one whose
+//! work is row-wise along a leading token axis (elementwise, norms, GGUF
+//! matmuls, RoPE, attention in `[b=1, s, h, d]` layout, …); its outputs are
+//! token-major too. Two thunks read token rows but produce token-free
+//! values: a `Gather` of a token-major table by token-free indices (the
+//! last-row select of a decoder; its indices must be < `active`), and an
+//! in-place ScatterND of token rows into a state buffer (the KV cache,
+//! addressed by the slots input). Any other token-dependent thunk, or a
+//! read that covers only part of a token-major tensor, makes the plan fail
+//! with an error naming the thunk; callers then keep padding instead.
+//!
+//! [`ActivePlan::schedule`] gives the schedule for one active length: each
+//! token-dependent thunk with its token count scaled by `active / full`,
+//! every other thunk unchanged. Rows past `active` of token-major outputs
+//! are left unspecified. Each scaled thunk is checked against its original
+//! through `io()`: every range it touches is either unchanged (weights,
+//! token-free operands) or the original's prefix in the exact ratio.
+
+use crate::thunk::indexing::IndexingThunk;
+use crate::thunk::io::ByteRange;
+use crate::thunk::{is_state, Thunk, ThunkSchedule};
+use thiserror::Error;
+
+/// Why a schedule cannot run on a prefix of its token rows.
+#[derive(Debug, Error, Clone, PartialEq, Eq)]
+pub enum ActiveError {
+    /// A token-dependent thunk that has no prefix form.
+    #[error("[active extent] thunk {index} ({thunk}) reads token rows but cannot run on a prefix: {why}")]
+    Unsupported {
+        /// Schedule index.
+        index: usize,
+        /// Thunk name.
+        thunk: &'static str,
+        /// What is in the way.
+        why: String,
+    },
+    /// A bad request (`full` of 0, `active` out of range, unknown input).
+    #[error("[active extent] {0}")]
+    Invalid(String),
+}
+
+/// What the plan does with one thunk.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Role {
+    /// Token-free: runs as compiled.
+    Keep,
+    /// Token-dependent: its token count is scaled.
+    Scale,
+}
+
+/// The token-dependent thunks of a schedule compiled for `full` rows.
+#[derive(Clone, Debug)]
+pub struct ActivePlan {
+    full: u32,
+    roles: Vec<Role>,
+}
+
+/// `x · active / full` when `x` is a whole multiple of `full`.
+fn sc(x: u32, full: u32, active: u32) -> Option<u32> {
+    x.is_multiple_of(full).then(|| x / full * active)
+}
+
+/// The thunk with its token count scaled, for the kinds that work row by
+/// row along a leading token axis; `Err` says why not.
+fn scale(t: &Thunk, full: u32, a: u32) -> Result<Thunk, String> {
+    let bad = || format!("its token extent is not a multiple of {full}");
+    let mut t = t.clone();
+    match &mut t {
+        Thunk::BinaryFull(b) => b.len = sc(b.len, full, a).ok_or_else(bad)?,
+        Thunk::BinaryBroadcast(b) => {
+            let axis = b.out_dims.iter().position(|&d| d != 1).ok_or_else(bad)?;
+            b.out_dims[axis] = sc(b.out_dims[axis], full, a).ok_or_else(bad)?;
+            b.len = sc(b.len, full, a).ok_or_else(bad)?;
+        }
+        Thunk::FusedBinaryActivation(b) => b.len = sc(b.len, full, a).ok_or_else(bad)?,
+        Thunk::FusedTernaryActivation(b) => b.len = sc(b.len, full, a).ok_or_else(bad)?,
+        Thunk::Compare(b) => b.len = sc(b.len, full, a).ok_or_else(bad)?,
+        Thunk::Where(b) => b.len = sc(b.len, full, a).ok_or_else(bad)?,
+        Thunk::Fma(b) => b.len = sc(b.len, full, a).ok_or_else(bad)?,
+        Thunk::BiasAdd(b) => b.m = sc(b.m, full, a).ok_or_else(bad)?,
+        Thunk::FusedMmBiasAct(x) => x.m = sc(x.m, full, a).ok_or_else(bad)?,
+        Thunk::Sgemm(x) => x.m = sc(x.m, full, a).ok_or_else(bad)?,
+        Thunk::SplitLastAxis(x) => x.outer = sc(x.outer, full, a).ok_or_else(bad)?,
+        Thunk::ActivationOut(x) => x.len = sc(x.len, full, a).ok_or_else(bad)?,
+        Thunk::ActivationInPlace(x) => x.len = sc(x.len, full, a).ok_or_else(bad)?,
+        Thunk::GeluApproxOut(x) => x.len = sc(x.len, full, a).ok_or_else(bad)?,
+        Thunk::Cast(x) => x.len = sc(x.len, full, a).ok_or_else(bad)?,
+        Thunk::Copy(x) => x.len = sc(x.len, full, a).ok_or_else(bad)?,
+        Thunk::FusedSwiGLU(x) => x.total = sc(x.total, full, a).ok_or_else(bad)?,
+        Thunk::RmsNorm(x) => x.rows = sc(x.rows, full, a).ok_or_else(bad)?,
+        Thunk::LayerNorm(x) => x.rows = sc(x.rows, full, a).ok_or_else(bad)?,
+        Thunk::FusedResidualRmsNorm(x) => x.rows = sc(x.rows, full, a).ok_or_else(bad)?,
+        Thunk::FusedResidualLN(x) => x.rows = sc(x.rows, full, a).ok_or_else(bad)?,
+        Thunk::DequantMatMulGguf(x) => x.m = sc(x.m, full, a).ok_or_else(bad)?,
+        Thunk::Rope(x) => {
+            if x.batch != 1 {
+                return Err(format!("batch {} (needs 1)", x.batch));
+            }
+            x.seq = sc(x.seq, full, a).ok_or_else(bad)?;
+        }
+        Thunk::Attention(x) => {
+            if x.batch != 1 || x.bhsd != 0 {
+                return Err("needs batch 1 in [b, s, h, d] layout".into());
+            }
+            if x.mask_kind == crate::thunk::attention::MASK_BIAS {
+                return Err("a per-head bias mask is not token-major".into());
+            }
+            x.seq = sc(x.seq, full, a).ok_or_else(bad)?;
+        }
+        Thunk::CpuIndexing(c) => match &mut c.thunk {
+            IndexingThunk::ScatterNd {
+                data,
+                dst,
+                indices_dims,
+                ..
+            } if data == dst && is_state(*dst) => {
+                let lead = indices_dims.first_mut().ok_or_else(bad)?;
+                let n = u32::try_from(*lead).map_err(|_| bad())?;
+                *lead = sc(n, full, a).ok_or_else(bad)? as usize;
+            }
+            _ => return Err("only an in-place ScatterND into a state has a prefix form".into()),
+        },
+        _ => return Err("no prefix form for this kind".into()),
+    }
+    Ok(t)
+}
+
+/// True when `new` is `old` or its prefix in the ratio `a / full`.
+fn prefix_of(old: &ByteRange, new: &ByteRange, full: u32, a: u32) -> bool {
+    new.offset == old.offset
+        && (new.len == old.len || new.len as u128 * full as u128 == old.len as u128 * a as u128)
+}
+
+/// Token-major ranges, as exact `(offset, len)` tensors.
+#[derive(Default)]
+struct Taint(Vec<ByteRange>);
+
+impl Taint {
+    /// `Ok(true)` when `r` is exactly a token-major tensor, `Ok(false)`
+    /// when it touches none, `Err(hit)` when it covers part of one.
+    fn classify(&self, r: &ByteRange) -> Result<bool, ByteRange> {
+        if self.0.contains(r) {
+            return Ok(true);
+        }
+        self.0
+            .iter()
+            .find(|t| t.overlaps(r))
+            .map_or(Ok(false), |t| Err(*t))
+    }
+    /// Forget the tensors a write fully replaces.
+    fn overwrite(&mut self, w: &ByteRange) {
+        self.0.retain(|t| {
+            !(t.offset >= w.offset && t.offset + t.len <= w.offset.saturating_add(w.len))
+        });
+    }
+    fn add(&mut self, w: &ByteRange) {
+        if w.len > 0 && !self.0.contains(w) {
+            self.0.push(*w);
+        }
+    }
+}
+
+impl ActivePlan {
+    /// Plan `thunks` (compiled for `full` token rows) for running on a
+    /// prefix, with `token_inputs` the byte ranges of the inputs whose
+    /// leading axis is the token axis.
+    pub fn new(
+        thunks: &[Thunk],
+        token_inputs: &[ByteRange],
+        full: u32,
+    ) -> Result<Self, ActiveError> {
+        if full == 0 {
+            return Err(ActiveError::Invalid("a bucket of 0 rows".into()));
+        }
+        let mut taint = Taint::default();
+        for r in token_inputs {
+            taint.add(r);
+        }
+        let mut roles = Vec::with_capacity(thunks.len());
+        for (index, t) in thunks.iter().enumerate() {
+            let io = t.io();
+            let unsupported = |why: String| ActiveError::Unsupported {
+                index,
+                thunk: t.name(),
+                why,
+            };
+            let mut token_reads = Vec::new();
+            for r in &io.reads {
+                match taint.classify(r) {
+                    Ok(true) => token_reads.push(*r),
+                    Ok(false) => {}
+                    Err(hit) => {
+                        return Err(unsupported(format!(
+                            "it reads {} bytes at {:#x}, part of a token-major tensor of {} bytes at {:#x}",
+                            r.len, r.offset, hit.len, hit.offset
+                        )))
+                    }
+                }
+            }
+            if token_reads.is_empty() {
+                roles.push(Role::Keep);
+                io.writes.iter().for_each(|w| taint.overwrite(w));
+                continue;
+            }
+            // the last-row select: token-major table, token-free indices
+            if let Thunk::Gather(g) = t {
+                if !token_reads.iter().any(|r| r.offset == g.idx) {
+                    roles.push(Role::Keep);
+                    io.writes.iter().for_each(|w| taint.overwrite(w));
+                    continue;
+                }
+            }
+            let scaled = scale(t, full, 1).map_err(unsupported)?;
+            let sio = scaled.io();
+            let same_shape =
+                sio.reads.len() == io.reads.len() && sio.writes.len() == io.writes.len();
+            let reads_ok = io.reads.iter().zip(&sio.reads).all(|(o, n)| {
+                let token = token_reads.contains(o);
+                prefix_of(o, n, full, 1) && (token || n.len == o.len)
+            });
+            let to_state = io.writes.iter().all(|w| is_state(w.offset));
+            let writes_ok = io.writes.iter().zip(&sio.writes).all(|(o, n)| {
+                prefix_of(o, n, full, 1) && (to_state || n.len < o.len || o.len == 0)
+            });
+            if !(same_shape && reads_ok && writes_ok) {
+                return Err(unsupported(
+                    "its scaled byte ranges are not prefixes of the compiled ones".into(),
+                ));
+            }
+            roles.push(Role::Scale);
+            for w in &io.writes {
+                taint.overwrite(w);
+                if !to_state {
+                    taint.add(w);
+                }
+            }
+        }
+        Ok(ActivePlan { full, roles })
+    }
+
+    /// Rows the schedule was compiled for.
+    pub fn full(&self) -> u32 {
+        self.full
+    }
+
+    /// How many thunks are scaled.
+    pub fn scaled(&self) -> usize {
+        self.roles.iter().filter(|r| **r == Role::Scale).count()
+    }
+
+    /// The schedule for `active` rows (1 ≤ active ≤ full).
+    pub fn schedule(&self, s: &ThunkSchedule, active: u32) -> Result<ThunkSchedule, ActiveError> {
+        if active == 0 || active > self.full {
+            return Err(ActiveError::Invalid(format!(
+                "{active} active rows of a {}-row bucket",
+                self.full
+            )));
+        }
+        if s.thunks.len() != self.roles.len() {
+            return Err(ActiveError::Invalid(
+                "the plan was made for another schedule".into(),
+            ));
+        }
+        let mut out = s.clone();
+        for (index, (t, role)) in out.thunks.iter_mut().zip(&self.roles).enumerate() {
+            if *role == Role::Scale {
+                *t = scale(t, self.full, active).map_err(|why| ActiveError::Unsupported {
+                    index,
+                    thunk: t.name(),
+                    why,
+                })?;
+            }
+        }
+        Ok(out)
+    }
+}
