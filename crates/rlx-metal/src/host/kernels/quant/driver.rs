@@ -196,6 +196,81 @@ fn gemv<F: RowFmt, T: Elem>(x: &[f32], w: &[u8], rb: usize, out: &mut [T], k: us
     })
 }
 
+/// The epilogue of a fused decode GEMV: `epi(j0, a, b, out)` stores
+/// output rows `j0..j0 + out.len()` from the dots `a` of the first matrix's
+/// rows and `b` of the second's (empty with one matrix).
+pub(super) type Epilogue<'a, T> = dyn Fn(usize, &[f32], &[f32], &mut [T]) + Sync + 'a;
+
+/// Row dots of a fused decode GEMV: `dots(w, out)` writes the dot of each
+/// of the first `out.len()` packed rows of `w` with the call's activation.
+pub(super) type RowDots<'a> = dyn Fn(&[u8], &mut [f32]) + Sync + 'a;
+
+/// Output rows per epilogue call (the dots live on the stack).
+const TILE: usize = 128;
+
+/// Fused decode GEMV over one or two matrices of `n` packed rows (`rb`
+/// bytes each, lengths checked by the caller) against the same activation:
+/// the driver's row split (a few chunks per task, in parallel when
+/// `tasks > 1`), each chunk dotting the same rows of every matrix, tile by
+/// tile, and handing them to `epi`.
+pub(super) fn gemv_fused<T: Elem>(
+    mats: &[&[u8]],
+    rb: usize,
+    n: usize,
+    out: &mut [T],
+    tasks: usize,
+    dots: &RowDots<'_>,
+    epi: &Epilogue<'_, T>,
+) {
+    let out = &mut out[..n];
+    let rows = if tasks <= 1 {
+        n.max(1)
+    } else {
+        n.div_ceil(tasks * 4).max(1)
+    };
+    let one = |(c, o): (usize, &mut [T])| {
+        let (mut a, mut b) = ([0f32; TILE], [0f32; TILE]);
+        for (t, ot) in o.chunks_mut(TILE).enumerate() {
+            let (s, r) = (c * rows + t * TILE, ot.len());
+            let span = s * rb..(s + r) * rb;
+            dots(&mats[0][span.clone()], &mut a[..r]);
+            let b: &[f32] = match mats.get(1) {
+                Some(m) => {
+                    dots(&m[span], &mut b[..r]);
+                    &b[..r]
+                }
+                None => &[],
+            };
+            epi(s, &a[..r], b, ot);
+        }
+    };
+    if tasks <= 1 {
+        out.chunks_mut(rows).enumerate().for_each(one);
+    } else {
+        out.par_chunks_mut(rows).enumerate().for_each(one);
+    }
+}
+
+/// [`gemv_fused`] on the f32 dot kernels of `F` (AVX2 where the CPU has
+/// it): the path of every format without an integer-dot kernel.
+pub(super) fn gemv_fused_fmt<F: RowFmt, T: Elem>(
+    x: &[f32],
+    mats: &[&[u8]],
+    rb: usize,
+    out: &mut [T],
+    k: usize,
+    n: usize,
+    epi: &Epilogue<'_, T>,
+) {
+    with_scratch(&CALLER, |s| {
+        group_sums(&x[..k], F::SUB, &mut s.xsum);
+        let xsum = &s.xsum[..];
+        let tasks = tasks_for(n.saturating_mul(k).saturating_mul(mats.len()));
+        let dots = |w: &[u8], o: &mut [f32]| gemv_rows::<F, f32>(w, rb, &x[..k], xsum, o);
+        gemv_fused(mats, rb, n, out, tasks, &dots, epi);
+    })
+}
+
 /// Output columns written by parallel panel tasks.
 struct ColWriter<T> {
     ptr: *mut T,
