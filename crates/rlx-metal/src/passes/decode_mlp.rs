@@ -22,8 +22,13 @@
 //! * every value a removed thunk writes (g, u, a, copies) is read only by
 //!   the fused group and is not a graph output or state;
 //! * `x` is not written between the first GEMV and the product (the fused
-//!   thunk reads it at the product's slot), and the product does not
-//!   overlap `x` or a weight;
+//!   thunk reads it at the product's slot), and the product overlaps no
+//!   weight. The product may overlap `x`: the planner routinely puts it
+//!   over the then-dead `x` (every Qwen2.5 layer but the first), and the
+//!   fused thunk, like every thunk, reads its operands in full before it
+//!   writes (the host executor stages an operand overlapping the output,
+//!   the numpy reference copies it; a Metal kernel must stage the `k`
+//!   activations too);
 //! * GELU: f32 activations and result (the fused GELU thunk has no f16);
 //! * tail: the down GEMV reads exactly `p` as written by the fused thunk,
 //!   its output is read by the add alone and is not an output, `p` is not
@@ -266,7 +271,7 @@ pub(super) fn finish_gate_up(
         return None;
     }
     let out = ByteRange::new(g.dst, (g.n as usize).checked_mul(g.dt.size())?);
-    if out.overlaps(&x) || out.overlaps(&gw) || out.overlaps(&uw) {
+    if out.overlaps(&gw) || out.overlaps(&uw) {
         return None;
     }
     let fused = if g.gelu {

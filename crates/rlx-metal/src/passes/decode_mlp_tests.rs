@@ -265,12 +265,24 @@ fn refuses_x_clobbered_before_the_product() {
 }
 
 #[test]
-fn refuses_product_overlapping_x() {
+fn product_over_the_dead_x_fuses() {
+    // the planner's Qwen2.5 layout: p placed over x once gate / up read it
     let mut b = block(Activation::Silu);
-    b[3] = bin(BinaryOp::Mul, A, U, X + 8, N);
-    b[4] = mm(X + 8, 2, D, N, K);
-    let (_, m, _) = fuse(b, &[out(H, K)]);
-    assert_eq!(m, 0);
+    b[3] = bin(BinaryOp::Mul, A, U, X, N);
+    b[4] = mm(X, 2, D, N, K);
+    let (n, m, _) = fuse(b, &[out(H, K)]);
+    assert_eq!(m, 1);
+    assert_eq!(n, SWIGLU_TAIL);
+}
+
+#[test]
+fn x_read_after_the_block_still_fuses() {
+    // x is an input of the group, not an intermediate: later reads are fine
+    let mut b = block(Activation::Silu);
+    b.push(copy(X, 7168, K));
+    let (n, m, _) = fuse(b, &[out(H, K), out(7168, K)]);
+    assert_eq!(m, 1);
+    assert_eq!(n[..2], SWIGLU_TAIL);
 }
 
 #[test]
