@@ -33,7 +33,8 @@
 //! * tail: the down GEMV reads exactly `p` as written by the fused thunk,
 //!   its output is read by the add alone and is not an output, `p` is not
 //!   rewritten before the add, and the add's result either is exactly the
-//!   residual operand (in place) or overlaps neither operand.
+//!   residual operand (in place) or does not overlap it (it may lie over
+//!   `p`, read in full first like `x` above).
 //!
 //! The match count is one per fused gate/up (one per layer); tails show in
 //! the schedule as `fused_mlp_down_residual`.
@@ -379,7 +380,7 @@ fn down_tail(thunks: &[Thunk], df: &Dataflow, f: usize) -> Option<Rewrite> {
         return None;
     }
     let out = ByteRange::new(add.dst, dr.len);
-    if out.overlaps(&pr) || out.overlaps(&wr) || (out.overlaps(&rr) && out != rr) {
+    if out.overlaps(&wr) || (out.overlaps(&rr) && out != rr) {
         return None;
     }
     let fused = Thunk::FusedMlpDownResidual(FusedMlpDownResidual {

@@ -343,3 +343,17 @@ fn refuses_f16_gelu_but_fuses_f16_swiglu() {
     b[3] = bin(BinaryOp::Mul, A, U, P, N);
     assert_eq!(fuse(b, &[out(H, K)]).1, 0);
 }
+
+#[test]
+fn tail_fuses_with_the_sum_over_the_product() {
+    // the planner's Qwen2.5 layout: h' = h + d placed over the dead p
+    let mut b = block(Activation::Silu);
+    b[5] = bin(BinaryOp::Add, H, D, P, K);
+    let (n, m, t) = fuse(b, &[out(P, K)]);
+    assert_eq!(m, 1);
+    assert_eq!(n, SWIGLU_TAIL);
+    let Thunk::FusedMlpDownResidual(d) = &t[1] else {
+        panic!("{n:?}")
+    };
+    assert_eq!((d.x, d.res, d.dst), (P, H, P));
+}
