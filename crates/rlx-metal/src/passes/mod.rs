@@ -13,6 +13,8 @@
 //! dispatches before and after) for the compile report.
 
 pub mod dataflow;
+pub mod decode_mlp;
+pub mod decode_mlp_combined;
 pub mod residual_rms_norm;
 
 use crate::thunk::{ByteRange, Thunk, ThunkSchedule};
@@ -52,7 +54,11 @@ const fn entry<P: Pass>() -> PassEntry {
 }
 
 /// The passes, in the order they run.
-pub const PIPELINE: &[PassEntry] = &[entry::<residual_rms_norm::FuseResidualRmsNorm>()];
+pub const PIPELINE: &[PassEntry] = &[
+    entry::<decode_mlp_combined::FuseDecodeMlpCombinedGateUp>(),
+    entry::<decode_mlp::FuseDecodeMlp>(),
+    entry::<residual_rms_norm::FuseResidualRmsNorm>(),
+];
 
 /// The names of every pass, in pipeline order.
 pub fn pass_names() -> Vec<&'static str> {

@@ -42,6 +42,7 @@ macro_rules! by_word {
 }
 
 mod elementwise;
+mod fused_mlp;
 mod indexing;
 mod layout;
 mod linalg;
@@ -60,6 +61,7 @@ pub fn has_native(t: &Thunk) -> bool {
         || linalg::handles(t)
         || layout::handles(t)
         || quant::handles(t)
+        || fused_mlp::handles(t)
         || indexing::handles(t)
 }
 
@@ -76,6 +78,9 @@ pub(crate) fn run(t: &Thunk, mem: &Mem, st: &mut Staging, _s: &ThunkSchedule) ->
     }
     if quant::handles(t) {
         return Some(quant::run(t, mem, st));
+    }
+    if fused_mlp::handles(t) {
+        return Some(fused_mlp::run(t, mem, st));
     }
     if indexing::handles(t) {
         return Some(indexing::run(t, mem, st));

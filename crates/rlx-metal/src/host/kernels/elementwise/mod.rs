@@ -20,6 +20,7 @@ mod region;
 
 pub use cast::*;
 pub use region::{region, RegionArg, RegionCast, RegionInput, RegionOp, RegionStep};
+pub(crate) use scalar::gelu_approx;
 pub use scalar::{erf, silu};
 
 /// Elements per scratch chunk of the fused kernels (fits in L1).

@@ -180,16 +180,22 @@ pub(super) fn tasks_for(work: usize) -> usize {
     }
 }
 
+/// Threads for a decode GEMV of `work` multiply-adds: the spinning
+/// [`team`]'s, whose hand-off is cheap enough for per-layer matrices.
+fn m1_tasks(work: usize) -> usize {
+    if work < PAR_MIN {
+        1
+    } else {
+        team::threads()
+    }
+}
+
 /// Decode GEMV: chunks of output rows in parallel.
 fn gemv<F: RowFmt, T: Elem>(x: &[f32], w: &[u8], rb: usize, out: &mut [T], k: usize, n: usize) {
     with_scratch(&CALLER, |s| {
         group_sums(x, F::SUB, &mut s.xsum);
         let xsum = &s.xsum[..];
-        let tasks = if n.saturating_mul(k) < PAR_MIN {
-            1
-        } else {
-            team::threads()
-        };
+        let tasks = m1_tasks(n.saturating_mul(k));
         if tasks == 1 {
             return gemv_rows::<F, T>(w, rb, x, xsum, out);
         }
@@ -221,6 +227,87 @@ impl<T> SharedOut<T> {
 // SAFETY: chunks write disjoint row ranges of one exclusively borrowed
 // buffer; `T` values are plain data.
 unsafe impl<T: Send> Sync for SharedOut<T> {}
+
+/// The epilogue of a fused decode GEMV: `epi(j0, a, b, out)` stores
+/// output rows `j0..j0 + out.len()` from the dots `a` of the first matrix's
+/// rows and `b` of the second's (empty with one matrix).
+pub(super) type Epilogue<'a, T> = dyn Fn(usize, &[f32], &[f32], &mut [T]) + Sync + 'a;
+
+/// Row dots of a fused decode GEMV: `dots(w, out)` writes the dot of each
+/// of the first `out.len()` packed rows of `w` with the call's activation.
+pub(super) type RowDots<'a> = dyn Fn(&[u8], &mut [f32]) + Sync + 'a;
+
+/// Output rows per epilogue call (the dots live on the stack).
+const TILE: usize = 128;
+
+/// Fused decode GEMV over one or two matrices of `n` packed rows (`rb`
+/// bytes each, lengths checked by the caller) against the same activation:
+/// the driver's row split (a few chunks per task, in parallel when
+/// `tasks > 1`), each chunk dotting the same rows of every matrix, tile by
+/// tile, and handing them to `epi`.
+pub(super) fn gemv_fused<T: Elem>(
+    mats: &[&[u8]],
+    rb: usize,
+    n: usize,
+    out: &mut [T],
+    tasks: usize,
+    dots: &RowDots<'_>,
+    epi: &Epilogue<'_, T>,
+) {
+    let out = &mut out[..n];
+    let rows = if tasks <= 1 {
+        n.max(1)
+    } else {
+        n.div_ceil(tasks * 4).max(1)
+    };
+    let chunks = n.div_ceil(rows);
+    let dst = SharedOut(out.as_mut_ptr());
+    let one = |c: usize| {
+        let j0 = c * rows;
+        // SAFETY: chunk `c` owns rows j0..j0 + r of `out` (disjoint across
+        // chunks, j0 + r ≤ n = out.len()); `out` outlives the call.
+        let o = unsafe { std::slice::from_raw_parts_mut(dst.get().add(j0), rows.min(n - j0)) };
+        let (mut a, mut b) = ([0f32; TILE], [0f32; TILE]);
+        for (t, ot) in o.chunks_mut(TILE).enumerate() {
+            let (s, r) = (c * rows + t * TILE, ot.len());
+            let span = s * rb..(s + r) * rb;
+            dots(&mats[0][span.clone()], &mut a[..r]);
+            let b: &[f32] = match mats.get(1) {
+                Some(m) => {
+                    dots(&m[span], &mut b[..r]);
+                    &b[..r]
+                }
+                None => &[],
+            };
+            epi(s, &a[..r], b, ot);
+        }
+    };
+    if tasks <= 1 {
+        (0..chunks).for_each(one);
+    } else {
+        team::for_each(chunks, &one);
+    }
+}
+
+/// [`gemv_fused`] on the f32 dot kernels of `F` (AVX2 where the CPU has
+/// it): the path of every format without an integer-dot kernel.
+pub(super) fn gemv_fused_fmt<F: RowFmt, T: Elem>(
+    x: &[f32],
+    mats: &[&[u8]],
+    rb: usize,
+    out: &mut [T],
+    k: usize,
+    n: usize,
+    epi: &Epilogue<'_, T>,
+) {
+    with_scratch(&CALLER, |s| {
+        group_sums(&x[..k], F::SUB, &mut s.xsum);
+        let xsum = &s.xsum[..];
+        let tasks = m1_tasks(n.saturating_mul(k).saturating_mul(mats.len()));
+        let dots = |w: &[u8], o: &mut [f32]| gemv_rows::<F, f32>(w, rb, &x[..k], xsum, o);
+        gemv_fused(mats, rb, n, out, tasks, &dots, epi);
+    })
+}
 
 /// Output columns written by parallel panel tasks.
 struct ColWriter<T> {

@@ -41,7 +41,7 @@ mod vnni;
 use half::f16;
 use rlx_ir::GgmlType;
 
-use super::{check_len, invalid, numel, Result};
+use super::{check_len, invalid, numel, Elem, Result};
 
 /// Largest block (elements) of any format: the k-quants' 256.
 pub(crate) const MAX_BS: usize = 256;
@@ -385,6 +385,160 @@ pub fn dequant_matmul(
     Ok(())
 }
 
+/// The gating of a fused gate / up decode GEMV.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Gating {
+    /// `silu(gate) · up` (SwiGLU).
+    Silu,
+    /// `gelu_tanh(gate) · up` (GeGLU with the tanh approximation).
+    GeluTanh,
+}
+
+/// Decode MLP gate / up (`m = 1`): `out[j] = act(gate_w[j]·x) · (up_w[j]·x)`
+/// for two packed matrices of `n` rows of `k` elements of type `ty`. One
+/// pass over `x` (rounded to 8-bit blocks once on the integer-dot path),
+/// both matrices in one parallel region, row for row the same dots as
+/// [`dequant_matmul`] and the same activation as the elementwise kernels.
+#[allow(clippy::too_many_arguments)]
+pub fn gate_up_gemv(
+    ty: GgmlType,
+    x: Act<'_>,
+    gate_w: &[u8],
+    up_w: &[u8],
+    out: Out<'_>,
+    k: usize,
+    n: usize,
+    gating: Gating,
+) -> Result<()> {
+    const K: &str = "fused_mlp_gate_up";
+    let mats = check_fused(K, ty, &x, &[("gate_w", gate_w), ("up_w", up_w)], &out, k, n)?;
+    fused_gemv(ty, x, &mats, out, k, n, &Epi::Gate(gating));
+    Ok(())
+}
+
+/// Decode MLP down with the residual (`m = 1`): `out[j] = res[j] +
+/// w[j]·x` for `n` packed rows of `k` elements of type `ty`; the add is the
+/// GEMV's epilogue. `res` must not alias `out` (the caller stages it).
+pub fn down_residual_gemv(
+    ty: GgmlType,
+    x: Act<'_>,
+    w: &[u8],
+    res: Act<'_>,
+    out: Out<'_>,
+    k: usize,
+    n: usize,
+) -> Result<()> {
+    const K: &str = "fused_mlp_down_residual";
+    let mats = check_fused(K, ty, &x, &[("w", w)], &out, k, n)?;
+    let rlen = match res {
+        Act::F32(v) => v.len(),
+        Act::F16(v) => v.len(),
+    };
+    check_len(K, "res", rlen, n)?;
+    fused_gemv(ty, x, &mats, out, k, n, &Epi::Residual(res));
+    Ok(())
+}
+
+/// What a fused GEMV does with its dots.
+enum Epi<'a> {
+    Gate(Gating),
+    Residual(Act<'a>),
+}
+
+/// Checks the operands of a fused GEMV; returns the matrices cut to `n`
+/// rows.
+fn check_fused<'w>(
+    kernel: &'static str,
+    ty: GgmlType,
+    x: &Act<'_>,
+    mats: &[(&'static str, &'w [u8])],
+    out: &Out<'_>,
+    k: usize,
+    n: usize,
+) -> Result<Vec<&'w [u8]>> {
+    let rb = row_bytes(kernel, ty, k)?;
+    let xlen = match x {
+        Act::F32(v) => v.len(),
+        Act::F16(v) => v.len(),
+    };
+    check_len(kernel, "x", xlen, k)?;
+    let olen = match out {
+        Out::F32(v) => v.len(),
+        Out::F16(v) => v.len(),
+    };
+    check_len(kernel, "dst", olen, n)?;
+    let bytes = numel(kernel, &[n, rb])?;
+    mats.iter()
+        .map(|&(what, w)| {
+            check_len(kernel, what, w.len(), bytes)?;
+            Ok(&w[..bytes])
+        })
+        .collect()
+}
+
+/// Runs a checked fused GEMV (see [`driver::gemv_fused`]).
+fn fused_gemv(
+    ty: GgmlType,
+    x: Act<'_>,
+    mats: &[&[u8]],
+    out: Out<'_>,
+    k: usize,
+    n: usize,
+    epi: &Epi<'_>,
+) {
+    driver::with_x(x, k, |xf| match out {
+        Out::F32(o) => fused_typed(ty, xf, mats, o, k, n, epi),
+        Out::F16(o) => fused_typed(ty, xf, mats, o, k, n, epi),
+    })
+}
+
+fn fused_typed<T: Elem>(
+    ty: GgmlType,
+    x: &[f32],
+    mats: &[&[u8]],
+    out: &mut [T],
+    k: usize,
+    n: usize,
+    epi: &Epi<'_>,
+) {
+    use crate::host::kernels::elementwise::{gelu_approx, silu};
+    let store = |j0: usize, a: &[f32], b: &[f32], o: &mut [T]| match epi {
+        Epi::Gate(Gating::Silu) => {
+            for ((o, &g), &u) in o.iter_mut().zip(a).zip(b) {
+                *o = T::from_f32(silu(g) * u);
+            }
+        }
+        Epi::Gate(Gating::GeluTanh) => {
+            for ((o, &g), &u) in o.iter_mut().zip(a).zip(b) {
+                *o = T::from_f32(gelu_approx(g) * u);
+            }
+        }
+        Epi::Residual(Act::F32(r)) => {
+            for ((o, &d), &r) in o.iter_mut().zip(a).zip(&r[j0..]) {
+                *o = T::from_f32(r + d);
+            }
+        }
+        Epi::Residual(Act::F16(r)) => {
+            for ((o, &d), r) in o.iter_mut().zip(a).zip(&r[j0..]) {
+                *o = T::from_f32(r.to_f32() + d);
+            }
+        }
+    };
+    if n == 0 {
+        return;
+    }
+    let rb = ty.row_bytes(k).unwrap_or(0);
+    if k == 0 || rb == 0 {
+        let zeros = |_: &[u8], o: &mut [f32]| o.fill(0.0);
+        return driver::gemv_fused(mats, 0, n, out, 1, &zeros, &store);
+    }
+    #[cfg(target_arch = "x86_64")]
+    if vnni::try_fused(ty, x, mats, rb, out, k, n, &store) {
+        return;
+    }
+    with_fmt!(ty, F => driver::gemv_fused_fmt::<F, T>(x, mats, rb, out, k, n, &store))
+}
+
 /// Grouped (MoE) variant: row `i` of `x [m, k]` against expert
 /// `expert_idx[i]` of the packed stack `w [experts, n, row_bytes(k)]`;
 /// an id outside `0..experts` gives a zero row. f32 in and out.
@@ -455,5 +609,7 @@ pub fn dequantize_rows(
     Ok(())
 }
 
+#[cfg(test)]
+mod fused_tests;
 #[cfg(test)]
 mod tests;

@@ -41,7 +41,7 @@ fn f16_fields(ty: GgmlType) -> &'static [usize] {
 }
 
 /// `rows` random packed rows of `k` elements with sane scales.
-fn rand_rows(ty: GgmlType, rows: usize, k: usize, seed: u64) -> Vec<u8> {
+pub(super) fn rand_rows(ty: GgmlType, rows: usize, k: usize, seed: u64) -> Vec<u8> {
     let vals = rand_vec(rows * k, seed);
     match ty {
         GgmlType::F32 => return vals.iter().flat_map(|v| v.to_le_bytes()).collect(),
@@ -156,7 +156,7 @@ fn naive_elem(ty: GgmlType, b: &[u8], e: usize) -> f64 {
 }
 
 /// Row `j` of the naive dequantised weight.
-fn naive_row(ty: GgmlType, w: &[u8], j: usize, k: usize) -> Vec<f64> {
+pub(super) fn naive_row(ty: GgmlType, w: &[u8], j: usize, k: usize) -> Vec<f64> {
     let rb = ty.row_bytes(k).unwrap();
     let row = &w[j * rb..(j + 1) * rb];
     match ty {
@@ -181,7 +181,14 @@ fn naive_row(ty: GgmlType, w: &[u8], j: usize, k: usize) -> Vec<f64> {
     }
 }
 
-fn naive_matmul(ty: GgmlType, x: &[f32], w: &[u8], m: usize, k: usize, n: usize) -> Vec<f64> {
+pub(super) fn naive_matmul(
+    ty: GgmlType,
+    x: &[f32],
+    w: &[u8],
+    m: usize,
+    k: usize,
+    n: usize,
+) -> Vec<f64> {
     let rows: Vec<Vec<f64>> = (0..n).map(|j| naive_row(ty, w, j, k)).collect();
     let mut out = vec![0f64; m * n];
     for i in 0..m {
@@ -226,7 +233,14 @@ fn int_dots(ty: GgmlType, m: usize) -> bool {
 /// Per-output bound of the activation rounding of the integer-dot path:
 /// `½ Σ_e |w_je| · dx_b(e)` with `dx_b = max|x_b| / 127` per block of 32
 /// of each activation row (module `vnni`); zero where the path is not used.
-fn rounding_bound(ty: GgmlType, x: &[f32], w: &[u8], m: usize, k: usize, n: usize) -> Vec<f64> {
+pub(super) fn rounding_bound(
+    ty: GgmlType,
+    x: &[f32],
+    w: &[u8],
+    m: usize,
+    k: usize,
+    n: usize,
+) -> Vec<f64> {
     if !int_dots(ty, m) {
         return vec![0.0; m * n];
     }

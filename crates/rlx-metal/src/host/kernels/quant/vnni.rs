@@ -63,6 +63,66 @@ thread_local! {
     static QACT: RefCell<QAct> = RefCell::new(QAct::default());
 }
 
+/// Runs `f` with this thread's activation buffers (fresh ones when they
+/// are already borrowed by a re-entrant call).
+fn with_qact<R>(f: impl FnOnce(&mut QAct) -> R) -> R {
+    QACT.with(|c| match c.try_borrow_mut() {
+        Ok(mut q) => f(&mut q),
+        Err(_) => f(&mut QAct::default()),
+    })
+}
+
+/// Evaluates `$body` with `$V` bound to the [`VFmt`] of `$ty`, or `$none`
+/// when the format has no integer-dot kernel.
+macro_rules! with_vfmt {
+    ($ty:expr, $V:ident => $body:expr, _ => $none:expr) => {{
+        use GgmlType as G;
+        match $ty {
+            G::Q4_0 => {
+                type $V = VQ4_0;
+                $body
+            }
+            G::Q4_1 => {
+                type $V = VQ4_1;
+                $body
+            }
+            G::Q5_0 => {
+                type $V = VQ5_0;
+                $body
+            }
+            G::Q5_1 => {
+                type $V = VQ5_1;
+                $body
+            }
+            G::Q8_0 => {
+                type $V = VQ8_0;
+                $body
+            }
+            G::Q2K => {
+                type $V = VQ2K;
+                $body
+            }
+            G::Q3K => {
+                type $V = VQ3K;
+                $body
+            }
+            G::Q4K => {
+                type $V = VQ4K;
+                $body
+            }
+            G::Q5K => {
+                type $V = VQ5K;
+                $body
+            }
+            G::Q6K => {
+                type $V = VQ6K;
+                $body
+            }
+            _ => $none,
+        }
+    }};
+}
+
 /// Runs the integer-dot matmul when this CPU has the features and `ty` a
 /// kernel here (returns `false` otherwise, having done nothing). Lengths
 /// are checked by the caller; `m, n, k > 0`, `k` whole blocks.
@@ -81,38 +141,18 @@ pub(super) fn try_run(
     if !available() || !k.is_multiple_of(32) {
         return false;
     }
-    macro_rules! go {
-        ($V:ty) => {{
-            QACT.with(|c| {
-                let mut fresh = QAct::default();
-                let mut held = c.try_borrow_mut();
-                let qa = match held.as_deref_mut() {
-                    Ok(q) => q,
-                    Err(_) => &mut fresh,
-                };
-                match out {
-                    Out::F32(o) => run::<$V, f32>(qa, x, w, rb, o, m, k, n, tasks),
-                    Out::F16(o) => run::<$V, half::f16>(qa, x, w, rb, o, m, k, n, tasks),
-                }
-            });
-            true
-        }};
-    }
-    use GgmlType as G;
-    match ty {
-        G::Q4_0 => go!(VQ4_0),
-        G::Q4_1 => go!(VQ4_1),
-        G::Q5_0 => go!(VQ5_0),
-        G::Q5_1 => go!(VQ5_1),
-        G::Q8_0 => go!(VQ8_0),
-        G::Q2K => go!(VQ2K),
-        G::Q3K => go!(VQ3K),
-        G::Q4K => go!(VQ4K),
-        G::Q5K => go!(VQ5K),
-        G::Q6K => go!(VQ6K),
-        _ => false,
-    }
+    with_vfmt!(ty, V => {
+        with_qact(|qa| match out {
+            Out::F32(o) => run::<V, f32>(qa, x, w, rb, o, m, k, n, tasks),
+            Out::F16(o) => run::<V, half::f16>(qa, x, w, rb, o, m, k, n, tasks),
+        });
+        true
+    }, _ => false)
 }
+
+#[path = "vnni_fused.rs"]
+mod fused;
+pub(super) use fused::try_fused;
 
 /// Activations quantised per block of 32: codes, block scales and the
 /// scaled code sums of each 16-element half (`dx · Σ qx`).
@@ -642,6 +682,36 @@ unsafe fn dot_wrows<V: VFmt, const R: usize>(
     }
 }
 
+/// Single-activation-row dots of `out.len()` consecutive packed rows
+/// (stride `rb`, `nb` blocks each) starting at `w`, `WROWS` rows at a time.
+#[inline(always)]
+unsafe fn gemv_rows<V: VFmt, T: Elem>(
+    w: *const u8,
+    rb: usize,
+    nb: usize,
+    qa: &QAct,
+    out: &mut [T],
+) {
+    let rows = out.len();
+    let mut j = 0;
+    // SAFETY: the caller guarantees `rows` rows of `nb` blocks at `w`,
+    // one activation row of `nb·RUNS` blocks in `qa`, and the features.
+    unsafe {
+        while j + WROWS <= rows {
+            let r = dot_wrows::<V, WROWS>(w.add(j * rb), rb, nb, qa);
+            for (o, v) in out[j..j + WROWS].iter_mut().zip(r) {
+                *o = T::from_f32(v);
+            }
+            j += WROWS;
+        }
+        while j < rows {
+            let [v] = dot_wrows::<V, 1>(w.add(j * rb), rb, nb, qa);
+            out[j] = T::from_f32(v);
+            j += 1;
+        }
+    }
+}
+
 /// Output elements written by parallel row-chunk tasks.
 struct Dst<T> {
     ptr: *mut T,
@@ -681,20 +751,8 @@ unsafe fn chunk<V: VFmt, T: Elem>(
             }};
         }
         if m == 1 {
-            let mut j = j0;
-            while j + WROWS <= j0 + rows {
-                let r = dot_wrows::<V, WROWS>(w.as_ptr().add(j * rb), rb, nb, qa);
-                for (t, v) in r.into_iter().enumerate() {
-                    *dst.ptr.add(j + t) = T::from_f32(v);
-                }
-                j += WROWS;
-            }
-            while j < j0 + rows {
-                let [v] = dot_wrows::<V, 1>(w.as_ptr().add(j * rb), rb, nb, qa);
-                *dst.ptr.add(j) = T::from_f32(v);
-                j += 1;
-            }
-            return;
+            let out = std::slice::from_raw_parts_mut(dst.ptr.add(j0), rows);
+            return gemv_rows::<V, T>(w.as_ptr().add(j0 * rb), rb, nb, qa, out);
         }
         while i < m {
             let g = (m - i).min(4);
