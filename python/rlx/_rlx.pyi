@@ -91,6 +91,10 @@ def gguf_dequantize_rows(
 def env_vars() -> list[tuple[str, str, str]]:
     """The environment-variable registry as ``(name, default, meaning)`` rows."""
 
+def pass_names() -> list[str]:
+    """Every name ``RLX_DISABLE_PASS`` accepts: the graph fusions, then the
+    thunk passes, each in running order."""
+
 @final
 class Executable:
     """A compiled graph with its arena, weights segments and state buffer.
