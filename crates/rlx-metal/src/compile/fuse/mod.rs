@@ -43,6 +43,12 @@ pub struct FuseContext<'a> {
     pub outputs: HashSet<NodeId>,
     /// Values of symbolic dims for this compile.
     pub dims: &'a HashMap<String, usize>,
+    /// `state_backed[i]`: node `i` is a `State` leaf or may alias one (a
+    /// view-like op of such a node). Ops may update states in place, so a
+    /// fused node, which reads its operands at the root's position rather
+    /// than at the absorbed nodes', must not read one ([`run_fusions`]
+    /// drops such matches).
+    pub state_backed: Vec<bool>,
 }
 
 impl<'a> FuseContext<'a> {
@@ -56,11 +62,38 @@ impl<'a> FuseContext<'a> {
                 }
             }
         }
+        let mut state_backed = vec![false; g.len()];
+        for (i, n) in g.nodes.iter().enumerate() {
+            let aliasing = matches!(
+                n.op,
+                Op::Reshape { .. }
+                    | Op::Narrow { .. }
+                    | Op::Cast { .. }
+                    | Op::Expand { .. }
+                    | Op::Transpose { .. }
+                    | Op::ScatterNd
+            );
+            state_backed[i] = matches!(n.op, Op::State { .. })
+                || (aliasing
+                    && n.inputs
+                        .first()
+                        .is_some_and(|&j| state_backed.get(j).copied().unwrap_or(false)));
+        }
         FuseContext {
             users,
             outputs: g.outputs.iter().copied().collect(),
             dims,
+            state_backed,
         }
+    }
+
+    /// True when `r` reads no state-backed node (see
+    /// [`FuseContext::state_backed`]).
+    pub fn reads_no_state(&self, r: &Rewrite) -> bool {
+        r.inputs.iter().all(|o| match o {
+            Operand::Node(j) => !self.state_backed.get(*j).copied().unwrap_or(true),
+            Operand::Extra(_) => true,
+        })
     }
 
     /// True when node `id` is an intermediate only `consumer` reads: it is
@@ -254,7 +287,8 @@ pub fn run_fusions(
         let mut matches = 0;
         if enabled {
             let cx = FuseContext::new(&g, dims);
-            let rewrites = (f.find)(&g, &cx);
+            let mut rewrites = (f.find)(&g, &cx);
+            rewrites.retain(|r| cx.reads_no_state(r));
             matches = rewrites.len();
             if matches > 0 {
                 g = apply(&g, &rewrites, f.name)?;

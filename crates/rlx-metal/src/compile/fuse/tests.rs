@@ -624,6 +624,36 @@ fn run_fusions_reports_and_disables() {
 }
 
 #[test]
+fn matches_reading_a_state_are_dropped() {
+    // a region over a state could read it after an in-place update
+    let mut g = Graph::new("state");
+    let s = g
+        .add(
+            Op::State {
+                shape: shape(&[4], DType::F32),
+            },
+            &[],
+            "s",
+        )
+        .unwrap();
+    let r = g
+        .add(
+            Op::Reshape {
+                dims: vec![Dim::Static(2), Dim::Static(2)],
+            },
+            &[s],
+            "",
+        )
+        .unwrap();
+    let e = act(&mut g, Activation::Exp, r);
+    let y = act(&mut g, Activation::Neg, e);
+    g.set_outputs(&[y]).unwrap();
+    let (out, stats) = run_fusions(&g, &HashMap::new(), &[]).unwrap();
+    assert!(stats.iter().all(|s| s.matches == 0), "{stats:?}");
+    assert_eq!(out, g);
+}
+
+#[test]
 fn apply_rejects_overlapping_matches() {
     let (g, m, t, y) = mm_graph(&[5], DType::F32);
     let r = Rewrite {

@@ -149,3 +149,62 @@ fn unbound_dims_and_unsupported_ops_are_named() {
         .to_string();
     assert!(e.starts_with("[fft] cannot be compiled yet"), "{e}");
 }
+
+#[test]
+fn region_weight_inputs_get_their_own_scratch() {
+    // A region copies a weight operand into f32 scratch. The measuring pass
+    // must see that the operand is a weight, or the emitted copy lands on
+    // an unplanned offset (here: over the live matmul result).
+    use rlx_ir::op::{RegionOperand, RegionStep};
+    let mut g = Graph::new("t");
+    let a = input(&mut g, "a", &[3, 1]);
+    let w = g
+        .add(
+            Op::Param {
+                shape: f32s(&[1, 5]),
+            },
+            &[],
+            "w",
+        )
+        .unwrap();
+    let b = g.add(Op::Param { shape: f32s(&[5]) }, &[], "b").unwrap();
+    let m = g.add(Op::MatMul, &[a, w], "m").unwrap();
+    let steps = vec![
+        RegionStep::Binary {
+            kind: BinaryOp::Add,
+            a: RegionOperand::Input(0),
+            b: RegionOperand::Input(1),
+        },
+        RegionStep::Unary {
+            act: Activation::Abs,
+            a: RegionOperand::Step(0),
+        },
+    ];
+    let r = g
+        .add(Op::ElementwiseRegion { steps }, &[b, m], "r")
+        .unwrap();
+    g.set_outputs(&[r]).unwrap();
+    let out = lower(&g, &CompileOptions::default()).unwrap();
+    let c = out
+        .schedule
+        .thunks
+        .iter()
+        .find_map(|t| match t {
+            Thunk::Sgemm(s) => Some(s.c),
+            _ => None,
+        })
+        .unwrap();
+    let copy = out
+        .schedule
+        .thunks
+        .iter()
+        .find_map(|t| match t {
+            Thunk::Cast(x) => Some(x.dst),
+            _ => None,
+        })
+        .unwrap();
+    assert!(
+        copy >= c + 15 * 4 || copy + 5 * 4 <= c,
+        "copy {copy} over matmul result {c}"
+    );
+}
