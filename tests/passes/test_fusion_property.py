@@ -31,7 +31,19 @@ ROWS = 3
 TOL = {"rtol": 1e-4, "atol": 1e-4}
 ALL = ",".join(rlx.pass_names())
 
-SAFE_ACTS = ["gelu", "gelu_approx", "silu", "relu", "sigmoid", "tanh", "neg", "abs", "sin", "cos", "atan"]
+SAFE_ACTS = [
+    "gelu",
+    "gelu_approx",
+    "silu",
+    "relu",
+    "sigmoid",
+    "tanh",
+    "neg",
+    "abs",
+    "sin",
+    "cos",
+    "atan",
+]
 BINS = ["add", "sub", "mul", "max", "min"]
 
 
@@ -65,7 +77,9 @@ class Builder:
 
     def step(self) -> None:
         g, r = self.g, self.rng
-        kind = r.choice(["act", "bin", "bin", "bcast", "div", "mm", "norm", "narrow", "concat", "swiglu"])
+        kind = r.choice(
+            ["act", "bin", "bin", "bcast", "div", "mm", "norm", "narrow", "concat", "swiglu"]
+        )
         mat = lambda n: len(n.shape) == 2  # noqa: E731
         x = self.pick(mat)
         assert x is not None
@@ -161,7 +175,9 @@ def test_random_graphs_all_passes_on_vs_off() -> None:
         if case % CASES_REF == 0:
             ref, _ = _run(g, b.feed, "", device="reference")
             for k in on:
-                np.testing.assert_allclose(ref[k], on[k], err_msg=f"case {case} (reference) {k}\n{g}", **TOL)
+                np.testing.assert_allclose(
+                    ref[k], on[k], err_msg=f"case {case} (reference) {k}\n{g}", **TOL
+                )
     # the generator reaches every fusion it is meant to exercise
     for name in (
         "ir_fuse_matmul_bias_act",

@@ -45,7 +45,11 @@ def _feed(g: rlx.Graph, seed: int, dims: dict[str, int] | None = None) -> dict[s
 
 
 def _on_off(
-    g: rlx.Graph, monkeypatch: pytest.MonkeyPatch, seed: int = 0, tol: dict[str, float] = F32_TOL, **kw: Any
+    g: rlx.Graph,
+    monkeypatch: pytest.MonkeyPatch,
+    seed: int = 0,
+    tol: dict[str, float] = F32_TOL,
+    **kw: Any,
 ) -> rlx.Executable:
     """Compile with all passes on and all off, check equal outputs, return the on one."""
     on = _compile(g, monkeypatch, **kw)
