@@ -25,8 +25,8 @@ import numpy as np
 import pytest
 import rlx
 
-CASES = 240
-CASES_REF = 6  # one reference run per this many cases
+CASES = 400
+CASES_REF = 5  # one reference run per this many cases
 ROWS = 3
 TOL = {"rtol": 1e-4, "atol": 1e-4}
 ALL = ",".join(rlx.pass_names())
