@@ -4,7 +4,8 @@
 //! through memory per op).
 //!
 //! Pattern: a DAG of `activation`, `binary` (any of the seven kinds, numpy
-//! broadcasting included) and `cast` to f32, grown from a root towards its
+//! broadcasting included) and `cast` to f32 from another float dtype (a
+//! same-dtype cast is a free view and stays one), grown from a root towards its
 //! operands. Nodes (and thunks) before → after: k → 1, `2 ≤ k ≤ 32`.
 //!
 //! Preconditions:
@@ -64,7 +65,10 @@ fn member_op(g: &Graph, id: NodeId) -> bool {
     let op_ok = match n.op {
         Op::Activation { .. } => n.inputs.len() == 1,
         Op::Binary { .. } => n.inputs.len() == 2,
-        Op::Cast { to } => to == DType::F32 && n.inputs.len() == 1,
+        // a cast that keeps the dtype is a free view: not worth a step
+        Op::Cast { to } => {
+            to == DType::F32 && n.inputs.len() == 1 && g.shape(n.inputs[0]).dtype != to
+        }
         _ => false,
     };
     op_ok && n.shape.dtype == DType::F32 && n.inputs.iter().all(|&j| g.shape(j).dtype.is_float())

@@ -408,6 +408,13 @@ fn region_respects_outside_uses_and_dtypes() {
     let e = act(&mut g, Activation::Exp, c);
     g.set_outputs(&[e]).unwrap();
     assert_eq!(run::<region::FuseElementwiseRegion>(&g).1, 1);
+    // a same-dtype cast is a free view, not a step
+    let mut g = Graph::new("view");
+    let a = x32(&mut g, "a", &[4, 8]);
+    let c = g.add(Op::Cast { to: DType::F32 }, &[a], "").unwrap();
+    let e = act(&mut g, Activation::Exp, c);
+    g.set_outputs(&[e]).unwrap();
+    assert_eq!(run::<region::FuseElementwiseRegion>(&g).1, 0);
     // integer ops stay out
     let mut g = Graph::new("int");
     let a = leaf(&mut g, "a", &[4], DType::I32);
