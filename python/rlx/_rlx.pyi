@@ -17,6 +17,7 @@ __all__ = [
     "dtype_name",
     "env_vars",
     "gguf_dequantize_rows",
+    "pass_names",
 ]
 
 __version__: Final[str]
