@@ -2,7 +2,7 @@
 
 from typing import TYPE_CHECKING, Optional
 
-from rlx._rlx import __version__
+from rlx._rlx import __version__, pass_names
 from rlx._types import dtype_name
 from rlx.custom import register_op
 from rlx.errors import (
@@ -49,6 +49,7 @@ __all__ = [
     "__version__",
     "compile",
     "load",
+    "pass_names",
     "register_op",
     "dtype_name",
 ]

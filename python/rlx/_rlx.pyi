@@ -17,6 +17,7 @@ __all__ = [
     "dtype_name",
     "env_vars",
     "gguf_dequantize_rows",
+    "pass_names",
 ]
 
 __version__: Final[str]
@@ -90,6 +91,10 @@ def gguf_dequantize_rows(
 
 def env_vars() -> list[tuple[str, str, str]]:
     """The environment-variable registry as ``(name, default, meaning)`` rows."""
+
+def pass_names() -> list[str]:
+    """Every name ``RLX_DISABLE_PASS`` accepts: the graph fusions, then the
+    thunk passes, each in running order."""
 
 @final
 class Executable:

@@ -9,10 +9,17 @@ import pytest
 import rlx
 
 PASS = "fuse_residual_rms_norm"
+# the graph-level twin runs before lowering and would take the pattern first
+IR_TWIN = "ir_fuse_residual_rms_norm"
 
 
-def _compile(g: rlx.Graph, monkeypatch: pytest.MonkeyPatch, disable: str = "") -> rlx.Executable:
-    monkeypatch.setenv("RLX_DISABLE_PASS", disable)
+def _compile(
+    g: rlx.Graph, monkeypatch: pytest.MonkeyPatch, disable: str = "", ir_twin: bool = False
+) -> rlx.Executable:
+    names = [disable] if disable else []
+    if not ir_twin:
+        names.append(IR_TWIN)
+    monkeypatch.setenv("RLX_DISABLE_PASS", ",".join(names))
     return rlx.compile(g)
 
 
@@ -61,6 +68,13 @@ def test_fires_and_matches_disabled(monkeypatch: pytest.MonkeyPatch, rows: int, 
     np.testing.assert_allclose(y_off, ref, rtol=1e-5, atol=1e-5)
     np.testing.assert_allclose(y_on, y_off, rtol=1e-5, atol=1e-6)
     assert PASS in on.report() and "dispatches" in on.report()
+
+
+def test_graph_level_twin_takes_it_first(monkeypatch: pytest.MonkeyPatch) -> None:
+    exe = _compile(_final_norm_graph(2, 16), monkeypatch, ir_twin=True)
+    assert exe.stats["pass_matches"][IR_TWIN] == 1
+    assert exe.stats["pass_matches"][PASS] == 0
+    assert "fused_residual_rms_norm" in exe.schedule
 
 
 def test_refuses_live_sum(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -560,7 +560,7 @@ impl PyExecutable {
         d.set_item("dispatches_lowered", c.passes.dispatches_before)?;
         d.set_item("dispatches", c.passes.dispatches_after)?;
         let passes = PyDict::new(py);
-        for p in &c.passes.passes {
+        for p in c.passes.graph_passes.iter().chain(&c.passes.passes) {
             passes.set_item(&p.name, if p.enabled { p.matches as i64 } else { -1 })?;
         }
         d.set_item("pass_matches", passes)?;
@@ -700,7 +700,18 @@ fn verify(c: &Compiled) -> Result<(), CompileError> {
     )
 }
 
+/// Every name `RLX_DISABLE_PASS` accepts: the graph fusions, then the
+/// thunk passes, each in running order.
+#[pyfunction]
+fn pass_names() -> Vec<String> {
+    rlx_metal::compile::all_pass_names()
+        .into_iter()
+        .map(String::from)
+        .collect()
+}
+
 pub(crate) fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<PyExecutable>()?;
+    m.add_function(wrap_pyfunction!(pass_names, m)?)?;
     Ok(())
 }

@@ -53,6 +53,15 @@ pub enum CompileError {
         /// Every pass name, comma-separated.
         known: String,
     },
+    /// A graph fusion produced an inconsistent rewrite (a bug in the
+    /// fusion, reported instead of miscompiling).
+    #[error("[{pass}] graph fusion failed: {msg}")]
+    Fusion {
+        /// The fusion's name.
+        pass: String,
+        /// What went wrong.
+        msg: String,
+    },
     /// Memory planning failed.
     #[error(transparent)]
     Plan(#[from] PlanError),

@@ -1,9 +1,10 @@
-//! Compilation: IR graph → thunk schedule (lowering), memory planning, the
-//! fusion passes, and the schedule verifier. [`compile`] runs them in that
-//! order.
+//! Compilation: graph fusions (IR → IR), IR graph → thunk schedule
+//! (lowering), memory planning, the thunk-level fusion passes, and the
+//! schedule verifier. [`compile`] runs them in that order.
 
 pub mod active;
 pub mod error;
+pub mod fuse;
 pub mod lower;
 pub mod plan;
 pub mod verify;
@@ -14,23 +15,33 @@ pub use lower::{lower, Binding, CompileOptions, Compiled};
 use crate::passes::{disabled_from_env, pass_names, run_passes, PassContext, PIPELINE};
 use rlx_ir::Graph;
 
-/// Lower and plan `graph`, then run the fusion passes (all of them but the
-/// ones `RLX_DISABLE_PASS` names; an unknown name there is an error, so a
-/// typo cannot silently leave a pass on). The pass report lands in
-/// [`Compiled::passes`].
+/// Every pass name `RLX_DISABLE_PASS` accepts: the graph fusions
+/// ([`fuse::FUSIONS`]) then the thunk passes, each in running order.
+pub fn all_pass_names() -> Vec<&'static str> {
+    let mut names = fuse::fusion_names();
+    names.extend(pass_names());
+    names
+}
+
+/// Run the graph fusions, lower and plan the result, then run the thunk
+/// passes (all fusions and passes but the ones `RLX_DISABLE_PASS` names; an
+/// unknown name there is an error, so a typo cannot silently leave a pass
+/// on). The report of both lands in [`Compiled::passes`].
 pub fn compile(graph: &Graph, opts: &CompileOptions) -> Result<Compiled, CompileError> {
     let disabled = disabled_from_env();
-    let known = pass_names();
+    let known = all_pass_names();
     if let Some(bad) = disabled.iter().find(|d| !known.contains(&d.as_str())) {
         return Err(CompileError::UnknownPass {
             name: bad.clone(),
             known: known.join(", "),
         });
     }
-    let mut c = lower(graph, opts)?;
+    let (fused, graph_passes) = fuse::run_fusions(graph, &opts.dims, &disabled)?;
+    let mut c = lower(&fused, opts)?;
     let cx = PassContext {
         live_out: c.live_out(),
     };
     c.passes = run_passes(&mut c.schedule, &cx, PIPELINE, &disabled);
+    c.passes.graph_passes = graph_passes;
     Ok(c)
 }

@@ -83,6 +83,10 @@ pub struct PassStat {
 /// What the pass manager did to one schedule.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct PassReport {
+    /// The graph-level fusions run before lowering (`compile::fuse`), in
+    /// order; their `thunks_before` / `thunks_after` count graph nodes.
+    #[serde(default)]
+    pub graph_passes: Vec<PassStat>,
     /// One entry per pass, in pipeline order.
     pub passes: Vec<PassStat>,
     /// Dispatches (non-`Nop` thunks) of the lowered schedule.
@@ -143,11 +147,12 @@ impl std::fmt::Display for PassReport {
             "{:<40} {:>7} {:>8} {:>8}",
             "pass", "matches", "before", "after"
         )?;
-        for p in &self.passes {
+        let graph = self.graph_passes.iter().map(|p| (p, " [nodes]"));
+        for (p, unit) in graph.chain(self.passes.iter().map(|p| (p, ""))) {
             let name = if p.enabled {
-                p.name.clone()
+                format!("{}{unit}", p.name)
             } else {
-                format!("{} (disabled)", p.name)
+                format!("{}{unit} (disabled)", p.name)
             };
             writeln!(
                 f,

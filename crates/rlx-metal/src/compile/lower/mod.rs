@@ -175,6 +175,11 @@ impl Ctx<'_> {
         if self.measuring {
             0
         } else {
+            debug_assert!(
+                k < self.scratch_offsets.len(),
+                "node {} asks for more scratch than it measured",
+                self.node
+            );
             self.scratch_offsets.get(k).copied().unwrap_or(0)
         }
     }
@@ -449,7 +454,30 @@ pub fn lower(graph: &Graph, opts: &CompileOptions) -> Result<Compiled, CompileEr
     // Measure scratch needs.
     let mut scratch: Vec<Vec<usize>> = vec![Vec::new(); n];
     {
-        let fake_offsets = vec![0usize; n];
+        // Measure with every offset that is known before planning: weights
+        // and state tags, and a view's byte offset inside its root (planned
+        // values sit at 0, which has the planner's alignment). Lowerings that
+        // branch on where an operand lives or how it is aligned (regions copy
+        // weights and unaligned views into scratch) then ask for the same
+        // scratch here as when emitting.
+        let mut root_off = vec![0usize; values.len()];
+        for (v, val) in values.iter().enumerate() {
+            if let ValueKind::View {
+                parent,
+                byte_offset,
+            } = val.kind
+            {
+                root_off[v] = root_off[parent] + byte_offset;
+            }
+        }
+        let fake_offsets: Vec<usize> = locs
+            .iter()
+            .map(|l| match *l {
+                Loc::Weights(seg, off) => tag_segment(seg, off),
+                Loc::State(off) => tag_state(off),
+                Loc::Arena(v) => root_off[v],
+            })
+            .collect();
         let mut sink = Vec::new();
         for (i, slot) in scratch.iter_mut().enumerate() {
             let mut ctx = Ctx {

@@ -1,7 +1,6 @@
-//! Lowering tests: thunk kinds a graph lowers to, views, errors.
+//! Lowering tests (no fusions: `lower` alone): thunk kinds a graph lowers to, views, errors.
 
 use super::*;
-use crate::compile::compile;
 use rlx_ir::op::{Activation, BinaryOp};
 
 fn f32s(d: &[usize]) -> Shape {
@@ -32,7 +31,7 @@ fn binary_forms() {
     let bias2 = bin(&mut g, BinaryOp::Add, b, bias);
     let bc = bin(&mut g, BinaryOp::Sub, bias2, c);
     g.set_outputs(&[bc]).unwrap();
-    let out = compile(&g, &CompileOptions::default()).unwrap();
+    let out = lower(&g, &CompileOptions::default()).unwrap();
     assert_eq!(
         kinds(&out),
         ["binary", "bias_add", "bias_add", "binary_broadcast"]
@@ -50,7 +49,7 @@ fn matmul_forms() {
     let m2 = g.add(Op::MatMul, &[a, bw], "").unwrap();
     let m3 = g.add(Op::MatMul, &[a, pw], "").unwrap(); // [3,2,3,7]: both need materialising
     g.set_outputs(&[m1, m2, m3]).unwrap();
-    let out = compile(&g, &CompileOptions::default()).unwrap();
+    let out = lower(&g, &CompileOptions::default()).unwrap();
     let k = kinds(&out);
     assert_eq!(&k[..2], ["sgemm", "batched_sgemm"]);
     assert_eq!(k.last(), Some(&"batched_sgemm"));
@@ -90,7 +89,7 @@ fn views_need_no_thunks_and_plan_reuses_memory() {
         )
         .unwrap();
     g.set_outputs(&[r]).unwrap();
-    let out = compile(&g, &CompileOptions::default()).unwrap();
+    let out = lower(&g, &CompileOptions::default()).unwrap();
     assert_eq!(kinds(&out), ["activation_out"; 6]);
     assert_eq!(out.offsets[r], out.offsets[h]);
     assert!(
@@ -123,13 +122,13 @@ fn unbound_dims_and_unsupported_ops_are_named() {
         )
         .unwrap();
     g.set_outputs(&[y]).unwrap();
-    let e = compile(&g, &CompileOptions::default())
+    let e = lower(&g, &CompileOptions::default())
         .unwrap_err()
         .to_string();
     assert!(e.contains("dim 'seq'"), "{e}");
     let mut dims = HashMap::new();
     dims.insert("seq".to_string(), 3);
-    let c = compile(&g, &CompileOptions { dims }).unwrap();
+    let c = lower(&g, &CompileOptions { dims }).unwrap();
     assert_eq!(c.inputs[0].shape, f32s(&[3, 4]));
 
     let mut g = Graph::new("t");
@@ -145,8 +144,67 @@ fn unbound_dims_and_unsupported_ops_are_named() {
         )
         .unwrap();
     g.set_outputs(&[f]).unwrap();
-    let e = compile(&g, &CompileOptions::default())
+    let e = lower(&g, &CompileOptions::default())
         .unwrap_err()
         .to_string();
     assert!(e.starts_with("[fft] cannot be compiled yet"), "{e}");
+}
+
+#[test]
+fn region_weight_inputs_get_their_own_scratch() {
+    // A region copies a weight operand into f32 scratch. The measuring pass
+    // must see that the operand is a weight, or the emitted copy lands on
+    // an unplanned offset (here: over the live matmul result).
+    use rlx_ir::op::{RegionOperand, RegionStep};
+    let mut g = Graph::new("t");
+    let a = input(&mut g, "a", &[3, 1]);
+    let w = g
+        .add(
+            Op::Param {
+                shape: f32s(&[1, 5]),
+            },
+            &[],
+            "w",
+        )
+        .unwrap();
+    let b = g.add(Op::Param { shape: f32s(&[5]) }, &[], "b").unwrap();
+    let m = g.add(Op::MatMul, &[a, w], "m").unwrap();
+    let steps = vec![
+        RegionStep::Binary {
+            kind: BinaryOp::Add,
+            a: RegionOperand::Input(0),
+            b: RegionOperand::Input(1),
+        },
+        RegionStep::Unary {
+            act: Activation::Abs,
+            a: RegionOperand::Step(0),
+        },
+    ];
+    let r = g
+        .add(Op::ElementwiseRegion { steps }, &[b, m], "r")
+        .unwrap();
+    g.set_outputs(&[r]).unwrap();
+    let out = lower(&g, &CompileOptions::default()).unwrap();
+    let c = out
+        .schedule
+        .thunks
+        .iter()
+        .find_map(|t| match t {
+            Thunk::Sgemm(s) => Some(s.c),
+            _ => None,
+        })
+        .unwrap();
+    let copy = out
+        .schedule
+        .thunks
+        .iter()
+        .find_map(|t| match t {
+            Thunk::Cast(x) => Some(x.dst),
+            _ => None,
+        })
+        .unwrap();
+    assert!(
+        copy >= c + 15 * 4 || copy + 5 * 4 <= c,
+        "copy {copy} over matmul result {c}"
+    );
 }
