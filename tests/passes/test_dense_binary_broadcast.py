@@ -47,6 +47,7 @@ def test_dense_broadcast_becomes_binary(
     assert on.stats["pass_matches"][PASS] == lowered_bb
     assert "binary_broadcast" not in on.stats["by_thunk"]
     assert on.stats["by_thunk"].get("binary") == 1
+    assert on.stats["fallback_thunks"] == 0
     if a != b:
         assert lowered_bb == 1
     rng = np.random.default_rng(len(a) * 7 + len(b))

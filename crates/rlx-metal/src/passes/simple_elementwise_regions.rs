@@ -63,10 +63,10 @@ impl Pass for RewriteSimpleElementwiseRegions {
     fn run(thunks: &mut [Thunk], cx: &PassContext) -> usize {
         let df = Dataflow::new(thunks, &cx.live_out);
         let mut matches = 0;
-        for i in 0..thunks.len() {
-            if let Some(mut new) = plan(&thunks[i], &df, i) {
+        for (i, slot) in thunks.iter_mut().enumerate() {
+            if let Some(mut new) = plan(slot, &df, i) {
                 if let (1, Some(t)) = (new.len(), new.pop()) {
-                    thunks[i] = t;
+                    *slot = t;
                     matches += 1;
                 }
             }
