@@ -1,5 +1,6 @@
 """The ``rlx`` command line: ``rlx generate`` / ``rlx chat`` run a GGUF LLM,
-``rlx bench`` measures one, ``rlx env`` lists the environment variables,
+``rlx bench`` measures one, ``rlx inspect`` prints what the fusion passes
+did to its decode graph, ``rlx env`` lists the environment variables,
 ``rlx demo`` builds and prints a small transformer graph."""
 
 from __future__ import annotations
@@ -217,6 +218,71 @@ def _cmd_bench(args: argparse.Namespace) -> int:
     return 0
 
 
+def inspect_model(model_name: str, seq: int = 0) -> dict[str, Any]:
+    """Compile the decode graph of ``model_name`` (and the prefill graph of
+    ``seq`` prompt tokens when ``seq > 0``) and collect each compile report:
+    per pass its matches and thunks before / after, dispatches per run
+    before and after the passes, thunks and arena / state bytes."""
+    from rlx.models.decoder import DecoderModel, load
+
+    if seq < 0:
+        raise RlxError(f"[inspect] --seq {seq}: need a token count of at least 1")
+    model = load(model_name)
+    if not isinstance(model, DecoderModel):
+        raise RlxError(
+            f"[inspect] {model_name} is not a decoder LLM (inspect reports decode graphs)"
+        )
+    cfg = model.config
+    model.reset(max(seq, 1))
+    wanted = [("decode", 1, True)] + ([("prefill", seq, False)] if seq else [])
+    graphs = []
+    for kind, n_new, decode in wanted:
+        tokens, cache, exe = model.compiled(n_new, decode)
+        st = exe.stats
+        graphs.append(
+            {
+                "graph": kind,
+                "tokens": tokens,
+                "cache_slots": cache,
+                "passes": st["passes"],
+                "dispatches_before": st["dispatches_lowered"],
+                "dispatches_after": st["dispatches"],
+                "thunks": st["thunks"],
+                "arena_bytes": st["arena_bytes"],
+                "naive_bytes": st["naive_bytes"],
+                "state_bytes": st["state_bytes"],
+                "report": exe.report(),
+            }
+        )
+    return {
+        "model": model_name,
+        "arch": cfg.arch,
+        "layers": cfg.n_layers,
+        "hidden": cfg.hidden,
+        "graphs": graphs,
+    }
+
+
+def _cmd_inspect(args: argparse.Namespace) -> int:
+    info = inspect_model(args.model, args.seq)
+    if args.json:
+        print(json.dumps(info, indent=1))
+        return 0
+    print(f"{info['model']}: {info['arch']}, {info['layers']} layers, hidden {info['hidden']}")
+    for g in info["graphs"]:
+        what = "token" if g["tokens"] == 1 else "tokens"
+        print(f"\n{g['graph']} graph: {g['tokens']} new {what}, {g['cache_slots']} cache slots")
+        print(g["report"])
+        per = " per decode token" if g["graph"] == "decode" else ""
+        before, after = g["dispatches_before"], g["dispatches_after"]
+        print(f"dispatches{per}: {before} before passes, {after} after")
+        print(
+            f"thunks {g['thunks']}, arena {g['arena_bytes']} B (naive {g['naive_bytes']} B), "
+            f"state {g['state_bytes']} B"
+        )
+    return 0
+
+
 def _model_args(p: argparse.ArgumentParser, sampling: bool = True) -> None:
     p.add_argument(
         "model",
@@ -238,9 +304,7 @@ def main(argv: list[str] | None = None) -> int:
     """Entry point of the ``rlx`` script."""
     p = argparse.ArgumentParser(prog="rlx", description="rlx ML compiler and runtime")
     sub = p.add_subparsers(dest="cmd", required=True)
-    sub.add_parser("env", help="list the environment variables rlx reads").set_defaults(
-        fn=_cmd_env
-    )
+    sub.add_parser("env", help="list the environment variables rlx reads").set_defaults(fn=_cmd_env)
     demo = sub.add_parser("demo", help="build and print a small transformer-block graph")
     demo.add_argument("--layers", type=int, default=1, help="decoder layers (default 1)")
     demo.add_argument("--seq", type=int, default=8, help="tokens to run (default 8)")
@@ -263,6 +327,13 @@ def main(argv: list[str] | None = None) -> int:
     bench.add_argument("--json", action="store_true", help="print one JSON object")
     bench.add_argument("--repeats", type=int, default=3, help="runs per figure (median)")
     bench.set_defaults(fn=_cmd_bench)
+    insp = sub.add_parser(
+        "inspect", help="compile a model's decode (and prefill) graph and print the pass report"
+    )
+    _model_args(insp, sampling=False)
+    insp.add_argument("--seq", type=int, default=0, help="also the prefill graph for N tokens")
+    insp.add_argument("--json", action="store_true", help="print one JSON object")
+    insp.set_defaults(fn=_cmd_inspect)
     args = p.parse_args(argv)
     try:
         return int(args.fn(args))

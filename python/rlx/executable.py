@@ -269,7 +269,10 @@ class Executable:
         (``weights_bytes`` declared, ``weights_bytes_owned`` held in owned
         segments, ``weights_bytes_external`` bound zero-copy), thunk counts,
         native vs fallback; ``by_thunk`` counts thunks per name,
-        ``fallback_by_thunk`` those of them that run through the numpy reference."""
+        ``fallback_by_thunk`` those of them that run through the numpy reference;
+        ``dispatches_lowered`` / ``dispatches`` before and after the passes,
+        ``pass_matches`` per pass (-1 = disabled) and ``passes``, one dict per
+        pass in pipeline order (name, enabled, matches, thunks_before/after)."""
         return dict(self._native.stats())
 
     def profile(self, on: bool | None = None) -> dict[str, tuple[float, int]]:

@@ -26,7 +26,7 @@ use crate::errors::{
 use crate::graph::PyGraph;
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
-use pyo3::types::PyDict;
+use pyo3::types::{PyDict, PyList};
 use rlx_metal::compile::active::ActivePlan;
 use rlx_metal::compile::{
     compile, verify::verify_schedule, verify::VerifyContext, Binding, CompileError, CompileOptions,
@@ -564,6 +564,17 @@ impl PyExecutable {
             passes.set_item(&p.name, if p.enabled { p.matches as i64 } else { -1 })?;
         }
         d.set_item("pass_matches", passes)?;
+        let per_pass = PyList::empty(py);
+        for p in &c.passes.passes {
+            let e = PyDict::new(py);
+            e.set_item("name", &p.name)?;
+            e.set_item("enabled", p.enabled)?;
+            e.set_item("matches", p.matches)?;
+            e.set_item("thunks_before", p.thunks_before)?;
+            e.set_item("thunks_after", p.thunks_after)?;
+            per_pass.append(e)?;
+        }
+        d.set_item("passes", per_pass)?;
         d.set_item("verified_at_compile", self.verified_at_compile)?;
         let native = c
             .schedule

@@ -171,6 +171,19 @@ class DecoderModel:
             self.timings["compile"] += time.perf_counter() - t0
         return r
 
+    def compiled(self, n_new: int, decode: bool) -> tuple[int, int, Executable]:
+        """The graph the runtime runs for ``n_new`` new tokens after a cached
+        prefix (``decode``) or as a prompt's first chunk, compiled on first
+        use: its token bucket, its cache slots and the executable. Sizes the
+        cache for ``n_new`` tokens when none is set yet."""
+        if n_new < 1:
+            raise RlxError(f"[compiled] {n_new} new tokens: need at least one")
+        if self._cap == 0:
+            self.reset(n_new)
+        s = next((b for b in BUCKETS if b >= n_new), BUCKETS[-1])
+        c = self._cap if decode or self.inplace else 0
+        return s, c, self._runner(s, c, False).exe
+
     def reset(self, capacity: int) -> None:
         """Empty the KV cache, sized for ``capacity`` tokens."""
         ctx = self.config.ctx

@@ -15,7 +15,9 @@
 pub mod dataflow;
 pub mod decode_mlp;
 pub mod decode_mlp_combined;
+pub mod dense_binary_broadcast;
 pub mod residual_rms_norm;
+pub mod simple_elementwise_regions;
 
 use crate::thunk::{ByteRange, Thunk, ThunkSchedule};
 use serde::{Deserialize, Serialize};
@@ -35,6 +37,12 @@ pub trait Pass {
     /// Rewrite `thunks` in place (fused-away slots become `Nop`); returns
     /// the number of matches rewritten.
     fn run(thunks: &mut [Thunk], cx: &PassContext) -> usize;
+    /// Rewrite a whole schedule; the manager calls this. A pass that must
+    /// insert thunks (one slot becoming several) overrides it; the default
+    /// runs [`Pass::run`].
+    fn run_schedule(thunks: &mut Vec<Thunk>, cx: &PassContext) -> usize {
+        Self::run(thunks, cx)
+    }
 }
 
 /// A pass as the manager stores it.
@@ -42,19 +50,23 @@ pub trait Pass {
 pub struct PassEntry {
     /// The pass's name.
     pub name: &'static str,
-    /// The pass's entry point.
-    pub run: fn(&mut [Thunk], &PassContext) -> usize,
+    /// The pass's entry point ([`Pass::run_schedule`]).
+    pub run: fn(&mut Vec<Thunk>, &PassContext) -> usize,
 }
 
 const fn entry<P: Pass>() -> PassEntry {
     PassEntry {
         name: P::NAME,
-        run: P::run,
+        run: P::run_schedule,
     }
 }
 
-/// The passes, in the order they run.
+/// The passes, in the seed's order: the two one-thunk rewrites first (their
+/// `BinaryFull`s feed the fusions after them), then the decode-MLP fusions
+/// (before the residual norm, whose add they may absorb).
 pub const PIPELINE: &[PassEntry] = &[
+    entry::<simple_elementwise_regions::RewriteSimpleElementwiseRegions>(),
+    entry::<dense_binary_broadcast::RewriteDenseBinaryBroadcast>(),
     entry::<decode_mlp_combined::FuseDecodeMlpCombinedGateUp>(),
     entry::<decode_mlp::FuseDecodeMlp>(),
     entry::<residual_rms_norm::FuseResidualRmsNorm>(),

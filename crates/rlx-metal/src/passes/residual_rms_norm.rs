@@ -299,11 +299,11 @@ mod tests {
             &[FuseResidualRmsNorm::NAME.to_string()],
         );
         assert_eq!(s.thunks.len(), 2);
-        let me = r
+        let stat = r
             .passes
             .iter()
             .find(|p| p.name == FuseResidualRmsNorm::NAME);
-        assert_eq!(me.map(|p| p.enabled), Some(false));
+        assert!(stat.is_some_and(|p| !p.enabled));
         assert_eq!((r.dispatches_before, r.dispatches_after), (2, 2));
     }
 }

@@ -1,0 +1,77 @@
+"""``rlx inspect``: the compile report of a model's decode (and prefill)
+graph, on tiny random GGUFs."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from rlx import cli
+from rlx.models.decoder import load
+from tiny_gguf import write_tiny
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return write_tiny(tmp_path_factory.mktemp("inspect") / "llama.gguf", "llama")
+
+
+def _json(argv: list[str], capsys: pytest.CaptureFixture[str]) -> dict:
+    assert cli.main(argv) == 0
+    return json.loads(capsys.readouterr().out)
+
+
+def test_json_report_is_consistent(tiny: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    info = _json(["inspect", str(tiny), "--json"], capsys)
+    assert (info["arch"], info["layers"]) == ("llama", 3)
+    (dec,) = info["graphs"]
+    assert (dec["graph"], dec["tokens"]) == ("decode", 1)
+    passes = dec["passes"]
+    names = [p["name"] for p in passes]
+    assert names[:2] == ["rewrite_simple_elementwise_regions", "rewrite_dense_binary_broadcast"]
+    assert "fuse_residual_rms_norm" in names
+    # the per-pass thunk counts chain from the lowered to the final schedule
+    assert passes[0]["thunks_before"] == dec["dispatches_before"]
+    for a, b in zip(passes, passes[1:]):
+        assert a["thunks_after"] == b["thunks_before"]
+    assert passes[-1]["thunks_after"] == dec["dispatches_after"] == dec["thunks"]
+    assert dec["dispatches_after"] <= dec["dispatches_before"] + sum(p["matches"] for p in passes)
+    assert 0 < dec["arena_bytes"] <= dec["naive_bytes"]
+    assert dec["state_bytes"] > 0  # the KV cache
+    for p in passes:
+        assert p["name"] in dec["report"]
+
+
+def test_report_matches_a_compile_with_every_pass_off(
+    tiny: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    info = _json(["inspect", str(tiny), "--json"], capsys)
+    dec = info["graphs"][0]
+    names = ",".join(p["name"] for p in dec["passes"])
+    monkeypatch.setenv("RLX_DISABLE_PASS", names)
+    _, _, exe = load(str(tiny)).compiled(1, decode=True)
+    assert exe.stats["dispatches"] == dec["dispatches_before"]
+    assert all(m == -1 for m in exe.stats["pass_matches"].values())
+
+
+def test_text_report_with_prefill(tiny: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert cli.main(["inspect", str(tiny), "--seq", "5"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith(f"{tiny}: llama, 3 layers")
+    assert "decode graph: 1 new token" in out
+    assert "prefill graph: 16 new tokens" in out  # the bucket that holds 5
+    assert "dispatches per decode token: " in out
+    assert out.count("fuse_residual_rms_norm") == 2
+    assert out.count("arena ") == 2
+
+
+def test_unknown_model_is_a_clear_error(capsys: pytest.CaptureFixture[str]) -> None:
+    assert cli.main(["inspect", "no-such-model"]) == 1
+    err = capsys.readouterr().err
+    assert "no-such-model" in err and "not a packaged model" in err and "smollm2" in err
+
+
+def test_bad_seq_is_an_error(tiny: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert cli.main(["inspect", str(tiny), "--seq", "-2"]) == 1
+    assert "--seq -2" in capsys.readouterr().err
