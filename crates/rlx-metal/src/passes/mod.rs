@@ -13,6 +13,10 @@
 //! dispatches before and after) for the compile report.
 
 pub mod dataflow;
+pub mod depthwise_conv1d_bsc;
+pub mod gdn_gated_norm;
+pub mod narrow_clusters;
+pub mod narrow_rope;
 pub mod residual_rms_norm;
 
 use crate::thunk::{ByteRange, Thunk, ThunkSchedule};
@@ -51,8 +55,16 @@ const fn entry<P: Pass>() -> PassEntry {
     }
 }
 
-/// The passes, in the order they run.
-pub const PIPELINE: &[PassEntry] = &[entry::<residual_rms_norm::FuseResidualRmsNorm>()];
+/// The passes, in the order they run (the seed's). Narrow→RoPE runs before
+/// the narrow clusters so that Q and K read a fused QKV in place and only
+/// the remaining narrows are split.
+pub const PIPELINE: &[PassEntry] = &[
+    entry::<residual_rms_norm::FuseResidualRmsNorm>(),
+    entry::<gdn_gated_norm::FuseGdnGatedNorm>(),
+    entry::<depthwise_conv1d_bsc::FuseDepthwiseConv1dBsc>(),
+    entry::<narrow_rope::FuseNarrowRope>(),
+    entry::<narrow_clusters::FuseNarrowClusters>(),
+];
 
 /// The names of every pass, in pipeline order.
 pub fn pass_names() -> Vec<&'static str> {
