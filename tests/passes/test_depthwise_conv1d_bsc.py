@@ -35,12 +35,18 @@ def _graph(w: int, c: int, k: int, silu: bool = True, conv_out: bool = False) ->
 def _ref(x: np.ndarray, wt: np.ndarray, silu: bool) -> np.ndarray:
     w, k = x.shape[1], wt.shape[-1]
     taps = wt.reshape(-1, k).astype(np.float64)  # [c, k]
-    y = np.stack([(x[0, t : t + k, :].astype(np.float64) * taps.T).sum(0) for t in range(w - k + 1)])[None]
+    y = np.stack(
+        [(x[0, t : t + k, :].astype(np.float64) * taps.T).sum(0) for t in range(w - k + 1)]
+    )[None]
     return y / (1 + np.exp(-y)) if silu else y
 
 
-@pytest.mark.parametrize("w,c,k,silu", [(4, 16, 4, True), (3, 5, 3, True), (9, 8, 4, True), (6, 4, 2, False)])
-def test_fires_and_matches(monkeypatch: pytest.MonkeyPatch, w: int, c: int, k: int, silu: bool) -> None:
+@pytest.mark.parametrize(
+    "w,c,k,silu", [(4, 16, 4, True), (3, 5, 3, True), (9, 8, 4, True), (6, 4, 2, False)]
+)
+def test_fires_and_matches(
+    monkeypatch: pytest.MonkeyPatch, w: int, c: int, k: int, silu: bool
+) -> None:
     rng = np.random.default_rng(w * 100 + c)
     x = rng.standard_normal((1, w, c)).astype(np.float32)
     wt = rng.standard_normal((c, 1, 1, k)).astype(np.float32)
@@ -68,7 +74,9 @@ def test_refuses_output_on_the_source_slot(monkeypatch: pytest.MonkeyPatch) -> N
     # SiLU output, which a fused kernel would write while reading x
     g = rlx.Graph("conv1d_reuse")
     x = g.input("x", [1, 4, 8])
-    y = g.conv2d(g.reshape(g.transpose(x, [0, 2, 1]), [1, 8, 1, 4]), g.param("w", [8, 1, 1, 4]), groups=8)
+    y = g.conv2d(
+        g.reshape(g.transpose(x, [0, 2, 1]), [1, 8, 1, 4]), g.param("w", [8, 1, 1, 4]), groups=8
+    )
     g.outputs(g.silu(g.transpose(g.reshape(y, [1, 8, 1]), [0, 2, 1]), name="out"))
     exe = _compile(g, monkeypatch)
     if exe.stats["pass_matches"][PASS] == 0:

@@ -17,7 +17,9 @@ def _compile(g: rlx.Graph, monkeypatch: pytest.MonkeyPatch, disable: str = "") -
     return rlx.compile(g)
 
 
-def _graph(rows: int, h: int, beta: bool = False, norm_out: bool = False, dtype: str = "f32") -> rlx.Graph:
+def _graph(
+    rows: int, h: int, beta: bool = False, norm_out: bool = False, dtype: str = "f32"
+) -> rlx.Graph:
     g = rlx.Graph("gated_norm")
     x = g.input("x", [rows, h], dtype)
     z = g.input("z", [rows, h], dtype)

@@ -19,7 +19,9 @@ def _compile(g: rlx.Graph, monkeypatch: pytest.MonkeyPatch, disable: str = "") -
     return rlx.compile(g)
 
 
-def _qkv_graph(s: int, heads: int, kv_heads: int, q_out: bool = False, keep: bool = True) -> rlx.Graph:
+def _qkv_graph(
+    s: int, heads: int, kv_heads: int, q_out: bool = False, keep: bool = True
+) -> rlx.Graph:
     """x [1, s, (heads + 2·kv_heads)·HD] → rope(q), rope(k), v (all outputs).
 
     ``keep`` reads the QKV again at the end, so the planner cannot put a
@@ -59,7 +61,9 @@ def _feeds(s: int, width: int, seed: int) -> dict[str, np.ndarray]:
 
 
 @pytest.mark.parametrize("s,heads,kv_heads", [(3, 2, 1), (7, 4, 2)])
-def test_rope_reads_the_parent(monkeypatch: pytest.MonkeyPatch, s: int, heads: int, kv_heads: int) -> None:
+def test_rope_reads_the_parent(
+    monkeypatch: pytest.MonkeyPatch, s: int, heads: int, kv_heads: int
+) -> None:
     qd, kd = heads * HD, kv_heads * HD
     feeds = _feeds(s, qd + 2 * kd, s * 10 + heads)
     on = _compile(_qkv_graph(s, heads, kv_heads), monkeypatch)
@@ -114,7 +118,9 @@ def _split_graph(rows: int, widths: list[int], starts: list[int] | None = None) 
     total = sum(widths) if starts is None else max(s + w for s, w in zip(starts, widths))
     x = g.input("x", [rows, total])
     at = starts or list(np.cumsum([0, *widths[:-1]]))
-    g.outputs(*(g.narrow(x, -1, int(s), w, name=f"p{i}") for i, (s, w) in enumerate(zip(at, widths))))
+    g.outputs(
+        *(g.narrow(x, -1, int(s), w, name=f"p{i}") for i, (s, w) in enumerate(zip(at, widths)))
+    )
     return g
 
 
@@ -133,7 +139,9 @@ def test_split_matches_numpy(monkeypatch: pytest.MonkeyPatch, rows: int, widths:
 
 
 @pytest.mark.parametrize("starts,widths", [([0, 6], [4, 6]), ([0, 3], [5, 7])])
-def test_split_refuses_gaps_and_overlaps(monkeypatch: pytest.MonkeyPatch, starts: list[int], widths: list[int]) -> None:
+def test_split_refuses_gaps_and_overlaps(
+    monkeypatch: pytest.MonkeyPatch, starts: list[int], widths: list[int]
+) -> None:
     exe = _compile(_split_graph(2, widths, starts), monkeypatch)
     assert exe.stats["pass_matches"][SPLIT] == 0
     assert "split_lastax" not in exe.schedule
