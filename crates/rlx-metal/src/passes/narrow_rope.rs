@@ -256,8 +256,7 @@ mod tests {
 
     #[test]
     fn refuses_rope_reading_part_of_the_narrow() {
-        // the rope reads one row of a two-row narrow: another writer would
-        // be needed for the rest... and the hidden widths differ
+        // the rope's rows are 8 wide, the narrow's 16: not the same tensor
         let f32 = HalfFlag::F32;
         let (_, m) = fuse(
             vec![narrow(0, 16, BIG, f32), rope(BIG, BIG + 256, 8, f32)],
