@@ -16,6 +16,10 @@ pub mod dataflow;
 pub mod decode_mlp;
 pub mod decode_mlp_combined;
 pub mod dense_binary_broadcast;
+pub mod depthwise_conv1d_bsc;
+pub mod gdn_gated_norm;
+pub mod narrow_clusters;
+pub mod narrow_rope;
 pub mod residual_rms_norm;
 pub mod simple_elementwise_regions;
 
@@ -63,13 +67,20 @@ const fn entry<P: Pass>() -> PassEntry {
 
 /// The passes, in the seed's order: the two one-thunk rewrites first (their
 /// `BinaryFull`s feed the fusions after them), then the decode-MLP fusions
-/// (before the residual norm, whose add they may absorb).
+/// (before the residual norm, whose add they may absorb), then the norm,
+/// conv and narrow fusions. Narrow→RoPE runs before the narrow clusters so
+/// that Q and K read a fused QKV in place and only the remaining narrows
+/// are split.
 pub const PIPELINE: &[PassEntry] = &[
     entry::<simple_elementwise_regions::RewriteSimpleElementwiseRegions>(),
     entry::<dense_binary_broadcast::RewriteDenseBinaryBroadcast>(),
     entry::<decode_mlp_combined::FuseDecodeMlpCombinedGateUp>(),
     entry::<decode_mlp::FuseDecodeMlp>(),
     entry::<residual_rms_norm::FuseResidualRmsNorm>(),
+    entry::<gdn_gated_norm::FuseGdnGatedNorm>(),
+    entry::<depthwise_conv1d_bsc::FuseDepthwiseConv1dBsc>(),
+    entry::<narrow_rope::FuseNarrowRope>(),
+    entry::<narrow_clusters::FuseNarrowClusters>(),
 ];
 
 /// The names of every pass, in pipeline order.
