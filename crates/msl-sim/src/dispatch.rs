@@ -1,0 +1,264 @@
+//! Running one kernel: check the bindings against the kernel's parameter
+//! table, copy buffers into guarded, 64-byte aligned allocations, call the
+//! runtime (`msl_rt_dispatch`), check the guards and copy results back.
+
+use crate::error::{Error, Result};
+use crate::Library;
+use std::alloc::{alloc, dealloc, Layout};
+use std::ffi::{c_char, c_uint, c_ulong, c_void};
+
+/// Guard bytes after each buffer (not with ASan, whose redzones are finer).
+const GUARD: usize = 64;
+const GUARD_BYTE: u8 = 0xA5;
+
+/// `dispatchThreadgroups(groups, threads)`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Grid {
+    /// Threadgroups per grid (x, y, z).
+    pub groups: [u32; 3],
+    /// Threads per threadgroup (x, y, z); product 1..=1024.
+    pub threads: [u32; 3],
+}
+
+impl Grid {
+    /// A 1-D grid of `groups` threadgroups of `threads` threads.
+    pub fn d1(groups: u32, threads: u32) -> Grid {
+        Grid {
+            groups: [groups, 1, 1],
+            threads: [threads, 1, 1],
+        }
+    }
+}
+
+/// What a `[[buffer(i)]]` is bound to.
+#[derive(Debug)]
+pub enum Binding<'a> {
+    /// Read-only bytes (`setBytes`), e.g. an args struct.
+    Bytes(&'a [u8]),
+    /// A buffer the kernel may write; results are copied back.
+    Buffer(&'a mut [u8]),
+    /// Nothing (an index the kernel must not use).
+    Unbound,
+}
+
+impl Binding<'_> {
+    fn bytes(&self) -> Option<&[u8]> {
+        match self {
+            Binding::Bytes(b) => Some(b),
+            Binding::Buffer(b) => Some(b),
+            Binding::Unbound => None,
+        }
+    }
+}
+
+#[repr(C)]
+struct MslDispatch {
+    entry: *const c_void,
+    buffers: *const *mut c_void,
+    nbuffers: c_uint,
+    tgmem_bytes: *const c_ulong,
+    ntgmem: c_uint,
+    groups: [c_uint; 3],
+    threads: [c_uint; 3],
+    timeout_ms: c_uint,
+}
+
+type DispatchFn = unsafe extern "C" fn(*const MslDispatch, *mut c_char, c_ulong) -> i32;
+
+/// A 64-byte aligned copy of a binding with guard bytes after it.
+struct Guarded {
+    ptr: *mut u8,
+    layout: Layout,
+    len: usize,
+}
+
+impl Guarded {
+    fn new(data: &[u8], guard: usize) -> Guarded {
+        let layout = Layout::from_size_align((data.len() + guard).max(1), 64)
+            .unwrap_or_else(|_| Layout::new::<u8>());
+        // SAFETY: layout has non-zero size.
+        let ptr = unsafe { alloc(layout) };
+        if ptr.is_null() {
+            std::alloc::handle_alloc_error(layout);
+        }
+        // SAFETY: ptr is valid for layout.size() bytes.
+        unsafe {
+            std::ptr::copy_nonoverlapping(data.as_ptr(), ptr, data.len());
+            std::ptr::write_bytes(ptr.add(data.len()), GUARD_BYTE, guard);
+        }
+        Guarded {
+            ptr,
+            layout,
+            len: data.len(),
+        }
+    }
+
+    fn guard_intact(&self, guard: usize) -> bool {
+        // SAFETY: the guard lies inside the allocation.
+        let g = unsafe { std::slice::from_raw_parts(self.ptr.add(self.len), guard) };
+        g.iter().all(|&b| b == GUARD_BYTE)
+    }
+
+    fn data(&self) -> &[u8] {
+        // SAFETY: the first len bytes were initialised from the binding.
+        unsafe { std::slice::from_raw_parts(self.ptr, self.len) }
+    }
+}
+
+impl Drop for Guarded {
+    fn drop(&mut self) {
+        // SAFETY: allocated in new with this layout.
+        unsafe { dealloc(self.ptr, self.layout) }
+    }
+}
+
+/// The kernel's parameter table: (kind 1 = buffer / 2 = threadgroup,
+/// index, bytes a reference parameter reads).
+fn binds(lib: &Library, kernel: &str) -> Result<Vec<(u64, u64, u64)>> {
+    let sym = format!("msl_binds_{kernel}\0");
+    // SAFETY: the generated table is an array of unsigned long ending in 0.
+    unsafe {
+        let table: libloading::Symbol<'_, *const c_ulong> =
+            lib.lib.get(sym.as_bytes()).map_err(|e| Error::Load {
+                file: lib.file.clone(),
+                message: e.to_string(),
+            })?;
+        let mut p = *table;
+        let mut out = Vec::new();
+        while *p != 0 {
+            out.push((*p as u64, *p.add(1) as u64, *p.add(2) as u64));
+            p = p.add(3);
+        }
+        Ok(out)
+    }
+}
+
+pub(crate) fn run(
+    lib: &Library,
+    kernel: &str,
+    bindings: &mut [Binding<'_>],
+    grid: Grid,
+    tg_mem: &[usize],
+) -> Result<()> {
+    if !lib.kernels.iter().any(|k| k == kernel) {
+        return Err(Error::NoSuchKernel {
+            kernel: kernel.to_string(),
+            file: lib.file.clone(),
+            available: lib.kernels.join(", "),
+        });
+    }
+    let bad = |message: String| Error::Dispatch {
+        kernel: kernel.to_string(),
+        message,
+    };
+    for (kind, index, size) in binds(lib, kernel)? {
+        let i = index as usize;
+        if kind == 1 {
+            let b = bindings.get(i).and_then(Binding::bytes).ok_or_else(|| {
+                bad(format!("[[buffer({i})]] is not bound ({} bindings)", bindings.len()))
+            })?;
+            if (b.len() as u64) < size {
+                return Err(bad(format!(
+                    "[[buffer({i})]] has {} bytes, the kernel reads a {size}-byte struct",
+                    b.len()
+                )));
+            }
+        } else if kind == 2 && i >= tg_mem.len() {
+            return Err(bad(format!(
+                "[[threadgroup({i})]] has no length ({} given)",
+                tg_mem.len()
+            )));
+        }
+    }
+    let threads: u64 = grid.threads.iter().map(|&t| t as u64).product();
+    if !(1..=1024).contains(&threads) {
+        return Err(bad(format!(
+            "{threads} threads per threadgroup (1..=1024 allowed)"
+        )));
+    }
+    let guard = if lib.sanitizer.is_some() { 0 } else { GUARD };
+    let copies: Vec<Option<Guarded>> = bindings
+        .iter()
+        .map(|b| b.bytes().map(|d| Guarded::new(d, guard)))
+        .collect();
+    let ptrs: Vec<*mut c_void> = copies
+        .iter()
+        .map(|c| c.as_ref().map_or(std::ptr::null_mut(), |g| g.ptr.cast()))
+        .collect();
+    let tg: Vec<c_ulong> = tg_mem.iter().map(|&b| b as c_ulong).collect();
+    let entry_name = format!("msl_entry_{kernel}\0");
+    let mut err = vec![0u8; 8192];
+    // SAFETY: the entry and the runtime come from the library we built; the
+    // parameter table was checked against the bindings above; every pointer
+    // stays valid until msl_rt_dispatch returns (or is leaked, code 4).
+    let code = unsafe {
+        let entry: libloading::Symbol<'_, *const c_void> =
+            lib.lib.get(entry_name.as_bytes()).map_err(|e| Error::Load {
+                file: lib.file.clone(),
+                message: e.to_string(),
+            })?;
+        let f: libloading::Symbol<'_, DispatchFn> =
+            lib.lib.get(b"msl_rt_dispatch\0").map_err(|e| Error::Load {
+                file: lib.file.clone(),
+                message: e.to_string(),
+            })?;
+        let d = MslDispatch {
+            entry: *entry,
+            buffers: ptrs.as_ptr(),
+            nbuffers: ptrs.len() as c_uint,
+            tgmem_bytes: tg.as_ptr(),
+            ntgmem: tg.len() as c_uint,
+            groups: grid.groups,
+            threads: grid.threads,
+            timeout_ms: lib.timeout.as_millis().min(u32::MAX as u128) as c_uint,
+        };
+        f(&d, err.as_mut_ptr().cast(), err.len() as c_ulong)
+    };
+    let message = || {
+        let end = err.iter().position(|&b| b == 0).unwrap_or(err.len());
+        String::from_utf8_lossy(&err[..end]).into_owned()
+    };
+    match code {
+        0 => {}
+        1 => {
+            return Err(Error::Kernel {
+                kernel: kernel.to_string(),
+                message: message(),
+            })
+        }
+        2 => {
+            return Err(Error::Timeout {
+                kernel: kernel.to_string(),
+                message: message(),
+            })
+        }
+        4 => {
+            // Lanes still run and may touch the copies: never free them.
+            std::mem::forget(copies);
+            return Err(Error::Timeout {
+                kernel: kernel.to_string(),
+                message: message(),
+            });
+        }
+        _ => return Err(bad(message())),
+    }
+    for (i, c) in copies.iter().enumerate() {
+        if let Some(g) = c {
+            if guard > 0 && !g.guard_intact(guard) {
+                return Err(Error::Kernel {
+                    kernel: kernel.to_string(),
+                    message: format!(
+                        "wrote past the end of [[buffer({i})]] ({} bytes)",
+                        g.len
+                    ),
+                });
+            }
+        }
+    }
+    for (b, c) in bindings.iter_mut().zip(&copies) {
+        if let (Binding::Buffer(dst), Some(g)) = (b, c) {
+            dst.copy_from_slice(g.data());
+        }
+    }
+    Ok(())
+}
