@@ -21,6 +21,8 @@ const RUNTIME_CPP: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/runtime/runtime.
 const SHIM_TEXT: &str = include_str!("../shim/metal_stdlib");
 const ABI_TEXT: &str = include_str!("../shim/msl_runtime.h");
 const RUNTIME_TEXT: &str = include_str!("../runtime/runtime.cpp");
+const RUNNER_CPP: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/runtime/runner.cpp");
+const RUNNER_TEXT: &str = include_str!("../runtime/runner.cpp");
 
 /// A sanitizer to build kernels and the runtime with (`make sanitize`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -184,6 +186,36 @@ fn runtime_object(tc: &Toolchain, san: Option<Sanitizer>, dir: &Path) -> Result<
     )?;
     std::fs::rename(&tmp, &obj).map_err(io("cannot store", &obj))?;
     Ok(obj)
+}
+
+/// The sanitizer-built runner executable that runs dispatches out of
+/// process (see `runtime/runner.cpp`), compiled once per cache.
+pub(crate) fn runner(san: Sanitizer) -> Result<PathBuf> {
+    let tc = toolchain()?;
+    let dir = cache_dir();
+    std::fs::create_dir_all(&dir).map_err(io("cannot create", &dir))?;
+    let flags = base_flags(tc, Some(san));
+    let key = hash(&[
+        RUNNER_TEXT.as_bytes(),
+        flags.join(" ").as_bytes(),
+        tc.version.as_bytes(),
+    ]);
+    let exe = dir.join(format!("runner-{key}"));
+    if exe.is_file() {
+        return Ok(exe);
+    }
+    let tmp = temp_beside(&exe);
+    run(
+        Command::new(&tc.clang)
+            .args(&flags)
+            .arg(RUNNER_CPP)
+            .arg("-o")
+            .arg(&tmp)
+            .arg("-ldl"),
+        "msl-sim runner",
+    )?;
+    std::fs::rename(&tmp, &exe).map_err(io("cannot store", &exe))?;
+    Ok(exe)
 }
 
 /// Compile `path` (label `file` in messages) into a cached shared library;

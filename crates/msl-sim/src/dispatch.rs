@@ -1,6 +1,8 @@
 //! Running one kernel: check the bindings against the kernel's parameter
 //! table, copy buffers into guarded, 64-byte aligned allocations, call the
 //! runtime (`msl_rt_dispatch`), check the guards and copy results back.
+//! Under a sanitizer the dispatch runs in a runner process instead
+//! ([`oop`]).
 
 use crate::error::{Error, Result};
 use crate::Library;
@@ -176,7 +178,10 @@ pub(crate) fn run(
             "{threads} threads per threadgroup (1..=1024 allowed)"
         )));
     }
-    let guard = if lib.sanitizer.is_some() { 0 } else { GUARD };
+    if let Some(san) = lib.sanitizer {
+        return oop::run(lib, san, kernel, bindings, grid, tg_mem);
+    }
+    let guard = GUARD;
     let copies: Vec<Option<Guarded>> = bindings
         .iter()
         .map(|b| b.bytes().map(|d| Guarded::new(d, guard)))
@@ -261,4 +266,130 @@ pub(crate) fn run(
         }
     }
     Ok(())
+}
+
+/// Out-of-process dispatch through the sanitizer-built runner.
+///
+/// Request (little-endian): lib path and kernel name (u64 length + bytes),
+/// groups and threads (3 × u32 each), timeout ms (u32), threadgroup memory
+/// lengths (u32 count + u64 each), bindings (u32 count; per binding u32
+/// kind 0 unbound / 1 bytes / 2 buffer, then u64 length + bytes).
+/// Response: i32 code, u64 message length + message, then the bytes of
+/// every kind-2 binding in order.
+mod oop {
+    use super::{Binding, Grid};
+    use crate::compile::{runner, Sanitizer};
+    use crate::error::{Error, Result};
+    use crate::Library;
+    use std::sync::atomic::{AtomicU64, Ordering};
+
+    fn put_bytes(out: &mut Vec<u8>, b: &[u8]) {
+        out.extend((b.len() as u64).to_le_bytes());
+        out.extend(b);
+    }
+
+    pub(super) fn run(
+        lib: &Library,
+        san: Sanitizer,
+        kernel: &str,
+        bindings: &mut [Binding<'_>],
+        grid: Grid,
+        tg_mem: &[usize],
+    ) -> Result<()> {
+        let exe = runner(san)?;
+        let mut req = Vec::new();
+        put_bytes(&mut req, lib.path.to_string_lossy().as_bytes());
+        put_bytes(&mut req, kernel.as_bytes());
+        for v in grid.groups.iter().chain(&grid.threads) {
+            req.extend(v.to_le_bytes());
+        }
+        req.extend((lib.timeout.as_millis().min(u32::MAX as u128) as u32).to_le_bytes());
+        req.extend((tg_mem.len() as u32).to_le_bytes());
+        for &t in tg_mem {
+            req.extend((t as u64).to_le_bytes());
+        }
+        req.extend((bindings.len() as u32).to_le_bytes());
+        for b in bindings.iter() {
+            let (kind, data): (u32, &[u8]) = match b {
+                Binding::Unbound => (0, &[]),
+                Binding::Bytes(d) => (1, d),
+                Binding::Buffer(d) => (2, d),
+            };
+            req.extend(kind.to_le_bytes());
+            if kind != 0 {
+                put_bytes(&mut req, data);
+            }
+        }
+        static N: AtomicU64 = AtomicU64::new(0);
+        let tmp = std::env::temp_dir().join(format!(
+            "msl-sim-{}-{}",
+            std::process::id(),
+            N.fetch_add(1, Ordering::Relaxed)
+        ));
+        let (rq, rs) = (tmp.with_extension("req"), tmp.with_extension("resp"));
+        let io = |what, path: &std::path::Path| {
+            let path = path.to_path_buf();
+            move |source| Error::Io { what, path, source }
+        };
+        std::fs::write(&rq, &req).map_err(io("cannot write", &rq))?;
+        let out = std::process::Command::new(&exe)
+            .arg(&rq)
+            .arg(&rs)
+            .output()
+            .map_err(io("cannot run", &exe));
+        std::fs::remove_file(&rq).ok();
+        let out = out?;
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        let resp = std::fs::read(&rs);
+        std::fs::remove_file(&rs).ok();
+        if !out.status.success() || !stderr.trim().is_empty() {
+            let report: Vec<&str> = stderr.lines().take(60).collect();
+            return Err(Error::Kernel {
+                kernel: kernel.to_string(),
+                message: format!(
+                    "{san:?} sanitizer runner failed ({}):\n{}",
+                    out.status,
+                    report.join("\n")
+                ),
+            });
+        }
+        let resp = resp.map_err(io("cannot read", &rs))?;
+        let bad = || Error::Kernel {
+            kernel: kernel.to_string(),
+            message: "truncated response from the sanitizer runner".into(),
+        };
+        let code = i32::from_le_bytes(resp.get(0..4).ok_or_else(bad)?.try_into().map_err(|_| bad())?);
+        let mlen = u64::from_le_bytes(resp.get(4..12).ok_or_else(bad)?.try_into().map_err(|_| bad())?) as usize;
+        let msg = String::from_utf8_lossy(resp.get(12..12 + mlen).ok_or_else(bad)?).into_owned();
+        match code {
+            0 => {}
+            1 => {
+                return Err(Error::Kernel {
+                    kernel: kernel.to_string(),
+                    message: msg,
+                })
+            }
+            2 | 4 => {
+                return Err(Error::Timeout {
+                    kernel: kernel.to_string(),
+                    message: msg,
+                })
+            }
+            _ => {
+                return Err(Error::Dispatch {
+                    kernel: kernel.to_string(),
+                    message: msg,
+                })
+            }
+        }
+        let mut pos = 12 + mlen;
+        for b in bindings.iter_mut() {
+            if let Binding::Buffer(d) = b {
+                let src = resp.get(pos..pos + d.len()).ok_or_else(bad)?;
+                d.copy_from_slice(src);
+                pos += d.len();
+            }
+        }
+        Ok(())
+    }
 }

@@ -19,8 +19,10 @@
 //! `[[buffer(0)]]`, the buffers follow as `[[buffer(1)]]`, ...
 //!
 //! Environment: `MSL_SIM_CLANG` (default `clang++`), `MSL_SIM_SANITIZE`
-//! (`thread` / `address`: build with that sanitizer; the test process must
-//! then run with the sanitizer runtime preloaded, see `make sanitize`).
+//! (`thread` / `address`: kernels and runtime are built with that
+//! sanitizer and every dispatch runs in a sanitizer-linked runner process,
+//! `runtime/runner.cpp`; a sanitizer report becomes [`Error::Kernel`]. Used
+//! by `make sanitize`).
 
 pub mod compile;
 mod dispatch;
@@ -40,6 +42,10 @@ use std::time::Duration;
 #[derive(Clone)]
 pub struct Library {
     file: String,
+    /// The library dispatches run: `lib`'s file, or its sanitizer build
+    /// (loaded only by the runner process).
+    path: PathBuf,
+    /// The plain build, loaded here: kernel tables and in-process dispatch.
     lib: Arc<libloading::Library>,
     kernels: Vec<String>,
     timeout: Duration,
@@ -88,9 +94,17 @@ impl Library {
         let path = path.as_ref();
         let file = path.display().to_string();
         let san = Sanitizer::from_env();
-        let (so, kernels) = compile::build(path, &file, include_dirs, san)?;
+        let (so, kernels) = compile::build(path, &file, include_dirs, None)?;
+        let path = match san {
+            Some(s) => {
+                compile::runner(s)?;
+                compile::build(path, &file, include_dirs, Some(s))?.0
+            }
+            None => so.clone(),
+        };
         Ok(Library {
             lib: loaded(&so, &file)?,
+            path,
             file,
             kernels,
             timeout: Duration::from_secs(30),
@@ -123,11 +137,21 @@ impl Library {
             source,
         })?;
         let san = Sanitizer::from_env();
-        let built = compile::build(&path, label, &[], san);
+        let built = compile::build(&path, label, &[], None).and_then(|(so, kernels)| {
+            let sanitized = match san {
+                Some(s) => {
+                    compile::runner(s)?;
+                    compile::build(&path, label, &[], Some(s))?.0
+                }
+                None => so.clone(),
+            };
+            Ok((so, kernels, sanitized))
+        });
         std::fs::remove_dir_all(&dir).ok();
-        let (so, kernels) = built?;
+        let (so, kernels, path) = built?;
         Ok(Library {
             lib: loaded(&so, label)?,
+            path,
             file: label.to_string(),
             kernels,
             timeout: Duration::from_secs(30),

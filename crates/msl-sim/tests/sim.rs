@@ -33,7 +33,7 @@ fn smoke_kernel_on_partial_simdgroups() {
     let lib = smoke_lib();
     assert_eq!(
         lib.kernels(),
-        ["smoke", "divergent_barrier", "spin_forever", "overrun"]
+        ["smoke", "divergent_barrier", "spin_forever", "overrun", "racy"]
     );
     for (groups, tpg) in [(1u32, 1u32), (2, 33), (3, 64), (1, 100)] {
         let n = (groups * tpg) as usize;
@@ -110,7 +110,7 @@ fn deadlock_is_stopped_by_the_watchdog() {
 #[test]
 fn write_past_the_end_is_caught() {
     if std::env::var_os("MSL_SIM_SANITIZE").is_some() {
-        return; // the guard bytes are off under sanitizers (ASan reports it instead)
+        return; // no guard bytes under sanitizers (ASan reports it instead)
     }
     let lib = smoke_lib();
     let mut x = vec![0u8; 4 * 4];
@@ -154,4 +154,28 @@ fn bad_bindings_and_names_are_errors() {
         .dispatch("overrun", &[0; 4], &mut [&mut a], Grid::d1(1, 2000), &[])
         .unwrap_err();
     assert!(e.to_string().contains("1..=1024"), "{e}");
+}
+
+/// Negative controls for `make sanitize` (run there with `--ignored`, each
+/// expected to fail with a sanitizer report): an out-of-bounds write under
+/// AddressSanitizer, a threadgroup-memory race under ThreadSanitizer.
+#[test]
+#[ignore = "negative control: only meaningful under make sanitize"]
+fn sanitizer_control_overrun() {
+    let lib = smoke_lib();
+    let mut x = vec![0u8; 4 * 4];
+    lib.dispatch("overrun", &4u32.to_le_bytes(), &mut [&mut x], Grid::d1(1, 8), &[])
+        .unwrap_or_else(|e| panic!("{e}"));
+}
+
+/// See [`sanitizer_control_overrun`].
+#[test]
+#[ignore = "negative control: only meaningful under make sanitize"]
+fn sanitizer_control_race() {
+    let lib = smoke_lib();
+    let mut x = vec![0u8; 64 * 4];
+    for _ in 0..4 {
+        lib.dispatch("racy", &[], &mut [&mut x], Grid::d1(1, 64), &[])
+            .unwrap_or_else(|e| panic!("{e}"));
+    }
 }

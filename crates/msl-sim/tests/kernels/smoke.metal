@@ -83,3 +83,13 @@ kernel void overrun(device float* x [[buffer(1)]],
 {
     if (gid <= n) { x[gid] = 1.0f; }
 }
+
+// Lanes write one threadgroup variable with no barrier: a data race that
+// only ThreadSanitizer sees (negative control of `make sanitize`).
+kernel void racy(device float* x [[buffer(1)]],
+                 uint lid [[thread_position_in_threadgroup]])
+{
+    threadgroup float shared_value;
+    shared_value = float(lid);
+    x[lid] = shared_value;
+}
