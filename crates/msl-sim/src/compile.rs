@@ -85,10 +85,9 @@ fn toolchain() -> Result<&'static Toolchain> {
             half_flags,
         })
     });
-    tc.as_ref()
-        .map_err(|tried| Error::ClangNotFound {
-            tried: tried.clone(),
-        })
+    tc.as_ref().map_err(|tried| Error::ClangNotFound {
+        tried: tried.clone(),
+    })
 }
 
 /// 128-bit content hash as hex (two SipHash runs with different prefixes).
@@ -112,9 +111,7 @@ fn cache_dir() -> PathBuf {
             .find(|d| d.join("CACHEDIR.TAG").is_file())
             .map(Path::to_path_buf)
     });
-    from_exe
-        .unwrap_or_else(std::env::temp_dir)
-        .join("msl-sim")
+    from_exe.unwrap_or_else(std::env::temp_dir).join("msl-sim")
 }
 
 fn io<'a>(what: &'static str, path: &'a Path) -> impl FnOnce(std::io::Error) -> Error + 'a {

@@ -157,7 +157,10 @@ pub(crate) fn run(
         let i = index as usize;
         if kind == 1 {
             let b = bindings.get(i).and_then(Binding::bytes).ok_or_else(|| {
-                bad(format!("[[buffer({i})]] is not bound ({} bindings)", bindings.len()))
+                bad(format!(
+                    "[[buffer({i})]] is not bound ({} bindings)",
+                    bindings.len()
+                ))
             })?;
             if (b.len() as u64) < size {
                 return Err(bad(format!(
@@ -197,8 +200,10 @@ pub(crate) fn run(
     // parameter table was checked against the bindings above; every pointer
     // stays valid until msl_rt_dispatch returns (or is leaked, code 4).
     let code = unsafe {
-        let entry: libloading::Symbol<'_, *const c_void> =
-            lib.lib.get(entry_name.as_bytes()).map_err(|e| Error::Load {
+        let entry: libloading::Symbol<'_, *const c_void> = lib
+            .lib
+            .get(entry_name.as_bytes())
+            .map_err(|e| Error::Load {
                 file: lib.file.clone(),
                 message: e.to_string(),
             })?;
@@ -252,10 +257,7 @@ pub(crate) fn run(
             if guard > 0 && !g.guard_intact(guard) {
                 return Err(Error::Kernel {
                     kernel: kernel.to_string(),
-                    message: format!(
-                        "wrote past the end of [[buffer({i})]] ({} bytes)",
-                        g.len
-                    ),
+                    message: format!("wrote past the end of [[buffer({i})]] ({} bytes)", g.len),
                 });
             }
         }
@@ -358,8 +360,18 @@ mod oop {
             kernel: kernel.to_string(),
             message: "truncated response from the sanitizer runner".into(),
         };
-        let code = i32::from_le_bytes(resp.get(0..4).ok_or_else(bad)?.try_into().map_err(|_| bad())?);
-        let mlen = u64::from_le_bytes(resp.get(4..12).ok_or_else(bad)?.try_into().map_err(|_| bad())?) as usize;
+        let code = i32::from_le_bytes(
+            resp.get(0..4)
+                .ok_or_else(bad)?
+                .try_into()
+                .map_err(|_| bad())?,
+        );
+        let mlen = u64::from_le_bytes(
+            resp.get(4..12)
+                .ok_or_else(bad)?
+                .try_into()
+                .map_err(|_| bad())?,
+        ) as usize;
         let msg = String::from_utf8_lossy(resp.get(12..12 + mlen).ok_or_else(bad)?).into_owned();
         match code {
             0 => {}

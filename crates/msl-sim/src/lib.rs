@@ -115,16 +115,12 @@ impl Library {
     /// Compile kernel source held in memory; `label` (e.g.
     /// `elementwise.metal`) names it in diagnostics.
     pub fn from_source(label: &str, source: &str) -> Result<Library> {
-        let dir = std::env::temp_dir().join(format!(
-            "msl-sim-src-{}-{:x}",
-            std::process::id(),
-            {
-                use std::hash::{Hash, Hasher};
-                let mut h = std::collections::hash_map::DefaultHasher::new();
-                source.hash(&mut h);
-                h.finish()
-            }
-        ));
+        let dir = std::env::temp_dir().join(format!("msl-sim-src-{}-{:x}", std::process::id(), {
+            use std::hash::{Hash, Hasher};
+            let mut h = std::collections::hash_map::DefaultHasher::new();
+            source.hash(&mut h);
+            h.finish()
+        }));
         std::fs::create_dir_all(&dir).map_err(|source| Error::Io {
             what: "cannot create",
             path: dir.clone(),

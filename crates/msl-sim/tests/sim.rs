@@ -33,7 +33,13 @@ fn smoke_kernel_on_partial_simdgroups() {
     let lib = smoke_lib();
     assert_eq!(
         lib.kernels(),
-        ["smoke", "divergent_barrier", "spin_forever", "overrun", "racy"]
+        [
+            "smoke",
+            "divergent_barrier",
+            "spin_forever",
+            "overrun",
+            "racy"
+        ]
     );
     for (groups, tpg) in [(1u32, 1u32), (2, 33), (3, 64), (1, 100)] {
         let n = (groups * tpg) as usize;
@@ -60,7 +66,10 @@ fn smoke_kernel_on_partial_simdgroups() {
             let lid = g % tpg as usize;
             let lane = lid % 32;
             let sg_len = (tpg as usize - lid / 32 * 32).min(32);
-            assert_eq!(&out4[g * 4..g * 4 + 4], [g as f32 * 2.0 + 0.5, 6.5, 4.5, 2.5]);
+            assert_eq!(
+                &out4[g * 4..g * 4 + 4],
+                [g as f32 * 2.0 + 0.5, 6.5, 4.5, 2.5]
+            );
             assert_eq!(bits[g], (g as f32).to_bits());
             let down = if lane + 1 < sg_len { 1.0 } else { 0.0 };
             assert_eq!(scan[g], lane as f32 + 100.0 * down, "gid {g} tpg {tpg}");
@@ -81,13 +90,22 @@ fn divergent_barrier_is_an_error_naming_the_line() {
     let mut x = vec![0u8; 32 * 4];
     let t = Instant::now();
     let e = lib
-        .dispatch("divergent_barrier", &[], &mut [&mut x], Grid::d1(1, 32), &[])
+        .dispatch(
+            "divergent_barrier",
+            &[],
+            &mut [&mut x],
+            Grid::d1(1, 32),
+            &[],
+        )
         .unwrap_err();
     assert!(t.elapsed() < Duration::from_secs(5));
     let msg = e.to_string();
     assert!(matches!(e, Error::Kernel { .. }), "{msg}");
     assert!(msg.starts_with("[divergent_barrier]"), "{msg}");
-    assert!(msg.contains("line 66") && msg.contains("not reached by every lane"), "{msg}");
+    assert!(
+        msg.contains("line 66") && msg.contains("not reached by every lane"),
+        "{msg}"
+    );
 }
 
 #[test]
@@ -103,8 +121,14 @@ fn deadlock_is_stopped_by_the_watchdog() {
     assert!(e.to_string().contains("1500 ms"), "{e}");
     // the library is still usable afterwards
     let mut x = vec![0u8; 64];
-    lib.dispatch("overrun", &3u32.to_le_bytes(), &mut [&mut x], Grid::d1(1, 4), &[])
-        .unwrap_or_else(|e| panic!("{e}"));
+    lib.dispatch(
+        "overrun",
+        &3u32.to_le_bytes(),
+        &mut [&mut x],
+        Grid::d1(1, 4),
+        &[],
+    )
+    .unwrap_or_else(|e| panic!("{e}"));
 }
 
 #[test]
@@ -115,9 +139,19 @@ fn write_past_the_end_is_caught() {
     let lib = smoke_lib();
     let mut x = vec![0u8; 4 * 4];
     let e = lib
-        .dispatch("overrun", &4u32.to_le_bytes(), &mut [&mut x], Grid::d1(1, 8), &[])
+        .dispatch(
+            "overrun",
+            &4u32.to_le_bytes(),
+            &mut [&mut x],
+            Grid::d1(1, 8),
+            &[],
+        )
         .unwrap_err();
-    assert!(e.to_string().contains("wrote past the end of [[buffer(1)]]"), "{e}");
+    assert!(
+        e.to_string()
+            .contains("wrote past the end of [[buffer(1)]]"),
+        "{e}"
+    );
 }
 
 #[test]
@@ -125,7 +159,10 @@ fn compile_error_names_the_file_and_clang_message() {
     let e = Library::compile(kernel_file("broken.metal")).unwrap_err();
     let msg = e.to_string();
     assert!(matches!(e, Error::Compile { .. }), "{msg}");
-    assert!(msg.starts_with('[') && msg.contains("broken.metal]"), "{msg}");
+    assert!(
+        msg.starts_with('[') && msg.contains("broken.metal]"),
+        "{msg}"
+    );
     // clang points at the .metal line; erf is absent from Metal and the shim
     assert!(msg.contains("broken.metal:7:"), "{msg}");
     assert!(msg.contains("undeclared_name"), "{msg}");
@@ -164,8 +201,14 @@ fn bad_bindings_and_names_are_errors() {
 fn sanitizer_control_overrun() {
     let lib = smoke_lib();
     let mut x = vec![0u8; 4 * 4];
-    lib.dispatch("overrun", &4u32.to_le_bytes(), &mut [&mut x], Grid::d1(1, 8), &[])
-        .unwrap_or_else(|e| panic!("{e}"));
+    lib.dispatch(
+        "overrun",
+        &4u32.to_le_bytes(),
+        &mut [&mut x],
+        Grid::d1(1, 8),
+        &[],
+    )
+    .unwrap_or_else(|e| panic!("{e}"));
 }
 
 /// See [`sanitizer_control_overrun`].

@@ -206,7 +206,11 @@ mod tests {
             BinaryOp::Min,
             BinaryOp::Pow,
         ] {
-            let line = format!("RLX_BIN_{} = {},", op.name().to_uppercase(), binary_code(op));
+            let line = format!(
+                "RLX_BIN_{} = {},",
+                op.name().to_uppercase(),
+                binary_code(op)
+            );
             assert!(super::super::kernels::ARGS_H.contains(&line), "{line}");
         }
     }

@@ -185,9 +185,11 @@ fn binary_broadcast_matches_reference() {
                 };
                 let (lp, rp) = (padded(ls), padded(rs));
                 let index = |shape: &[u32], coord: &[u32]| {
-                    shape.iter().zip(coord).fold(0u32, |acc, (&d, &c)| {
-                        acc * d + if d == 1 { 0 } else { c }
-                    }) as usize
+                    shape
+                        .iter()
+                        .zip(coord)
+                        .fold(0u32, |acc, (&d, &c)| acc * d + if d == 1 { 0 } else { c })
+                        as usize
                 };
                 let want: Vec<f64> = (0..len)
                     .map(|g| {

@@ -40,7 +40,8 @@ fn reference(a: Activation, x: f64) -> f64 {
     match a {
         Gelu => 0.5 * x * (1.0 + erf(x / std::f64::consts::SQRT_2)),
         GeluApprox => {
-            0.5 * x * (1.0 + ((2.0 / std::f64::consts::PI).sqrt() * (x + 0.044715 * x.powi(3))).tanh())
+            0.5 * x
+                * (1.0 + ((2.0 / std::f64::consts::PI).sqrt() * (x + 0.044715 * x.powi(3))).tanh())
         }
         Silu => x / (1.0 + (-x).exp()),
         Relu => x.max(0.0),
@@ -104,7 +105,13 @@ fn unary_activations_match_reference() {
                 .unwrap_or_else(|e| panic!("{e}"));
                 let want: Vec<f64> = x.iter().map(|&v| reference(a, v as f64)).collect();
                 let got = dt.decode(&dst);
-                assert_close(&format!("{kernel} {} n={n}", a.name()), &got, &want, atol, rtol);
+                assert_close(
+                    &format!("{kernel} {} n={n}", a.name()),
+                    &got,
+                    &want,
+                    atol,
+                    rtol,
+                );
             }
         }
     }
@@ -122,8 +129,14 @@ fn unary_in_place_and_nan() {
     };
     let mut src = Dt::F32.encode(&x);
     let mut dst = src.clone();
-    lib.dispatch("unary_f32", args.as_bytes(), &mut [&mut src, &mut dst], Grid::d1(1, 32), &[])
-        .unwrap_or_else(|e| panic!("{e}"));
+    lib.dispatch(
+        "unary_f32",
+        args.as_bytes(),
+        &mut [&mut src, &mut dst],
+        Grid::d1(1, 32),
+        &[],
+    )
+    .unwrap_or_else(|e| panic!("{e}"));
     let got = Dt::F32.decode(&dst);
     assert!(got[0].is_nan());
     assert_eq!(&got[1..], [0.0, 2.0]);
@@ -144,16 +157,28 @@ fn casts_round_to_nearest_even() {
         let mut src = Dt::F32.encode(&x);
         let mut h = vec![0u8; n * 2];
         let groups = (n as u32).div_ceil(128);
-        lib.dispatch("cast_f32_f16", args.as_bytes(), &mut [&mut src, &mut h], Grid::d1(groups, 128), &[])
-            .unwrap_or_else(|e| panic!("{e}"));
+        lib.dispatch(
+            "cast_f32_f16",
+            args.as_bytes(),
+            &mut [&mut src, &mut h],
+            Grid::d1(groups, 128),
+            &[],
+        )
+        .unwrap_or_else(|e| panic!("{e}"));
         let want: Vec<u8> = x
             .iter()
             .flat_map(|&v| half::f16::from_f32(v).to_le_bytes())
             .collect();
         assert_eq!(h, want, "cast_f32_f16 n={n}");
         let mut back = vec![0u8; n * 4];
-        lib.dispatch("cast_f16_f32", args.as_bytes(), &mut [&mut h, &mut back], Grid::d1(groups, 128), &[])
-            .unwrap_or_else(|e| panic!("{e}"));
+        lib.dispatch(
+            "cast_f16_f32",
+            args.as_bytes(),
+            &mut [&mut h, &mut back],
+            Grid::d1(groups, 128),
+            &[],
+        )
+        .unwrap_or_else(|e| panic!("{e}"));
         let want: Vec<f32> = Dt::F16.round(&x);
         let got = Dt::F32.decode(&back);
         for (i, (g, w)) in got.iter().zip(&want).enumerate() {

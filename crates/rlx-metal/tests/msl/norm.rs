@@ -17,8 +17,8 @@ const SHAPES: [(u32, u32, u32); 7] = [
     (2, 33, 0),
     (5, 100, 0),
     (2, 1000, 0),
-    (3, 100, 48),  // 1.5 simdgroups
-    (2, 1000, 1),  // a single lane
+    (3, 100, 48), // 1.5 simdgroups
+    (2, 1000, 1), // a single lane
 ];
 
 fn tolerance(dt: Dt) -> (f64, f64) {
@@ -32,7 +32,11 @@ fn reference(x: &[f32], g: &[f32], b: &[f32], h: usize, eps: f32, layer: bool) -
     let mut out = Vec::with_capacity(x.len());
     for row in x.chunks(h) {
         let v: Vec<f64> = row.iter().map(|&t| t as f64).collect();
-        let mean = if layer { v.iter().sum::<f64>() / h as f64 } else { 0.0 };
+        let mean = if layer {
+            v.iter().sum::<f64>() / h as f64
+        } else {
+            0.0
+        };
         let var = v.iter().map(|t| (t - mean) * (t - mean)).sum::<f64>() / h as f64;
         let scale = 1.0 / (var + eps as f64).sqrt();
         for i in 0..h {
@@ -54,7 +58,11 @@ fn rms_and_layer_norm_match_reference() {
     for dt in DTS {
         let (atol, rtol) = tolerance(dt);
         for layer in [false, true] {
-            let kernel = format!("{}_{}", if layer { "layer_norm" } else { "rms_norm" }, dt.suffix());
+            let kernel = format!(
+                "{}_{}",
+                if layer { "layer_norm" } else { "rms_norm" },
+                dt.suffix()
+            );
             for (k, &(rows, h, tpg)) in SHAPES.iter().enumerate() {
                 let n = (rows * h) as usize;
                 // an offset mean makes the two-pass variance matter
@@ -69,7 +77,12 @@ fn rms_and_layer_norm_match_reference() {
                 };
                 let (mut xb, mut gb, mut bb) = (dt.encode(&x), dt.encode(&g), dt.encode(&b));
                 let mut out = vec![0u8; xb.len()];
-                run(&kernel, args, &mut [&mut xb, &mut gb, &mut bb, &mut out], tpg);
+                run(
+                    &kernel,
+                    args,
+                    &mut [&mut xb, &mut gb, &mut bb, &mut out],
+                    tpg,
+                );
                 let want = reference(&x, &g, &b, h as usize, 1e-5, layer);
                 let what = format!("{kernel} rows={rows} h={h} tpg={tpg}");
                 assert_close(&what, &dt.decode(&out), &want, atol, rtol);

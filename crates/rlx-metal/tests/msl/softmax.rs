@@ -40,8 +40,14 @@ fn softmax_matches_reference() {
             let args = SoftmaxArgs { rows, cols };
             let mut data = dt.encode(&x);
             let t = if tpg == 0 { row_threads(cols) } else { tpg };
-            lib.dispatch(&kernel, args.as_bytes(), &mut [&mut data], Grid::d1(rows, t), &[])
-                .unwrap_or_else(|e| panic!("{e}"));
+            lib.dispatch(
+                &kernel,
+                args.as_bytes(),
+                &mut [&mut data],
+                Grid::d1(rows, t),
+                &[],
+            )
+            .unwrap_or_else(|e| panic!("{e}"));
             let mut want = Vec::with_capacity(n);
             for row in x.chunks(cols as usize) {
                 let m = row.iter().fold(f64::NEG_INFINITY, |a, &b| a.max(b as f64));
@@ -49,7 +55,13 @@ fn softmax_matches_reference() {
                 want.extend(row.iter().map(|&v| (v as f64 - m).exp() / s));
             }
             let got = dt.decode(&data);
-            assert_close(&format!("{kernel} rows={rows} cols={cols} tpg={t}"), &got, &want, atol, rtol);
+            assert_close(
+                &format!("{kernel} rows={rows} cols={cols} tpg={t}"),
+                &got,
+                &want,
+                atol,
+                rtol,
+            );
             for row in got.chunks(cols as usize) {
                 let s: f32 = row.iter().sum();
                 assert!((s - 1.0).abs() < 2e-2, "{kernel}: row sums to {s}");
