@@ -115,12 +115,13 @@ impl Library {
     /// Compile kernel source held in memory; `label` (e.g.
     /// `elementwise.metal`) names it in diagnostics.
     pub fn from_source(label: &str, source: &str) -> Result<Library> {
-        let dir = std::env::temp_dir().join(format!("msl-sim-src-{}-{:x}", std::process::id(), {
-            use std::hash::{Hash, Hasher};
-            let mut h = std::collections::hash_map::DefaultHasher::new();
-            source.hash(&mut h);
-            h.finish()
-        }));
+        // one directory per call: concurrent calls never share the file
+        static N: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+        let dir = std::env::temp_dir().join(format!(
+            "msl-sim-src-{}-{}",
+            std::process::id(),
+            N.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+        ));
         std::fs::create_dir_all(&dir).map_err(|source| Error::Io {
             what: "cannot create",
             path: dir.clone(),

@@ -38,7 +38,8 @@ fn smoke_kernel_on_partial_simdgroups() {
             "divergent_barrier",
             "spin_forever",
             "overrun",
-            "racy"
+            "racy",
+            "split_barriers"
         ]
     );
     for (groups, tpg) in [(1u32, 1u32), (2, 33), (3, 64), (1, 100)] {
@@ -104,6 +105,21 @@ fn divergent_barrier_is_an_error_naming_the_line() {
     assert!(msg.starts_with("[divergent_barrier]"), "{msg}");
     assert!(
         msg.contains("line 66") && msg.contains("not reached by every lane"),
+        "{msg}"
+    );
+}
+
+#[test]
+fn lanes_at_different_barriers_are_an_error() {
+    let lib = smoke_lib();
+    let mut x = vec![0u8; 32 * 4];
+    let e = lib
+        .dispatch("split_barriers", &[], &mut [&mut x], Grid::d1(1, 32), &[])
+        .unwrap_err();
+    let msg = e.to_string();
+    assert!(matches!(e, Error::Kernel { .. }), "{msg}");
+    assert!(
+        msg.contains("different threadgroup_barriers (lines"),
         "{msg}"
     );
 }

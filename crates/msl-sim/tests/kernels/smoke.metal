@@ -93,3 +93,15 @@ kernel void racy(device float* x [[buffer(1)]],
     shared_value = float(lid);
     x[lid] = shared_value;
 }
+
+// Half the lanes wait at one barrier, half at another.
+kernel void split_barriers(device float* x [[buffer(1)]],
+                           uint lid [[thread_position_in_threadgroup]])
+{
+    if (lid < 16) {
+        threadgroup_barrier(mem_flags::mem_threadgroup);
+    } else {
+        threadgroup_barrier(mem_flags::mem_device);
+    }
+    x[lid] = 1.0f;
+}
