@@ -14,6 +14,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <string>
+#include <utility>
 #include <vector>
 
 extern "C" {
@@ -76,15 +77,33 @@ int main(int argc, char** argv) {
   std::vector<void*> bufs(nb, nullptr);
   std::vector<uint64_t> lens(nb, 0);
   std::vector<uint32_t> kinds(nb, 0);
+  std::vector<std::pair<uint32_t, uint64_t>> views(nb);
   for (uint32_t i = 0; i < nb; ++i) {
     kinds[i] = r.get<uint32_t>();
     if (kinds[i] == 0) continue;
+    if (kinds[i] == 3) {
+      views[i].first = r.get<uint32_t>();
+      views[i].second = r.get<uint64_t>();
+      continue;
+    }
     const std::string bytes = r.str();
     lens[i] = bytes.size();
     // exact length, so that the sanitizer's redzone starts at the end
     bufs[i] = std::malloc(bytes.empty() ? 1 : bytes.size());
     std::memcpy(bufs[i], bytes.data(), bytes.size());
   }
+  const uint32_t nr = r.get<uint32_t>();
+  std::vector<unsigned char*> regions(nr);
+  std::vector<uint64_t> rlens(nr);
+  for (uint32_t i = 0; i < nr; ++i) {
+    const std::string bytes = r.str();
+    rlens[i] = bytes.size();
+    regions[i] = static_cast<unsigned char*>(std::malloc(bytes.empty() ? 1 : bytes.size()));
+    std::memcpy(regions[i], bytes.data(), bytes.size());
+  }
+  for (uint32_t i = 0; i < nb; ++i)
+    if (kinds[i] == 3 && views[i].first < nr && views[i].second <= rlens[views[i].first])
+      bufs[i] = regions[views[i].first] + views[i].second;
   void* h = dlopen(lib.c_str(), RTLD_NOW | RTLD_LOCAL);
   if (!h) { std::fprintf(stderr, "runner: %s\n", dlerror()); return 3; }
   d.entry = dlsym(h, ("msl_entry_" + kernel).c_str());
@@ -104,6 +123,7 @@ int main(int argc, char** argv) {
   std::fwrite(err.data(), 1, mlen, f);
   for (uint32_t i = 0; i < nb; ++i)
     if (kinds[i] == 2) std::fwrite(bufs[i], 1, lens[i], f);
+  for (uint32_t i = 0; i < nr; ++i) std::fwrite(regions[i], 1, rlens[i], f);
   std::fclose(f);
   std::fflush(stdout);
   std::_Exit(0);  // lanes a watchdog could not stop may still run

@@ -39,15 +39,26 @@ pub enum Binding<'a> {
     Bytes(&'a [u8]),
     /// A buffer the kernel may write; results are copied back.
     Buffer(&'a mut [u8]),
+    /// `offset` bytes into memory region `region` of
+    /// [`crate::Library::dispatch_views`] (a `MetalPlan` binding: buffer +
+    /// offset). Views may alias each other, as in-place kernels need.
+    View {
+        /// Index into the regions.
+        region: usize,
+        /// Byte offset into that region.
+        offset: usize,
+    },
     /// Nothing (an index the kernel must not use).
     Unbound,
 }
 
 impl Binding<'_> {
-    fn bytes(&self) -> Option<&[u8]> {
+    /// The bytes the kernel sees through this binding.
+    fn bytes<'r>(&'r self, regions: &'r [&mut [u8]]) -> Option<&'r [u8]> {
         match self {
             Binding::Bytes(b) => Some(b),
             Binding::Buffer(b) => Some(b),
+            Binding::View { region, offset } => regions.get(*region)?.get(*offset..),
             Binding::Unbound => None,
         }
     }
@@ -139,6 +150,7 @@ pub(crate) fn run(
     lib: &Library,
     kernel: &str,
     bindings: &mut [Binding<'_>],
+    regions: &mut [&mut [u8]],
     grid: Grid,
     tg_mem: &[usize],
 ) -> Result<()> {
@@ -156,12 +168,15 @@ pub(crate) fn run(
     for (kind, index, size) in binds(lib, kernel)? {
         let i = index as usize;
         if kind == 1 {
-            let b = bindings.get(i).and_then(Binding::bytes).ok_or_else(|| {
-                bad(format!(
-                    "[[buffer({i})]] is not bound ({} bindings)",
-                    bindings.len()
-                ))
-            })?;
+            let b = bindings
+                .get(i)
+                .and_then(|b| b.bytes(regions))
+                .ok_or_else(|| {
+                    bad(format!(
+                        "[[buffer({i})]] is not bound ({} bindings; a view must lie in its region)",
+                        bindings.len()
+                    ))
+                })?;
             if (b.len() as u64) < size {
                 return Err(bad(format!(
                     "[[buffer({i})]] has {} bytes, the kernel reads a {size}-byte struct",
@@ -182,16 +197,33 @@ pub(crate) fn run(
         )));
     }
     if let Some(san) = lib.sanitizer {
-        return oop::run(lib, san, kernel, bindings, grid, tg_mem);
+        return oop::run(lib, san, kernel, bindings, regions, grid, tg_mem);
     }
     let guard = GUARD;
     let copies: Vec<Option<Guarded>> = bindings
         .iter()
-        .map(|b| b.bytes().map(|d| Guarded::new(d, guard)))
+        .map(|b| match b {
+            Binding::Bytes(d) => Some(Guarded::new(d, guard)),
+            Binding::Buffer(d) => Some(Guarded::new(d, guard)),
+            _ => None,
+        })
         .collect();
-    let ptrs: Vec<*mut c_void> = copies
+    let region_copies: Vec<Guarded> = regions.iter().map(|r| Guarded::new(r, guard)).collect();
+    let ptrs: Vec<*mut c_void> = bindings
         .iter()
-        .map(|c| c.as_ref().map_or(std::ptr::null_mut(), |g| g.ptr.cast()))
+        .zip(&copies)
+        .map(|(b, c)| match (b, c) {
+            (_, Some(g)) => g.ptr.cast(),
+            // SAFETY: offset <= region length (checked by Binding::bytes for
+            // every index the kernel uses; others are never dereferenced).
+            (Binding::View { region, offset }, None) => region_copies
+                .get(*region)
+                .filter(|g| *offset <= g.len)
+                .map_or(std::ptr::null_mut(), |g| unsafe {
+                    g.ptr.add(*offset).cast()
+                }),
+            _ => std::ptr::null_mut(),
+        })
         .collect();
     let tg: Vec<c_ulong> = tg_mem.iter().map(|&b| b as c_ulong).collect();
     let entry_name = format!("msl_entry_{kernel}\0");
@@ -245,6 +277,7 @@ pub(crate) fn run(
         4 => {
             // Lanes still run and may touch the copies: never free them.
             std::mem::forget(copies);
+            std::mem::forget(region_copies);
             return Err(Error::Timeout {
                 kernel: kernel.to_string(),
                 message: message(),
@@ -262,10 +295,21 @@ pub(crate) fn run(
             }
         }
     }
+    for (i, g) in region_copies.iter().enumerate() {
+        if !g.guard_intact(guard) {
+            return Err(Error::Kernel {
+                kernel: kernel.to_string(),
+                message: format!("wrote past the end of memory region {i} ({} bytes)", g.len),
+            });
+        }
+    }
     for (b, c) in bindings.iter_mut().zip(&copies) {
         if let (Binding::Buffer(dst), Some(g)) = (b, c) {
             dst.copy_from_slice(g.data());
         }
+    }
+    for (r, g) in regions.iter_mut().zip(&region_copies) {
+        r.copy_from_slice(g.data());
     }
     Ok(())
 }
@@ -275,9 +319,10 @@ pub(crate) fn run(
 /// Request (little-endian): lib path and kernel name (u64 length + bytes),
 /// groups and threads (3 × u32 each), timeout ms (u32), threadgroup memory
 /// lengths (u32 count + u64 each), bindings (u32 count; per binding u32
-/// kind 0 unbound / 1 bytes / 2 buffer, then u64 length + bytes).
-/// Response: i32 code, u64 message length + message, then the bytes of
-/// every kind-2 binding in order.
+/// kind 0 unbound / 1 bytes / 2 buffer, then u64 length + bytes / 3 view,
+/// then u32 region + u64 offset), regions (u32 count, u64 length + bytes
+/// each). Response: i32 code, u64 message length + message, then the bytes
+/// of every kind-2 binding, then of every region, in order.
 mod oop {
     use super::{Binding, Grid};
     use crate::compile::{runner, Sanitizer};
@@ -295,6 +340,7 @@ mod oop {
         san: Sanitizer,
         kernel: &str,
         bindings: &mut [Binding<'_>],
+        regions: &mut [&mut [u8]],
         grid: Grid,
         tg_mem: &[usize],
     ) -> Result<()> {
@@ -312,15 +358,26 @@ mod oop {
         }
         req.extend((bindings.len() as u32).to_le_bytes());
         for b in bindings.iter() {
-            let (kind, data): (u32, &[u8]) = match b {
-                Binding::Unbound => (0, &[]),
-                Binding::Bytes(d) => (1, d),
-                Binding::Buffer(d) => (2, d),
-            };
-            req.extend(kind.to_le_bytes());
-            if kind != 0 {
-                put_bytes(&mut req, data);
+            match b {
+                Binding::Unbound => req.extend(0u32.to_le_bytes()),
+                Binding::Bytes(d) => {
+                    req.extend(1u32.to_le_bytes());
+                    put_bytes(&mut req, d);
+                }
+                Binding::Buffer(d) => {
+                    req.extend(2u32.to_le_bytes());
+                    put_bytes(&mut req, d);
+                }
+                Binding::View { region, offset } => {
+                    req.extend(3u32.to_le_bytes());
+                    req.extend((*region as u32).to_le_bytes());
+                    req.extend((*offset as u64).to_le_bytes());
+                }
             }
+        }
+        req.extend((regions.len() as u32).to_le_bytes());
+        for r in regions.iter() {
+            put_bytes(&mut req, r);
         }
         static N: AtomicU64 = AtomicU64::new(0);
         let tmp = std::env::temp_dir().join(format!(
@@ -401,6 +458,11 @@ mod oop {
                 d.copy_from_slice(src);
                 pos += d.len();
             }
+        }
+        for r in regions.iter_mut() {
+            let src = resp.get(pos..pos + r.len()).ok_or_else(bad)?;
+            r.copy_from_slice(src);
+            pos += r.len();
         }
         Ok(())
     }

@@ -197,6 +197,21 @@ impl Library {
         grid: Grid,
         tg_mem: &[usize],
     ) -> Result<()> {
-        dispatch::run(self, kernel, bindings, grid, tg_mem)
+        dispatch::run(self, kernel, bindings, &mut [], grid, tg_mem)
+    }
+
+    /// Run `kernel` with `bindings[i]` at `[[buffer(i)]]`, where
+    /// [`Binding::View`]s point into `regions` (e.g. one activation arena
+    /// bound at several offsets, like a `MetalPlan` dispatch). Each region
+    /// is copied in once, so aliasing views see each other's writes.
+    pub fn dispatch_views(
+        &self,
+        kernel: &str,
+        bindings: &mut [Binding<'_>],
+        regions: &mut [&mut [u8]],
+        grid: Grid,
+        tg_mem: &[usize],
+    ) -> Result<()> {
+        dispatch::run(self, kernel, bindings, regions, grid, tg_mem)
     }
 }

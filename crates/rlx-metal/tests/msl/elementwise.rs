@@ -6,7 +6,7 @@
 //! Casts are exact (round to nearest even).
 
 use super::common::{assert_close, lib, uniform, Dt, DTS};
-use msl_sim::Grid;
+use msl_sim::{Binding, Grid};
 use rlx_ir::op::{Activation, ALL_ACTIVATIONS};
 use rlx_metal::metal::args::{act_code, CastArgs, KernelArgs, UnaryArgs};
 use rlx_metal::metal::kernels::Family;
@@ -118,28 +118,51 @@ fn unary_activations_match_reference() {
 }
 
 #[test]
-fn unary_in_place_and_nan() {
-    // the in-place thunk binds one buffer twice; msl-sim copies bindings, so
-    // check the per-element result through buffer(2) and NaN passing through
+fn unary_in_place_through_arena_views() {
+    // the in-place thunk binds one arena range as both src and dst (a
+    // MetalPlan binding is buffer + offset); NaN passes through relu
     let lib = lib(Family::Elementwise);
-    let x = [f32::NAN, -1.0, 2.0];
+    let n = 33usize;
+    let mut x = uniform(5, n, -2.0, 2.0);
+    x[3] = f32::NAN;
+    let mut arena = vec![0x5Au8; 64];
+    arena.extend(Dt::F32.encode(&x));
+    arena.extend([0x5Au8; 36]);
     let args = UnaryArgs {
-        len: 3,
+        len: n as u32,
         op: act_code(Activation::Relu),
     };
-    let mut src = Dt::F32.encode(&x);
-    let mut dst = src.clone();
-    lib.dispatch(
+    let mut bindings = [
+        Binding::Bytes(args.as_bytes()),
+        Binding::View {
+            region: 0,
+            offset: 64,
+        },
+        Binding::View {
+            region: 0,
+            offset: 64,
+        },
+    ];
+    lib.dispatch_views(
         "unary_f32",
-        args.as_bytes(),
-        &mut [&mut src, &mut dst],
-        Grid::d1(1, 32),
+        &mut bindings,
+        &mut [&mut arena],
+        Grid::d1(2, 32),
         &[],
     )
     .unwrap_or_else(|e| panic!("{e}"));
-    let got = Dt::F32.decode(&dst);
-    assert!(got[0].is_nan());
-    assert_eq!(&got[1..], [0.0, 2.0]);
+    let got = Dt::F32.decode(&arena[64..64 + 4 * n]);
+    for (i, (&g, &v)) in got.iter().zip(&x).enumerate() {
+        if i == 3 {
+            assert!(g.is_nan());
+        } else {
+            assert_eq!(g, v.max(0.0), "[{i}]");
+        }
+    }
+    assert!(arena[..64]
+        .iter()
+        .chain(&arena[64 + 4 * n..])
+        .all(|&b| b == 0x5A));
 }
 
 #[test]
