@@ -207,6 +207,24 @@ fn bad_bindings_and_names_are_errors() {
         .dispatch("overrun", &[0; 4], &mut [&mut a], Grid::d1(1, 2000), &[])
         .unwrap_err();
     assert!(e.to_string().contains("1..=1024"), "{e}");
+    // Apple GPUs have 32 KiB of threadgroup memory
+    let (mut b1, mut b2, mut b3, mut b4, mut b5) = (
+        vec![0u8; 16],
+        vec![0u8; 4],
+        vec![0u8; 4],
+        vec![0u8; 4],
+        vec![0u8; 12],
+    );
+    let e = lib
+        .dispatch(
+            "smoke",
+            &[1, 0, 0, 0, 0, 0, 0, 0],
+            &mut [&mut b1, &mut b2, &mut b3, &mut b4, &mut b5],
+            Grid::d1(1, 1),
+            &[40000],
+        )
+        .unwrap_err();
+    assert!(e.to_string().contains("exceeds 32 KiB"), "{e}");
 }
 
 /// Negative controls for `make sanitize` (run there with `--ignored`, each
