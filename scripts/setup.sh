@@ -5,6 +5,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
+# clang++ compiles the Metal kernels for the CPU in the kernel tests (msl-sim)
+bash scripts/install_clang.sh
 if [ ! -x .venv/bin/python ]; then
   "$PY" -m venv .venv
 fi

@@ -4,5 +4,6 @@
 
 pub mod compile;
 pub mod host;
+pub mod metal;
 pub mod passes;
 pub mod thunk;

@@ -1,0 +1,430 @@
+// runtime.cpp -- CPU execution of shimmed MSL kernels (C++17), linked into
+// every kernel library that src/compile.rs builds.
+//
+// One dispatch starts one std::thread per lane of a threadgroup; the lanes
+// run the threadgroups one after another (so a threadgroup's lanes truly
+// run concurrently, and threadgroup memory is one arena reused per group).
+// threadgroup_barrier, simd_* and the group hand-over all wait on one
+// mutex + condition variable per dispatch, which lets the watchdog (the
+// calling thread) wake every waiting lane and unwind it when the dispatch
+// is aborted. Everything a lane does is checked against MSL's rules where
+// a CPU can tell: a barrier that not every lane reaches, lanes at different
+// barriers, simd functions at different lines in one simdgroup, threadgroup
+// memory beyond 32 KiB.
+#include <chrono>
+#include <condition_variable>
+#include <cstdio>
+#include <cstring>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "msl_runtime.h"
+
+namespace msl_rt {
+namespace {
+constexpr unsigned long kMaxTgMem = 32768;  // Apple GPUs: 32 KiB per threadgroup
+
+struct Abort {};  // unwinds a lane out of kernel code
+
+struct Simd {
+  unsigned active = 0;   // lanes still running the kernel in this group
+  unsigned arrived = 0;  // lanes waiting in the current exchange
+  unsigned pending = 0;  // their mask
+  unsigned long long gen = 0;
+  int line = -1;  // line of the current exchange
+  unsigned masks[2] = {0, 0};
+  alignas(16) unsigned char slots[2][kSimdWidth][kSlotBytes];
+};
+
+// Lane states for the timeout report.
+constexpr int kRunning = 0, kAtBarrier = 1, kAtSimd = 2, kFinished = 3, kExited = 4;
+
+struct Shared {
+  std::mutex m;
+  std::condition_variable cv;
+  unsigned n = 0;  // lanes per threadgroup
+  // threadgroup_barrier
+  unsigned arrived = 0, finished = 0;
+  unsigned long long gen = 0;
+  int line = -1;
+  // group hand-over (internal barrier)
+  unsigned handover = 0;
+  unsigned long long handover_gen = 0;
+  unsigned exited = 0;  // lane threads that returned
+  bool abort = false;
+  std::string error;
+  std::vector<Simd> sg;
+  std::vector<int> state, state_line;
+  // threadgroup memory: dynamic [[threadgroup(i)]] buffers, then variables
+  std::vector<unsigned long> tg_off, tg_len;
+  unsigned long static_base = 0;
+  unsigned char* arena = nullptr;
+  // the dispatch
+  EntryFn entry = nullptr;
+  void* const* buffers = nullptr;
+  unsigned nbuffers = 0;
+  Dim3 groups{1, 1, 1}, tpg{1, 1, 1};
+};
+
+struct Lane {
+  Shared* sh;
+  unsigned lid, sid, lane;
+  unsigned long bump;
+};
+thread_local Lane* t_lane = nullptr;
+
+Lane& me() { return *t_lane; }
+
+// Record the first error and wake everyone; the caller then unwinds.
+void abort_locked(Shared& s, const std::string& why) {
+  if (!s.abort) {
+    s.abort = true;
+    s.error = why;
+  }
+  s.cv.notify_all();
+}
+
+void reset_group_locked(Shared& s) {
+  s.arrived = s.finished = 0;
+  s.line = -1;
+  for (unsigned i = 0; i < s.sg.size(); ++i) {
+    Simd& g = s.sg[i];
+    const unsigned lanes = i + 1 < s.sg.size() ? kSimdWidth : s.n - i * kSimdWidth;
+    g.active = lanes;
+    g.arrived = g.pending = 0;
+    g.line = -1;
+  }
+  // Threadgroup memory is not zeroed on a GPU: poison it (NaN for floats)
+  // so that a kernel reading before writing gives visibly wrong results.
+  std::memset(s.arena, 0xff, kMaxTgMem);
+}
+
+std::string lane_range(const std::vector<unsigned>& lanes) {
+  std::string out;
+  for (size_t i = 0; i < lanes.size();) {
+    size_t j = i;
+    while (j + 1 < lanes.size() && lanes[j + 1] == lanes[j] + 1) ++j;
+    if (!out.empty()) out += ",";
+    out += std::to_string(lanes[i]);
+    if (j > i) out += "-" + std::to_string(lanes[j]);
+    i = j + 1;
+  }
+  return out;
+}
+
+std::string describe_lanes_locked(Shared& s) {
+  static const char* names[] = {"running", "at threadgroup_barrier", "in a simd function",
+                                "returned", "stopped"};
+  std::string out;
+  for (int st = 0; st < 5; ++st) {
+    // group by (state, line)
+    std::vector<int> lines;
+    for (unsigned l = 0; l < s.n; ++l)
+      if (s.state[l] == st) {
+        bool seen = false;
+        for (int x : lines) seen |= x == s.state_line[l];
+        if (!seen) lines.push_back(s.state_line[l]);
+      }
+    for (int line : lines) {
+      std::vector<unsigned> lanes;
+      for (unsigned l = 0; l < s.n; ++l)
+        if (s.state[l] == st && s.state_line[l] == line) lanes.push_back(l);
+      out += "; lanes " + lane_range(lanes) + " " + names[st];
+      if (line > 0) out += " (line " + std::to_string(line) + ")";
+    }
+  }
+  return out;
+}
+
+void wait_gen_locked(std::unique_lock<std::mutex>& lk, Shared& s, unsigned long long* gen,
+                     unsigned long long seen) {
+  s.cv.wait(lk, [&] { return s.abort || *gen != seen; });
+  if (*gen == seen) throw Abort{};
+}
+
+void finish_lane(Lane& l) {
+  Shared& s = *l.sh;
+  std::lock_guard<std::mutex> lk(s.m);
+  if (s.abort) return;
+  s.state[l.lid] = kFinished;
+  s.finished++;
+  if (s.arrived > 0) {
+    abort_locked(s, "threadgroup_barrier at line " + std::to_string(s.line) +
+                        " is not reached by every lane: lane " + std::to_string(l.lid) +
+                        " returned while " + std::to_string(s.arrived) + " lanes wait there" +
+                        describe_lanes_locked(s));
+    return;
+  }
+  Simd& g = s.sg[l.sid];
+  g.active--;
+  if (g.arrived > 0 && g.arrived == g.active) {  // the others were waiting for us
+    g.masks[g.gen & 1] = g.pending;
+    g.arrived = g.pending = 0;
+    g.gen++;
+    s.cv.notify_all();
+  }
+}
+
+// All lanes meet between threadgroups; the last one resets the group state.
+void handover(Lane& l) {
+  Shared& s = *l.sh;
+  std::unique_lock<std::mutex> lk(s.m);
+  if (s.abort) throw Abort{};
+  const unsigned long long seen = s.handover_gen;
+  if (++s.handover == s.n) {
+    s.handover = 0;
+    reset_group_locked(s);
+    for (unsigned i = 0; i < s.n; ++i) s.state[i] = kRunning, s.state_line[i] = 0;
+    s.handover_gen++;
+    s.cv.notify_all();
+    return;
+  }
+  wait_gen_locked(lk, s, &s.handover_gen, seen);
+}
+
+void lane_main(Shared* sh, unsigned lid) {
+  Shared& s = *sh;
+  Lane l{sh, lid, lid / kSimdWidth, lid % kSimdWidth, 0};
+  t_lane = &l;
+  const Dim3 t = s.tpg, gr = s.groups;
+  Pos p{};
+  p.tpitg = {lid % t.x, (lid / t.x) % t.y, lid / (t.x * t.y)};
+  p.tptg = t;
+  p.tgpg = gr;
+  p.tpg = {gr.x * t.x, gr.y * t.y, gr.z * t.z};
+  p.tiitg = lid;
+  p.sgitg = l.sid;
+  p.tiisg = l.lane;
+  p.sgptg = (s.n + kSimdWidth - 1) / kSimdWidth;
+  p.tptsg = kSimdWidth;
+  std::vector<void*> tgmem(s.tg_off.size());
+  for (size_t i = 0; i < tgmem.size(); ++i) tgmem[i] = s.arena + s.tg_off[i];
+  const Invocation inv{s.buffers, s.nbuffers, tgmem.data(), (unsigned)tgmem.size(), &p};
+  try {
+    for (unsigned gz = 0; gz < gr.z; ++gz)
+      for (unsigned gy = 0; gy < gr.y; ++gy)
+        for (unsigned gx = 0; gx < gr.x; ++gx) {
+          handover(l);
+          p.tgpig = {gx, gy, gz};
+          p.tpig = {gx * t.x + p.tpitg.x, gy * t.y + p.tpitg.y, gz * t.z + p.tpitg.z};
+          l.bump = s.static_base;
+          s.entry(&inv);
+          finish_lane(l);
+        }
+  } catch (const Abort&) {
+  }
+  t_lane = nullptr;
+  std::lock_guard<std::mutex> lk(s.m);
+  s.state[lid] = kExited;
+  s.exited++;
+  s.cv.notify_all();
+}
+}  // namespace
+
+void tg_barrier(int line) {
+  Lane& l = me();
+  Shared& s = *l.sh;
+  std::unique_lock<std::mutex> lk(s.m);
+  if (s.abort) throw Abort{};
+  if (s.finished > 0) {
+    abort_locked(s, "threadgroup_barrier at line " + std::to_string(line) +
+                        " is not reached by every lane: lane " + std::to_string(l.lid) +
+                        " arrived after " + std::to_string(s.finished) + " lanes returned" +
+                        describe_lanes_locked(s));
+    throw Abort{};
+  }
+  if (s.arrived > 0 && s.line != line) {
+    abort_locked(s, "lanes of one threadgroup wait at different threadgroup_barriers (lines " +
+                        std::to_string(s.line) + " and " + std::to_string(line) + ")" +
+                        describe_lanes_locked(s));
+    throw Abort{};
+  }
+  s.line = line;
+  s.state[l.lid] = kAtBarrier;
+  s.state_line[l.lid] = line;
+  const unsigned long long seen = s.gen;
+  if (++s.arrived == s.n) {
+    s.arrived = 0;
+    s.gen++;
+    for (unsigned i = 0; i < s.n; ++i)
+      if (s.state[i] == kAtBarrier) s.state[i] = kRunning;
+    s.cv.notify_all();
+    return;
+  }
+  wait_gen_locked(lk, s, &s.gen, seen);
+}
+
+const unsigned char* simd_exchange(const void* v, unsigned size, int line, unsigned* mask,
+                                   unsigned* lane) {
+  Lane& l = me();
+  Shared& s = *l.sh;
+  std::unique_lock<std::mutex> lk(s.m);
+  if (s.abort) throw Abort{};
+  Simd& g = s.sg[l.sid];
+  if (g.arrived > 0 && g.line != line) {
+    abort_locked(s, "lanes of simdgroup " + std::to_string(l.sid) +
+                        " call simd functions at different lines (" + std::to_string(g.line) +
+                        " and " + std::to_string(line) +
+                        "): lane-divergent simd calls are not supported by msl-sim");
+    throw Abort{};
+  }
+  g.line = line;
+  const unsigned buf = g.gen & 1;
+  std::memcpy(g.slots[buf][l.lane], v, size);
+  g.pending |= 1u << l.lane;
+  s.state[l.lid] = kAtSimd;
+  s.state_line[l.lid] = line;
+  const unsigned long long seen = g.gen;
+  if (++g.arrived == g.active) {
+    g.masks[buf] = g.pending;
+    g.arrived = g.pending = 0;
+    g.gen++;
+    s.cv.notify_all();
+  } else {
+    wait_gen_locked(lk, s, &g.gen, seen);
+  }
+  s.state[l.lid] = kRunning;
+  *mask = g.masks[buf];
+  *lane = l.lane;
+  return &g.slots[buf][0][0];
+}
+
+void simd_barrier(int line) {
+  unsigned mask, lane;
+  const int dummy = 0;
+  simd_exchange(&dummy, sizeof dummy, line, &mask, &lane);
+}
+
+void* tg_alloc(unsigned long size, unsigned long align, int line) {
+  Lane& l = me();
+  unsigned long off = (l.bump + align - 1) / align * align;
+  if (off + size > kMaxTgMem) {
+    fail(("threadgroup variables need more than 32 KiB (with " +
+          std::to_string(l.sh->static_base) + " bytes of [[threadgroup(i)]] memory)")
+             .c_str(),
+         line);
+  }
+  l.bump = off + size;
+  return l.sh->arena + off;
+}
+
+void poll() {
+  Lane* l = t_lane;
+  if (!l) return;
+  std::lock_guard<std::mutex> lk(l->sh->m);
+  if (l->sh->abort) throw Abort{};
+}
+
+void fail(const char* what, int line) {
+  Lane& l = me();
+  std::lock_guard<std::mutex> lk(l.sh->m);
+  abort_locked(*l.sh, std::string(what) + " (line " + std::to_string(line) + ", lane " +
+                          std::to_string(l.lid) + ")");
+  throw Abort{};
+}
+}  // namespace msl_rt
+
+// ---------------------------------------------------------------------------
+// C ABI used by src/dispatch.rs.
+// ---------------------------------------------------------------------------
+extern "C" {
+struct MslDispatch {
+  msl_rt::EntryFn entry;
+  void* const* buffers;
+  unsigned nbuffers;
+  const unsigned long* tgmem_bytes;  // [[threadgroup(i)]] lengths
+  unsigned ntgmem;
+  unsigned groups[3];
+  unsigned threads[3];
+  unsigned timeout_ms;
+};
+
+// 0: ok; 1: kernel error (divergence, ...); 2: timeout; 3: bad dispatch;
+// 4: timeout with lanes still running (the caller must leak the buffers).
+// On error writes a message into err (NUL-terminated, truncated to errlen).
+int msl_rt_dispatch(const MslDispatch* d, char* err, unsigned long errlen) {
+  using namespace msl_rt;
+  auto report = [&](const std::string& m, int code) {
+    std::snprintf(err, errlen, "%s", m.c_str());
+    return code;
+  };
+  const unsigned n = d->threads[0] * d->threads[1] * d->threads[2];
+  if (n == 0 || n > 1024) return report("threads per threadgroup must be 1..1024", 3);
+  const unsigned long long ng = 1ull * d->groups[0] * d->groups[1] * d->groups[2];
+  if (ng == 0) return 0;
+  // Leaked on purpose when lanes cannot be stopped (see below).
+  auto* s = new Shared();
+  s->n = n;
+  s->entry = d->entry;
+  s->buffers = d->buffers;
+  s->nbuffers = d->nbuffers;
+  s->groups = {d->groups[0], d->groups[1], d->groups[2]};
+  s->tpg = {d->threads[0], d->threads[1], d->threads[2]};
+  s->sg.resize((n + kSimdWidth - 1) / kSimdWidth);
+  s->state.assign(n, kRunning);
+  s->state_line.assign(n, 0);
+  unsigned long off = 0;
+  for (unsigned i = 0; i < d->ntgmem; ++i) {
+    off = (off + 15) / 16 * 16;
+    s->tg_off.push_back(off);
+    s->tg_len.push_back(d->tgmem_bytes[i]);
+    off += d->tgmem_bytes[i];
+  }
+  if (off > kMaxTgMem) {
+    delete s;
+    return report("[[threadgroup(i)]] memory of " + std::to_string(off) +
+                      " bytes exceeds 32 KiB", 3);
+  }
+  s->static_base = (off + 15) / 16 * 16;
+  s->arena = static_cast<unsigned char*>(::operator new(kMaxTgMem, std::align_val_t(64)));
+  std::vector<std::thread> lanes;
+  lanes.reserve(n);
+  try {
+    for (unsigned i = 0; i < n; ++i) lanes.emplace_back(lane_main, s, i);
+  } catch (const std::exception& e) {
+    {
+      std::lock_guard<std::mutex> lk(s->m);
+      abort_locked(*s, std::string("could not start lane threads: ") + e.what());
+    }
+    for (auto& t : lanes) t.join();
+    std::string m = s->error;
+    ::operator delete(s->arena, std::align_val_t(64));
+    delete s;
+    return report(m, 3);
+  }
+  bool timed_out = false, stuck = false;
+  std::string where;
+  {
+    std::unique_lock<std::mutex> lk(s->m);
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(d->timeout_ms);
+    if (!s->cv.wait_until(lk, deadline, [&] { return s->exited == n; })) {
+      timed_out = !s->abort;
+      where = describe_lanes_locked(*s);
+      abort_locked(*s, "timeout");
+      // Lanes blocked in a barrier, simd call or atomic load unwind now; a
+      // lane spinning without touching the runtime cannot be stopped.
+      stuck = !s->cv.wait_for(lk, std::chrono::seconds(2), [&] { return s->exited == n; });
+    }
+  }
+  if (stuck) {
+    for (auto& t : lanes) t.detach();  // s, the arena and the buffers stay alive
+    return report("watchdog: dispatch did not finish within " + std::to_string(d->timeout_ms) +
+                      " ms and some lanes could not be stopped (a loop that never reaches a "
+                      "barrier, simd function or atomic); their threads were leaked" + where,
+                  4);
+  }
+  for (auto& t : lanes) t.join();
+  std::string m = s->error;
+  const bool failed = s->abort;
+  ::operator delete(s->arena, std::align_val_t(64));
+  delete s;
+  if (timed_out)
+    return report("watchdog: dispatch did not finish within " + std::to_string(d->timeout_ms) +
+                      " ms (deadlock?)" + where,
+                  2);
+  if (failed) return report(m, 1);
+  return 0;
+}
+}

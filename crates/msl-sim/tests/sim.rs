@@ -1,0 +1,258 @@
+//! The simulator itself: shim features on odd threadgroup sizes, and the
+//! errors it promises (divergent barrier, deadlock, buffer overrun, compile
+//! error, bad bindings). These tests need clang++ (scripts/setup.sh).
+
+use msl_sim::{Error, Grid, Library};
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+fn kernel_file(name: &str) -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/kernels")
+        .join(name)
+}
+
+fn smoke_lib() -> Library {
+    Library::compile(kernel_file("smoke.metal")).unwrap_or_else(|e| panic!("{e}"))
+}
+
+fn f32s(b: &[u8]) -> Vec<f32> {
+    b.chunks_exact(4)
+        .map(|c| f32::from_le_bytes(c.try_into().unwrap()))
+        .collect()
+}
+
+fn u32s(b: &[u8]) -> Vec<u32> {
+    b.chunks_exact(4)
+        .map(|c| u32::from_le_bytes(c.try_into().unwrap()))
+        .collect()
+}
+
+#[test]
+fn smoke_kernel_on_partial_simdgroups() {
+    let lib = smoke_lib();
+    assert_eq!(
+        lib.kernels(),
+        [
+            "smoke",
+            "divergent_barrier",
+            "spin_forever",
+            "overrun",
+            "racy",
+            "split_barriers"
+        ]
+    );
+    for (groups, tpg) in [(1u32, 1u32), (2, 33), (3, 64), (1, 100)] {
+        let n = (groups * tpg) as usize;
+        let mut args = Vec::new();
+        args.extend(n.to_le_bytes()[..4].iter());
+        args.extend(2.0f32.to_le_bytes());
+        let mut out4 = vec![0u8; n * 16];
+        let mut bits = vec![0u8; n * 4];
+        let mut count = vec![0u8; 4];
+        let mut scan = vec![0u8; n * 4];
+        let mut red = vec![0u8; groups as usize * 12];
+        lib.dispatch(
+            "smoke",
+            &args,
+            &mut [&mut out4, &mut bits, &mut count, &mut scan, &mut red],
+            Grid::d1(groups, tpg),
+            &[tpg as usize * 4],
+        )
+        .unwrap_or_else(|e| panic!("{e}"));
+        let out4 = f32s(&out4);
+        let (bits, scan, red) = (u32s(&bits), f32s(&scan), f32s(&red));
+        assert_eq!(u32s(&count), [n as u32]);
+        for g in 0..n {
+            let lid = g % tpg as usize;
+            let lane = lid % 32;
+            let sg_len = (tpg as usize - lid / 32 * 32).min(32);
+            assert_eq!(
+                &out4[g * 4..g * 4 + 4],
+                [g as f32 * 2.0 + 0.5, 6.5, 4.5, 2.5]
+            );
+            assert_eq!(bits[g], (g as f32).to_bits());
+            let down = if lane + 1 < sg_len { 1.0 } else { 0.0 };
+            assert_eq!(scan[g], lane as f32 + 100.0 * down, "gid {g} tpg {tpg}");
+        }
+        for t in 0..groups as usize {
+            let lo = t * tpg as usize;
+            let sum: usize = (lo..lo + tpg as usize).sum();
+            assert_eq!(red[t * 3], sum as f32, "group {t}");
+            assert_eq!(red[t * 3 + 1], tpg as f32);
+            assert_eq!(red[t * 3 + 2], (tpg - 1) as f32);
+        }
+    }
+}
+
+#[test]
+fn divergent_barrier_is_an_error_naming_the_line() {
+    let lib = smoke_lib();
+    let mut x = vec![0u8; 32 * 4];
+    let t = Instant::now();
+    let e = lib
+        .dispatch(
+            "divergent_barrier",
+            &[],
+            &mut [&mut x],
+            Grid::d1(1, 32),
+            &[],
+        )
+        .unwrap_err();
+    assert!(t.elapsed() < Duration::from_secs(5));
+    let msg = e.to_string();
+    assert!(matches!(e, Error::Kernel { .. }), "{msg}");
+    assert!(msg.starts_with("[divergent_barrier]"), "{msg}");
+    assert!(
+        msg.contains("line 66") && msg.contains("not reached by every lane"),
+        "{msg}"
+    );
+}
+
+#[test]
+fn lanes_at_different_barriers_are_an_error() {
+    let lib = smoke_lib();
+    let mut x = vec![0u8; 32 * 4];
+    let e = lib
+        .dispatch("split_barriers", &[], &mut [&mut x], Grid::d1(1, 32), &[])
+        .unwrap_err();
+    let msg = e.to_string();
+    assert!(matches!(e, Error::Kernel { .. }), "{msg}");
+    assert!(
+        msg.contains("different threadgroup_barriers (lines"),
+        "{msg}"
+    );
+}
+
+#[test]
+fn deadlock_is_stopped_by_the_watchdog() {
+    let lib = smoke_lib().with_timeout(Duration::from_millis(1500));
+    let mut flag = vec![0u8; 4];
+    let t = Instant::now();
+    let e = lib
+        .dispatch("spin_forever", &[], &mut [&mut flag], Grid::d1(1, 40), &[])
+        .unwrap_err();
+    assert!(t.elapsed() < Duration::from_secs(5), "{:?}", t.elapsed());
+    assert!(matches!(e, Error::Timeout { .. }), "{e}");
+    assert!(e.to_string().contains("1500 ms"), "{e}");
+    // the library is still usable afterwards
+    let mut x = vec![0u8; 64];
+    lib.dispatch(
+        "overrun",
+        &3u32.to_le_bytes(),
+        &mut [&mut x],
+        Grid::d1(1, 4),
+        &[],
+    )
+    .unwrap_or_else(|e| panic!("{e}"));
+}
+
+#[test]
+fn write_past_the_end_is_caught() {
+    if std::env::var_os("MSL_SIM_SANITIZE").is_some() {
+        return; // no guard bytes under sanitizers (ASan reports it instead)
+    }
+    let lib = smoke_lib();
+    let mut x = vec![0u8; 4 * 4];
+    let e = lib
+        .dispatch(
+            "overrun",
+            &4u32.to_le_bytes(),
+            &mut [&mut x],
+            Grid::d1(1, 8),
+            &[],
+        )
+        .unwrap_err();
+    assert!(
+        e.to_string()
+            .contains("wrote past the end of [[buffer(1)]]"),
+        "{e}"
+    );
+}
+
+#[test]
+fn compile_error_names_the_file_and_clang_message() {
+    let e = Library::compile(kernel_file("broken.metal")).unwrap_err();
+    let msg = e.to_string();
+    assert!(matches!(e, Error::Compile { .. }), "{msg}");
+    assert!(
+        msg.starts_with('[') && msg.contains("broken.metal]"),
+        "{msg}"
+    );
+    // clang points at the .metal line; erf is absent from Metal and the shim
+    assert!(msg.contains("broken.metal:7:"), "{msg}");
+    assert!(msg.contains("undeclared_name"), "{msg}");
+    assert!(msg.contains("erf"), "{msg}");
+}
+
+#[test]
+fn bad_bindings_and_names_are_errors() {
+    let lib = smoke_lib();
+    let e = lib
+        .dispatch("nope", &[], &mut [], Grid::d1(1, 1), &[])
+        .unwrap_err();
+    assert!(e.to_string().contains("smoke, divergent_barrier"), "{e}");
+    // smoke reads buffer(5) and threadgroup(0)
+    let mut a = vec![0u8; 64];
+    let e = lib
+        .dispatch("smoke", &[0; 8], &mut [&mut a], Grid::d1(1, 1), &[4])
+        .unwrap_err();
+    assert!(e.to_string().contains("[[buffer(2)]] is not bound"), "{e}");
+    // args struct too short
+    let e = lib
+        .dispatch("overrun", &[0; 2], &mut [&mut a], Grid::d1(1, 1), &[])
+        .unwrap_err();
+    assert!(e.to_string().contains("4-byte struct"), "{e}");
+    let e = lib
+        .dispatch("overrun", &[0; 4], &mut [&mut a], Grid::d1(1, 2000), &[])
+        .unwrap_err();
+    assert!(e.to_string().contains("1..=1024"), "{e}");
+    // Apple GPUs have 32 KiB of threadgroup memory
+    let (mut b1, mut b2, mut b3, mut b4, mut b5) = (
+        vec![0u8; 16],
+        vec![0u8; 4],
+        vec![0u8; 4],
+        vec![0u8; 4],
+        vec![0u8; 12],
+    );
+    let e = lib
+        .dispatch(
+            "smoke",
+            &[1, 0, 0, 0, 0, 0, 0, 0],
+            &mut [&mut b1, &mut b2, &mut b3, &mut b4, &mut b5],
+            Grid::d1(1, 1),
+            &[40000],
+        )
+        .unwrap_err();
+    assert!(e.to_string().contains("exceeds 32 KiB"), "{e}");
+}
+
+/// Negative controls for `make sanitize` (run there with `--ignored`, each
+/// expected to fail with a sanitizer report): an out-of-bounds write under
+/// AddressSanitizer, a threadgroup-memory race under ThreadSanitizer.
+#[test]
+#[ignore = "negative control: only meaningful under make sanitize"]
+fn sanitizer_control_overrun() {
+    let lib = smoke_lib();
+    let mut x = vec![0u8; 4 * 4];
+    lib.dispatch(
+        "overrun",
+        &4u32.to_le_bytes(),
+        &mut [&mut x],
+        Grid::d1(1, 8),
+        &[],
+    )
+    .unwrap_or_else(|e| panic!("{e}"));
+}
+
+/// See [`sanitizer_control_overrun`].
+#[test]
+#[ignore = "negative control: only meaningful under make sanitize"]
+fn sanitizer_control_race() {
+    let lib = smoke_lib();
+    let mut x = vec![0u8; 64 * 4];
+    for _ in 0..4 {
+        lib.dispatch("racy", &[], &mut [&mut x], Grid::d1(1, 64), &[])
+            .unwrap_or_else(|e| panic!("{e}"));
+    }
+}

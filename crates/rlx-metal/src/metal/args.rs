@@ -1,0 +1,232 @@
+//! Kernel argument structs, field for field the structs of
+//! `kernels/args.h` (`[[buffer(0)]]` of every dispatch). All fields are
+//! 4 bytes wide, so there is no padding and [`KernelArgs::as_bytes`] is
+//! the exact bytes the kernel reads. Sizes are asserted below and in the
+//! header; a test checks that both sides assert the same numbers.
+
+use rlx_ir::op::{Activation, BinaryOp};
+
+/// Highest rank of a broadcasting binary op (`RLX_MAX_RANK`).
+pub const MAX_RANK: usize = 8;
+
+/// A `#[repr(C)]` struct of 4-byte fields that a kernel reads as its args.
+pub trait KernelArgs: Copy {
+    /// The struct's bytes, as `setBytes` passes them.
+    fn as_bytes(&self) -> &[u8];
+}
+
+macro_rules! kernel_args {
+    ($($t:ident = $size:expr),* $(,)?) => {$(
+        const _: () = assert!(
+            std::mem::size_of::<$t>() == $size && std::mem::align_of::<$t>() == 4
+        );
+        impl KernelArgs for $t {
+            fn as_bytes(&self) -> &[u8] {
+                // SAFETY: repr(C), only u32/f32 fields (asserted size: no
+                // padding), so every byte is initialised.
+                unsafe {
+                    std::slice::from_raw_parts(
+                        (self as *const $t).cast::<u8>(),
+                        std::mem::size_of::<$t>(),
+                    )
+                }
+            }
+        }
+    )*};
+}
+
+/// `UnaryArgs`: `dst[i] = act(src[i])`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct UnaryArgs {
+    /// Elements.
+    pub len: u32,
+    /// Activation code ([`act_code`]).
+    pub op: u32,
+}
+
+/// `CastArgs`: `dst[i] = convert(src[i])`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct CastArgs {
+    /// Elements.
+    pub len: u32,
+}
+
+/// `BinaryArgs`: `dst[i] = lhs[i] op rhs[i]`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct BinaryArgs {
+    /// Elements.
+    pub len: u32,
+    /// Binary op code ([`binary_code`]).
+    pub op: u32,
+}
+
+/// `BroadcastArgs`: broadcasting binary op over per-axis element strides.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct BroadcastArgs {
+    /// Output elements.
+    pub len: u32,
+    /// Binary op code ([`binary_code`]).
+    pub op: u32,
+    /// Rank (entries of the arrays that count).
+    pub rank: u32,
+    /// Padding (keeps the arrays 16-byte aligned).
+    pub _pad: u32,
+    /// Output dims.
+    pub out_dims: [u32; MAX_RANK],
+    /// Left operand's element stride per output axis (0 = broadcast).
+    pub lhs_strides: [u32; MAX_RANK],
+    /// Right operand's element stride per output axis (0 = broadcast).
+    pub rhs_strides: [u32; MAX_RANK],
+}
+
+/// `RowNormArgs`: row norms over `[rows, h]`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct RowNormArgs {
+    /// Rows.
+    pub rows: u32,
+    /// Features per row.
+    pub h: u32,
+    /// Epsilon.
+    pub eps: f32,
+    /// Residual norms: 1 if `bias` is added.
+    pub has_bias: u32,
+}
+
+/// `SoftmaxArgs`: softmax over the last axis of `[rows, cols]`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct SoftmaxArgs {
+    /// Rows.
+    pub rows: u32,
+    /// Columns (softmax axis).
+    pub cols: u32,
+}
+
+kernel_args! {
+    UnaryArgs = 8,
+    CastArgs = 4,
+    BinaryArgs = 8,
+    BroadcastArgs = 112,
+    RowNormArgs = 16,
+    SoftmaxArgs = 8,
+}
+
+/// `RlxAct` code of an activation (`args.h`).
+pub fn act_code(a: Activation) -> u32 {
+    use Activation::*;
+    match a {
+        Gelu => 0,
+        GeluApprox => 1,
+        Silu => 2,
+        Relu => 3,
+        Sigmoid => 4,
+        Tanh => 5,
+        Exp => 6,
+        Log => 7,
+        Sqrt => 8,
+        Rsqrt => 9,
+        Neg => 10,
+        Abs => 11,
+        Sin => 12,
+        Cos => 13,
+        Tan => 14,
+        Atan => 15,
+        Round => 16,
+    }
+}
+
+/// `RlxBin` code of a binary op (`args.h`).
+pub fn binary_code(op: BinaryOp) -> u32 {
+    match op {
+        BinaryOp::Add => 0,
+        BinaryOp::Sub => 1,
+        BinaryOp::Mul => 2,
+        BinaryOp::Div => 3,
+        BinaryOp::Max => 4,
+        BinaryOp::Min => 5,
+        BinaryOp::Pow => 6,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rlx_ir::op::ALL_ACTIVATIONS;
+
+    /// `static_assert(sizeof(Name) == N && alignof(Name) == 4` lines of args.h.
+    fn header_sizes() -> Vec<(String, usize)> {
+        super::super::kernels::ARGS_H
+            .lines()
+            .filter_map(|l| {
+                let rest = l.trim().strip_prefix("static_assert(sizeof(")?;
+                let (name, rest) = rest.split_once(')')?;
+                let n = rest.trim().strip_prefix("==")?.split_whitespace().next()?;
+                assert!(l.contains(&format!("alignof({name}) == 4")), "{l}");
+                Some((name.to_string(), n.parse().ok()?))
+            })
+            .collect()
+    }
+
+    #[test]
+    fn header_and_rust_assert_the_same_layouts() {
+        use std::mem::size_of;
+        let rust = [
+            ("UnaryArgs", size_of::<UnaryArgs>()),
+            ("CastArgs", size_of::<CastArgs>()),
+            ("BinaryArgs", size_of::<BinaryArgs>()),
+            ("BroadcastArgs", size_of::<BroadcastArgs>()),
+            ("RowNormArgs", size_of::<RowNormArgs>()),
+            ("SoftmaxArgs", size_of::<SoftmaxArgs>()),
+        ];
+        let header = header_sizes();
+        assert_eq!(header.len(), rust.len(), "{header:?}");
+        for (name, size) in rust {
+            let h = header.iter().find(|(n, _)| n == name);
+            assert_eq!(h.map(|x| x.1), Some(size), "{name}");
+        }
+    }
+
+    #[test]
+    fn codes_match_the_header_enums() {
+        for a in ALL_ACTIVATIONS {
+            let line = format!("RLX_ACT_{} = {},", a.name().to_uppercase(), act_code(a));
+            assert!(super::super::kernels::ARGS_H.contains(&line), "{line}");
+        }
+        for op in [
+            BinaryOp::Add,
+            BinaryOp::Sub,
+            BinaryOp::Mul,
+            BinaryOp::Div,
+            BinaryOp::Max,
+            BinaryOp::Min,
+            BinaryOp::Pow,
+        ] {
+            let line = format!(
+                "RLX_BIN_{} = {},",
+                op.name().to_uppercase(),
+                binary_code(op)
+            );
+            assert!(super::super::kernels::ARGS_H.contains(&line), "{line}");
+        }
+    }
+
+    #[test]
+    fn as_bytes_is_the_field_order() {
+        let a = RowNormArgs {
+            rows: 3,
+            h: 5,
+            eps: 1e-6,
+            has_bias: 1,
+        };
+        let b = a.as_bytes();
+        assert_eq!(&b[0..4], 3u32.to_ne_bytes());
+        assert_eq!(&b[4..8], 5u32.to_ne_bytes());
+        assert_eq!(&b[8..12], 1e-6f32.to_ne_bytes());
+        assert_eq!(&b[12..16], 1u32.to_ne_bytes());
+    }
+}

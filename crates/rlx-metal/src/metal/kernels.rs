@@ -1,0 +1,85 @@
+//! The Metal kernel sources, one `.metal` file per family (`kernels/`),
+//! embedded with `include_str!`. Metal compiles from a string, so
+//! [`source`] inlines `args.h` where a file includes it and restores the
+//! file's line numbers with `#line`, giving one self-contained source per
+//! family; the simulator tests compile exactly that text.
+
+/// `kernels/args.h`, the shared argument structs.
+pub const ARGS_H: &str = include_str!("../../kernels/args.h");
+
+/// A kernel family: one `.metal` file.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Family {
+    /// Unary activations and f32 / f16 casts.
+    Elementwise,
+    /// Same-shape and broadcasting binary ops.
+    Binary,
+    /// RMSNorm, LayerNorm, fused residual RMSNorm.
+    Norm,
+    /// Softmax over the last axis.
+    Softmax,
+}
+
+/// Every family.
+pub const ALL_FAMILIES: [Family; 4] = [
+    Family::Elementwise,
+    Family::Binary,
+    Family::Norm,
+    Family::Softmax,
+];
+
+impl Family {
+    /// The `.metal` file name.
+    pub fn file(self) -> &'static str {
+        match self {
+            Family::Elementwise => "elementwise.metal",
+            Family::Binary => "binary.metal",
+            Family::Norm => "norm.metal",
+            Family::Softmax => "softmax.metal",
+        }
+    }
+
+    /// The file as written (including `#include "args.h"`).
+    pub fn raw_source(self) -> &'static str {
+        match self {
+            Family::Elementwise => include_str!("../../kernels/elementwise.metal"),
+            Family::Binary => include_str!("../../kernels/binary.metal"),
+            Family::Norm => include_str!("../../kernels/norm.metal"),
+            Family::Softmax => include_str!("../../kernels/softmax.metal"),
+        }
+    }
+}
+
+/// Self-contained source of a family: `args.h` inlined, line numbers of
+/// the `.metal` file kept for diagnostics.
+pub fn source(family: Family) -> String {
+    let file = family.file();
+    let mut out = String::new();
+    for (i, line) in family.raw_source().lines().enumerate() {
+        if line.trim() == "#include \"args.h\"" {
+            out.push_str("#line 1 \"args.h\"\n");
+            out.push_str(ARGS_H);
+            out.push_str(&format!("#line {} \"{file}\"\n", i + 2));
+        } else {
+            out.push_str(line);
+            out.push('\n');
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn source_inlines_args_once_and_keeps_lines() {
+        for f in ALL_FAMILIES {
+            let s = source(f);
+            assert!(!s.contains("#include \"args.h\""), "{}", f.file());
+            assert_eq!(s.matches("struct RowNormArgs {").count(), 1);
+            assert!(s.contains(&format!("\"{}\"", f.file())));
+            assert!(f.raw_source().starts_with(&format!("// {}", f.file())));
+        }
+    }
+}

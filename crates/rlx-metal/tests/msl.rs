@@ -1,0 +1,12 @@
+//! Every Metal kernel family run through msl-sim (clang + the metal_stdlib
+//! shim, on the CPU) and compared with a plain f64 Rust reference, f32 and
+//! f16, on odd sizes and partial simdgroups / threadgroups. Needs clang++
+//! (scripts/setup.sh installs it); without it these tests fail.
+
+mod msl {
+    pub mod binary;
+    pub mod common;
+    pub mod elementwise;
+    pub mod norm;
+    pub mod softmax;
+}
