@@ -10,3 +10,5 @@ pub mod kernels;
 pub mod plan;
 #[cfg(any(test, feature = "metal-sim"))]
 pub mod sim;
+#[cfg(feature = "metal")]
+pub mod device;
