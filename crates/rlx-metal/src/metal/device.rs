@@ -4,7 +4,7 @@
 //!
 //! NOT YET RUN ON APPLE HARDWARE: this encoder has only been type-checked
 //! (`cargo check -p rlx-metal --features metal` on Linux). The same plans
-//! run through msl-sim in the tests ([`super::sim`]).
+//! run through msl-sim in the tests (`metal::sim`).
 //!
 //! * Pipelines: each family's source ([`super::kernels::source`]) is
 //!   compiled once per process into a library; pipelines are cached by
@@ -141,7 +141,12 @@ pub struct DeviceBuffers {
 impl DeviceBuffers {
     /// Shared-storage arena and state buffers of these sizes (zeroed by
     /// Metal), and `segments` unbound weights segments.
-    pub fn new(exec: &MetalExecutor, arena_bytes: usize, state_bytes: usize, segments: usize) -> Self {
+    pub fn new(
+        exec: &MetalExecutor,
+        arena_bytes: usize,
+        state_bytes: usize,
+        segments: usize,
+    ) -> Self {
         let shared = MTLResourceOptions::StorageModeShared;
         // Metal rejects zero-length buffers: keep at least one byte.
         let arena = exec.device.new_buffer(arena_bytes.max(1) as u64, shared);
@@ -170,7 +175,13 @@ impl DeviceBuffers {
     /// The memory must stay valid, unmoved and unmodified while these
     /// buffers are used, and the page-aligned span around it must be
     /// mapped (true of an mmap of a file and of page-aligned allocations).
-    pub unsafe fn bind_segment(&mut self, exec: &MetalExecutor, i: usize, ptr: *const u8, len: usize) {
+    pub unsafe fn bind_segment(
+        &mut self,
+        exec: &MetalExecutor,
+        i: usize,
+        ptr: *const u8,
+        len: usize,
+    ) {
         let shared = MTLResourceOptions::StorageModeShared;
         let Some(slot) = self.segments.get_mut(i) else {
             return;
@@ -178,7 +189,10 @@ impl DeviceBuffers {
         let page = page_size();
         let seg = if ptr.is_null() || len == 0 {
             let b = exec.device.new_buffer(1, shared);
-            DeviceSegment { buffer: b, start: 0 }
+            DeviceSegment {
+                buffer: b,
+                start: 0,
+            }
         } else {
             let addr = ptr as usize;
             let base = addr - addr % page;
@@ -193,7 +207,7 @@ impl DeviceBuffers {
                 buffer,
                 start: addr - base,
             }
-                };
+        };
         *slot = Some(seg);
     }
 
@@ -258,10 +272,12 @@ impl MetalExecutor {
                 .map_err(err)?;
             self.pipelines.insert(name.clone(), p);
         }
-        self.pipelines.get(name).ok_or_else(|| DeviceError::Pipeline {
-            function: name.clone(),
-            message: "pipeline cache lost it".into(),
-        })
+        self.pipelines
+            .get(name)
+            .ok_or_else(|| DeviceError::Pipeline {
+                function: name.clone(),
+                message: "pipeline cache lost it".into(),
+            })
     }
 
     /// Run `plan` (built from `schedule`) over `bufs`. Call
@@ -324,7 +340,8 @@ impl MetalExecutor {
                     };
                     self.host.run_thunk(*thunk, schedule, &mem, fallback)?;
                     cb = self.queue.new_command_buffer();
-                    enc = cb.compute_command_encoder_with_dispatch_type(MTLDispatchType::Concurrent);
+                    enc =
+                        cb.compute_command_encoder_with_dispatch_type(MTLDispatchType::Concurrent);
                 }
             }
         }
@@ -358,23 +375,22 @@ fn encode<E: std::fmt::Display>(
     enc.set_compute_pipeline_state(p);
     enc.set_bytes(0, d.args.len() as u64, d.args.as_ptr().cast());
     for (k, b) in d.bindings.iter().enumerate() {
-        let (buffer, offset) = match b.buffer {
-            Buf::Arena => (&bufs.arena, b.offset),
-            Buf::State => (&bufs.state, b.offset),
-            Buf::Weights(s) => {
-                let seg = bufs
-                    .segments
-                    .get(s)
-                    .and_then(Option::as_ref)
-                    .ok_or(DeviceError::Segment {
-                        index: d.thunk,
-                        thunk,
-                        segment: s,
-                        count: bufs.segments.len(),
-                    })?;
-                (&seg.buffer, seg.start + b.offset)
-            }
-        };
+        let (buffer, offset) =
+            match b.buffer {
+                Buf::Arena => (&bufs.arena, b.offset),
+                Buf::State => (&bufs.state, b.offset),
+                Buf::Weights(s) => {
+                    let seg = bufs.segments.get(s).and_then(Option::as_ref).ok_or(
+                        DeviceError::Segment {
+                            index: d.thunk,
+                            thunk,
+                            segment: s,
+                            count: bufs.segments.len(),
+                        },
+                    )?;
+                    (&seg.buffer, seg.start + b.offset)
+                }
+            };
         enc.set_buffer(k as u64 + 1, Some(buffer), offset as u64);
     }
     for (i, &n) in d.threadgroup_memory.iter().enumerate() {

@@ -3,12 +3,12 @@
 //! `#[repr(C)]` argument structs that mirror `args.h`, and [`plan`], a
 //! schedule as Metal commands. Nothing here but `device` knows the `metal`
 //! crate. The kernels and whole plans are tested on Linux through the
-//! `msl-sim` crate (`tests/msl.rs`, [`sim`]).
+//! `msl-sim` crate (`tests/msl.rs`, `sim`).
 
 pub mod args;
+#[cfg(feature = "metal")]
+pub mod device;
 pub mod kernels;
 pub mod plan;
 #[cfg(any(test, feature = "metal-sim"))]
 pub mod sim;
-#[cfg(feature = "metal")]
-pub mod device;
