@@ -135,7 +135,11 @@ fn every_dependent_pair_is_separated() {
         let a = offs[k % 5];
         let b = offs[(k / 5) % 5];
         let c = offs[(k / 25) % 5];
-        thunks.push(if k % 3 == 0 { add(a, b, c) } else { act(a, c) });
+        thunks.push(if k.is_multiple_of(3) {
+            add(a, b, c)
+        } else {
+            act(a, c)
+        });
     }
     let s = schedule(thunks);
     let p = MetalPlan::build(&s);
