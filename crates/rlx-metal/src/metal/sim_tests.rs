@@ -380,3 +380,57 @@ fn independent_branches_share_a_barrier_free_stretch() {
     assert!(matches!(plan.commands[2], Command::Barrier), "{plan}");
     assert_same(&c, &plan, DType::F32);
 }
+
+#[test]
+fn fused_residual_rms_norm_matches_host() {
+    // x + r dies at the norm: the pass fuses it into one thunk, which
+    // dispatches residual_rms_norm (f32 and f16, odd widths)
+    for dt in [DType::F32, DType::F16] {
+        for (rows, h) in [(3, 37), (2, 1000)] {
+            let mut g = Graph::new("res");
+            let x = node(
+                &mut g,
+                Op::Input {
+                    shape: Shape::of(&[rows, h], dt),
+                },
+                &[],
+            );
+            let r = node(
+                &mut g,
+                Op::Input {
+                    shape: Shape::of(&[rows, h], dt),
+                },
+                &[],
+            );
+            let gm = node(
+                &mut g,
+                Op::Param {
+                    shape: Shape::of(&[h], dt),
+                },
+                &[],
+            );
+            let s = node(
+                &mut g,
+                Op::Binary {
+                    kind: BinaryOp::Add,
+                },
+                &[x, r],
+            );
+            let n = node(&mut g, Op::RmsNorm { eps: 1e-6 }, &[s, gm]);
+            g.set_outputs(&[n]).unwrap();
+            let c = compiled(&g);
+            let plan = MetalPlan::build(&c.schedule);
+            let fn_name = format!(
+                "residual_rms_norm_{}",
+                if dt == DType::F16 { "f16" } else { "f32" }
+            );
+            assert!(
+                plan.to_string().contains(&fn_name),
+                "{}\n{plan}",
+                c.schedule
+            );
+            assert_eq!(plan.stats().host, 0, "{plan}");
+            assert_same(&c, &plan, dt);
+        }
+    }
+}
