@@ -8,6 +8,9 @@ bash scripts/setup.sh
 . .venv/bin/activate
 echo "== cargo fmt --check";  cargo fmt --all -- --check
 echo "== cargo clippy";       cargo clippy --all-targets --quiet -- -D warnings
+# the Metal encoder (metal crate, link feature off) and the metal-sim executor type-check on Linux too
+echo "== cargo clippy (rlx-metal --features metal,metal-sim)"
+cargo clippy -p rlx-metal --features metal,metal-sim --all-targets --quiet -- -D warnings
 echo "== cargo doc";          RUSTDOCFLAGS="-D warnings" cargo doc --no-deps --quiet
 echo "== cargo test";         cargo test --quiet
 echo "== ruff";               ruff check python tests scripts $(ls -d bench 2>/dev/null)

@@ -111,7 +111,7 @@ class Executable:
     def profile(self) -> list[tuple[int, str, float, int]]:
         """(index, thunk name, seconds, calls) per thunk that ran since profiling began."""
     def pass_report(self) -> str:
-        """The fusion-pass report (one line per pass, then dispatches)."""
+        """The fusion-pass report (a line per pass, dispatches), then the Metal plan figures."""
     def verify(self) -> None:
         """Run the schedule verifier."""
     def arena_view(self) -> memoryview:

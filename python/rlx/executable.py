@@ -23,7 +23,7 @@ import numpy as np
 from rlx import _rlx, reference
 from rlx.errors import DTypeError, RlxError, ShapeError, WeightFormatError
 
-DEVICES = ("host", "reference")
+DEVICES = ("host", "reference", "metal-sim")
 
 
 def _np_dtype(name: str) -> np.dtype:
@@ -308,7 +308,8 @@ class Executable:
 
 
 def compile(graph: Any, device: str = "host", dims: dict[str, int] | None = None) -> Executable:
-    """Compile ``graph`` for ``device`` (``"host"`` or ``"reference"``).
+    """Compile ``graph`` for ``device`` (``"host"``, ``"reference"`` or
+    ``"metal-sim"``: the Metal plan's kernels through msl-sim on the CPU, needs clang++).
 
     ``dims`` binds symbolic dimensions (``{"seq": 128}``).
     """

@@ -34,6 +34,8 @@ use rlx_metal::compile::{
 };
 use rlx_metal::host::buffer::{AlignedBuf, Mem, Segment};
 use rlx_metal::host::exec::{HostExecutor, Mode, RunError};
+use rlx_metal::metal::plan::MetalPlan;
+use rlx_metal::metal::sim::{SimBuffers, SimError, SimExecutor};
 use rlx_metal::thunk::{ByteRange, ThunkSchedule};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -89,6 +91,11 @@ pub struct PyExecutable {
     segments: Vec<Segment>,
     state: SharedState,
     exec: HostExecutor,
+    /// The schedule as Metal commands (figures in `stats`; what
+    /// `device="metal-sim"` runs).
+    plan: MetalPlan,
+    /// Set for `device="metal-sim"`: runs `plan` through msl-sim.
+    sim: Option<SimExecutor>,
     /// Per-thunk JSON handed to the fallback (built once).
     thunk_json: Vec<String>,
     /// Whether the schedule verifier ran at compile (`RLX_VERIFY=1`).
@@ -200,18 +207,19 @@ fn binding_tuple(kind: &str, b: &Binding) -> (String, String, usize, usize, Vec<
 
 #[pymethods]
 impl PyExecutable {
-    /// Compile `graph` for `device` (`"host"` or `"reference"`), binding
-    /// symbolic dims from `dims`.
+    /// Compile `graph` for `device` (`"host"`, `"reference"` or
+    /// `"metal-sim"`: the Metal plan through msl-sim, needs clang++),
+    /// binding symbolic dims from `dims`.
     #[new]
     #[pyo3(signature = (graph, device = "host", dims = None))]
     fn new(graph: &PyGraph, device: &str, dims: Option<HashMap<String, usize>>) -> PyResult<Self> {
         let mode = match device {
-            "host" => Mode::Native,
+            "host" | "metal-sim" => Mode::Native,
             "reference" => Mode::Reference,
             other => {
                 return Err(PyValueError::new_err(format!(
-                    "[compile] unknown device '{other}' (expected 'host' or 'reference')"
-                )))
+                "[compile] unknown device '{other}' (expected 'host', 'reference' or 'metal-sim')"
+            )))
             }
         };
         let opts = CompileOptions {
@@ -240,7 +248,10 @@ impl PyExecutable {
             verify(&compiled).map_err(compile_err)?;
         }
         let thunk_json = compiled.schedule.thunks.iter().map(thunk_to_json).collect();
+        let plan = MetalPlan::build(&compiled.schedule);
         Ok(PyExecutable {
+            plan,
+            sim: (device == "metal-sim").then(SimExecutor::new),
             arena: AlignedBuf::zeroed(compiled.arena_bytes),
             stores,
             segments,
@@ -276,7 +287,16 @@ impl PyExecutable {
     /// The fusion-pass report: one line per pass (matches, thunks before
     /// and after), then dispatches lowered → final.
     fn pass_report(&self) -> String {
-        self.compiled.passes.to_string()
+        let m = self.plan.stats();
+        let mut r = self.compiled.passes.to_string();
+        if !r.is_empty() && !r.ends_with('\n') {
+            r.push('\n');
+        }
+        r.push_str(&format!(
+            "metal plan: {} dispatches, {} barriers, {} host commands\n",
+            m.dispatches, m.barriers, m.host
+        ));
+        r
     }
 
     /// Run the schedule verifier (raises on the first problem).
@@ -455,6 +475,11 @@ impl PyExecutable {
         let arena_ptr = self.arena.as_mut_ptr() as usize;
         let (schedule, json) = match active {
             None => (&self.compiled.schedule, &self.thunk_json),
+            Some(_) if self.sim.is_some() => {
+                return Err(RlxError::new_err(
+                    "[run] active rows are not supported on device 'metal-sim' yet (its plan is built for the full schedule)",
+                ))
+            }
             Some(a) => {
                 let runs = self.active.as_mut().ok_or_else(|| {
                     RlxError::new_err(
@@ -474,6 +499,8 @@ impl PyExecutable {
             }
         };
         let exec = &mut self.exec;
+        let sim = self.sim.as_mut();
+        let plan = &self.plan;
         let segments = &self.segments;
         let state = &self.state;
         let result = py.allow_threads(|| {
@@ -484,33 +511,63 @@ impl PyExecutable {
                 return Err(None);
             };
             let state_len = guard.len();
-            // SAFETY: the arena is owned by `self`, the state buffer is
-            // locked, the owned segments belong to `self` and the external
-            // ones to objects it keeps alive; all stay put for the call and
-            // are only touched through `mem` and the fallback in between.
-            let mem = unsafe {
-                Mem::new(
-                    arena_ptr as *mut u8,
-                    arena_len,
-                    guard.as_mut_ptr(),
-                    state_len,
-                    segments,
-                )
-            };
             let mut fb = |i: usize, _t: &rlx_metal::thunk::Thunk| -> Result<(), PyErr> {
                 Python::with_gil(|py| {
                     fallback.call1(py, (i, json[i].as_str()))?;
                     Ok(())
                 })
             };
-            exec.run(schedule, &mem, &mut fb).map_err(Some)
+            match sim {
+                None => {
+                    // SAFETY: the arena is owned by `self`, the state buffer
+                    // is locked, the owned segments belong to `self` and the
+                    // external ones to objects it keeps alive; all stay put
+                    // for the call and are only touched through `mem` and the
+                    // fallback in between.
+                    let mem = unsafe {
+                        Mem::new(
+                            arena_ptr as *mut u8,
+                            arena_len,
+                            guard.as_mut_ptr(),
+                            state_len,
+                            segments,
+                        )
+                    };
+                    exec.run(schedule, &mem, &mut fb)
+                        .map_err(|e| Some(SimError::Host(e)))
+                }
+                Some(sim) => {
+                    // SAFETY: as for `mem` in the host arm: the segments'
+                    // owners keep them alive and unmodified for the run.
+                    let segs: Vec<&[u8]> = segments
+                        .iter()
+                        .map(|s| {
+                            if s.ptr.is_null() || s.len == 0 {
+                                &[][..]
+                            } else {
+                                unsafe { std::slice::from_raw_parts(s.ptr, s.len) }
+                            }
+                        })
+                        .collect();
+                    // SAFETY: the arena belongs to `self`, borrowed mutably.
+                    let arena =
+                        unsafe { std::slice::from_raw_parts_mut(arena_ptr as *mut u8, arena_len) };
+                    let bufs = SimBuffers {
+                        arena,
+                        state: guard.as_mut_slice(),
+                        segments: &segs,
+                    };
+                    sim.run(plan, schedule, bufs, &mut fb).map_err(Some)
+                }
+            }
         });
         match result {
             Ok(()) => Ok(()),
             Err(None) => Err(RlxError::new_err(
                 "[run] the state buffer is in use by another run (an executable sharing it)",
             )),
-            Err(Some(e)) => Err(run_err(py, e)),
+            Err(Some(SimError::Host(e))) => Err(run_err(py, e)),
+            Err(Some(e)) => Err(KernelError::new_err(e.to_string())),
         }
     }
 
@@ -576,6 +633,10 @@ impl PyExecutable {
         }
         d.set_item("passes", per_pass)?;
         d.set_item("verified_at_compile", self.verified_at_compile)?;
+        let m = self.plan.stats();
+        d.set_item("metal_dispatches", m.dispatches)?;
+        d.set_item("metal_barriers", m.barriers)?;
+        d.set_item("metal_host", m.host)?;
         let native = c
             .schedule
             .thunks

@@ -167,6 +167,21 @@ impl HostExecutor {
         Ok(())
     }
 
+    /// Run thunk `index` of `schedule` alone, natively or through
+    /// `fallback` (the metal-sim executor's host commands).
+    pub fn run_thunk<E: std::fmt::Display>(
+        &mut self,
+        index: usize,
+        schedule: &ThunkSchedule,
+        mem: &Mem,
+        fallback: &mut dyn FnMut(usize, &Thunk) -> Result<(), E>,
+    ) -> Result<(), RunError<E>> {
+        match schedule.thunks.get(index) {
+            Some(Thunk::Nop) | None => Ok(()),
+            Some(t) => self.run_one(index, t, mem, schedule, fallback),
+        }
+    }
+
     /// Run thunk `index` natively or through the fallback.
     fn run_one<E: std::fmt::Display>(
         &mut self,

@@ -1,9 +1,14 @@
 //! Platform-free parts of the Metal backend: the kernel sources
-//! (`kernels/*.metal`, one file per family, with the shared `args.h`) and
-//! the `#[repr(C)]` argument structs that mirror `args.h`. Nothing here
-//! knows the `metal` crate; the encoder and `MetalPlan` build on these.
-//! The kernels are tested on Linux through the `msl-sim` crate
-//! (`tests/msl.rs`).
+//! (`kernels/*.metal`, one file per family, with the shared `args.h`), the
+//! `#[repr(C)]` argument structs that mirror `args.h`, and [`plan`], a
+//! schedule as Metal commands. Nothing here but `device` knows the `metal`
+//! crate. The kernels and whole plans are tested on Linux through the
+//! `msl-sim` crate (`tests/msl.rs`, `sim`).
 
 pub mod args;
+#[cfg(feature = "metal")]
+pub mod device;
 pub mod kernels;
+pub mod plan;
+#[cfg(any(test, feature = "metal-sim"))]
+pub mod sim;

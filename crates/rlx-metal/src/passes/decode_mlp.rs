@@ -44,6 +44,7 @@ use super::{Pass, PassContext};
 use crate::thunk::fused::{FusedMlpDownResidual, FusedMlpGateUpGelu, FusedMlpGateUpSwiGLU};
 use crate::thunk::io::ByteRange;
 use crate::thunk::quant::{packed_row_bytes, DequantMatMulGguf};
+use crate::thunk::region::input_byte_offset;
 use crate::thunk::{HalfFlag, Thunk};
 use rlx_ir::op::{Activation, BinaryOp};
 use rlx_ir::QuantScheme;
@@ -154,8 +155,62 @@ fn activation(t: &Thunk, dst: usize, len: u32, dt: HalfFlag) -> Option<(usize, b
     }
 }
 
-/// The gating product at slot `i`, in either operand order.
+/// The gating product computed by the two-step elementwise region at `i`
+/// (`act(gate) · up`, as the graph-level region fusion marks it): the
+/// region is both the activation and the product, so `act == i`.
+fn region_gating(thunks: &[Thunk], i: usize) -> Option<Gating> {
+    use super::simple_elementwise_regions::{decode, Arg, Step};
+    let Thunk::ElementwiseRegion(r) = &thunks[i] else {
+        return None;
+    };
+    let steps = decode(r)?;
+    let (act, gate, up) = match steps.as_slice() {
+        [Step::Unary(a, Arg::Input(g)), Step::Binary(BinaryOp::Mul, Arg::Step(0), Arg::Input(u))]
+        | [Step::Unary(a, Arg::Input(g)), Step::Binary(BinaryOp::Mul, Arg::Input(u), Arg::Step(0))] => {
+            (*a, *g, *u)
+        }
+        _ => return None,
+    };
+    if gate == up {
+        return None;
+    }
+    let span = (r.len as usize).checked_mul(4)?;
+    let at = |k: usize| input_byte_offset(r.input_offs[k]);
+    Some(Gating {
+        act: i,
+        gate: ByteRange::new(at(gate), span),
+        up: ByteRange::new(at(up), span),
+        dst: r.dst,
+        n: r.len,
+        dt: HalfFlag::F32,
+        gelu: gate_kind(act)?,
+    })
+}
+
+/// The gating product at slot `i`, in either operand order, as an
+/// activation feeding a multiply, one elementwise region, or one
+/// single-row `FusedSwiGLU` over the packed halves.
 pub(super) fn gating(thunks: &[Thunk], df: &Dataflow, i: usize) -> Option<Gating> {
+    if let Some(g) = region_gating(thunks, i) {
+        return Some(g);
+    }
+    if let Thunk::FusedSwiGLU(f) = &thunks[i] {
+        // one row of `[gate | up]` (or `[up | gate]`) halves
+        if f.total != f.n_half || f.src_dt != f.dst_dt || f.total == 0 {
+            return None;
+        }
+        let span = (f.total as usize).checked_mul(f.src_dt.size())?;
+        let (g0, u0) = if f.gate_first { (0, span) } else { (span, 0) };
+        return Some(Gating {
+            act: i,
+            gate: ByteRange::new(f.src.checked_add(g0)?, span),
+            up: ByteRange::new(f.src.checked_add(u0)?, span),
+            dst: f.dst,
+            n: f.total,
+            dt: f.dst_dt,
+            gelu: false,
+        });
+    }
     let Thunk::BinaryFull(mul) = &thunks[i] else {
         return None;
     };
@@ -325,7 +380,10 @@ fn separate(thunks: &[Thunk], df: &Dataflow, i: usize) -> Option<Rewrite> {
         return None;
     }
     dead.extend(hops);
-    dead.extend([gi, ui, g.act]);
+    dead.extend([gi, ui]);
+    if g.act != i {
+        dead.push(g.act);
+    }
     let p = GateUp {
         x: gm.x,
         k: gm.k,

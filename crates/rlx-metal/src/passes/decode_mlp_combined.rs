@@ -91,7 +91,10 @@ fn combined(thunks: &[Thunk], df: &Dataflow, i: usize) -> Option<Rewrite> {
         return None;
     }
     dead.extend(more);
-    dead.extend([gc, g.act]);
+    dead.push(gc);
+    if g.act != i {
+        dead.push(g.act);
+    }
     let half_bytes = (g.n as usize).checked_mul(packed_row_bytes(c.scheme, c.k))?;
     let p = GateUp {
         x: c.x,

@@ -102,7 +102,7 @@ const BINARY_CODES: [BinaryOp; 7] = [
 
 /// One decoded chain step.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Step {
+pub(super) enum Step {
     /// `act(a)`.
     Unary(Activation, Arg),
     /// Identity cast to f32 of `a`.
@@ -113,14 +113,14 @@ enum Step {
 
 /// A step operand: a declared input or an earlier step.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Arg {
+pub(super) enum Arg {
     Input(usize),
     Step(usize),
 }
 
 /// The chain of a region the pass can read, or `None` when any step or
 /// input is outside what the rewrites model.
-fn decode(r: &ElementwiseRegion) -> Option<Vec<Step>> {
+pub(super) fn decode(r: &ElementwiseRegion) -> Option<Vec<Step>> {
     let n_in = r.num_inputs as usize;
     let ns = r.num_steps as usize;
     if r.prologue != 0 || n_in > REGION_MAX_INPUTS || ns == 0 || ns > REGION_MAX_STEPS {

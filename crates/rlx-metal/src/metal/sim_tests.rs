@@ -1,0 +1,436 @@
+//! metal-sim vs host: small graphs compiled by rlx, run once by the host
+//! executor and once as a MetalPlan through msl-sim, must give the same
+//! outputs. Needs clang++ (scripts/setup.sh installs it).
+//!
+//! Tolerances (the two sides round differently: f32 row sums in another
+//! order, GELU's erf approximated in the kernel to 1.5e-7):
+//! f32 `|sim - host| <= 1e-5 + 1e-5·|host|`; f16 `2e-3 + 2^-9·|host|`
+//! (a one-ulp difference of an intermediate f16 value passes).
+
+use super::*;
+use crate::compile::{compile, CompileOptions, Compiled};
+use crate::host::buffer::AlignedBuf;
+use crate::metal::plan::PlanStats;
+use crate::thunk::{is_arena, raw_offset};
+use rlx_ir::op::{Activation, BinaryOp};
+use rlx_ir::{DType, Graph, NodeId, Op, Shape};
+
+fn uniform(seed: u64, n: usize, lo: f32, hi: f32) -> Vec<f32> {
+    let mut s = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    (0..n)
+        .map(|_| {
+            s ^= s << 13;
+            s ^= s >> 7;
+            s ^= s << 17;
+            lo + (hi - lo) * ((s >> 40) as f32 / (1u64 << 24) as f32)
+        })
+        .collect()
+}
+
+fn encode(dt: DType, v: &[f32]) -> Vec<u8> {
+    match dt {
+        DType::F16 => v
+            .iter()
+            .flat_map(|&x| half::f16::from_f32(x).to_le_bytes())
+            .collect(),
+        _ => v.iter().flat_map(|x| x.to_le_bytes()).collect(),
+    }
+}
+
+fn decode(dt: DType, b: &[u8]) -> Vec<f32> {
+    match dt {
+        DType::F16 => b
+            .chunks_exact(2)
+            .map(|c| half::f16::from_le_bytes([c[0], c[1]]).to_f32())
+            .collect(),
+        _ => b
+            .chunks_exact(4)
+            .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+            .collect(),
+    }
+}
+
+/// The buffers of one run, filled with the graph's constants, params and
+/// inputs (deterministic values per name).
+struct Bufs {
+    arena: AlignedBuf,
+    state: AlignedBuf,
+    segs: Vec<AlignedBuf>,
+}
+
+fn fill(c: &Compiled) -> Bufs {
+    let mut segs: Vec<AlignedBuf> = c
+        .segment_bytes
+        .iter()
+        .map(|&n| AlignedBuf::zeroed(n))
+        .collect();
+    for (off, bytes) in &c.constants {
+        segs[0].as_mut_slice()[*off..*off + bytes.len()].copy_from_slice(bytes);
+    }
+    let values = |seed: u64, b: &crate::compile::Binding| {
+        let n = b.shape.numel().unwrap();
+        encode(b.shape.dtype, &uniform(seed, n, -2.0, 2.0))
+    };
+    for (i, p) in c.params.iter().enumerate() {
+        let bytes = values(100 + i as u64, p);
+        segs[1 + i].as_mut_slice().copy_from_slice(&bytes);
+    }
+    let mut arena = AlignedBuf::zeroed(c.arena_bytes);
+    for (i, b) in c.inputs.iter().enumerate() {
+        assert!(is_arena(b.offset));
+        let bytes = values(i as u64 + 1, b);
+        let o = raw_offset(b.offset);
+        arena.as_mut_slice()[o..o + bytes.len()].copy_from_slice(&bytes);
+    }
+    Bufs {
+        arena,
+        state: AlignedBuf::zeroed(c.state_bytes),
+        segs,
+    }
+}
+
+fn outputs(c: &Compiled, b: &Bufs) -> Vec<Vec<f32>> {
+    c.outputs
+        .iter()
+        .map(|o| {
+            let at = raw_offset(o.offset);
+            let n = o.shape.size_bytes().unwrap();
+            decode(o.shape.dtype, &b.arena.as_slice()[at..at + n])
+        })
+        .collect()
+}
+
+fn no_fallback(i: usize, t: &Thunk) -> Result<(), String> {
+    Err(format!("thunk {i} ({t}) has no native kernel"))
+}
+
+fn run_host(c: &Compiled) -> Vec<Vec<f32>> {
+    let mut b = fill(c);
+    let segs: Vec<Segment> = b
+        .segs
+        .iter_mut()
+        .map(|s| Segment {
+            ptr: s.as_mut_ptr(),
+            len: s.len(),
+        })
+        .collect();
+    let (al, sl) = (b.arena.len(), b.state.len());
+    // SAFETY: the buffers outlive `mem` and are only touched through it.
+    let mem = unsafe { Mem::new(b.arena.as_mut_ptr(), al, b.state.as_mut_ptr(), sl, &segs) };
+    HostExecutor::new(Mode::Native)
+        .run(&c.schedule, &mem, &mut no_fallback)
+        .unwrap_or_else(|e| panic!("{e}"));
+    outputs(c, &b)
+}
+
+fn run_sim(c: &Compiled, plan: &MetalPlan) -> Vec<Vec<f32>> {
+    let mut b = fill(c);
+    {
+        let segs: Vec<&[u8]> = b.segs.iter().map(|s| s.as_slice()).collect();
+        let bufs = SimBuffers {
+            arena: b.arena.as_mut_slice(),
+            state: b.state.as_mut_slice(),
+            segments: &segs,
+        };
+        SimExecutor::new()
+            .run(plan, &c.schedule, bufs, &mut no_fallback)
+            .unwrap_or_else(|e| panic!("{e}"));
+    }
+    outputs(c, &b)
+}
+
+fn assert_same(c: &Compiled, plan: &MetalPlan, dt: DType) {
+    let (atol, rtol) = match dt {
+        DType::F16 => (2e-3, 1.0 / 512.0),
+        _ => (1e-5, 1e-5),
+    };
+    let host = run_host(c);
+    let sim = run_sim(c, plan);
+    for (k, (h, s)) in host.iter().zip(&sim).enumerate() {
+        assert_eq!(h.len(), s.len());
+        for (i, (&hv, &sv)) in h.iter().zip(s).enumerate() {
+            assert!(
+                (hv - sv).abs() <= atol + rtol * hv.abs(),
+                "output {k}[{i}]: host {hv}, metal-sim {sv}\nschedule:\n{}\nplan:\n{plan}",
+                c.schedule
+            );
+        }
+    }
+}
+
+fn node(g: &mut Graph, op: Op, ins: &[NodeId]) -> NodeId {
+    g.add(op, ins, "").unwrap()
+}
+
+/// `softmax(gelu(rms_norm(x, gamma)) + y)` plus a broadcast add of a
+/// `[rows, 1]` column and a bias row.
+fn chain(dt: DType, rows: usize, h: usize) -> Graph {
+    let mut g = Graph::new("chain");
+    let x = node(
+        &mut g,
+        Op::Input {
+            shape: Shape::of(&[rows, h], dt),
+        },
+        &[],
+    );
+    let y = node(
+        &mut g,
+        Op::Input {
+            shape: Shape::of(&[rows, h], dt),
+        },
+        &[],
+    );
+    let col = node(
+        &mut g,
+        Op::Input {
+            shape: Shape::of(&[rows, 1], dt),
+        },
+        &[],
+    );
+    let gamma = node(
+        &mut g,
+        Op::Param {
+            shape: Shape::of(&[h], dt),
+        },
+        &[],
+    );
+    let bias = node(
+        &mut g,
+        Op::Param {
+            shape: Shape::of(&[h], dt),
+        },
+        &[],
+    );
+    let n = node(&mut g, Op::RmsNorm { eps: 1e-5 }, &[x, gamma]);
+    let a = node(
+        &mut g,
+        Op::Activation {
+            kind: Activation::Gelu,
+        },
+        &[n],
+    );
+    let s = node(
+        &mut g,
+        Op::Binary {
+            kind: BinaryOp::Add,
+        },
+        &[a, y],
+    );
+    let sm = node(&mut g, Op::Softmax { axis: -1 }, &[s]);
+    let c = node(
+        &mut g,
+        Op::Binary {
+            kind: BinaryOp::Mul,
+        },
+        &[sm, col],
+    );
+    let b = node(
+        &mut g,
+        Op::Binary {
+            kind: BinaryOp::Add,
+        },
+        &[c, bias],
+    );
+    let t = node(
+        &mut g,
+        Op::Activation {
+            kind: Activation::Tanh,
+        },
+        &[b],
+    );
+    g.set_outputs(&[sm, t]).unwrap();
+    g
+}
+
+fn compiled(g: &Graph) -> Compiled {
+    compile(g, &CompileOptions::default()).unwrap_or_else(|e| panic!("{e}"))
+}
+
+#[test]
+fn chain_matches_host_f32_and_f16() {
+    for dt in [DType::F32, DType::F16] {
+        for (rows, h) in [(1, 1), (3, 37), (5, 1000), (2, 33)] {
+            let c = compiled(&chain(dt, rows, h));
+            let plan = MetalPlan::build(&c.schedule);
+            let st = plan.stats();
+            // rms_norm, gelu, add, softmax, broadcast mul and tanh have
+            // kernels; everything dependent, so a barrier between each
+            assert!(st.dispatches >= 5, "{dt:?} {rows}x{h}: {st:?}\n{plan}");
+            assert!(st.barriers + st.host >= st.dispatches - 1, "{st:?}\n{plan}");
+            assert_same(&c, &plan, dt);
+        }
+    }
+}
+
+#[test]
+fn layer_norm_casts_and_host_commands_match_host() {
+    // x f32 → f16 → layer_norm → silu (in place or out) → f32, plus a
+    // bias add (no kernel: a host command in the middle of the plan)
+    let (rows, h) = (7, 45);
+    let mut g = Graph::new("ln");
+    let x = node(
+        &mut g,
+        Op::Input {
+            shape: Shape::of(&[rows, h], DType::F32),
+        },
+        &[],
+    );
+    let gm = node(
+        &mut g,
+        Op::Param {
+            shape: Shape::of(&[h], DType::F16),
+        },
+        &[],
+    );
+    let bt = node(
+        &mut g,
+        Op::Param {
+            shape: Shape::of(&[h], DType::F16),
+        },
+        &[],
+    );
+    let bias = node(
+        &mut g,
+        Op::Param {
+            shape: Shape::of(&[h], DType::F32),
+        },
+        &[],
+    );
+    let xh = node(&mut g, Op::Cast { to: DType::F16 }, &[x]);
+    let ln = node(&mut g, Op::LayerNorm { eps: 1e-5 }, &[xh, gm, bt]);
+    let si = node(
+        &mut g,
+        Op::Activation {
+            kind: Activation::Silu,
+        },
+        &[ln],
+    );
+    let back = node(&mut g, Op::Cast { to: DType::F32 }, &[si]);
+    let out = node(
+        &mut g,
+        Op::Binary {
+            kind: BinaryOp::Add,
+        },
+        &[back, bias],
+    );
+    let out = node(
+        &mut g,
+        Op::Activation {
+            kind: Activation::Sigmoid,
+        },
+        &[out],
+    );
+    g.set_outputs(&[out]).unwrap();
+    let c = compiled(&g);
+    let plan = MetalPlan::build(&c.schedule);
+    let st = plan.stats();
+    assert!(st.dispatches >= 4 && st.host >= 1, "{st:?}\n{plan}");
+    assert!(
+        plan.to_string().contains("cast_f32_f16") && plan.to_string().contains("layer_norm_f16"),
+        "{plan}"
+    );
+    assert_same(&c, &plan, DType::F32);
+}
+
+#[test]
+fn independent_branches_share_a_barrier_free_stretch() {
+    // two activations of the same input do not conflict: no barrier
+    // between them; their sum needs one
+    let mut g = Graph::new("branches");
+    let x = node(
+        &mut g,
+        Op::Input {
+            shape: Shape::of(&[3, 50], DType::F32),
+        },
+        &[],
+    );
+    let a = node(
+        &mut g,
+        Op::Activation {
+            kind: Activation::Exp,
+        },
+        &[x],
+    );
+    let b = node(
+        &mut g,
+        Op::Activation {
+            kind: Activation::Sin,
+        },
+        &[x],
+    );
+    let s = node(
+        &mut g,
+        Op::Binary {
+            kind: BinaryOp::Sub,
+        },
+        &[a, b],
+    );
+    g.set_outputs(&[s]).unwrap();
+    let c = compiled(&g);
+    let plan = MetalPlan::build(&c.schedule);
+    assert_eq!(
+        plan.stats(),
+        PlanStats {
+            dispatches: 3,
+            barriers: 1,
+            host: 0
+        },
+        "{plan}"
+    );
+    assert!(matches!(plan.commands[2], Command::Barrier), "{plan}");
+    assert_same(&c, &plan, DType::F32);
+}
+
+#[test]
+fn fused_residual_rms_norm_matches_host() {
+    // x + r dies at the norm: the pass fuses it into one thunk, which
+    // dispatches residual_rms_norm (f32 and f16, odd widths)
+    for dt in [DType::F32, DType::F16] {
+        for (rows, h) in [(3, 37), (2, 1000)] {
+            let mut g = Graph::new("res");
+            let x = node(
+                &mut g,
+                Op::Input {
+                    shape: Shape::of(&[rows, h], dt),
+                },
+                &[],
+            );
+            let r = node(
+                &mut g,
+                Op::Input {
+                    shape: Shape::of(&[rows, h], dt),
+                },
+                &[],
+            );
+            let gm = node(
+                &mut g,
+                Op::Param {
+                    shape: Shape::of(&[h], dt),
+                },
+                &[],
+            );
+            let s = node(
+                &mut g,
+                Op::Binary {
+                    kind: BinaryOp::Add,
+                },
+                &[x, r],
+            );
+            let n = node(&mut g, Op::RmsNorm { eps: 1e-6 }, &[s, gm]);
+            g.set_outputs(&[n]).unwrap();
+            let c = compiled(&g);
+            let plan = MetalPlan::build(&c.schedule);
+            let fn_name = format!(
+                "residual_rms_norm_{}",
+                if dt == DType::F16 { "f16" } else { "f32" }
+            );
+            assert!(
+                plan.to_string().contains(&fn_name),
+                "{}\n{plan}",
+                c.schedule
+            );
+            assert_eq!(plan.stats().host, 0, "{plan}");
+            assert_same(&c, &plan, dt);
+        }
+    }
+}
