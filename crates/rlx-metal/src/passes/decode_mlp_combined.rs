@@ -1,8 +1,8 @@
 //! `fuse_decode_mlp_combined_gate_up`: the decode MLP of a model that packs
 //! gate and up into one weight (`ffn_up` with `2n` rows, Phi-3 style) — one
 //! GEMV of `2n` rows whose halves feed the gating — becomes
-//! [`FusedMlpGateUpSwiGLU`] / [`FusedMlpGateUpGelu`] reading the two halves
-//! of the packed weight, plus [`FusedMlpDownResidual`] for the down GEMV +
+//! [`FusedMlpGateUpSwiGLU`](crate::thunk::fused::FusedMlpGateUpSwiGLU) / [`FusedMlpGateUpGelu`](crate::thunk::fused::FusedMlpGateUpGelu) reading the two halves
+//! of the packed weight, plus [`FusedMlpDownResidual`](crate::thunk::fused::FusedMlpDownResidual) for the down GEMV +
 //! residual add exactly as in [`super::decode_mlp`].
 //!
 //! Pattern: `dequant_matmul_gguf(x, W → c [2n])`; the gate and up halves
@@ -20,7 +20,7 @@
 //! removed thunk writes (`c`, the narrows, the activation) is read only
 //! inside the fused group and is not an output, `x` and the weight are not
 //! written before the product's slot, the product overlaps neither, GELU
-//! only in f32 — see [`super::decode_mlp::finish_gate_up`].
+//! only in f32 — see `decode_mlp::finish_gate_up`.
 
 use super::dataflow::Dataflow;
 use super::decode_mlp::{finish_gate_up, gating, gemv, run_with, source, GateUp, Rewrite};
