@@ -221,9 +221,12 @@ impl ActivePlan {
             let sio = scaled.io();
             let same_shape =
                 sio.reads.len() == io.reads.len() && sio.writes.len() == io.writes.len();
+            // a token-major operand must shrink with the rows; a token-free
+            // one may stay whole (weights, broadcast rows) or shrink with
+            // them (a same-shape operand of an elementwise op)
             let reads_ok = io.reads.iter().zip(&sio.reads).all(|(o, n)| {
                 let token = token_reads.contains(o);
-                prefix_of(o, n, full, 1) && (token || n.len == o.len)
+                prefix_of(o, n, full, 1) && !(token && n.len == o.len && o.len > 0 && full > 1)
             });
             let to_state = io.writes.iter().all(|w| is_state(w.offset));
             let writes_ok = io.writes.iter().zip(&sio.writes).all(|(o, n)| {
@@ -279,5 +282,145 @@ impl ActivePlan {
             }
         }
         Ok(out)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::thunk::binary::BinaryFull;
+    use crate::thunk::elementwise::ActivationOut;
+    use crate::thunk::norm::RmsNorm;
+    use crate::thunk::reduce::Softmax;
+    use crate::thunk::{tag_weight, HalfFlag};
+    use rlx_ir::op::{Activation, BinaryOp};
+
+    const S: u32 = 8;
+    const H: u32 = 4;
+    const T: usize = (S * H) as usize * 4;
+
+    fn rms(src: usize, dst: usize, rows: u32) -> Thunk {
+        Thunk::RmsNorm(RmsNorm {
+            src,
+            g: tag_weight(0),
+            b: tag_weight(64),
+            dst,
+            rows,
+            h: H,
+            eps: 1e-6,
+            dt: HalfFlag::F32,
+        })
+    }
+
+    fn add(lhs: usize, rhs: usize, dst: usize, len: u32) -> Thunk {
+        Thunk::BinaryFull(BinaryFull {
+            lhs,
+            rhs,
+            dst,
+            len,
+            op: BinaryOp::Add,
+            dt: HalfFlag::F32,
+        })
+    }
+
+    fn silu(src: usize, dst: usize, len: u32) -> Thunk {
+        Thunk::ActivationOut(ActivationOut {
+            src,
+            dst,
+            len,
+            act: Activation::Silu,
+            dt: HalfFlag::F32,
+        })
+    }
+
+    fn schedule(thunks: Vec<Thunk>) -> ThunkSchedule {
+        ThunkSchedule {
+            thunks,
+            ..ThunkSchedule::default()
+        }
+    }
+
+    #[test]
+    fn row_wise_chain_scales_and_token_free_thunks_stay() {
+        // x (token input) → norm → + weight → silu; a token-free add of two
+        // weights into a scratch range is left as compiled
+        let w = tag_weight(128);
+        let s = schedule(vec![
+            rms(0, T, S),
+            add(T, w, 2 * T, S * H),
+            silu(2 * T, 3 * T, S * H),
+            add(w, w, 4 * T, S * H),
+        ]);
+        let plan = ActivePlan::new(&s.thunks, &[ByteRange::new(0, T)], S).unwrap();
+        assert_eq!(plan.scaled(), 3);
+        let a = plan.schedule(&s, 3).unwrap();
+        assert!(matches!(&a.thunks[0], Thunk::RmsNorm(n) if n.rows == 3));
+        assert!(matches!(&a.thunks[1], Thunk::BinaryFull(b) if b.len == 3 * H));
+        assert!(matches!(&a.thunks[2], Thunk::ActivationOut(x) if x.len == 3 * H));
+        assert_eq!(a.thunks[3], s.thunks[3]);
+        assert_eq!(plan.schedule(&s, S).unwrap(), s);
+    }
+
+    #[test]
+    fn a_token_dependent_thunk_without_prefix_form_is_named() {
+        let s = schedule(vec![
+            rms(0, T, S),
+            Thunk::Softmax(Softmax {
+                data: T,
+                rows: S,
+                cols: H,
+                dt: HalfFlag::F32,
+            }),
+        ]);
+        let err = ActivePlan::new(&s.thunks, &[ByteRange::new(0, T)], S).unwrap_err();
+        assert!(
+            matches!(err, ActiveError::Unsupported { index: 1, .. }),
+            "{err}"
+        );
+        assert!(err.to_string().contains("(softmax)"), "{err}");
+    }
+
+    #[test]
+    fn reading_part_of_a_token_tensor_is_refused() {
+        // a silu over the first half of the token rows: a static slice of
+        // the token axis, whose prefix form would be a different slice
+        let s = schedule(vec![rms(0, T, S), silu(T, 2 * T, S * H / 2)]);
+        let err = ActivePlan::new(&s.thunks, &[ByteRange::new(0, T)], S).unwrap_err();
+        assert!(
+            err.to_string().contains("part of a token-major tensor"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn overwritten_ranges_lose_their_token_mark() {
+        // the norm's output range is rewritten by a token-free add before the
+        // softmax reads it, so the softmax is token-free and the plan holds
+        let w = tag_weight(128);
+        let s = schedule(vec![
+            rms(0, T, S),
+            add(w, w, T, S * H),
+            Thunk::Softmax(Softmax {
+                data: T,
+                rows: S,
+                cols: H,
+                dt: HalfFlag::F32,
+            }),
+        ]);
+        let plan = ActivePlan::new(&s.thunks, &[ByteRange::new(0, T)], S).unwrap();
+        assert_eq!(plan.scaled(), 1);
+    }
+
+    #[test]
+    fn active_rows_out_of_range_are_errors() {
+        let s = schedule(vec![rms(0, T, S)]);
+        let plan = ActivePlan::new(&s.thunks, &[ByteRange::new(0, T)], S).unwrap();
+        for bad in [0, S + 1] {
+            assert!(matches!(
+                plan.schedule(&s, bad),
+                Err(ActiveError::Invalid(_))
+            ));
+        }
+        assert!(ActivePlan::new(&s.thunks, &[], 0).is_err());
     }
 }

@@ -336,8 +336,23 @@ fn residual<T: Elem + crate::host::buffer::Plain>(
     h: usize,
     eps: f32,
 ) -> NResult {
-    let xs = mem.get::<T>("x", x, rows * h)?;
-    let rs = mem.get::<T>("res", res, rows * h)?;
+    // `fuse_residual_rms_norm` may put the output exactly on `x` or `res`:
+    // such an operand is copied first, so no shared slice aliases `out`
+    let n = rows * h;
+    let span = n * std::mem::size_of::<T>();
+    let (mut x_copy, mut r_copy) = (Vec::new(), Vec::new());
+    let xs: &[T] = if super::overlap(x, span, out, span) {
+        x_copy.extend_from_slice(mem.get::<T>("x", x, n)?);
+        &x_copy
+    } else {
+        mem.get::<T>("x", x, n)?
+    };
+    let rs: &[T] = if super::overlap(res, span, out, span) {
+        r_copy.extend_from_slice(mem.get::<T>("res", res, n)?);
+        &r_copy
+    } else {
+        mem.get::<T>("res", res, n)?
+    };
     let bias = match bias {
         Some(o) => Some(mem.get::<T>("bias", o, h)?),
         None => None,
