@@ -4,7 +4,9 @@
 //! Pattern: `rms_norm(x → n)`, a SiLU of the gate `z` — either
 //! `activation_out(silu, z → s)`, or `activation(silu)` in place on `s`
 //! optionally after `copy(z → s)` — then `binary(mul, n, s → out)` (either
-//! operand order). Dispatches: 3 (4 with the copy) → 1.
+//! operand order), or `rms_norm(x → n)` then one elementwise region
+//! `silu(z) · n` (the graph-level region fusion's form of the same chain).
+//! Dispatches: 3 (4 with the copy; 2 with the region) → 1.
 //!
 //! Preconditions, all from the shared dataflow:
 //! * the norm alone provides every byte of `n`, the SiLU (in place: after
@@ -24,6 +26,7 @@ use super::dataflow::Dataflow;
 use super::{Pass, PassContext};
 use crate::thunk::io::ByteRange;
 use crate::thunk::norm::{FusedRmsNormMulSilu, RmsNorm};
+use crate::thunk::region::input_byte_offset;
 use crate::thunk::{HalfFlag, Thunk};
 use rlx_ir::op::{Activation, BinaryOp};
 
@@ -113,14 +116,41 @@ fn gate(thunks: &[Thunk], df: &Dataflow, i: usize, s: &ByteRange, len: u32) -> O
 }
 
 /// The fused thunk for the mul at `i` and the slots it replaces.
-fn plan(thunks: &[Thunk], df: &Dataflow, i: usize) -> Option<(FusedRmsNormMulSilu, Vec<usize>)> {
-    let Thunk::BinaryFull(mul) = &thunks[i] else {
-        return None;
-    };
-    if mul.op != BinaryOp::Mul || mul.dt != HalfFlag::F32 || mul.lhs == mul.rhs {
-        return None;
+/// The product at `i`: (elements, destination, the two operands, and the
+/// pre-SiLU gate when the product is one elementwise region
+/// `silu(z) · n` — what the graph-level region fusion makes of the chain).
+fn product(t: &Thunk) -> Option<(u32, usize, [usize; 2], Option<usize>)> {
+    use super::simple_elementwise_regions::{decode, Arg, Step};
+    match t {
+        Thunk::BinaryFull(mul)
+            if mul.op == BinaryOp::Mul && mul.dt == HalfFlag::F32 && mul.lhs != mul.rhs =>
+        {
+            Some((mul.len, mul.dst, [mul.lhs, mul.rhs], None))
+        }
+        Thunk::ElementwiseRegion(r) => {
+            let (z, n) = match decode(r)?.as_slice() {
+                [Step::Unary(Activation::Silu, Arg::Input(z)), Step::Binary(BinaryOp::Mul, Arg::Step(0), Arg::Input(n))]
+                | [Step::Unary(Activation::Silu, Arg::Input(z)), Step::Binary(BinaryOp::Mul, Arg::Input(n), Arg::Step(0))]
+                    if z != n =>
+                {
+                    (*z, *n)
+                }
+                _ => return None,
+            };
+            let (z, n) = (
+                input_byte_offset(r.input_offs[z]),
+                input_byte_offset(r.input_offs[n]),
+            );
+            Some((r.len, r.dst, [n, z], Some(z)))
+        }
+        _ => None,
     }
-    let span = (mul.len as usize).checked_mul(mul.dt.size())?;
+}
+
+fn plan(thunks: &[Thunk], df: &Dataflow, i: usize) -> Option<(FusedRmsNormMulSilu, Vec<usize>)> {
+    let (len, dst, [lhs, rhs], region_z) = product(&thunks[i])?;
+    let dt = HalfFlag::F32;
+    let span = (len as usize).checked_mul(dt.size())?;
     if span == 0 {
         return None;
     }
@@ -129,24 +159,33 @@ fn plan(thunks: &[Thunk], df: &Dataflow, i: usize) -> Option<(FusedRmsNormMulSil
         match &thunks[at] {
             Thunk::RmsNorm(n)
                 if n.dst == off
-                    && n.dt == mul.dt
-                    && (n.rows as usize).checked_mul(n.h as usize) == Some(mul.len as usize) =>
+                    && n.dt == dt
+                    && (n.rows as usize).checked_mul(n.h as usize) == Some(len as usize) =>
             {
                 Some((at, n))
             }
             _ => None,
         }
     };
-    let ((rms_i, norm), s_off) = match norm_of(mul.lhs) {
-        Some(n) => (n, mul.rhs),
-        None => (norm_of(mul.rhs)?, mul.lhs),
+    let ((rms_i, norm), s_off) = match (norm_of(lhs), region_z) {
+        (Some(n), _) => (n, rhs),
+        (None, None) => (norm_of(rhs)?, lhs),
+        (None, Some(_)) => return None,
     };
     let n = ByteRange::new(norm.dst, span);
     if !df.dead_after_except(rms_i, &n, &[i]) {
         return None;
     }
     let s = ByteRange::new(s_off, span);
-    let g = gate(thunks, df, i, &s, mul.len)?;
+    let g = match region_z {
+        // the region applies the SiLU itself: the gate is its input
+        Some(z) => Gate {
+            z,
+            reader: i,
+            dead: Vec::new(),
+        },
+        None => gate(thunks, df, i, &s, len)?,
+    };
     let x = ByteRange::new(norm.src, span);
     let z = ByteRange::new(g.z, span);
     let hb = (norm.h as usize).checked_mul(norm.dt.size())?;
@@ -157,7 +196,7 @@ fn plan(thunks: &[Thunk], df: &Dataflow, i: usize) -> Option<(FusedRmsNormMulSil
     {
         return None;
     }
-    let out = ByteRange::new(mul.dst, span);
+    let out = ByteRange::new(dst, span);
     if out.overlaps(&x) || out.overlaps(&z) {
         return None;
     }
@@ -169,11 +208,11 @@ fn plan(thunks: &[Thunk], df: &Dataflow, i: usize) -> Option<(FusedRmsNormMulSil
             g: norm.g,
             b: norm.b,
             z: g.z,
-            out: mul.dst,
+            out: dst,
             rows: norm.rows,
             h: norm.h,
             eps: norm.eps,
-            dt: mul.dt,
+            dt,
         },
         dead,
     ))
