@@ -28,7 +28,16 @@ pub fn all_pass_names() -> Vec<&'static str> {
 /// unknown name there is an error, so a typo cannot silently leave a pass
 /// on). The report of both lands in [`Compiled::passes`].
 pub fn compile(graph: &Graph, opts: &CompileOptions) -> Result<Compiled, CompileError> {
-    let disabled = disabled_from_env();
+    compile_without(graph, opts, &disabled_from_env())
+}
+
+/// [`compile`] with the fusions and passes named in `disabled` switched off
+/// (instead of reading `RLX_DISABLE_PASS`).
+pub fn compile_without(
+    graph: &Graph,
+    opts: &CompileOptions,
+    disabled: &[String],
+) -> Result<Compiled, CompileError> {
     let known = all_pass_names();
     if let Some(bad) = disabled.iter().find(|d| !known.contains(&d.as_str())) {
         return Err(CompileError::UnknownPass {
@@ -36,12 +45,12 @@ pub fn compile(graph: &Graph, opts: &CompileOptions) -> Result<Compiled, Compile
             known: known.join(", "),
         });
     }
-    let (fused, graph_passes) = fuse::run_fusions(graph, &opts.dims, &disabled)?;
+    let (fused, graph_passes) = fuse::run_fusions(graph, &opts.dims, disabled)?;
     let mut c = lower(&fused, opts)?;
     let cx = PassContext {
         live_out: c.live_out(),
     };
-    c.passes = run_passes(&mut c.schedule, &cx, PIPELINE, &disabled);
+    c.passes = run_passes(&mut c.schedule, &cx, PIPELINE, disabled);
     c.passes.graph_passes = graph_passes;
     Ok(c)
 }
