@@ -88,6 +88,14 @@ fn scale(t: &Thunk, full: u32, a: u32) -> Result<Thunk, String> {
         Thunk::FusedMmBiasAct(x) => x.m = sc(x.m, full, a).ok_or_else(bad)?,
         Thunk::Sgemm(x) => x.m = sc(x.m, full, a).ok_or_else(bad)?,
         Thunk::SplitLastAxis(x) => x.outer = sc(x.outer, full, a).ok_or_else(bad)?,
+        Thunk::ElementwiseRegion(r) => {
+            if r.prologue != 0 {
+                return Err("a region with a layout prologue".into());
+            }
+            // dense inputs shrink with `len`; scalar and trailing-broadcast
+            // inputs (weights) are read whole, as `io()` says
+            r.len = sc(r.len, full, a).ok_or_else(bad)?;
+        }
         Thunk::ActivationOut(x) => x.len = sc(x.len, full, a).ok_or_else(bad)?,
         Thunk::ActivationInPlace(x) => x.len = sc(x.len, full, a).ok_or_else(bad)?,
         Thunk::GeluApproxOut(x) => x.len = sc(x.len, full, a).ok_or_else(bad)?,
