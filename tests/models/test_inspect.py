@@ -52,7 +52,7 @@ def test_report_matches_a_compile_with_every_pass_off(
     monkeypatch.setenv("RLX_DISABLE_PASS", names)
     _, _, exe = load(str(tiny)).compiled(1, decode=True)
     assert exe.stats["dispatches"] == dec["dispatches_before"]
-    assert all(m == -1 for m in exe.stats["pass_matches"].values())
+    assert all(exe.stats["pass_matches"][p["name"]] == -1 for p in dec["passes"])
 
 
 def test_text_report_with_prefill(tiny: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -62,7 +62,8 @@ def test_text_report_with_prefill(tiny: Path, capsys: pytest.CaptureFixture[str]
     assert "decode graph: 1 new token" in out
     assert "prefill graph: 16 new tokens" in out  # the bucket that holds 5
     assert "dispatches per decode token: " in out
-    assert out.count("fuse_residual_rms_norm") == 2
+    # one row per graph (the graph-level ir_fuse_residual_rms_norm has its own)
+    assert sum(line.startswith("fuse_residual_rms_norm ") for line in out.splitlines()) == 2
     assert out.count("arena ") == 2
 
 

@@ -317,7 +317,10 @@ def test_region_every_binary(op: str) -> None:
     check(g, {"x": f["a"] * 4, "y": f["b"]}, expect=["elementwise_region"])
 
 
-def test_region_f16_inputs_and_mid_broadcast() -> None:
+def test_region_f16_inputs_and_mid_broadcast(monkeypatch: pytest.MonkeyPatch) -> None:
+    # the region kernel itself (rewrite_simple_elementwise_regions would turn
+    # these short chains into binary / fused-activation thunks)
+    monkeypatch.setenv("RLX_DISABLE_PASS", "rewrite_simple_elementwise_regions")
     g = rlx.Graph()
     x = g.input("x", [3, 7, 5], "f16")
     y = g.input("y", [3, 1, 5])  # not a trailing broadcast: materialised
@@ -326,7 +329,10 @@ def test_region_f16_inputs_and_mid_broadcast() -> None:
           expect=["elementwise_region"])
 
 
-def test_region_nan_inf() -> None:
+def test_region_nan_inf(monkeypatch: pytest.MonkeyPatch) -> None:
+    # the region kernel itself (rewrite_simple_elementwise_regions would turn
+    # these short chains into binary / fused-activation thunks)
+    monkeypatch.setenv("RLX_DISABLE_PASS", "rewrite_simple_elementwise_regions")
     vals = np.array([np.nan, np.inf, -np.inf, 0.0, 1.0, -1.0], np.float32)
     g = rlx.Graph()
     x = g.input("x", [36])
