@@ -4,8 +4,6 @@
 //! the exact bytes the kernel reads. Sizes are asserted below and in the
 //! header; a test checks that both sides assert the same numbers.
 
-use rlx_ir::op::{Activation, BinaryOp};
-
 /// Highest rank of a broadcasting binary op (`RLX_MAX_RANK`).
 pub const MAX_RANK: usize = 8;
 
@@ -116,46 +114,14 @@ kernel_args! {
     SoftmaxArgs = 8,
 }
 
-/// `RlxAct` code of an activation (`args.h`).
-pub fn act_code(a: Activation) -> u32 {
-    use Activation::*;
-    match a {
-        Gelu => 0,
-        GeluApprox => 1,
-        Silu => 2,
-        Relu => 3,
-        Sigmoid => 4,
-        Tanh => 5,
-        Exp => 6,
-        Log => 7,
-        Sqrt => 8,
-        Rsqrt => 9,
-        Neg => 10,
-        Abs => 11,
-        Sin => 12,
-        Cos => 13,
-        Tan => 14,
-        Atan => 15,
-        Round => 16,
-    }
-}
-
-/// `RlxBin` code of a binary op (`args.h`).
-pub fn binary_code(op: BinaryOp) -> u32 {
-    match op {
-        BinaryOp::Add => 0,
-        BinaryOp::Sub => 1,
-        BinaryOp::Mul => 2,
-        BinaryOp::Div => 3,
-        BinaryOp::Max => 4,
-        BinaryOp::Min => 5,
-        BinaryOp::Pow => 6,
-    }
-}
+/// `RlxAct` / `RlxBin` codes (`args.h`): the region chain encoding's
+/// codes, one table for both.
+pub use crate::thunk::region::{act_code, binop_code as binary_code};
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use rlx_ir::op::BinaryOp;
     use rlx_ir::op::ALL_ACTIVATIONS;
 
     /// `static_assert(sizeof(Name) == N && alignof(Name) == 4` lines of args.h.

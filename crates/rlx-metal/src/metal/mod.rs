@@ -9,6 +9,7 @@ pub mod args;
 #[cfg(feature = "metal")]
 pub mod device;
 pub mod kernels;
+pub mod lower;
 pub mod plan;
 #[cfg(any(test, feature = "metal-sim"))]
 pub mod sim;

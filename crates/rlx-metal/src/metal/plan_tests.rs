@@ -2,10 +2,14 @@
 //! points, bindings and args of dispatches.
 
 use super::*;
+use crate::metal::args::{act_code, KernelArgs, UnaryArgs};
+use crate::metal::lower::{row_threads, ELEMENTWISE_THREADS};
 use crate::thunk::binary::{BiasAdd, BinaryFull};
 use crate::thunk::elementwise::{ActivationInPlace, ActivationOut};
 use crate::thunk::norm::RmsNorm;
 use crate::thunk::{tag_segment, tag_state};
+use crate::thunk::{HalfFlag, Thunk};
+use rlx_ir::op::Activation;
 use rlx_ir::op::BinaryOp;
 
 const N: u32 = 16; // 64 bytes of f32

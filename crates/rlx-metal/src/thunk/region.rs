@@ -21,6 +21,7 @@
 use super::io::{nbytes, ThunkIo, F32};
 use super::offsets::{offset_add, Off};
 use super::ThunkOp;
+use rlx_ir::op::{Activation, BinaryOp};
 use serde::{Deserialize, Serialize};
 use std::fmt;
 
@@ -33,6 +34,45 @@ pub const BATCH_MAX_INPUT_SLOTS: usize = 64;
 
 /// Bit of an operand word marking a step result rather than an input.
 pub const STEP_OPERAND: u32 = 0x8000_0000;
+
+/// Activation code of a unary step (`sub`), also the `RlxAct` code of the
+/// Metal kernels (`kernels/args.h`): `rlx_ir::op::Activation` order.
+pub fn act_code(a: Activation) -> u32 {
+    use Activation::*;
+    match a {
+        Gelu => 0,
+        GeluApprox => 1,
+        Silu => 2,
+        Relu => 3,
+        Sigmoid => 4,
+        Tanh => 5,
+        Exp => 6,
+        Log => 7,
+        Sqrt => 8,
+        Rsqrt => 9,
+        Neg => 10,
+        Abs => 11,
+        Sin => 12,
+        Cos => 13,
+        Tan => 14,
+        Atan => 15,
+        Round => 16,
+    }
+}
+
+/// Binary-op code of a binary step (`sub`), also the `RlxBin` code of the
+/// Metal kernels: `rlx_ir::op::BinaryOp` order.
+pub fn binop_code(b: BinaryOp) -> u32 {
+    match b {
+        BinaryOp::Add => 0,
+        BinaryOp::Sub => 1,
+        BinaryOp::Mul => 2,
+        BinaryOp::Div => 3,
+        BinaryOp::Max => 4,
+        BinaryOp::Min => 5,
+        BinaryOp::Pow => 6,
+    }
+}
 
 /// Byte offset of an input stored as an f32 element index.
 pub fn input_byte_offset(elem_index: u32) -> usize {

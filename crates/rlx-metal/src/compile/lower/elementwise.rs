@@ -11,7 +11,7 @@ use crate::compile::error::CompileError;
 use crate::thunk::binary::{BiasAdd, BinaryBroadcast, BinaryFull, Compare, Fma, Where};
 use crate::thunk::elementwise::{ActivationOut, Cast, CastHost, FusedSwiGLU};
 use crate::thunk::is_arena;
-use crate::thunk::region::ElementwiseRegion;
+use crate::thunk::region::{act_code, binop_code, ElementwiseRegion};
 use rlx_ir::op::{Activation, BinaryOp, RegionOperand, RegionStep};
 use rlx_ir::{DType, Op};
 
@@ -326,43 +326,6 @@ fn binary(ctx: &mut Ctx<'_>, op: BinaryOp) -> Result<(), CompileError> {
         rhs_strides: broadcast_strides(&dims[1], &out_dims),
     });
     Ok(())
-}
-
-/// Activation code in the region chain encoding.
-pub(crate) fn act_code(a: Activation) -> u32 {
-    use Activation::*;
-    match a {
-        Gelu => 0,
-        GeluApprox => 1,
-        Silu => 2,
-        Relu => 3,
-        Sigmoid => 4,
-        Tanh => 5,
-        Exp => 6,
-        Log => 7,
-        Sqrt => 8,
-        Rsqrt => 9,
-        Neg => 10,
-        Abs => 11,
-        Sin => 12,
-        Cos => 13,
-        Tan => 14,
-        Atan => 15,
-        Round => 16,
-    }
-}
-
-/// Binary-op code in the region chain encoding.
-pub(crate) fn binop_code(b: BinaryOp) -> u32 {
-    match b {
-        BinaryOp::Add => 0,
-        BinaryOp::Sub => 1,
-        BinaryOp::Mul => 2,
-        BinaryOp::Div => 3,
-        BinaryOp::Max => 4,
-        BinaryOp::Min => 5,
-        BinaryOp::Pow => 6,
-    }
 }
 
 fn operand_word(o: RegionOperand) -> u32 {

@@ -1,0 +1,49 @@
+//! Unary activations and casts → `elementwise.metal`.
+
+use super::{aliased, elementwise, kernel, suffix, Lowered};
+use crate::metal::args::{act_code, CastArgs, UnaryArgs};
+use crate::metal::kernels::Family;
+use crate::thunk::Thunk;
+use rlx_ir::op::Activation;
+
+/// `unary_*` for activations, `cast_*` for f32 ↔ f16 casts.
+pub(super) fn lower(i: usize, t: &Thunk) -> Option<Lowered> {
+    let fam = Family::Elementwise;
+    let unary = |act: Activation, len: u32, src: usize, dst: usize, dt| {
+        let args = UnaryArgs {
+            len,
+            op: act_code(act),
+        };
+        let k = kernel(fam, format!("unary_{}", suffix(dt)));
+        Lowered::Dispatch(elementwise(i, k, &args, &[src, dst], len))
+    };
+    Some(match t {
+        Thunk::ActivationOut(a) if a.len > 0 => unary(a.act, a.len, a.src, a.dst, a.dt),
+        Thunk::ActivationInPlace(a) if a.len > 0 => unary(a.act, a.len, a.data, a.data, a.dt),
+        Thunk::GeluApproxOut(a) if a.len > 0 => unary(
+            Activation::GeluApprox,
+            a.len,
+            a.src,
+            a.dst,
+            crate::thunk::HalfFlag::F32,
+        ),
+        Thunk::Cast(c) if c.len > 0 && c.src_dt != c.dst_dt && !aliased(t) => {
+            let name = format!("cast_{}_{}", suffix(c.src_dt), suffix(c.dst_dt));
+            let args = CastArgs { len: c.len };
+            Lowered::Dispatch(elementwise(
+                i,
+                kernel(fam, name),
+                &args,
+                &[c.src, c.dst],
+                c.len,
+            ))
+        }
+        Thunk::ActivationOut(_) | Thunk::ActivationInPlace(_) | Thunk::GeluApproxOut(_)
+            if t.io().writes.is_empty() =>
+        {
+            Lowered::Skip
+        }
+        Thunk::Cast(_) if t.io().writes.is_empty() => Lowered::Skip,
+        _ => return None,
+    })
+}
