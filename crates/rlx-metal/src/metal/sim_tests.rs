@@ -6,6 +6,10 @@
 //! order, GELU's erf approximated in the kernel to 1.5e-7):
 //! f32 `|sim - host| <= 1e-5 + 1e-5·|host|`; f16 `2e-3 + 2^-9·|host|`
 //! (a one-ulp difference of an intermediate f16 value passes).
+//!
+//! The harness (`fill`, `run_host`, `run_sim`, `assert_same`,
+//! `assert_close`, `compiled`) is shared with the per-family test files
+//! `sim_tests_<family>.rs` (declared in `sim.rs`).
 
 use super::*;
 use crate::compile::{compile_without, CompileOptions, Compiled};
@@ -15,7 +19,7 @@ use crate::thunk::{is_arena, raw_offset};
 use rlx_ir::op::{Activation, BinaryOp};
 use rlx_ir::{DType, Graph, NodeId, Op, Shape};
 
-fn uniform(seed: u64, n: usize, lo: f32, hi: f32) -> Vec<f32> {
+pub(super) fn uniform(seed: u64, n: usize, lo: f32, hi: f32) -> Vec<f32> {
     let mut s = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
     (0..n)
         .map(|_| {
@@ -27,7 +31,7 @@ fn uniform(seed: u64, n: usize, lo: f32, hi: f32) -> Vec<f32> {
         .collect()
 }
 
-fn encode(dt: DType, v: &[f32]) -> Vec<u8> {
+pub(super) fn encode(dt: DType, v: &[f32]) -> Vec<u8> {
     match dt {
         DType::F16 => v
             .iter()
@@ -37,7 +41,7 @@ fn encode(dt: DType, v: &[f32]) -> Vec<u8> {
     }
 }
 
-fn decode(dt: DType, b: &[u8]) -> Vec<f32> {
+pub(super) fn decode(dt: DType, b: &[u8]) -> Vec<f32> {
     match dt {
         DType::F16 => b
             .chunks_exact(2)
@@ -52,13 +56,13 @@ fn decode(dt: DType, b: &[u8]) -> Vec<f32> {
 
 /// The buffers of one run, filled with the graph's constants, params and
 /// inputs (deterministic values per name).
-struct Bufs {
-    arena: AlignedBuf,
-    state: AlignedBuf,
-    segs: Vec<AlignedBuf>,
+pub(super) struct Bufs {
+    pub(super) arena: AlignedBuf,
+    pub(super) state: AlignedBuf,
+    pub(super) segs: Vec<AlignedBuf>,
 }
 
-fn fill(c: &Compiled) -> Bufs {
+pub(super) fn fill(c: &Compiled) -> Bufs {
     let mut segs: Vec<AlignedBuf> = c
         .segment_bytes
         .iter()
@@ -89,7 +93,7 @@ fn fill(c: &Compiled) -> Bufs {
     }
 }
 
-fn outputs(c: &Compiled, b: &Bufs) -> Vec<Vec<f32>> {
+pub(super) fn outputs(c: &Compiled, b: &Bufs) -> Vec<Vec<f32>> {
     c.outputs
         .iter()
         .map(|o| {
@@ -100,11 +104,11 @@ fn outputs(c: &Compiled, b: &Bufs) -> Vec<Vec<f32>> {
         .collect()
 }
 
-fn no_fallback(i: usize, t: &Thunk) -> Result<(), String> {
+pub(super) fn no_fallback(i: usize, t: &Thunk) -> Result<(), String> {
     Err(format!("thunk {i} ({t}) has no native kernel"))
 }
 
-fn run_host(c: &Compiled) -> Vec<Vec<f32>> {
+pub(super) fn run_host(c: &Compiled) -> Vec<Vec<f32>> {
     let mut b = fill(c);
     let segs: Vec<Segment> = b
         .segs
@@ -123,7 +127,7 @@ fn run_host(c: &Compiled) -> Vec<Vec<f32>> {
     outputs(c, &b)
 }
 
-fn run_sim(c: &Compiled, plan: &MetalPlan) -> Vec<Vec<f32>> {
+pub(super) fn run_sim(c: &Compiled, plan: &MetalPlan) -> Vec<Vec<f32>> {
     let mut b = fill(c);
     {
         let segs: Vec<&[u8]> = b.segs.iter().map(|s| s.as_slice()).collect();
@@ -139,11 +143,16 @@ fn run_sim(c: &Compiled, plan: &MetalPlan) -> Vec<Vec<f32>> {
     outputs(c, &b)
 }
 
-fn assert_same(c: &Compiled, plan: &MetalPlan, dt: DType) {
+pub(super) fn assert_same(c: &Compiled, plan: &MetalPlan, dt: DType) {
     let (atol, rtol) = match dt {
         DType::F16 => (2e-3, 1.0 / 512.0),
         _ => (1e-5, 1e-5),
     };
+    assert_close(c, plan, atol, rtol);
+}
+
+/// Host and metal-sim outputs agree within `atol + rtol·|host|`.
+pub(super) fn assert_close(c: &Compiled, plan: &MetalPlan, atol: f32, rtol: f32) {
     let host = run_host(c);
     let sim = run_sim(c, plan);
     for (k, (h, s)) in host.iter().zip(&sim).enumerate() {
@@ -158,7 +167,7 @@ fn assert_same(c: &Compiled, plan: &MetalPlan, dt: DType) {
     }
 }
 
-fn node(g: &mut Graph, op: Op, ins: &[NodeId]) -> NodeId {
+pub(super) fn node(g: &mut Graph, op: Op, ins: &[NodeId]) -> NodeId {
     g.add(op, ins, "").unwrap()
 }
 
@@ -242,7 +251,7 @@ fn chain(dt: DType, rows: usize, h: usize) -> Graph {
     g
 }
 
-fn compiled(g: &Graph) -> Compiled {
+pub(super) fn compiled(g: &Graph) -> Compiled {
     // the per-op MSL kernels are under test: keep the graph-level region
     // fusion from merging the chains into regions, which have no MSL kernel
     // yet (they would run as host commands)
