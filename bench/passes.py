@@ -49,10 +49,11 @@ def _bench(model: str, off: bool, threads: int) -> dict[str, float]:
     return {k: float(res[k]) for k in KEYS}
 
 
-def _dispatches(model: str, off: bool, threads: int) -> int:
+def _dispatches(model: str, off: bool, threads: int) -> tuple[int, int]:
+    """Host-schedule dispatches and Metal-plan kernel dispatches per decode token."""
     res = _json([RLX, "inspect", model, "--json"], _env(off, threads))
     decode = next(g for g in res["graphs"] if g["graph"] == "decode")
-    return int(decode["dispatches_after"])
+    return int(decode["dispatches_after"]), int(decode["metal_dispatches"])
 
 
 def _median(xs: list[float]) -> float:
@@ -80,18 +81,21 @@ def main(argv: Optional[list[str]] = None) -> int:
     lines = [
         f"Measured {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())} by `bench/passes.py` "
         f"({args.rounds} alternating rounds, medians), {args.threads} threads; "
-        "\"off\" = `RLX_DISABLE_PASS` naming every pass, graph-level fusions included.",
+        '"off" = `RLX_DISABLE_PASS` naming every pass, graph-level fusions included.',
         "",
-        "| model | passes | decode dispatches / token | pp64 t/s | tg32 t/s | tg128 t/s |",
-        "|---|---|---:|---:|---:|---:|",
+        "| model | passes | decode dispatches / token | Metal kernel dispatches / token "
+        "| pp64 t/s | tg32 t/s | tg128 t/s |",
+        "|---|---|---:|---:|---:|---:|---:|",
     ]
     for model, disp, med in rows:
         for off in (True, False):
             cells = " | ".join(f"{med[off][k]:.1f}" for k in KEYS)
-            lines.append(f"| {MODELS[model]} | {'off' if off else 'on'} | {disp[off]} | {cells} |")
+            d, m = disp[off]
+            lines.append(f"| {MODELS[model]} | {'off' if off else 'on'} | {d} | {m} | {cells} |")
         ratio = " | ".join(f"{med[False][k] / med[True][k]:.2f}×" for k in KEYS)
-        share = disp[False] / disp[True]
-        lines.append(f"| {MODELS[model]} | **on / off** | {share:.2f}× | {ratio} |")
+        share = disp[False][0] / disp[True][0]
+        mshare = disp[False][1] / max(disp[True][1], 1)
+        lines.append(f"| {MODELS[model]} | **on / off** | {share:.2f}× | {mshare:.2f}× | {ratio} |")
     print("\n".join(lines))
     if not args.no_write:
         text = BENCH_MD.read_text() if BENCH_MD.exists() else "# Benchmarks\n"

@@ -222,7 +222,8 @@ def inspect_model(model_name: str, seq: int = 0) -> dict[str, Any]:
     """Compile the decode graph of ``model_name`` (and the prefill graph of
     ``seq`` prompt tokens when ``seq > 0``) and collect each compile report:
     per pass its matches and thunks before / after, dispatches per run
-    before and after the passes, thunks and arena / state bytes."""
+    before and after the passes, the Metal plan's kernel dispatches,
+    barriers and host commands, thunks and arena / state bytes."""
     from rlx.models.decoder import DecoderModel, load
 
     if seq < 0:
@@ -248,6 +249,9 @@ def inspect_model(model_name: str, seq: int = 0) -> dict[str, Any]:
                 "dispatches_before": st["dispatches_lowered"],
                 "dispatches_after": st["dispatches"],
                 "thunks": st["thunks"],
+                "metal_dispatches": st["metal_dispatches"],
+                "metal_barriers": st["metal_barriers"],
+                "metal_host": st["metal_host"],
                 "arena_bytes": st["arena_bytes"],
                 "naive_bytes": st["naive_bytes"],
                 "state_bytes": st["state_bytes"],
@@ -276,6 +280,10 @@ def _cmd_inspect(args: argparse.Namespace) -> int:
         per = " per decode token" if g["graph"] == "decode" else ""
         before, after = g["dispatches_before"], g["dispatches_after"]
         print(f"dispatches{per}: {before} before passes, {after} after")
+        print(
+            f"metal plan{per}: {g['metal_dispatches']} kernel dispatches, "
+            f"{g['metal_barriers']} barriers, {g['metal_host']} host commands"
+        )
         print(
             f"thunks {g['thunks']}, arena {g['arena_bytes']} B (naive {g['naive_bytes']} B), "
             f"state {g['state_bytes']} B"

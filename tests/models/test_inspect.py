@@ -41,6 +41,12 @@ def test_json_report_is_consistent(tiny: Path, capsys: pytest.CaptureFixture[str
     assert dec["state_bytes"] > 0  # the KV cache
     for p in passes:
         assert p["name"] in dec["report"]
+    # every schedule thunk is a kernel dispatch, a host command or nothing
+    # (Nop) in the Metal plan; barriers separate dependent dispatches only
+    metal = dec["metal_dispatches"] + dec["metal_host"]
+    assert 0 < metal <= dec["thunks"]
+    assert dec["metal_dispatches"] > 0
+    assert 0 <= dec["metal_barriers"] < dec["metal_dispatches"]
 
 
 def test_report_matches_a_compile_with_every_pass_off(
@@ -62,6 +68,7 @@ def test_text_report_with_prefill(tiny: Path, capsys: pytest.CaptureFixture[str]
     assert "decode graph: 1 new token" in out
     assert "prefill graph: 16 new tokens" in out  # the bucket that holds 5
     assert "dispatches per decode token: " in out
+    assert "metal plan per decode token: " in out and " host commands" in out
     # one row per graph (the graph-level ir_fuse_residual_rms_norm has its own)
     assert sum(line.startswith("fuse_residual_rms_norm ") for line in out.splitlines()) == 2
     assert out.count("arena ") == 2
