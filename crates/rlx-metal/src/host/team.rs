@@ -47,8 +47,10 @@ struct Shared {
     next: AtomicUsize,
     /// Set when a chunk panicked on a worker; the caller re-raises.
     panicked: AtomicBool,
-    /// Workers asleep on `wake`.
-    sleepers: Mutex<usize>,
+    /// Workers asleep (or about to sleep) on `wake`; changed only under
+    /// `sleep_lock`, read without it by the caller (see `for_each`).
+    sleepers: AtomicUsize,
+    sleep_lock: Mutex<()>,
     wake: Condvar,
     spin: Duration,
 }
@@ -113,7 +115,8 @@ impl Team {
             }),
             next: AtomicUsize::new(0),
             panicked: AtomicBool::new(false),
-            sleepers: Mutex::new(0),
+            sleepers: AtomicUsize::new(0),
+            sleep_lock: Mutex::new(()),
             wake: Condvar::new(),
             spin,
         }));
@@ -168,13 +171,17 @@ impl Team {
         }
         sh.next.store(0, Ordering::Relaxed);
         let generation = (sh.state.load(Ordering::Relaxed) >> GEN_SHIFT).wrapping_add(1);
+        // SeqCst store, then SeqCst load of `sleepers`: a worker counts
+        // itself (SeqCst) before its last look at `state`, so either it sees
+        // this job or we see it and wake it. Taking `sleep_lock` before the
+        // notify orders it after the worker's wait (it holds the lock from
+        // counting itself until it waits). No lock when nobody sleeps,
+        // which is every job of a busy decode step.
         sh.state
-            .store((generation << GEN_SHIFT) | OPEN, Ordering::Release);
-        {
-            let sleepers = sh.sleepers.lock().unwrap_or_else(|p| p.into_inner());
-            if *sleepers > 0 {
-                sh.wake.notify_all();
-            }
+            .store((generation << GEN_SHIFT) | OPEN, Ordering::SeqCst);
+        if sh.sleepers.load(Ordering::SeqCst) > 0 {
+            let _lock = sh.sleep_lock.lock().unwrap_or_else(|p| p.into_inner());
+            sh.wake.notify_all();
         }
         INSIDE.with(|c| c.set(true));
         let mine = catch_unwind(AssertUnwindSafe(|| run_chunks(sh, f, chunks)));
@@ -257,16 +264,17 @@ fn wait_for_job(sh: &Shared, seen: u64) -> u64 {
             break;
         }
     }
-    let mut sleepers = sh.sleepers.lock().unwrap_or_else(|p| p.into_inner());
-    *sleepers += 1;
+    let mut lock = sh.sleep_lock.lock().unwrap_or_else(|p| p.into_inner());
+    sh.sleepers.fetch_add(1, Ordering::SeqCst);
     let s = loop {
-        let s = sh.state.load(Ordering::Acquire);
+        let s = sh.state.load(Ordering::SeqCst);
         if fresh(s) {
             break s;
         }
-        sleepers = sh.wake.wait(sleepers).unwrap_or_else(|p| p.into_inner());
+        lock = sh.wake.wait(lock).unwrap_or_else(|p| p.into_inner());
     };
-    *sleepers -= 1;
+    sh.sleepers.fetch_sub(1, Ordering::SeqCst);
+    drop(lock);
     s
 }
 
