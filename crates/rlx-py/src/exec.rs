@@ -36,7 +36,7 @@ use rlx_metal::host::buffer::{AlignedBuf, Mem, Segment};
 use rlx_metal::host::exec::{HostExecutor, Mode, RunError};
 use rlx_metal::metal::plan::MetalPlan;
 use rlx_metal::metal::sim::{SimBuffers, SimError, SimExecutor};
-use rlx_metal::thunk::{ByteRange, ThunkSchedule};
+use rlx_metal::thunk::ByteRange;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
@@ -100,15 +100,8 @@ pub struct PyExecutable {
     thunk_json: Vec<String>,
     /// Whether the schedule verifier ran at compile (`RLX_VERIFY=1`).
     verified_at_compile: bool,
-    /// Active-extent plan and the schedules made from it, by active rows.
-    active: Option<ActiveRuns>,
-}
-
-/// An [`ActivePlan`] and its schedules (with their fallback JSON) per
-/// active row count, made on first use.
-struct ActiveRuns {
-    plan: ActivePlan,
-    schedules: HashMap<u32, (ThunkSchedule, Vec<String>)>,
+    /// Active-extent plan (the scaled thunks are made per run).
+    active: Option<ActivePlan>,
 }
 
 fn compile_err(e: CompileError) -> PyErr {
@@ -458,10 +451,7 @@ impl PyExecutable {
         let plan = ActivePlan::new(&self.compiled.schedule.thunks, &ranges, full)
             .map_err(|e| RlxError::new_err(e.to_string()))?;
         let scaled = plan.scaled();
-        self.active = Some(ActiveRuns {
-            plan,
-            schedules: HashMap::new(),
-        });
+        self.active = Some(plan);
         Ok(scaled)
     }
 
@@ -473,31 +463,25 @@ impl PyExecutable {
     fn run(&mut self, py: Python<'_>, fallback: PyObject, active: Option<u32>) -> PyResult<()> {
         let arena_len = self.arena.len();
         let arena_ptr = self.arena.as_mut_ptr() as usize;
-        let (schedule, json) = match active {
-            None => (&self.compiled.schedule, &self.thunk_json),
+        let overlay = match active {
+            None => Vec::new(),
             Some(_) if self.sim.is_some() => {
                 return Err(RlxError::new_err(
                     "[run] active rows are not supported on device 'metal-sim' yet (its plan is built for the full schedule)",
                 ))
             }
             Some(a) => {
-                let runs = self.active.as_mut().ok_or_else(|| {
+                let plan = self.active.as_ref().ok_or_else(|| {
                     RlxError::new_err(
                         "[run] active rows given, but set_active_extent was not called",
                     )
                 })?;
-                if !runs.schedules.contains_key(&a) {
-                    let s = runs
-                        .plan
-                        .schedule(&self.compiled.schedule, a)
-                        .map_err(|e| RlxError::new_err(e.to_string()))?;
-                    let j = s.thunks.iter().map(thunk_to_json).collect();
-                    runs.schedules.insert(a, (s, j));
-                }
-                let (s, j) = &runs.schedules[&a];
-                (s, j)
+                plan.overlay(&self.compiled.schedule, a)
+                    .map_err(|e| RlxError::new_err(e.to_string()))?
             }
         };
+        let schedule = &self.compiled.schedule;
+        let json = &self.thunk_json;
         let exec = &mut self.exec;
         let sim = self.sim.as_mut();
         let plan = &self.plan;
@@ -511,9 +495,16 @@ impl PyExecutable {
                 return Err(None);
             };
             let state_len = guard.len();
-            let mut fb = |i: usize, _t: &rlx_metal::thunk::Thunk| -> Result<(), PyErr> {
+            let mut fb = |i: usize, t: &rlx_metal::thunk::Thunk| -> Result<(), PyErr> {
+                // a scaled (active-extent) thunk differs from its compiled JSON
+                let scaled = overlay.iter().any(|(k, _)| *k == i);
+                let text = if scaled {
+                    std::borrow::Cow::Owned(thunk_to_json(t))
+                } else {
+                    std::borrow::Cow::Borrowed(json[i].as_str())
+                };
                 Python::with_gil(|py| {
-                    fallback.call1(py, (i, json[i].as_str()))?;
+                    fallback.call1(py, (i, text.as_ref()))?;
                     Ok(())
                 })
             };
@@ -533,7 +524,7 @@ impl PyExecutable {
                             segments,
                         )
                     };
-                    exec.run(schedule, &mem, &mut fb)
+                    exec.run_overlay(schedule, &overlay, &mem, &mut fb)
                         .map_err(|e| Some(SimError::Host(e)))
                 }
                 Some(sim) => {

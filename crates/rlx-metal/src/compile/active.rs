@@ -266,8 +266,15 @@ impl ActivePlan {
         self.roles.iter().filter(|r| **r == Role::Scale).count()
     }
 
-    /// The schedule for `active` rows (1 ≤ active ≤ full).
-    pub fn schedule(&self, s: &ThunkSchedule, active: u32) -> Result<ThunkSchedule, ActiveError> {
+    /// The scaled thunks for `active` rows (1 ≤ active ≤ full), as
+    /// `(index, thunk)` in schedule order; every other thunk runs as
+    /// compiled. Cheap (one clone per scaled thunk), so callers make it per
+    /// run instead of keeping a schedule copy per active length.
+    pub fn overlay(
+        &self,
+        s: &ThunkSchedule,
+        active: u32,
+    ) -> Result<Vec<(usize, Thunk)>, ActiveError> {
         if active == 0 || active > self.full {
             return Err(ActiveError::Invalid(format!(
                 "{active} active rows of a {}-row bucket",
@@ -279,15 +286,28 @@ impl ActivePlan {
                 "the plan was made for another schedule".into(),
             ));
         }
-        let mut out = s.clone();
-        for (index, (t, role)) in out.thunks.iter_mut().zip(&self.roles).enumerate() {
+        let mut out = Vec::with_capacity(self.scaled());
+        for (index, (t, role)) in s.thunks.iter().zip(&self.roles).enumerate() {
             if *role == Role::Scale {
-                *t = scale(t, self.full, active).map_err(|why| ActiveError::Unsupported {
-                    index,
-                    thunk: t.name(),
-                    why,
-                })?;
+                let scaled =
+                    scale(t, self.full, active).map_err(|why| ActiveError::Unsupported {
+                        index,
+                        thunk: t.name(),
+                        why,
+                    })?;
+                out.push((index, scaled));
             }
+        }
+        Ok(out)
+    }
+
+    /// The whole schedule for `active` rows: [`ActivePlan::overlay`]
+    /// applied to a copy of `s`.
+    pub fn schedule(&self, s: &ThunkSchedule, active: u32) -> Result<ThunkSchedule, ActiveError> {
+        let overlay = self.overlay(s, active)?;
+        let mut out = s.clone();
+        for (index, t) in overlay {
+            out.thunks[index] = t;
         }
         Ok(out)
     }

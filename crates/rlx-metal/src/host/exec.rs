@@ -148,8 +148,26 @@ impl HostExecutor {
         mem: &Mem,
         fallback: &mut dyn FnMut(usize, &Thunk) -> Result<(), E>,
     ) -> Result<(), RunError<E>> {
+        self.run_overlay(schedule, &[], mem, fallback)
+    }
+
+    /// Run `schedule` with some thunks replaced: `overlay` holds
+    /// `(index, thunk)` pairs in increasing index order (the active-extent
+    /// scaled thunks); the fallback sees the replacement.
+    pub fn run_overlay<E: std::fmt::Display>(
+        &mut self,
+        schedule: &ThunkSchedule,
+        overlay: &[(usize, Thunk)],
+        mem: &Mem,
+        fallback: &mut dyn FnMut(usize, &Thunk) -> Result<(), E>,
+    ) -> Result<(), RunError<E>> {
         self.last_fallbacks = 0;
+        let mut replaced = overlay.iter().peekable();
         for (index, t) in schedule.thunks.iter().enumerate() {
+            let t = match replaced.next_if(|(i, _)| *i == index) {
+                Some((_, r)) => r,
+                None => t,
+            };
             if matches!(t, Thunk::Nop) {
                 continue;
             }
