@@ -60,3 +60,27 @@ def test_plan_figures_in_stats_and_report(monkeypatch: pytest.MonkeyPatch) -> No
     ) in exe.report().splitlines()
     host = rlx.compile(_graph(3, 37, "f32"), device="host").stats
     assert host["metal_dispatches"] == s["metal_dispatches"]
+
+
+def test_active_rows_run_the_scaled_plan() -> None:
+    # a row-wise chain compiled for 16 rows, run on its first `a` rows: the
+    # metal-sim plan is rebuilt from the scaled thunks (grids of `a` rows)
+    # and gives the host's prefix rows; rows past `a` are not computed
+    h = 24
+    g = rlx.Graph("rows")
+    x = g.input("x", [16, h], "f32")
+    n = g.rms_norm(x, g.param("gamma", [h], "f32"))
+    g.outputs(g.softmax(g.gelu(n) * 2.0, axis=-1))
+    rng = np.random.default_rng(5)
+    xv = rng.standard_normal((16, h)).astype(np.float32)
+    gamma = rng.standard_normal(h).astype(np.float32)
+    full = {}
+    for device in ("host", "metal-sim"):
+        exe = rlx.compile(g, device=device)
+        exe.set_param("gamma", gamma)
+        assert exe.set_active_extent(16, ["x"]) > 0
+        full[device] = exe.run(x=xv)
+        for a in (1, 5, 16):
+            got = np.asarray(list(exe.run_active(a, x=xv).values())[0])
+            ref = np.asarray(list(full["host"].values())[0])
+            np.testing.assert_allclose(got[:a], ref[:a], atol=1e-5, rtol=1e-5)

@@ -465,11 +465,6 @@ impl PyExecutable {
         let arena_ptr = self.arena.as_mut_ptr() as usize;
         let overlay = match active {
             None => Vec::new(),
-            Some(_) if self.sim.is_some() => {
-                return Err(RlxError::new_err(
-                    "[run] active rows are not supported on device 'metal-sim' yet (its plan is built for the full schedule)",
-                ))
-            }
             Some(a) => {
                 let plan = self.active.as_ref().ok_or_else(|| {
                     RlxError::new_err(
@@ -484,7 +479,23 @@ impl PyExecutable {
         let json = &self.thunk_json;
         let exec = &mut self.exec;
         let sim = self.sim.as_mut();
-        let plan = &self.plan;
+        // metal-sim with active rows: the plan of the scaled schedule (its
+        // dispatch grids and barriers follow the scaled thunks)
+        let scaled_run = match (&sim, overlay.is_empty()) {
+            (Some(_), false) => {
+                let mut s = self.compiled.schedule.clone();
+                for (i, t) in &overlay {
+                    s.thunks[*i] = t.clone();
+                }
+                let p = MetalPlan::build(&s);
+                Some((s, p))
+            }
+            _ => None,
+        };
+        let (sim_schedule, plan) = match &scaled_run {
+            Some((s, p)) => (s, p),
+            None => (schedule, &self.plan),
+        };
         let segments = &self.segments;
         let state = &self.state;
         let result = py.allow_threads(|| {
@@ -548,7 +559,7 @@ impl PyExecutable {
                         state: guard.as_mut_slice(),
                         segments: &segs,
                     };
-                    sim.run(plan, schedule, bufs, &mut fb).map_err(Some)
+                    sim.run(plan, sim_schedule, bufs, &mut fb).map_err(Some)
                 }
             }
         });

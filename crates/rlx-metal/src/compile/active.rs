@@ -106,6 +106,7 @@ fn scale(t: &Thunk, full: u32, a: u32) -> Result<Thunk, String> {
         Thunk::LayerNorm(x) => x.rows = sc(x.rows, full, a).ok_or_else(bad)?,
         Thunk::FusedResidualRmsNorm(x) => x.rows = sc(x.rows, full, a).ok_or_else(bad)?,
         Thunk::FusedResidualLN(x) => x.rows = sc(x.rows, full, a).ok_or_else(bad)?,
+        Thunk::Softmax(x) => x.rows = sc(x.rows, full, a).ok_or_else(bad)?,
         Thunk::DequantMatMulGguf(x) => x.m = sc(x.m, full, a).ok_or_else(bad)?,
         Thunk::Rope(x) => {
             if x.batch != 1 {
@@ -320,6 +321,7 @@ mod tests {
     use crate::thunk::elementwise::ActivationOut;
     use crate::thunk::norm::RmsNorm;
     use crate::thunk::reduce::Softmax;
+    use crate::thunk::shape::Transpose;
     use crate::thunk::{tag_weight, HalfFlag};
     use rlx_ir::op::{Activation, BinaryOp};
 
@@ -391,13 +393,16 @@ mod tests {
 
     #[test]
     fn a_token_dependent_thunk_without_prefix_form_is_named() {
+        // a transpose that moves the token axis: no prefix of its output is
+        // a prefix of its input
         let s = schedule(vec![
             rms(0, T, S),
-            Thunk::Softmax(Softmax {
-                data: T,
-                rows: S,
-                cols: H,
-                dt: HalfFlag::F32,
+            Thunk::Transpose(Transpose {
+                src: T,
+                dst: 2 * T,
+                total: S * H,
+                out_dims: vec![H, S],
+                in_strides: vec![1, H],
             }),
         ]);
         let err = ActivePlan::new(&s.thunks, &[ByteRange::new(0, T)], S).unwrap_err();
@@ -405,7 +410,7 @@ mod tests {
             matches!(err, ActiveError::Unsupported { index: 1, .. }),
             "{err}"
         );
-        assert!(err.to_string().contains("(softmax)"), "{err}");
+        assert!(err.to_string().contains("(transpose)"), "{err}");
     }
 
     #[test]
