@@ -272,7 +272,10 @@ class Executable:
         ``fallback_by_thunk`` those of them that run through the numpy reference;
         ``dispatches_lowered`` / ``dispatches`` before and after the passes,
         ``pass_matches`` per pass (-1 = disabled) and ``passes``, one dict per
-        pass in pipeline order (name, enabled, matches, thunks_before/after)."""
+        pass in pipeline order (name, enabled, matches, thunks_before/after);
+        the Metal plan's ``metal_dispatches``, ``metal_barriers``,
+        ``metal_host`` and ``metal_host_by_thunk`` (host commands per thunk
+        name: the thunks without an MSL kernel)."""
         return dict(self._native.stats())
 
     def profile(self, on: bool | None = None) -> dict[str, tuple[float, int]]:

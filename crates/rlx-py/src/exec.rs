@@ -34,7 +34,7 @@ use rlx_metal::compile::{
 };
 use rlx_metal::host::buffer::{AlignedBuf, Mem, Segment};
 use rlx_metal::host::exec::{HostExecutor, Mode, RunError};
-use rlx_metal::metal::plan::MetalPlan;
+use rlx_metal::metal::plan::{Command, MetalPlan};
 use rlx_metal::metal::sim::{SimBuffers, SimError, SimExecutor};
 use rlx_metal::thunk::ByteRange;
 use std::collections::HashMap;
@@ -596,7 +596,8 @@ impl PyExecutable {
     /// segments, `weights_bytes_external` bound zero-copy), thunk count, whether the verifier ran at compile (`verified_at_compile`),
     /// native vs fallback thunks, a count per thunk name
     /// (`by_thunk`) and per thunk name of those run by the fallback
-    /// (`fallback_by_thunk`).
+    /// (`fallback_by_thunk`), and per thunk name those the Metal plan runs
+    /// as host commands (`metal_host_by_thunk`).
     fn stats<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
         let c = &self.compiled;
         let d = PyDict::new(py);
@@ -657,6 +658,15 @@ impl PyExecutable {
         }
         d.set_item("by_thunk", counts)?;
         d.set_item("fallback_by_thunk", fallback)?;
+        let host = PyDict::new(py);
+        for cmd in &self.plan.commands {
+            if let Command::Host { thunk } = cmd {
+                if let Some(t) = c.schedule.thunks.get(*thunk) {
+                    bump(&host, t.name())?;
+                }
+            }
+        }
+        d.set_item("metal_host_by_thunk", host)?;
         Ok(d)
     }
 }
