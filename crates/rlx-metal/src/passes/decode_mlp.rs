@@ -40,11 +40,12 @@
 //! the schedule as `fused_mlp_down_residual`.
 
 use super::dataflow::Dataflow;
+use super::rewrite::{rewrite_each_then, Rewrite};
+use super::simple_elementwise_regions::gated_product;
 use super::{Pass, PassContext};
 use crate::thunk::fused::{FusedMlpDownResidual, FusedMlpGateUpGelu, FusedMlpGateUpSwiGLU};
 use crate::thunk::io::ByteRange;
 use crate::thunk::quant::{packed_row_bytes, DequantMatMulGguf};
-use crate::thunk::region::input_byte_offset;
 use crate::thunk::{HalfFlag, Thunk};
 use rlx_ir::op::{Activation, BinaryOp};
 use rlx_ir::QuantScheme;
@@ -60,43 +61,13 @@ impl Pass for FuseDecodeMlp {
     }
 }
 
-/// A planned rewrite: `fused` replaces slot `at`, `dead` become `Nop`.
-pub(super) struct Rewrite {
-    at: usize,
-    fused: Thunk,
-    dead: Vec<usize>,
-}
-
-impl Rewrite {
-    fn apply(self, thunks: &mut [Thunk]) {
-        for d in self.dead {
-            thunks[d] = Thunk::Nop;
-        }
-        thunks[self.at] = self.fused;
-    }
-}
-
 /// A gate/up matcher: the rewrite for the product at slot `i`, if any.
 pub(super) type Matcher = fn(&[Thunk], &Dataflow, usize) -> Option<Rewrite>;
 
 /// Runs `matcher` at every slot; after each gate/up rewrite tries the down
 /// tail of the same block. Returns the gate/up matches.
 pub(super) fn run_with(thunks: &mut [Thunk], cx: &PassContext, matcher: Matcher) -> usize {
-    let mut matches = 0;
-    let mut df = Dataflow::new(thunks, &cx.live_out);
-    for i in 0..thunks.len() {
-        let Some(rw) = matcher(thunks, &df, i) else {
-            continue;
-        };
-        rw.apply(thunks);
-        matches += 1;
-        df = Dataflow::new(thunks, &cx.live_out);
-        if let Some(rw) = down_tail(thunks, &df, i) {
-            rw.apply(thunks);
-            df = Dataflow::new(thunks, &cx.live_out);
-        }
-    }
-    matches
+    rewrite_each_then(thunks, cx, matcher, down_tail)
 }
 
 /// Bytes per element of an operand that may be f16.
@@ -159,27 +130,15 @@ fn activation(t: &Thunk, dst: usize, len: u32, dt: HalfFlag) -> Option<(usize, b
 /// (`act(gate) · up`, as the graph-level region fusion marks it): the
 /// region is both the activation and the product, so `act == i`.
 fn region_gating(thunks: &[Thunk], i: usize) -> Option<Gating> {
-    use super::simple_elementwise_regions::{decode, Arg, Step};
     let Thunk::ElementwiseRegion(r) = &thunks[i] else {
         return None;
     };
-    let steps = decode(r)?;
-    let (act, gate, up) = match steps.as_slice() {
-        [Step::Unary(a, Arg::Input(g)), Step::Binary(BinaryOp::Mul, Arg::Step(0), Arg::Input(u))]
-        | [Step::Unary(a, Arg::Input(g)), Step::Binary(BinaryOp::Mul, Arg::Input(u), Arg::Step(0))] => {
-            (*a, *g, *u)
-        }
-        _ => return None,
-    };
-    if gate == up {
-        return None;
-    }
+    let (act, gate, up) = gated_product(r)?;
     let span = (r.len as usize).checked_mul(4)?;
-    let at = |k: usize| input_byte_offset(r.input_offs[k]);
     Some(Gating {
         act: i,
-        gate: ByteRange::new(at(gate), span),
-        up: ByteRange::new(at(up), span),
+        gate: ByteRange::new(gate, span),
+        up: ByteRange::new(up, span),
         dst: r.dst,
         n: r.len,
         dt: HalfFlag::F32,

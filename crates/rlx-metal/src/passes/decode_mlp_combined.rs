@@ -23,7 +23,8 @@
 //! only in f32 — see `decode_mlp::finish_gate_up`.
 
 use super::dataflow::Dataflow;
-use super::decode_mlp::{finish_gate_up, gating, gemv, run_with, source, GateUp, Rewrite};
+use super::decode_mlp::{finish_gate_up, gating, gemv, run_with, source, GateUp};
+use super::rewrite::Rewrite;
 use super::{Pass, PassContext};
 use crate::thunk::io::ByteRange;
 use crate::thunk::quant::packed_row_bytes;

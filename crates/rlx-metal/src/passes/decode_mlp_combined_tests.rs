@@ -1,7 +1,8 @@
 //! `fuse_decode_mlp_combined_gate_up` on hand-built schedules.
 
 use super::*;
-use crate::passes::decode_mlp::tests::{act, bin, copy, mm, out, run_only, w, K, N, X};
+use crate::passes::decode_mlp::tests::{act, bin, copy, mm, out, w, K, N, X};
+use crate::passes::test_util::run_only;
 use crate::thunk::shape::Narrow;
 use rlx_ir::op::{Activation, BinaryOp};
 

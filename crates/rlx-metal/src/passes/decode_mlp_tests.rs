@@ -2,12 +2,12 @@
 //! and every refusal the module docs list.
 
 use super::*;
-use crate::passes::{run_passes, PassEntry, PIPELINE};
+pub(crate) use crate::passes::test_util::run_only;
 use crate::thunk::binary::BinaryFull;
 use crate::thunk::elementwise::{ActivationInPlace, ActivationOut};
 use crate::thunk::norm::RmsNorm;
 use crate::thunk::shape::Copy;
-use crate::thunk::{tag_weight, ThunkSchedule};
+use crate::thunk::tag_weight;
 use rlx_ir::GgmlType;
 
 /// Hidden size and intermediate size (whole Q4_1 blocks).
@@ -98,30 +98,6 @@ pub(crate) fn block(a: Activation) -> Vec<Thunk> {
 
 pub(crate) fn out(off: usize, elems: u32) -> ByteRange {
     ByteRange::new(off, elems as usize * 4)
-}
-
-/// Runs only the pass `name`; the kinds after and its match count.
-pub(crate) fn run_only(
-    name: &str,
-    thunks: Vec<Thunk>,
-    live_out: &[ByteRange],
-) -> (Vec<&'static str>, usize, Vec<Thunk>) {
-    let mut s = ThunkSchedule {
-        thunks,
-        rng: Default::default(),
-    };
-    let cx = PassContext {
-        live_out: live_out.to_vec(),
-    };
-    let only: Vec<PassEntry> = PIPELINE
-        .iter()
-        .copied()
-        .filter(|p| p.name == name)
-        .collect();
-    assert_eq!(only.len(), 1, "{name} is in the pipeline");
-    let report = run_passes(&mut s, &cx, &only, &[]);
-    let names = s.thunks.iter().map(Thunk::name).collect();
-    (names, report.passes[0].matches, s.thunks)
 }
 
 fn fuse(thunks: Vec<Thunk>, live_out: &[ByteRange]) -> (Vec<&'static str>, usize, Vec<Thunk>) {

@@ -94,9 +94,9 @@ fn shape_ok(b: &BinaryBroadcast) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::passes::{run_passes, PassEntry, PIPELINE};
+    use crate::passes::test_util::run_only;
     use crate::thunk::io::ByteRange;
-    use crate::thunk::{HalfFlag, ThunkSchedule};
+    use crate::thunk::HalfFlag;
     use rlx_ir::op::BinaryOp;
 
     fn bb(dims: &[u32], ls: &[u32], rs: &[u32], dt: HalfFlag) -> Thunk {
@@ -116,21 +116,7 @@ mod tests {
 
     fn rewrite(t: Thunk) -> (Vec<&'static str>, usize, Vec<Thunk>) {
         let out = ByteRange::new(8192, 4096);
-        let mut s = ThunkSchedule {
-            thunks: vec![t],
-            rng: Default::default(),
-        };
-        let only: Vec<PassEntry> = PIPELINE
-            .iter()
-            .copied()
-            .filter(|p| p.name == RewriteDenseBinaryBroadcast::NAME)
-            .collect();
-        let cx = PassContext {
-            live_out: vec![out],
-        };
-        let r = run_passes(&mut s, &cx, &only, &[]);
-        let names = s.thunks.iter().map(Thunk::name).collect();
-        (names, r.passes[0].matches, s.thunks)
+        run_only(RewriteDenseBinaryBroadcast::NAME, vec![t], &[out])
     }
 
     #[test]

@@ -23,6 +23,7 @@
 //! Everything is f32 (the conv and transpose thunks are).
 
 use super::dataflow::Dataflow;
+use super::rewrite::{rewrite_each, Rewrite};
 use super::{Pass, PassContext};
 use crate::thunk::conv::FusedDepthwiseConv1dBsc;
 use crate::thunk::io::ByteRange;
@@ -39,19 +40,11 @@ impl Pass for FuseDepthwiseConv1dBsc {
     const NAME: &'static str = "fuse_depthwise_conv1d_bsc";
 
     fn run(thunks: &mut [Thunk], cx: &PassContext) -> usize {
-        let mut matches = 0;
-        let mut df = Dataflow::new(thunks, &cx.live_out);
-        for i in 0..thunks.len() {
-            if let Some((fused, last, dead)) = plan(thunks, &df, i) {
-                for d in dead {
-                    thunks[d] = Thunk::Nop;
-                }
-                thunks[last] = Thunk::FusedDepthwiseConv1dBsc(fused);
-                matches += 1;
-                df = Dataflow::new(thunks, &cx.live_out);
-            }
-        }
-        matches
+        rewrite_each(thunks, cx, |t: &[Thunk], df: &Dataflow, i| {
+            let (fused, at, dead) = plan(t, df, i)?;
+            let fused = Thunk::FusedDepthwiseConv1dBsc(fused);
+            Some(Rewrite { at, fused, dead })
+        })
     }
 }
 
@@ -233,11 +226,11 @@ fn plan(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::passes::{run_passes, PassEntry, PIPELINE};
+    use crate::passes::test_util::{names, run_only};
     use crate::thunk::conv::Conv2D;
     use crate::thunk::elementwise::{ActivationInPlace, ActivationOut};
     use crate::thunk::shape::Copy;
-    use crate::thunk::{tag_weight, ThunkSchedule};
+    use crate::thunk::tag_weight;
 
     // B = 1, C = 4, k = 3, decode: W = 3, S = 1
     const C: u32 = 4;
@@ -315,24 +308,8 @@ mod tests {
     }
 
     fn fuse(thunks: Vec<Thunk>, live_out: &[ByteRange]) -> (Vec<Thunk>, usize) {
-        let mut s = ThunkSchedule {
-            thunks,
-            rng: Default::default(),
-        };
-        let cx = PassContext {
-            live_out: live_out.to_vec(),
-        };
-        let only: Vec<PassEntry> = PIPELINE
-            .iter()
-            .copied()
-            .filter(|p| p.name == FuseDepthwiseConv1dBsc::NAME)
-            .collect();
-        let report = run_passes(&mut s, &cx, &only, &[]);
-        (s.thunks, report.passes[0].matches)
-    }
-
-    fn names(t: &[Thunk]) -> Vec<&'static str> {
-        t.iter().map(Thunk::name).collect()
+        let (_, m, t) = run_only(FuseDepthwiseConv1dBsc::NAME, thunks, live_out);
+        (t, m)
     }
 
     fn out(o: usize) -> ByteRange {

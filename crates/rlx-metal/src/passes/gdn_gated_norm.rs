@@ -23,10 +23,11 @@
 //! * f32 only, as the seed's gated-norm kernel.
 
 use super::dataflow::Dataflow;
+use super::rewrite::{rewrite_each, Rewrite};
+use super::simple_elementwise_regions::gated_product;
 use super::{Pass, PassContext};
 use crate::thunk::io::ByteRange;
 use crate::thunk::norm::{FusedRmsNormMulSilu, RmsNorm};
-use crate::thunk::region::input_byte_offset;
 use crate::thunk::{HalfFlag, Thunk};
 use rlx_ir::op::{Activation, BinaryOp};
 
@@ -37,19 +38,11 @@ impl Pass for FuseGdnGatedNorm {
     const NAME: &'static str = "fuse_gdn_gated_norm";
 
     fn run(thunks: &mut [Thunk], cx: &PassContext) -> usize {
-        let mut matches = 0;
-        let mut df = Dataflow::new(thunks, &cx.live_out);
-        for i in 0..thunks.len() {
-            if let Some((fused, dead)) = plan(thunks, &df, i) {
-                for d in dead {
-                    thunks[d] = Thunk::Nop;
-                }
-                thunks[i] = Thunk::FusedRmsNormMulSilu(fused);
-                matches += 1;
-                df = Dataflow::new(thunks, &cx.live_out);
-            }
-        }
-        matches
+        rewrite_each(thunks, cx, |t: &[Thunk], df: &Dataflow, i| {
+            let (fused, dead) = plan(t, df, i)?;
+            let fused = Thunk::FusedRmsNormMulSilu(fused);
+            Some(Rewrite { at: i, fused, dead })
+        })
     }
 }
 
@@ -120,29 +113,16 @@ fn gate(thunks: &[Thunk], df: &Dataflow, i: usize, s: &ByteRange, len: u32) -> O
 /// pre-SiLU gate when the product is one elementwise region
 /// `silu(z) · n` — what the graph-level region fusion makes of the chain).
 fn product(t: &Thunk) -> Option<(u32, usize, [usize; 2], Option<usize>)> {
-    use super::simple_elementwise_regions::{decode, Arg, Step};
     match t {
         Thunk::BinaryFull(mul)
             if mul.op == BinaryOp::Mul && mul.dt == HalfFlag::F32 && mul.lhs != mul.rhs =>
         {
             Some((mul.len, mul.dst, [mul.lhs, mul.rhs], None))
         }
-        Thunk::ElementwiseRegion(r) => {
-            let (z, n) = match decode(r)?.as_slice() {
-                [Step::Unary(Activation::Silu, Arg::Input(z)), Step::Binary(BinaryOp::Mul, Arg::Step(0), Arg::Input(n))]
-                | [Step::Unary(Activation::Silu, Arg::Input(z)), Step::Binary(BinaryOp::Mul, Arg::Input(n), Arg::Step(0))]
-                    if z != n =>
-                {
-                    (*z, *n)
-                }
-                _ => return None,
-            };
-            let (z, n) = (
-                input_byte_offset(r.input_offs[z]),
-                input_byte_offset(r.input_offs[n]),
-            );
-            Some((r.len, r.dst, [n, z], Some(z)))
-        }
+        Thunk::ElementwiseRegion(r) => match gated_product(r)? {
+            (Activation::Silu, z, n) => Some((r.len, r.dst, [n, z], Some(z))),
+            _ => None,
+        },
         _ => None,
     }
 }
@@ -221,11 +201,11 @@ fn plan(thunks: &[Thunk], df: &Dataflow, i: usize) -> Option<(FusedRmsNormMulSil
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::passes::{run_passes, PassEntry, PIPELINE};
+    use crate::passes::test_util::{names, run_only};
     use crate::thunk::binary::BinaryFull;
     use crate::thunk::elementwise::{ActivationInPlace, ActivationOut};
     use crate::thunk::shape::Copy;
-    use crate::thunk::{tag_weight, ThunkSchedule};
+    use crate::thunk::tag_weight;
 
     const H: u32 = 8;
     const B: usize = (H as usize) * 4;
@@ -288,24 +268,8 @@ mod tests {
     }
 
     fn fuse(thunks: Vec<Thunk>, live_out: &[ByteRange]) -> (Vec<Thunk>, usize) {
-        let mut s = ThunkSchedule {
-            thunks,
-            rng: Default::default(),
-        };
-        let cx = PassContext {
-            live_out: live_out.to_vec(),
-        };
-        let only: Vec<PassEntry> = PIPELINE
-            .iter()
-            .copied()
-            .filter(|p| p.name == FuseGdnGatedNorm::NAME)
-            .collect();
-        let report = run_passes(&mut s, &cx, &only, &[]);
-        (s.thunks, report.passes[0].matches)
-    }
-
-    fn names(t: &[Thunk]) -> Vec<&'static str> {
-        t.iter().map(Thunk::name).collect()
+        let (_, m, t) = run_only(FuseGdnGatedNorm::NAME, thunks, live_out);
+        (t, m)
     }
 
     fn out(o: usize) -> ByteRange {

@@ -4,6 +4,8 @@
 //! same results. Every pass is one file with a [`Pass::NAME`], a doc comment
 //! giving its pattern, preconditions and dispatches before → after, and it
 //! asks its liveness questions of the shared [`dataflow::Dataflow`] only.
+//! The one-pattern passes plan a [`rewrite::Rewrite`] per slot and let
+//! [`rewrite::rewrite_each`] apply them.
 //!
 //! Passes never delete slots while they run: a fused-away thunk becomes
 //! [`Thunk::Nop`], so indices a pass holds stay valid; the manager compacts
@@ -21,7 +23,10 @@ pub mod gdn_gated_norm;
 pub mod narrow_clusters;
 pub mod narrow_rope;
 pub mod residual_rms_norm;
+pub mod rewrite;
 pub mod simple_elementwise_regions;
+#[cfg(test)]
+pub(crate) mod test_util;
 
 use crate::thunk::{ByteRange, Thunk, ThunkSchedule};
 use serde::{Deserialize, Serialize};

@@ -17,6 +17,7 @@
 //! * f32 only, as the seed's split kernel.
 
 use super::dataflow::Dataflow;
+use super::rewrite::{rewrite_each, Rewrite};
 use super::{Pass, PassContext};
 use crate::thunk::io::ByteRange;
 use crate::thunk::shape::Narrow;
@@ -30,19 +31,11 @@ impl Pass for FuseNarrowClusters {
     const NAME: &'static str = "fuse_narrow_clusters";
 
     fn run(thunks: &mut [Thunk], cx: &PassContext) -> usize {
-        let mut matches = 0;
-        let mut df = Dataflow::new(thunks, &cx.live_out);
-        for i in 0..thunks.len() {
-            if let Some((split, dead)) = plan(thunks, &df, i) {
-                for d in dead {
-                    thunks[d] = Thunk::Nop;
-                }
-                thunks[i] = Thunk::SplitLastAxis(split);
-                matches += 1;
-                df = Dataflow::new(thunks, &cx.live_out);
-            }
-        }
-        matches
+        rewrite_each(thunks, cx, |t: &[Thunk], df: &Dataflow, i| {
+            let (split, dead) = plan(t, df, i)?;
+            let fused = Thunk::SplitLastAxis(split);
+            Some(Rewrite { at: i, fused, dead })
+        })
     }
 }
 
@@ -134,9 +127,8 @@ fn plan(thunks: &[Thunk], df: &Dataflow, i: usize) -> Option<(SplitLastAxis, Vec
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::passes::{run_passes, PassEntry, PIPELINE};
+    use crate::passes::test_util::{names, run_only};
     use crate::thunk::shape::Copy;
-    use crate::thunk::ThunkSchedule;
 
     const P: usize = 0;
     const BIG: usize = 4096;
@@ -167,24 +159,8 @@ mod tests {
     }
 
     fn fuse(thunks: Vec<Thunk>, live_out: &[ByteRange]) -> (Vec<Thunk>, usize) {
-        let mut s = ThunkSchedule {
-            thunks,
-            rng: Default::default(),
-        };
-        let cx = PassContext {
-            live_out: live_out.to_vec(),
-        };
-        let only: Vec<PassEntry> = PIPELINE
-            .iter()
-            .copied()
-            .filter(|p| p.name == FuseNarrowClusters::NAME)
-            .collect();
-        let report = run_passes(&mut s, &cx, &only, &[]);
-        (s.thunks, report.passes[0].matches)
-    }
-
-    fn names(t: &[Thunk]) -> Vec<&'static str> {
-        t.iter().map(Thunk::name).collect()
+        let (_, m, t) = run_only(FuseNarrowClusters::NAME, thunks, live_out);
+        (t, m)
     }
 
     fn outs() -> Vec<ByteRange> {

@@ -20,6 +20,7 @@
 //! row; f32 and f16 are both fine (the rope kernel is generic).
 
 use super::dataflow::Dataflow;
+use super::rewrite::{rewrite_each, Rewrite};
 use super::{Pass, PassContext};
 use crate::thunk::attention::Rope;
 use crate::thunk::io::ByteRange;
@@ -33,17 +34,15 @@ impl Pass for FuseNarrowRope {
     const NAME: &'static str = "fuse_narrow_rope";
 
     fn run(thunks: &mut [Thunk], cx: &PassContext) -> usize {
-        let mut matches = 0;
-        let mut df = Dataflow::new(thunks, &cx.live_out);
-        for i in 0..thunks.len() {
-            if let Some((rope, dead)) = plan(thunks, &df, i) {
-                thunks[dead] = Thunk::Nop;
-                thunks[i] = Thunk::Rope(rope);
-                matches += 1;
-                df = Dataflow::new(thunks, &cx.live_out);
-            }
-        }
-        matches
+        rewrite_each(thunks, cx, |t: &[Thunk], df: &Dataflow, i| {
+            let (rope, dead) = plan(t, df, i)?;
+            let fused = Thunk::Rope(rope);
+            Some(Rewrite {
+                at: i,
+                fused,
+                dead: vec![dead],
+            })
+        })
     }
 }
 
@@ -103,9 +102,9 @@ fn plan(thunks: &[Thunk], df: &Dataflow, i: usize) -> Option<(Rope, usize)> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::passes::{run_passes, PassEntry, PIPELINE};
+    use crate::passes::test_util::{names, run_only};
     use crate::thunk::shape::{Copy, Narrow};
-    use crate::thunk::{tag_weight, HalfFlag, ThunkSchedule};
+    use crate::thunk::{tag_weight, HalfFlag};
 
     // QKV [2 rows, 48]: q = cols 0..16 (2 heads of 8), k = 16..32, v = 32..48
     const ROWS: u32 = 2;
@@ -153,24 +152,8 @@ mod tests {
     }
 
     fn fuse(thunks: Vec<Thunk>, live_out: &[ByteRange]) -> (Vec<Thunk>, usize) {
-        let mut s = ThunkSchedule {
-            thunks,
-            rng: Default::default(),
-        };
-        let cx = PassContext {
-            live_out: live_out.to_vec(),
-        };
-        let only: Vec<PassEntry> = PIPELINE
-            .iter()
-            .copied()
-            .filter(|p| p.name == FuseNarrowRope::NAME)
-            .collect();
-        let report = run_passes(&mut s, &cx, &only, &[]);
-        (s.thunks, report.passes[0].matches)
-    }
-
-    fn names(t: &[Thunk]) -> Vec<&'static str> {
-        t.iter().map(Thunk::name).collect()
+        let (_, m, t) = run_only(FuseNarrowRope::NAME, thunks, live_out);
+        (t, m)
     }
 
     fn out(o: usize) -> ByteRange {

@@ -18,6 +18,7 @@
 //!   a shifted overlap would let one row read bytes another row wrote.
 
 use super::dataflow::Dataflow;
+use super::rewrite::{rewrite_each, Rewrite};
 use super::{Pass, PassContext};
 use crate::thunk::io::ByteRange;
 use crate::thunk::norm::FusedResidualRmsNorm;
@@ -31,19 +32,11 @@ impl Pass for FuseResidualRmsNorm {
     const NAME: &'static str = "fuse_residual_rms_norm";
 
     fn run(thunks: &mut [Thunk], cx: &PassContext) -> usize {
-        let mut matches = 0;
-        let mut df = Dataflow::new(thunks, &cx.live_out);
-        for i in 0..thunks.len() {
-            if let Some((fused, dead)) = plan(thunks, &df, i) {
-                for d in dead {
-                    thunks[d] = Thunk::Nop;
-                }
-                thunks[i] = Thunk::FusedResidualRmsNorm(fused);
-                matches += 1;
-                df = Dataflow::new(thunks, &cx.live_out);
-            }
-        }
-        matches
+        rewrite_each(thunks, cx, |t: &[Thunk], df: &Dataflow, i| {
+            let (fused, dead) = plan(t, df, i)?;
+            let fused = Thunk::FusedResidualRmsNorm(fused);
+            Some(Rewrite { at: i, fused, dead })
+        })
     }
 }
 
@@ -122,7 +115,8 @@ fn plan(thunks: &[Thunk], df: &Dataflow, i: usize) -> Option<(FusedResidualRmsNo
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::passes::{run_passes, PassEntry, PIPELINE};
+    use crate::passes::test_util::run_only;
+    use crate::passes::{run_passes, PIPELINE};
     use crate::thunk::binary::BinaryFull;
     use crate::thunk::norm::RmsNorm;
     use crate::thunk::shape::Copy;
@@ -168,25 +162,9 @@ mod tests {
         copy(src, dst)
     }
 
-    fn names(thunks: &[Thunk]) -> Vec<&'static str> {
-        thunks.iter().map(Thunk::name).collect()
-    }
-
     fn fuse(thunks: Vec<Thunk>, live_out: &[ByteRange]) -> (Vec<&'static str>, usize) {
-        let mut s = ThunkSchedule {
-            thunks,
-            rng: Default::default(),
-        };
-        let cx = PassContext {
-            live_out: live_out.to_vec(),
-        };
-        let only: Vec<PassEntry> = PIPELINE
-            .iter()
-            .copied()
-            .filter(|p| p.name == FuseResidualRmsNorm::NAME)
-            .collect();
-        let report = run_passes(&mut s, &cx, &only, &[]);
-        (names(&s.thunks), report.passes[0].matches)
+        let (n, m, _) = run_only(FuseResidualRmsNorm::NAME, thunks, live_out);
+        (n, m)
     }
 
     fn out(o: usize) -> ByteRange {

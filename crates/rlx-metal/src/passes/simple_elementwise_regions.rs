@@ -158,6 +158,25 @@ pub(super) fn decode(r: &ElementwiseRegion) -> Option<Vec<Step>> {
         .collect()
 }
 
+/// The two-step region `act(a) · b` (the multiply in either operand order,
+/// `a` and `b` distinct inputs) — the gating the graph-level region fusion
+/// makes of an activation feeding a multiply: the activation and the byte
+/// offsets of `a` and `b`.
+pub(super) fn gated_product(r: &ElementwiseRegion) -> Option<(Activation, usize, usize)> {
+    let (act, a, b) = match decode(r)?.as_slice() {
+        [Step::Unary(act, Arg::Input(a)), Step::Binary(BinaryOp::Mul, Arg::Step(0), Arg::Input(b))]
+        | [Step::Unary(act, Arg::Input(a)), Step::Binary(BinaryOp::Mul, Arg::Input(b), Arg::Step(0))] => {
+            (*act, *a, *b)
+        }
+        _ => return None,
+    };
+    if a == b {
+        return None;
+    }
+    let at = |k: usize| input_byte_offset(r.input_offs[k]);
+    Some((act, at(a), at(b)))
+}
+
 /// The replacement for thunk `i`, if it is a region of a known shape and
 /// every precondition holds.
 fn plan(t: &Thunk, df: &Dataflow, i: usize) -> Option<Vec<Thunk>> {

@@ -3,6 +3,7 @@
 //! fire.
 
 use super::*;
+use crate::passes::test_util::{names, run_only};
 use crate::passes::{run_passes, PassEntry, PIPELINE};
 use crate::thunk::region::ElementwiseRegion;
 use crate::thunk::shape::Copy;
@@ -62,10 +63,6 @@ fn region(n_in: usize, steps: &[[u32; 4]]) -> ElementwiseRegion {
     region_at(&offs, steps, DST)
 }
 
-fn names(thunks: &[Thunk]) -> Vec<&'static str> {
-    thunks.iter().map(Thunk::name).collect()
-}
-
 fn only() -> Vec<PassEntry> {
     PIPELINE
         .iter()
@@ -77,15 +74,8 @@ fn only() -> Vec<PassEntry> {
 /// Run the pass alone over `thunks` with `dst` live out; the kinds after,
 /// the matches and the rewritten thunks.
 fn rewrite(thunks: Vec<Thunk>) -> (Vec<&'static str>, usize, Vec<Thunk>) {
-    let mut s = ThunkSchedule {
-        thunks,
-        rng: Default::default(),
-    };
-    let cx = PassContext {
-        live_out: vec![ByteRange::new(DST, B)],
-    };
-    let report = run_passes(&mut s, &cx, &only(), &[]);
-    (names(&s.thunks), report.passes[0].matches, s.thunks)
+    let name = RewriteSimpleElementwiseRegions::NAME;
+    run_only(name, thunks, &[ByteRange::new(DST, B)])
 }
 
 fn one(r: ElementwiseRegion) -> (Vec<&'static str>, usize, Vec<Thunk>) {
