@@ -1,0 +1,258 @@
+//! metal-sim vs host for GGUF-quantised matmuls (`quant.metal`): a graph
+//! `x [m, k] → DequantMatMul(w_q) → (+ bias)` per type, compiled, its
+//! `dequant_matmul_gguf` thunk a dispatch (GEMV for m ≤ 8, GEMM above),
+//! run by the host executor and by metal-sim on the same valid blocks.
+//!
+//! The weight params are random bytes with every block's scale fields set
+//! to f16 values of magnitude 0.004 … 0.05 (the generic `fill` would write
+//! floats into a u8 tensor), so both sides decode finite weights.
+//!
+//! Tolerance: `1e-4 + 1e-4·|host|`. Both sides accumulate in f32 but in
+//! different orders (the host's 8-lane chunks or `gemm` panels, the
+//! kernels' per-lane chunks + simd_sum or tiles); with |x| ≤ 2, |w| ≲ 2
+//! and k ≤ 512 the sums are ≲ 1e2 in magnitude and their rounding
+//! differences ≲ 1e-5 absolute. The whole-type coverage with an f64
+//! reference is in tests/msl/quant.rs.
+
+use super::tests::{encode, node, outputs, uniform, Bufs};
+use super::*;
+use crate::compile::{compile_without, CompileOptions, Compiled};
+use crate::host::buffer::AlignedBuf;
+use crate::metal::lower::{lower, Lowered};
+use crate::thunk::quant::DequantMatMulGguf;
+use crate::thunk::{is_arena, raw_offset, tag_segment};
+use rlx_ir::op::BinaryOp;
+use rlx_ir::{DType, GgmlType, Graph, Op, QuantScheme, Shape};
+
+/// Byte offsets of the f16 scale fields of a block of `ty`.
+fn scale_fields(ty: GgmlType) -> &'static [usize] {
+    use GgmlType as G;
+    match ty {
+        G::F32 | G::F16 | G::BF16 | G::Q8K => &[],
+        G::Q4_0 | G::Q5_0 | G::Q8_0 | G::Q1_0 | G::Q2_0 => &[0],
+        G::Q4_1 | G::Q5_1 | G::Q8_1 | G::Q4K | G::Q5K => &[0, 2],
+        G::Q2K => &[80, 82],
+        G::Q3K => &[108],
+        G::Q6K => &[208],
+    }
+}
+
+/// `len` bytes of valid `ty` rows (see the module docs).
+fn valid_blocks(ty: GgmlType, len: usize, seed: u64) -> Vec<u8> {
+    use GgmlType as G;
+    match ty {
+        G::F32 => return encode(DType::F32, &uniform(seed, len / 4, -1.0, 1.0)),
+        G::F16 => return encode(DType::F16, &uniform(seed, len / 2, -1.0, 1.0)),
+        G::BF16 => {
+            let v = uniform(seed, len / 2, -1.0, 1.0);
+            return v
+                .iter()
+                .flat_map(|x| ((x.to_bits() >> 16) as u16).to_le_bytes())
+                .collect();
+        }
+        _ => {}
+    }
+    let mut w: Vec<u8> = uniform(seed, len, 0.0, 256.0)
+        .iter()
+        .map(|&v| v as u8)
+        .collect();
+    let scales = uniform(seed ^ 0xa5a5, 2 * len / ty.block_bytes(), 0.004, 0.05);
+    for (i, blk) in w.chunks_exact_mut(ty.block_bytes()).enumerate() {
+        for (f, &at) in scale_fields(ty).iter().enumerate() {
+            let s = scales[2 * i + f] * if (i + f) % 3 == 0 { -1.0 } else { 1.0 };
+            blk[at..at + 2].copy_from_slice(&half::f16::from_f32(s).to_le_bytes());
+        }
+        if ty == G::Q8K {
+            blk[0..4].copy_from_slice(&(0.1 * scales[2 * i]).to_le_bytes());
+        }
+    }
+    w
+}
+
+/// `fill` with u8 params holding valid `ty` blocks.
+fn fill_quant(c: &Compiled, ty: GgmlType) -> Bufs {
+    let mut segs: Vec<AlignedBuf> = c
+        .segment_bytes
+        .iter()
+        .map(|&n| AlignedBuf::zeroed(n))
+        .collect();
+    for (off, bytes) in &c.constants {
+        segs[0].as_mut_slice()[*off..*off + bytes.len()].copy_from_slice(bytes);
+    }
+    for (i, p) in c.params.iter().enumerate() {
+        let n = p.shape.numel().unwrap();
+        let bytes = if p.shape.dtype == DType::U8 {
+            valid_blocks(ty, n, 100 + i as u64)
+        } else {
+            encode(p.shape.dtype, &uniform(100 + i as u64, n, -2.0, 2.0))
+        };
+        segs[1 + i].as_mut_slice().copy_from_slice(&bytes);
+    }
+    let mut arena = AlignedBuf::zeroed(c.arena_bytes);
+    for (i, b) in c.inputs.iter().enumerate() {
+        assert!(is_arena(b.offset));
+        let n = b.shape.numel().unwrap();
+        let bytes = encode(b.shape.dtype, &uniform(i as u64 + 1, n, -2.0, 2.0));
+        let o = raw_offset(b.offset);
+        arena.as_mut_slice()[o..o + bytes.len()].copy_from_slice(&bytes);
+    }
+    Bufs {
+        arena,
+        state: AlignedBuf::zeroed(c.state_bytes),
+        segs,
+    }
+}
+
+fn host(c: &Compiled, ty: GgmlType) -> Vec<Vec<f32>> {
+    let mut b = fill_quant(c, ty);
+    let segs: Vec<Segment> = b
+        .segs
+        .iter_mut()
+        .map(|s| Segment {
+            ptr: s.as_mut_ptr(),
+            len: s.len(),
+        })
+        .collect();
+    let (al, sl) = (b.arena.len(), b.state.len());
+    // SAFETY: the buffers outlive `mem` and are only touched through it.
+    let mem = unsafe { Mem::new(b.arena.as_mut_ptr(), al, b.state.as_mut_ptr(), sl, &segs) };
+    HostExecutor::new(Mode::Native)
+        .run(&c.schedule, &mem, &mut super::tests::no_fallback)
+        .unwrap_or_else(|e| panic!("{e}"));
+    outputs(c, &b)
+}
+
+fn sim(c: &Compiled, plan: &MetalPlan, ty: GgmlType) -> Vec<Vec<f32>> {
+    let mut b = fill_quant(c, ty);
+    {
+        let segs: Vec<&[u8]> = b.segs.iter().map(|s| s.as_slice()).collect();
+        let bufs = SimBuffers {
+            arena: b.arena.as_mut_slice(),
+            state: b.state.as_mut_slice(),
+            segments: &segs,
+        };
+        SimExecutor::new()
+            .run(plan, &c.schedule, bufs, &mut super::tests::no_fallback)
+            .unwrap_or_else(|e| panic!("{e}"));
+    }
+    outputs(c, &b)
+}
+
+/// `x [m, k] @ dequant(w)ᵀ + bias`.
+fn graph(ty: GgmlType, x_dt: DType, m: usize, k: usize, n: usize) -> Graph {
+    let mut g = Graph::new("qmm");
+    let x = node(
+        &mut g,
+        Op::Input {
+            shape: Shape::of(&[m, k], x_dt),
+        },
+        &[],
+    );
+    let rb = ty.row_bytes(k).unwrap();
+    let w = node(
+        &mut g,
+        Op::Param {
+            shape: Shape::of(&[n, rb], DType::U8),
+        },
+        &[],
+    );
+    let bias = node(
+        &mut g,
+        Op::Param {
+            shape: Shape::of(&[n], DType::F32),
+        },
+        &[],
+    );
+    let scheme = QuantScheme::Gguf(ty);
+    let mm = node(&mut g, Op::DequantMatMul { scheme, n, k }, &[x, w]);
+    let out = node(
+        &mut g,
+        Op::Binary {
+            kind: BinaryOp::Add,
+        },
+        &[mm, bias],
+    );
+    g.set_outputs(&[out]).unwrap();
+    g
+}
+
+fn check(ty: GgmlType, x_dt: DType, m: usize, k: usize, n: usize) {
+    let keep = ["ir_elementwise_region".to_string()];
+    let c = compile_without(&graph(ty, x_dt, m, k, n), &CompileOptions::default(), &keep)
+        .unwrap_or_else(|e| panic!("{e}"));
+    let plan = MetalPlan::build(&c.schedule);
+    let want = format!(
+        "{}_{}",
+        if m <= 8 { "gemv" } else { "gemm" },
+        ty.name().to_lowercase()
+    );
+    let found = plan.commands.iter().any(|cmd| {
+        matches!(cmd, Command::Dispatch(d)
+            if d.kernel.function == want
+                && matches!(c.schedule.thunks[d.thunk], Thunk::DequantMatMulGguf(_)))
+    });
+    assert!(found, "{ty:?} m={m}: no {want} dispatch\n{plan}");
+    let (h, s) = (host(&c, ty), sim(&c, &plan, ty));
+    for (hv, sv) in h.iter().zip(&s) {
+        assert_eq!(hv.len(), m * n);
+        for (i, (&a, &b)) in hv.iter().zip(sv).enumerate() {
+            assert!(
+                (a - b).abs() <= 1e-4 + 1e-4 * a.abs(),
+                "{ty:?} {x_dt:?} m={m} k={k} n={n} [{i}]: host {a}, metal-sim {b}\n{plan}"
+            );
+        }
+    }
+}
+
+#[test]
+fn gguf_matmuls_match_host_gemv_and_gemm() {
+    use GgmlType as G;
+    // decode (GEMV) and prefill (GEMM) shapes, one type family each turn
+    for (ty, m, blocks, n) in [
+        (G::Q4_0, 1, 3, 33),
+        (G::Q8_0, 17, 2, 5),
+        (G::Q4K, 3, 2, 33),
+        (G::Q6K, 17, 1, 33),
+        (G::Q5K, 1, 1, 5),
+        (G::Q3K, 9, 1, 7),
+        (G::F16, 2, 37, 5),
+    ] {
+        check(ty, DType::F32, m, blocks * ty.block_size(), n);
+    }
+    // f16 activations (x_f16)
+    check(G::Q4K, DType::F16, 1, 256, 9);
+    check(G::Q5_1, DType::F16, 17, 64, 9);
+}
+
+fn thunk(x: usize, dst: usize, x_f16: bool) -> Thunk {
+    Thunk::DequantMatMulGguf(DequantMatMulGguf {
+        x,
+        w_q: tag_segment(1, 3), // the weight needs no alignment
+        dst,
+        m: 2,
+        k: 64,
+        n: 4,
+        scheme: QuantScheme::Gguf(GgmlType::Q4_0),
+        x_f16,
+        dst_f16: false,
+    })
+}
+
+#[test]
+fn unsupported_layouts_stay_on_the_host() {
+    assert!(matches!(lower(0, &thunk(0, 4096, false)), Lowered::Dispatch(_)));
+    // x over dst (the planner reuses a dead x): other threadgroups would
+    // overwrite x while it is read
+    assert!(matches!(lower(0, &thunk(0, 0, false)), Lowered::Host));
+    assert!(matches!(lower(0, &thunk(0, 256, false)), Lowered::Host));
+    // misaligned activations / results
+    assert!(matches!(lower(0, &thunk(2, 4096, false)), Lowered::Host));
+    assert!(matches!(lower(0, &thunk(2, 4096, true)), Lowered::Dispatch(_)));
+    assert!(matches!(lower(0, &thunk(0, 4098, false)), Lowered::Host));
+    // k not whole blocks: the host reports the error
+    let mut bad = thunk(0, 4096, false);
+    if let Thunk::DequantMatMulGguf(d) = &mut bad {
+        d.k = 48;
+    }
+    assert!(matches!(lower(0, &bad), Lowered::Host));
+}
