@@ -41,7 +41,9 @@ fn scale_min_k4(j: usize, q: &[u8]) -> (f64, f64) {
     }
 }
 
-/// One block of `ty` dequantised (the ggml reference loops).
+/// One block of `ty` dequantised (the ggml reference loops, kept index
+/// for index).
+#[allow(clippy::needless_range_loop)]
 fn dequant_block(ty: GgmlType, b: &[u8]) -> Vec<f64> {
     use GgmlType as G;
     let mut y = vec![0f64; ty.block_size()];
@@ -297,7 +299,13 @@ fn run(kernel: &str, a: QuantArgs, x: &[u8], w: &[u8], gemm: bool) -> Vec<u8> {
     };
     let (mut xb, mut wb) = (x.to_vec(), w.to_vec());
     lib(Family::Quant)
-        .dispatch(kernel, a.as_bytes(), &mut [&mut xb, &mut wb, &mut dst], grid, &[])
+        .dispatch(
+            kernel,
+            a.as_bytes(),
+            &mut [&mut xb, &mut wb, &mut dst],
+            grid,
+            &[],
+        )
         .unwrap_or_else(|e| panic!("{kernel}: {e}"));
     dst
 }
@@ -313,7 +321,9 @@ fn check_type(ty: GgmlType) {
             x = x.iter().map(|&v| f16::from_f32(v).to_f32()).collect();
         }
         let xb: Vec<u8> = if x_f16 {
-            x.iter().flat_map(|&v| f16::from_f32(v).to_le_bytes()).collect()
+            x.iter()
+                .flat_map(|&v| f16::from_f32(v).to_le_bytes())
+                .collect()
         } else {
             x.iter().flat_map(|v| v.to_le_bytes()).collect()
         };
@@ -414,7 +424,10 @@ fn decoder_agrees_with_the_host_decoder() {
         rlx_metal::host::kernels::quant::dequantize_rows(ty, &w, n, &[0, 1, 2], k, &mut host)
             .unwrap();
         for (e, (&a, &b)) in mine.iter().zip(&host).enumerate() {
-            assert!((a - b as f64).abs() <= 1e-6 * (1.0 + a.abs()), "{ty:?}[{e}]: {a} vs {b}");
+            assert!(
+                (a - b as f64).abs() <= 1e-6 * (1.0 + a.abs()),
+                "{ty:?}[{e}]: {a} vs {b}"
+            );
         }
     }
 }

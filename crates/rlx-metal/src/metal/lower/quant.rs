@@ -63,7 +63,8 @@ pub(super) fn lower(i: usize, t: &Thunk) -> Option<Lowered> {
 /// kernels out.
 fn dispatch(i: usize, d: &DequantMatMulGguf, ty: GgmlType) -> Option<Dispatch> {
     let elem = |f16: bool| if f16 { 2 } else { 4 };
-    if raw_offset(d.x) % elem(d.x_f16) != 0 || raw_offset(d.dst) % elem(d.dst_f16) != 0 {
+    let aligned = |off: usize, f16: bool| raw_offset(off).is_multiple_of(elem(f16));
+    if !aligned(d.x, d.x_f16) || !aligned(d.dst, d.dst_f16) {
         return None;
     }
     let row_bytes = u32::try_from(ty.row_bytes(d.k as usize)?).ok()?;
