@@ -22,6 +22,12 @@
 //     decode the QT_N x QT_K weight tile (one 16-element chunk each) and
 //     load the x tile into threadgroup memory; each thread then accumulates
 //     a 2 x 4 block of outputs.
+// gate_up_<type>  (decode MLP)  args MlpArgs: buffer(1) x [k], (2) gate_w,
+//     (3) up_w, (4) dst [n]: dst[j] = act(gate_w[j]·x) · (up_w[j]·x), act
+//     silu (op 0) or tanh-GELU (op 1); one simdgroup per j as gemv_*.
+// down_residual_<type>  args MlpArgs: buffer(1) x [k], (2) w, (3) res [n],
+//     (4) dst [n]: dst[j] = res[j] + w[j]·x. res may be dst itself (each
+//     lane 0 reads res[j] before writing dst[j]); x must not overlap dst.
 //
 // Weight bytes are read one at a time (blocks are 18, 22, 110 ... bytes
 // long, so wider fields are not aligned in general); f16 fields are built
@@ -400,7 +406,70 @@ kernel void quant_gemm(constant QuantArgs&  a    [[buffer(0)]],
     }
 }
 
-#define RLX_QUANT(gemv_name, gemm_name, Q)                                                       \
+// Lane `lane`'s share of row·x (x[k], f32 or f16): chunks lane, lane + 32 ...
+template <typename Q>
+static inline float q_row_dot(device const uchar* row, device const uchar* x,
+                              uint x_f16, uint k, uint lane) {
+    float acc = 0.0f;
+    for (uint c = lane; c < (k + 15) / 16; c += 32) {
+        float wv[16];
+        const uint e0 = 16 * c;
+        Q::decode16(row, e0, k, wv);
+        const uint cnt = min(16u, k - e0);
+        for (uint t = 0; t < cnt; ++t) {
+            acc += wv[t] * q_load(x, x_f16, e0 + t);
+        }
+    }
+    return acc;
+}
+
+template <typename Q>
+kernel void quant_gate_up(constant MlpArgs&    a    [[buffer(0)]],
+                          device const uchar*  x    [[buffer(1)]],
+                          device const uchar*  gw   [[buffer(2)]],
+                          device const uchar*  uw   [[buffer(3)]],
+                          device uchar*        dst  [[buffer(4)]],
+                          uint tg   [[threadgroup_position_in_grid]],
+                          uint sid  [[simdgroup_index_in_threadgroup]],
+                          uint lane [[thread_index_in_simdgroup]])
+{
+    const uint j = tg * QG_SG + sid;
+    if (j >= a.n) {
+        return;
+    }
+    const ulong at = (ulong)j * a.row_bytes;
+    const float g = simd_sum(q_row_dot<Q>(gw + at, x, a.x_f16, a.k, lane));
+    const float u = simd_sum(q_row_dot<Q>(uw + at, x, a.x_f16, a.k, lane));
+    if (lane == 0) {
+        const float act = a.op == 0
+            ? g / (1.0f + exp(-g))
+            : 0.5f * g * (1.0f + precise::tanh(0.79788456080286536f
+                                               * (g + 0.044715f * g * g * g)));
+        q_store(dst, a.dst_f16, j, act * u);
+    }
+}
+
+template <typename Q>
+kernel void quant_down_residual(constant MlpArgs&    a    [[buffer(0)]],
+                                device const uchar*  x    [[buffer(1)]],
+                                device const uchar*  w    [[buffer(2)]],
+                                device const uchar*  res  [[buffer(3)]],
+                                device uchar*        dst  [[buffer(4)]],
+                                uint tg   [[threadgroup_position_in_grid]],
+                                uint sid  [[simdgroup_index_in_threadgroup]],
+                                uint lane [[thread_index_in_simdgroup]])
+{
+    const uint j = tg * QG_SG + sid;
+    if (j >= a.n) {
+        return;
+    }
+    const float d = simd_sum(q_row_dot<Q>(w + (ulong)j * a.row_bytes, x, a.x_f16, a.k, lane));
+    if (lane == 0) {
+        q_store(dst, a.dst_f16, j, q_load(res, a.res_f16, j) + d);
+    }
+}
+
+#define RLX_QUANT(gemv_name, gemm_name, gate_up_name, down_name, Q)                                                       \
 template [[host_name(gemv_name)]] kernel void quant_gemv<Q>(                 \
     constant QuantArgs& a [[buffer(0)]], device const uchar* x [[buffer(1)]],    \
     device const uchar* w [[buffer(2)]], device uchar* dst [[buffer(3)]],        \
@@ -411,21 +480,33 @@ template [[host_name(gemm_name)]] kernel void quant_gemm<Q>(                 \
     constant QuantArgs& a [[buffer(0)]], device const uchar* x [[buffer(1)]],    \
     device const uchar* w [[buffer(2)]], device uchar* dst [[buffer(3)]],        \
     uint2 tg [[threadgroup_position_in_grid]],                                   \
-    uint lid [[thread_index_in_threadgroup]]);
-RLX_QUANT("gemv_f32", "gemm_f32", QF32)
-RLX_QUANT("gemv_f16", "gemm_f16", QF16)
-RLX_QUANT("gemv_bf16", "gemm_bf16", QBF16)
-RLX_QUANT("gemv_q4_0", "gemm_q4_0", QQ4_0)
-RLX_QUANT("gemv_q4_1", "gemm_q4_1", QQ4_1)
-RLX_QUANT("gemv_q5_0", "gemm_q5_0", QQ5_0)
-RLX_QUANT("gemv_q5_1", "gemm_q5_1", QQ5_1)
-RLX_QUANT("gemv_q8_0", "gemm_q8_0", QQ8_0)
-RLX_QUANT("gemv_q8_1", "gemm_q8_1", QQ8_1)
-RLX_QUANT("gemv_q2_k", "gemm_q2_k", QQ2K)
-RLX_QUANT("gemv_q3_k", "gemm_q3_k", QQ3K)
-RLX_QUANT("gemv_q4_k", "gemm_q4_k", QQ4K)
-RLX_QUANT("gemv_q5_k", "gemm_q5_k", QQ5K)
-RLX_QUANT("gemv_q6_k", "gemm_q6_k", QQ6K)
-RLX_QUANT("gemv_q8_k", "gemm_q8_k", QQ8K)
-RLX_QUANT("gemv_q1_0", "gemm_q1_0", QQ1_0)
-RLX_QUANT("gemv_q2_0", "gemm_q2_0", QQ2_0)
+    uint lid [[thread_index_in_threadgroup]]);                                   \
+template [[host_name(gate_up_name)]] kernel void quant_gate_up<Q>(               \
+    constant MlpArgs& a [[buffer(0)]], device const uchar* x [[buffer(1)]],      \
+    device const uchar* gw [[buffer(2)]], device const uchar* uw [[buffer(3)]],  \
+    device uchar* dst [[buffer(4)]], uint tg [[threadgroup_position_in_grid]],   \
+    uint sid [[simdgroup_index_in_threadgroup]],                                 \
+    uint lane [[thread_index_in_simdgroup]]);                                    \
+template [[host_name(down_name)]] kernel void quant_down_residual<Q>(            \
+    constant MlpArgs& a [[buffer(0)]], device const uchar* x [[buffer(1)]],      \
+    device const uchar* w [[buffer(2)]], device const uchar* res [[buffer(3)]],  \
+    device uchar* dst [[buffer(4)]], uint tg [[threadgroup_position_in_grid]],   \
+    uint sid [[simdgroup_index_in_threadgroup]],                                 \
+    uint lane [[thread_index_in_simdgroup]]);
+RLX_QUANT("gemv_f32", "gemm_f32", "gate_up_f32", "down_residual_f32", QF32)
+RLX_QUANT("gemv_f16", "gemm_f16", "gate_up_f16", "down_residual_f16", QF16)
+RLX_QUANT("gemv_bf16", "gemm_bf16", "gate_up_bf16", "down_residual_bf16", QBF16)
+RLX_QUANT("gemv_q4_0", "gemm_q4_0", "gate_up_q4_0", "down_residual_q4_0", QQ4_0)
+RLX_QUANT("gemv_q4_1", "gemm_q4_1", "gate_up_q4_1", "down_residual_q4_1", QQ4_1)
+RLX_QUANT("gemv_q5_0", "gemm_q5_0", "gate_up_q5_0", "down_residual_q5_0", QQ5_0)
+RLX_QUANT("gemv_q5_1", "gemm_q5_1", "gate_up_q5_1", "down_residual_q5_1", QQ5_1)
+RLX_QUANT("gemv_q8_0", "gemm_q8_0", "gate_up_q8_0", "down_residual_q8_0", QQ8_0)
+RLX_QUANT("gemv_q8_1", "gemm_q8_1", "gate_up_q8_1", "down_residual_q8_1", QQ8_1)
+RLX_QUANT("gemv_q2_k", "gemm_q2_k", "gate_up_q2_k", "down_residual_q2_k", QQ2K)
+RLX_QUANT("gemv_q3_k", "gemm_q3_k", "gate_up_q3_k", "down_residual_q3_k", QQ3K)
+RLX_QUANT("gemv_q4_k", "gemm_q4_k", "gate_up_q4_k", "down_residual_q4_k", QQ4K)
+RLX_QUANT("gemv_q5_k", "gemm_q5_k", "gate_up_q5_k", "down_residual_q5_k", QQ5K)
+RLX_QUANT("gemv_q6_k", "gemm_q6_k", "gate_up_q6_k", "down_residual_q6_k", QQ6K)
+RLX_QUANT("gemv_q8_k", "gemm_q8_k", "gate_up_q8_k", "down_residual_q8_k", QQ8K)
+RLX_QUANT("gemv_q1_0", "gemm_q1_0", "gate_up_q1_0", "down_residual_q1_0", QQ1_0)
+RLX_QUANT("gemv_q2_0", "gemm_q2_0", "gate_up_q2_0", "down_residual_q2_0", QQ2_0)

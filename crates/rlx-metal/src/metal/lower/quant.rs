@@ -17,9 +17,19 @@
 //! - `x` overlapping `dst` (the host stages `x` first): other threadgroups
 //!   would overwrite `x` while it is still being read;
 //! - a packed row longer than `u32::MAX` bytes.
+//!
+//! The fused decode-MLP thunks (`FusedMlpGateUpSwiGLU`, `FusedMlpGateUpGelu`,
+//! `FusedMlpDownResidual`) take `gate_up_<type>` / `down_residual_<type>`,
+//! the GEMV skeleton with the gating or the residual add as epilogue, under
+//! the same rules. Their `x` may be placed over the dead input by the
+//! planner (the product written over `x`, as on Qwen layers): the host
+//! stages `x` first, a kernel cannot (other simdgroups would overwrite `x`
+//! while it is read), so an `x` overlapping `dst` stays on the host. The
+//! residual may be `dst` itself (the usual in-place residual stream): each
+//! output reads `res[j]` then writes `dst[j]` in the same lane.
 
 use super::{aliased, kernel, Lowered};
-use crate::metal::args::{KernelArgs, QuantArgs};
+use crate::metal::args::{KernelArgs, MlpArgs, QuantArgs};
 use crate::metal::kernels::Family;
 use crate::metal::plan::{BufferBinding, Dispatch};
 use crate::thunk::quant::DequantMatMulGguf;
@@ -41,8 +51,28 @@ pub(crate) fn kernel_name(ty: GgmlType, m: u32) -> String {
 }
 
 pub(super) fn lower(i: usize, t: &Thunk) -> Option<Lowered> {
-    let Thunk::DequantMatMulGguf(d) = t else {
-        return None;
+    let d = match t {
+        Thunk::DequantMatMulGguf(d) => d,
+        Thunk::FusedMlpGateUpSwiGLU(f) => {
+            let m = Mlp::gate_up(f.scheme, f.k, f.n, (f.x_f16, f.dst_f16), 0);
+            return m.lower(i, t, [f.x, f.gate_w, f.up_w, f.dst]);
+        }
+        Thunk::FusedMlpGateUpGelu(f) => {
+            let m = Mlp::gate_up(f.scheme, f.k, f.n, (false, false), 1);
+            return m.lower(i, t, [f.x, f.gate_w, f.up_w, f.dst]);
+        }
+        Thunk::FusedMlpDownResidual(f) => {
+            let m = Mlp {
+                scheme: f.scheme,
+                k: f.k,
+                n: f.n,
+                f16: [f.x_f16, f.dst_f16, f.res_f16],
+                op: 0,
+                down: true,
+            };
+            return m.lower(i, t, [f.x, f.w, f.res, f.dst]);
+        }
+        _ => return None,
     };
     let QuantScheme::Gguf(ty) = d.scheme else {
         return None;
@@ -91,4 +121,79 @@ fn dispatch(i: usize, d: &DequantMatMulGguf, ty: GgmlType) -> Option<Dispatch> {
         threadgroup: [threads, 1, 1],
         threadgroup_memory: Vec::new(),
     })
+}
+
+/// A fused decode-MLP GEMV (see the module docs).
+struct Mlp {
+    scheme: QuantScheme,
+    k: u32,
+    n: u32,
+    /// x, dst, res are f16.
+    f16: [bool; 3],
+    op: u32,
+    down: bool,
+}
+
+impl Mlp {
+    fn gate_up(scheme: QuantScheme, k: u32, n: u32, (x, dst): (bool, bool), op: u32) -> Self {
+        let f16 = [x, dst, false];
+        Mlp {
+            scheme,
+            k,
+            n,
+            f16,
+            op,
+            down: false,
+        }
+    }
+
+    /// `offs`: x, the weight(s) / res, dst (bound in that order).
+    fn lower(&self, i: usize, t: &Thunk, offs: [usize; 4]) -> Option<Lowered> {
+        let QuantScheme::Gguf(ty) = self.scheme else {
+            return None;
+        };
+        if !(self.k as usize).is_multiple_of(ty.block_size()) {
+            return None;
+        }
+        if self.n == 0 {
+            return Some(Lowered::Skip);
+        }
+        let [x_f16, dst_f16, res_f16] = self.f16;
+        let io = t.io();
+        let (x, dst) = (io.reads.first()?, io.writes.first()?);
+        if x.overlaps(dst) {
+            return None;
+        }
+        let elem = |f16: bool| if f16 { 2 } else { 4 };
+        let aligned = |off: usize, f16: bool| raw_offset(off).is_multiple_of(elem(f16));
+        let res_ok = !self.down || aligned(offs[2], res_f16);
+        if !aligned(offs[0], x_f16) || !aligned(offs[3], dst_f16) || !res_ok {
+            return None;
+        }
+        let row_bytes = u32::try_from(ty.row_bytes(self.k as usize)?).ok()?;
+        let args = MlpArgs {
+            k: self.k,
+            n: self.n,
+            row_bytes,
+            x_f16: x_f16 as u32,
+            dst_f16: dst_f16 as u32,
+            res_f16: res_f16 as u32,
+            op: self.op,
+        };
+        let path = if self.down {
+            "down_residual"
+        } else {
+            "gate_up"
+        };
+        let name = format!("{path}_{}", ty.name().to_lowercase());
+        Some(Lowered::Dispatch(Dispatch {
+            thunk: i,
+            kernel: kernel(Family::Quant, name),
+            args: args.as_bytes().to_vec(),
+            bindings: offs.map(BufferBinding::of).to_vec(),
+            grid: [self.n.div_ceil(GEMV_SIMDGROUPS), 1, 1],
+            threadgroup: [GEMV_SIMDGROUPS * 32, 1, 1],
+            threadgroup_memory: Vec::new(),
+        }))
+    }
 }
