@@ -315,3 +315,152 @@ fn unsupported_layouts_stay_on_the_host() {
     }
     assert!(matches!(lower(0, &bad), Lowered::Host));
 }
+
+/// A decode MLP block `h + down(act(gate(h)) · up(h))` on `ty` weights.
+fn mlp_graph(ty: GgmlType, k: usize, n: usize, gelu: bool) -> Graph {
+    use rlx_ir::op::Activation;
+    let mut g = Graph::new("mlp");
+    let h = node(
+        &mut g,
+        Op::Input {
+            shape: Shape::of(&[1, k], DType::F32),
+        },
+        &[],
+    );
+    let mut param = |rows: usize, cols: usize| {
+        let rb = ty.row_bytes(cols).unwrap();
+        node(
+            &mut g,
+            Op::Param {
+                shape: Shape::of(&[rows, rb], DType::U8),
+            },
+            &[],
+        )
+    };
+    let (wg, wu, wd) = (param(n, k), param(n, k), param(k, n));
+    let scheme = QuantScheme::Gguf(ty);
+    let gate = node(&mut g, Op::DequantMatMul { scheme, n, k }, &[h, wg]);
+    let up = node(&mut g, Op::DequantMatMul { scheme, n, k }, &[h, wu]);
+    let kind = if gelu {
+        Activation::GeluApprox
+    } else {
+        Activation::Silu
+    };
+    let a = node(&mut g, Op::Activation { kind }, &[gate]);
+    let mul = Op::Binary {
+        kind: BinaryOp::Mul,
+    };
+    let p = node(&mut g, mul, &[a, up]);
+    let d = node(&mut g, Op::DequantMatMul { scheme, n: k, k: n }, &[p, wd]);
+    let add = Op::Binary {
+        kind: BinaryOp::Add,
+    };
+    let out = node(&mut g, add, &[h, d]);
+    g.set_outputs(&[out]).unwrap();
+    g
+}
+
+#[test]
+fn fused_decode_mlp_matches_host() {
+    use GgmlType as G;
+    for (ty, gelu) in [(G::Q4K, false), (G::Q8_0, true), (G::Q6K, false)] {
+        let (k, n) = (256, 512);
+        let keep = ["ir_elementwise_region".to_string()];
+        let c = compile_without(
+            &mlp_graph(ty, k, n, gelu),
+            &CompileOptions::default(),
+            &keep,
+        )
+        .unwrap_or_else(|e| panic!("{e}"));
+        let plan = MetalPlan::build(&c.schedule);
+        let names: Vec<&str> = plan
+            .commands
+            .iter()
+            .filter_map(|cmd| match cmd {
+                Command::Dispatch(d) => Some(d.kernel.function.as_str()),
+                _ => None,
+            })
+            .collect();
+        let t = ty.name().to_lowercase();
+        let gate_up = format!("gate_up_{t}");
+        assert!(
+            names.contains(&gate_up.as_str()),
+            "{ty:?}: no {gate_up}\n{plan}"
+        );
+        // the planner puts the down's result over its dead input (the
+        // product): that GEMV must stay a host command (the kernel cannot
+        // read x while other simdgroups overwrite it); without the overlap
+        // it is a kernel
+        for (i, th) in c.schedule.thunks.iter().enumerate() {
+            if let Thunk::FusedMlpDownResidual(d) = th {
+                let io = th.io();
+                let over = io.reads[0].overlaps(&io.writes[0]);
+                let dispatched = plan
+                    .commands
+                    .iter()
+                    .any(|cmd| matches!(cmd, Command::Dispatch(x) if x.thunk == i));
+                assert_eq!(dispatched, !over, "{d:?}\n{plan}");
+            }
+        }
+        // the host's fused GEMVs may round x to 8-bit blocks (VNNI, about
+        // 0.5 % of the output scale per GEMV, two GEMVs chained): compare
+        // against the output's scale
+        let (h, s) = (host(&c, ty), sim(&c, &plan, ty));
+        let scale = h[0].iter().fold(0f32, |a, v| a.max(v.abs()));
+        for (i, (&a, &b)) in h[0].iter().zip(&s[0]).enumerate() {
+            assert!(
+                (a - b).abs() <= 2e-2 * scale,
+                "{ty:?} [{i}]: host {a}, metal-sim {b} (scale {scale})\n{plan}"
+            );
+        }
+    }
+}
+
+#[test]
+fn fused_mlp_aliasing_stays_correct() {
+    use crate::thunk::fused::{FusedMlpDownResidual, FusedMlpGateUpSwiGLU};
+    let scheme = QuantScheme::Gguf(GgmlType::Q4_0);
+    let gate_up = |x: usize, dst: usize| {
+        Thunk::FusedMlpGateUpSwiGLU(FusedMlpGateUpSwiGLU {
+            x,
+            gate_w: tag_segment(1, 0),
+            up_w: tag_segment(2, 0),
+            dst,
+            k: 64,
+            n: 32,
+            scheme,
+            x_f16: false,
+            dst_f16: false,
+        })
+    };
+    assert!(matches!(lower(0, &gate_up(0, 1024)), Lowered::Dispatch(_)));
+    // the product over the dead x (Qwen layers): host
+    assert!(matches!(lower(0, &gate_up(0, 0)), Lowered::Host));
+    assert!(matches!(lower(0, &gate_up(0, 128)), Lowered::Host));
+    let down = |x: usize, res: usize, dst: usize| {
+        Thunk::FusedMlpDownResidual(FusedMlpDownResidual {
+            x,
+            w: tag_segment(1, 0),
+            res,
+            dst,
+            k: 64,
+            n: 32,
+            scheme,
+            x_f16: false,
+            dst_f16: false,
+            res_f16: false,
+        })
+    };
+    // in-place residual: a kernel
+    assert!(matches!(
+        lower(0, &down(0, 1024, 1024)),
+        Lowered::Dispatch(_)
+    ));
+    assert!(matches!(
+        lower(0, &down(0, 1024, 2048)),
+        Lowered::Dispatch(_)
+    ));
+    // x under dst, or res shifted against dst: host
+    assert!(matches!(lower(0, &down(1024, 0, 1024)), Lowered::Host));
+    assert!(matches!(lower(0, &down(0, 1028, 1024)), Lowered::Host));
+}
