@@ -9,7 +9,8 @@
 // Every block type provides `decode16(row, e0, k, w)`: elements e0 ..
 // e0 + 15 of a row (e0 a multiple of 16) dequantised into w[16]; elements
 // at or past k are 0 (only the float types can have a k that is not a
-// multiple of 16). The two skeletons below are shared by all types.
+// multiple of 16). The four kernel templates below are shared by all types
+// (RLX_QUANT instantiates them per type).
 //
 // gemv_<type>  (m <= 8, decode)  args QuantArgs: buffer(1) x, (2) w, (3) dst
 //     One simdgroup per output column j (weight row), QG_SG simdgroups per
@@ -41,8 +42,13 @@ using namespace metal;
 #define QT_N 32
 #define QT_K 64
 #define QT_LD 65     // padded tile row (QT_K + 1): no bank conflicts
-#define QT_TILE 2080 // floats of a 32-row tile (QT_M * QT_LD = QT_N * QT_LD)
+// Floats of a 32-row tile (QT_M * QT_LD = QT_N * QT_LD), one literal: msl-sim's
+// pre-pass reads a `*` or `(` in a threadgroup declaration as a pointer / cast
+// and would make the array per-thread.
+#define QT_TILE 2080
 #define QT_THREADS 128
+static_assert(QT_TILE == QT_M * QT_LD && QT_TILE == QT_N * QT_LD, "tile size");
+static_assert(QT_THREADS == QT_N * QT_K / 16, "one weight chunk per thread");
 
 static inline float q_f16(device const uchar* p) {
     return float(as_type<half>(ushort(ushort(p[0]) | (ushort(p[1]) << 8))));
