@@ -95,11 +95,37 @@ struct SoftmaxArgs {
     uint cols;
 };
 
+// quant.metal gemv_* / gemm_*: dst[m, n] = x[m, k] @ dequant(w)ᵀ, w n rows
+// of row_bytes packed GGUF bytes; x / dst f16 when the flags are 1.
+struct QuantArgs {
+    uint m;
+    uint k;
+    uint n;
+    uint row_bytes;
+    uint x_f16;
+    uint dst_f16;
+};
+
+// quant.metal gate_up_* / down_residual_*: fused decode-MLP GEMVs over n
+// packed rows of row_bytes bytes (k elements); x / dst / res f16 when the
+// flags are 1; op: 0 silu, 1 tanh-GELU (gate_up only).
+struct MlpArgs {
+    uint k;
+    uint n;
+    uint row_bytes;
+    uint x_f16;
+    uint dst_f16;
+    uint res_f16;
+    uint op;
+};
+
 static_assert(sizeof(UnaryArgs) == 8 && alignof(UnaryArgs) == 4, "UnaryArgs layout");
 static_assert(sizeof(CastArgs) == 4 && alignof(CastArgs) == 4, "CastArgs layout");
 static_assert(sizeof(BinaryArgs) == 8 && alignof(BinaryArgs) == 4, "BinaryArgs layout");
 static_assert(sizeof(BroadcastArgs) == 112 && alignof(BroadcastArgs) == 4, "BroadcastArgs layout");
 static_assert(sizeof(RowNormArgs) == 16 && alignof(RowNormArgs) == 4, "RowNormArgs layout");
 static_assert(sizeof(SoftmaxArgs) == 8 && alignof(SoftmaxArgs) == 4, "SoftmaxArgs layout");
+static_assert(sizeof(QuantArgs) == 24 && alignof(QuantArgs) == 4, "QuantArgs layout");
+static_assert(sizeof(MlpArgs) == 28 && alignof(MlpArgs) == 4, "MlpArgs layout");
 
 #endif  // RLX_METAL_ARGS_H

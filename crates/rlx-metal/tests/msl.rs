@@ -7,6 +7,8 @@ mod msl {
     pub mod binary;
     pub mod common;
     pub mod elementwise;
+    pub mod fused_mlp;
     pub mod norm;
+    pub mod quant;
     pub mod softmax;
 }

@@ -105,6 +105,44 @@ pub struct SoftmaxArgs {
     pub cols: u32,
 }
 
+/// `QuantArgs`: `dst[m, n] = x[m, k] @ dequant(w)ᵀ` on packed GGUF rows.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct QuantArgs {
+    /// Rows of `x`.
+    pub m: u32,
+    /// Reduction length.
+    pub k: u32,
+    /// Output features (weight rows).
+    pub n: u32,
+    /// Bytes of one packed weight row.
+    pub row_bytes: u32,
+    /// 1 if `x` is f16.
+    pub x_f16: u32,
+    /// 1 if `dst` is f16.
+    pub dst_f16: u32,
+}
+
+/// `MlpArgs`: the fused decode-MLP GEMVs (`gate_up_*`, `down_residual_*`).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct MlpArgs {
+    /// Reduction length.
+    pub k: u32,
+    /// Outputs (weight rows).
+    pub n: u32,
+    /// Bytes of one packed weight row.
+    pub row_bytes: u32,
+    /// 1 if `x` is f16.
+    pub x_f16: u32,
+    /// 1 if `dst` is f16.
+    pub dst_f16: u32,
+    /// 1 if `res` is f16 (down only).
+    pub res_f16: u32,
+    /// Gating of gate / up: 0 silu, 1 tanh-GELU.
+    pub op: u32,
+}
+
 kernel_args! {
     UnaryArgs = 8,
     CastArgs = 4,
@@ -112,6 +150,8 @@ kernel_args! {
     BroadcastArgs = 112,
     RowNormArgs = 16,
     SoftmaxArgs = 8,
+    QuantArgs = 24,
+    MlpArgs = 28,
 }
 
 /// `RlxAct` / `RlxBin` codes (`args.h`): the region chain encoding's
@@ -148,6 +188,8 @@ mod tests {
             ("BroadcastArgs", size_of::<BroadcastArgs>()),
             ("RowNormArgs", size_of::<RowNormArgs>()),
             ("SoftmaxArgs", size_of::<SoftmaxArgs>()),
+            ("QuantArgs", size_of::<QuantArgs>()),
+            ("MlpArgs", size_of::<MlpArgs>()),
         ];
         let header = header_sizes();
         assert_eq!(header.len(), rust.len(), "{header:?}");

@@ -1,0 +1,518 @@
+// quant.metal -- dst[m, n] = x[m, k] @ dequant(w)ᵀ on packed GGUF rows.
+//
+// w is n rows of `row_bytes` bytes, each k elements stored as ggml blocks
+// (the layouts of src/host/kernels/quant/{legacy,kquants,seed,float}.rs).
+// x and dst are f32 or f16 by the QuantArgs flags (bound as bytes), so one
+// kernel per block type and path covers the four dtype combinations.
+// Accumulation is f32.
+//
+// Every block type provides `decode16(row, e0, k, w)`: elements e0 ..
+// e0 + 15 of a row (e0 a multiple of 16) dequantised into w[16]; elements
+// at or past k are 0 (only the float types can have a k that is not a
+// multiple of 16). The four kernel templates below are shared by all types
+// (RLX_QUANT instantiates them per type).
+//
+// gemv_<type>  (m <= 8, decode)  args QuantArgs: buffer(1) x, (2) w, (3) dst
+//     One simdgroup per output column j (weight row), QG_SG simdgroups per
+//     threadgroup, grid = ceil(n / QG_SG). Lanes take 16-element chunks
+//     of the row round robin (lane l: chunks l, l + 32, ...), decode each
+//     once and dot it with all m rows of x; simd_sum per row of x.
+// gemm_<type>  (any m, prefill)  args QuantArgs: buffer(1) x, (2) w, (3) dst
+//     128 threads per threadgroup, a QT_M x QT_N tile of dst each, grid =
+//     (ceil(n / QT_N), ceil(m / QT_M)). Per QT_K step, the 128 threads
+//     decode the QT_N x QT_K weight tile (one 16-element chunk each) and
+//     load the x tile into threadgroup memory; each thread then accumulates
+//     a 2 x 4 block of outputs.
+// gate_up_<type>  (decode MLP)  args MlpArgs: buffer(1) x [k], (2) gate_w,
+//     (3) up_w, (4) dst [n]: dst[j] = act(gate_w[j]·x) · (up_w[j]·x), act
+//     silu (op 0) or tanh-GELU (op 1); one simdgroup per j as gemv_*.
+// down_residual_<type>  args MlpArgs: buffer(1) x [k], (2) w, (3) res [n],
+//     (4) dst [n]: dst[j] = res[j] + w[j]·x. res may be dst itself (each
+//     lane 0 reads res[j] before writing dst[j]); x must not overlap dst.
+//
+// Weight bytes are read one at a time (blocks are 18, 22, 110 ... bytes
+// long, so wider fields are not aligned in general); f16 fields are built
+// from two bytes.
+#include <metal_stdlib>
+#include "args.h"
+using namespace metal;
+
+#define QG_SG 4
+#define QT_M 32
+#define QT_N 32
+#define QT_K 64
+#define QT_LD 65     // padded tile row (QT_K + 1): no bank conflicts
+// Floats of a 32-row tile (QT_M * QT_LD = QT_N * QT_LD), one literal: msl-sim's
+// pre-pass reads a `*` or `(` in a threadgroup declaration as a pointer / cast
+// and would make the array per-thread.
+#define QT_TILE 2080
+#define QT_THREADS 128
+static_assert(QT_TILE == QT_M * QT_LD && QT_TILE == QT_N * QT_LD, "tile size");
+static_assert(QT_THREADS == QT_N * QT_K / 16, "one weight chunk per thread");
+
+static inline float q_f16(device const uchar* p) {
+    return float(as_type<half>(ushort(ushort(p[0]) | (ushort(p[1]) << 8))));
+}
+
+// A byte as a signed int8 (two's complement), independent of char's sign.
+static inline float q_i8(uchar b) {
+    return float(int(uint(b) << 24) >> 24);
+}
+
+static inline uint q_u32(device const uchar* p) {
+    return uint(p[0]) | (uint(p[1]) << 8) | (uint(p[2]) << 16) | (uint(p[3]) << 24);
+}
+
+// ---------------------------------------------------------------------------
+// Float rows (block = 1 element; k may be anything).
+// ---------------------------------------------------------------------------
+struct QF32 {
+    static void decode16(device const uchar* row, uint e0, uint k, thread float* w) {
+        for (uint t = 0; t < 16; ++t) {
+            const uint e = e0 + t;
+            w[t] = e < k ? as_type<float>(q_u32(row + 4 * e)) : 0.0f;
+        }
+    }
+};
+
+struct QF16 {
+    static void decode16(device const uchar* row, uint e0, uint k, thread float* w) {
+        for (uint t = 0; t < 16; ++t) {
+            const uint e = e0 + t;
+            w[t] = e < k ? q_f16(row + 2 * e) : 0.0f;
+        }
+    }
+};
+
+struct QBF16 {
+    static void decode16(device const uchar* row, uint e0, uint k, thread float* w) {
+        for (uint t = 0; t < 16; ++t) {
+            const uint e = e0 + t;
+            const uint b = e < k ? (uint(row[2 * e]) | (uint(row[2 * e + 1]) << 8)) : 0u;
+            w[t] = as_type<float>(b << 16);
+        }
+    }
+};
+
+// ---------------------------------------------------------------------------
+// 32-element blocks. Element e of the block: e < 16 is the low nibble of
+// qs[e], e >= 16 the high nibble of qs[e - 16]; the fifth bit (Q5_*) is
+// bit e of qh; w = d * (q - bias) (+ min for *_1).
+// ---------------------------------------------------------------------------
+template <uint BB, uint QS, uint QH, bool MIN, uint BIAS>
+static inline void q_legacy(device const uchar* row, uint e0, thread float* w) {
+    device const uchar* b = row + (e0 / 32) * BB;
+    const uint h = (e0 % 32) / 16;  // which nibble
+    const float d = q_f16(b);
+    const float mn = MIN ? q_f16(b + 2) : 0.0f;
+    const uint qh = QH ? q_u32(b + QH) : 0u;
+    for (uint t = 0; t < 16; ++t) {
+        uint q = (uint(b[QS + t]) >> (4 * h)) & 0x0Fu;
+        if (QH) {
+            q |= ((qh >> (16 * h + t)) & 1u) << 4;
+        }
+        w[t] = d * (float(q) - float(BIAS)) + mn;
+    }
+}
+
+struct QQ4_0 {
+    static void decode16(device const uchar* r, uint e0, uint, thread float* w) {
+        q_legacy<18, 2, 0, false, 8>(r, e0, w);
+    }
+};
+struct QQ4_1 {
+    static void decode16(device const uchar* r, uint e0, uint, thread float* w) {
+        q_legacy<20, 4, 0, true, 0>(r, e0, w);
+    }
+};
+struct QQ5_0 {
+    static void decode16(device const uchar* r, uint e0, uint, thread float* w) {
+        q_legacy<22, 6, 2, false, 16>(r, e0, w);
+    }
+};
+struct QQ5_1 {
+    static void decode16(device const uchar* r, uint e0, uint, thread float* w) {
+        q_legacy<24, 8, 4, true, 0>(r, e0, w);
+    }
+};
+
+// int8 codes after a `QS`-byte header starting with f16 d (Q8_0, Q8_1).
+template <uint BB, uint QS>
+static inline void q_int8(device const uchar* row, uint e0, thread float* w) {
+    device const uchar* b = row + (e0 / 32) * BB;
+    const float d = q_f16(b);
+    device const uchar* qs = b + QS + e0 % 32;
+    for (uint t = 0; t < 16; ++t) {
+        w[t] = d * q_i8(qs[t]);
+    }
+}
+
+struct QQ8_0 {
+    static void decode16(device const uchar* r, uint e0, uint, thread float* w) {
+        q_int8<34, 2>(r, e0, w);
+    }
+};
+struct QQ8_1 {
+    static void decode16(device const uchar* r, uint e0, uint, thread float* w) {
+        q_int8<36, 4>(r, e0, w);
+    }
+};
+
+// ---------------------------------------------------------------------------
+// The seed's 128-element blocks: f16 d, then sign bits (Q1_0: bit t of
+// byte e / 8 -> +d / -d) or 2-bit codes (Q2_0: bits 2t of byte e / 4 ->
+// d * (q - 1.5)).
+// ---------------------------------------------------------------------------
+struct QQ1_0 {
+    static void decode16(device const uchar* r, uint e0, uint, thread float* w) {
+        device const uchar* b = r + (e0 / 128) * 18;
+        const float d = q_f16(b);
+        const uint e = e0 % 128;
+        for (uint t = 0; t < 16; ++t) {
+            const uint bit = (uint(b[2 + (e + t) / 8]) >> ((e + t) % 8)) & 1u;
+            w[t] = bit ? d : -d;
+        }
+    }
+};
+struct QQ2_0 {
+    static void decode16(device const uchar* r, uint e0, uint, thread float* w) {
+        device const uchar* b = r + (e0 / 128) * 34;
+        const float d = q_f16(b);
+        const uint e = e0 % 128;
+        for (uint t = 0; t < 16; ++t) {
+            const uint q = (uint(b[2 + (e + t) / 4]) >> (2 * ((e + t) % 4))) & 3u;
+            w[t] = d * (float(q) - 1.5f);
+        }
+    }
+};
+
+// ---------------------------------------------------------------------------
+// 256-element k-quants. Chunk c = (e0 % 256) / 16 of a block; for Q2_K,
+// Q3_K and Q6_K it is exactly one sub-block (scale index c), element
+// 16c + t is 128n + 32j + l with n = c / 8, j = (c % 8) / 2,
+// l = 16 (c % 2) + t.
+// ---------------------------------------------------------------------------
+struct QQ2K {
+    static void decode16(device const uchar* r, uint e0, uint, thread float* w) {
+        device const uchar* b = r + (e0 / 256) * 84;
+        const uint c = (e0 % 256) / 16;
+        const uint n = c / 8, j = (c % 8) / 2, l0 = 16 * (c % 2);
+        const uint sc = b[c];
+        const float a = q_f16(b + 80) * float(sc & 0x0Fu);
+        const float mn = q_f16(b + 82) * float(sc >> 4);
+        device const uchar* qs = b + 16 + 32 * n + l0;
+        for (uint t = 0; t < 16; ++t) {
+            w[t] = a * float((uint(qs[t]) >> (2 * j)) & 3u) - mn;
+        }
+    }
+};
+
+struct QQ3K {
+    static void decode16(device const uchar* r, uint e0, uint, thread float* w) {
+        device const uchar* b = r + (e0 / 256) * 110;
+        const uint c = (e0 % 256) / 16;
+        const uint n = c / 8, j = (c % 8) / 2, l0 = 16 * (c % 2);
+        device const uchar* sc = b + 96;
+        const uint lo = c < 8 ? (uint(sc[c]) & 0x0Fu) : (uint(sc[c - 8]) >> 4);
+        const uint hi = (uint(sc[8 + c % 4]) >> (2 * (c / 4))) & 3u;
+        const float a = q_f16(b + 108) * (float(lo | (hi << 4)) - 32.0f);
+        device const uchar* hm = b + l0;
+        device const uchar* qs = b + 32 + 32 * n + l0;
+        const uint bit = 4 * n + j;
+        for (uint t = 0; t < 16; ++t) {
+            const int q = int((uint(qs[t]) >> (2 * j)) & 3u)
+                        - (((uint(hm[t]) >> bit) & 1u) ? 0 : 4);
+            w[t] = a * float(q);
+        }
+    }
+};
+
+// Q4_K / Q5_K: d, dmin, 12 bytes of 8 packed 6-bit (scale, min) pairs.
+// Element 16c + t is 64 cc + 32 h + l (cc = c / 4, h = (c / 2) % 2,
+// l = 16 (c % 2) + t): nibble h of qs[32 cc + l], pair p = c / 2, fifth
+// bit (Q5_K) bit p of qh[l].
+template <uint BB, uint QS, uint QH>
+static inline void q_k4(device const uchar* r, uint e0, thread float* w) {
+    device const uchar* b = r + (e0 / 256) * BB;
+    const uint c = (e0 % 256) / 16;
+    const uint p = c / 2, cc = c / 4, h = (c / 2) % 2, l0 = 16 * (c % 2);
+    device const uchar* sc = b + 4;
+    uint s, m;
+    if (p < 4) {
+        s = uint(sc[p]) & 63u;
+        m = uint(sc[p + 4]) & 63u;
+    } else {
+        s = (uint(sc[p + 4]) & 0x0Fu) | ((uint(sc[p - 4]) >> 6) << 4);
+        m = (uint(sc[p + 4]) >> 4) | ((uint(sc[p]) >> 6) << 4);
+    }
+    const float a = q_f16(b) * float(s);
+    const float mn = q_f16(b + 2) * float(m);
+    device const uchar* qs = b + QS + 32 * cc + l0;
+    for (uint t = 0; t < 16; ++t) {
+        uint q = (uint(qs[t]) >> (4 * h)) & 0x0Fu;
+        if (QH) {
+            q |= ((uint(b[QH + l0 + t]) >> p) & 1u) << 4;
+        }
+        w[t] = a * float(q) - mn;
+    }
+}
+
+struct QQ4K {
+    static void decode16(device const uchar* r, uint e0, uint, thread float* w) {
+        q_k4<144, 16, 0>(r, e0, w);
+    }
+};
+struct QQ5K {
+    static void decode16(device const uchar* r, uint e0, uint, thread float* w) {
+        q_k4<176, 48, 16>(r, e0, w);
+    }
+};
+
+// Q6_K: ql[128], qh[64], int8 scales[16], d. Element 128n + 32j + l:
+// nibble j / 2 of ql[64n + 32(j % 2) + l], high bits (qh[32n + l] >> 2j) & 3.
+struct QQ6K {
+    static void decode16(device const uchar* r, uint e0, uint, thread float* w) {
+        device const uchar* b = r + (e0 / 256) * 210;
+        const uint c = (e0 % 256) / 16;
+        const uint n = c / 8, j = (c % 8) / 2, l0 = 16 * (c % 2);
+        const float a = q_f16(b + 208) * q_i8(b[192 + c]);
+        device const uchar* ql = b + 64 * n + 32 * (j % 2) + l0;
+        device const uchar* qh = b + 128 + 32 * n + l0;
+        for (uint t = 0; t < 16; ++t) {
+            const uint q = ((uint(ql[t]) >> (4 * (j / 2))) & 0x0Fu)
+                         | (((uint(qh[t]) >> (2 * j)) & 3u) << 4);
+            w[t] = a * (float(q) - 32.0f);
+        }
+    }
+};
+
+// Q8_K: f32 d, int8 qs[256] (the bsums are not needed).
+struct QQ8K {
+    static void decode16(device const uchar* r, uint e0, uint, thread float* w) {
+        device const uchar* b = r + (e0 / 256) * 292;
+        const float d = as_type<float>(q_u32(b));
+        device const uchar* qs = b + 4 + e0 % 256;
+        for (uint t = 0; t < 16; ++t) {
+            w[t] = d * q_i8(qs[t]);
+        }
+    }
+};
+
+// ---------------------------------------------------------------------------
+// Activations and results: f32 or f16 by flag.
+// ---------------------------------------------------------------------------
+static inline float q_load(device const uchar* x, uint f16, ulong i) {
+    return f16 ? float(((device const half*)x)[i]) : ((device const float*)x)[i];
+}
+
+static inline void q_store(device uchar* d, uint f16, ulong i, float v) {
+    if (f16) {
+        ((device half*)d)[i] = half(v);
+    } else {
+        ((device float*)d)[i] = v;
+    }
+}
+
+template <typename Q>
+kernel void quant_gemv(constant QuantArgs&  a    [[buffer(0)]],
+                       device const uchar*  x    [[buffer(1)]],
+                       device const uchar*  w    [[buffer(2)]],
+                       device uchar*        dst  [[buffer(3)]],
+                       uint tg   [[threadgroup_position_in_grid]],
+                       uint sid  [[simdgroup_index_in_threadgroup]],
+                       uint lane [[thread_index_in_simdgroup]])
+{
+    const uint j = tg * QG_SG + sid;
+    if (j >= a.n) {
+        return;  // the whole simdgroup: no simd_sum is left waiting
+    }
+    device const uchar* row = w + (ulong)j * a.row_bytes;
+    float acc[8] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f};
+    const uint nch = (a.k + 15) / 16;
+    for (uint c = lane; c < nch; c += 32) {
+        float wv[16];
+        const uint e0 = 16 * c;
+        Q::decode16(row, e0, a.k, wv);
+        const uint cnt = min(16u, a.k - e0);
+        for (uint i = 0; i < 8; ++i) {
+            if (i < a.m) {
+                const ulong xo = (ulong)i * a.k + e0;
+                float s = 0.0f;
+                for (uint t = 0; t < cnt; ++t) {
+                    s += wv[t] * q_load(x, a.x_f16, xo + t);
+                }
+                acc[i] += s;
+            }
+        }
+    }
+    for (uint i = 0; i < 8; ++i) {
+        if (i < a.m) {
+            const float s = simd_sum(acc[i]);
+            if (lane == 0) {
+                q_store(dst, a.dst_f16, (ulong)i * a.n + j, s);
+            }
+        }
+    }
+}
+
+template <typename Q>
+kernel void quant_gemm(constant QuantArgs&  a    [[buffer(0)]],
+                       device const uchar*  x    [[buffer(1)]],
+                       device const uchar*  w    [[buffer(2)]],
+                       device uchar*        dst  [[buffer(3)]],
+                       uint2 tg  [[threadgroup_position_in_grid]],
+                       uint  lid [[thread_index_in_threadgroup]])
+{
+    threadgroup float xs[QT_TILE];
+    threadgroup float ws[QT_TILE];
+    const uint n0 = tg.x * QT_N, m0 = tg.y * QT_M;
+    const uint rr = lid / 8, cc = lid % 8;  // rows rr, rr + 16; cols cc + 8u
+    float acc[2][4] = {{0.0f, 0.0f, 0.0f, 0.0f}, {0.0f, 0.0f, 0.0f, 0.0f}};
+    for (uint k0 = 0; k0 < a.k; k0 += QT_K) {
+        {   // weight tile: thread lid decodes chunk lid % 4 of row lid / 4
+            const uint r = lid / 4, h = lid % 4, e0 = k0 + 16 * h;
+            float wv[16];
+            if (n0 + r < a.n && e0 < a.k) {
+                Q::decode16(w + (ulong)(n0 + r) * a.row_bytes, e0, a.k, wv);
+            } else {
+                for (uint t = 0; t < 16; ++t) {
+                    wv[t] = 0.0f;
+                }
+            }
+            for (uint t = 0; t < 16; ++t) {
+                ws[r * QT_LD + 16 * h + t] = wv[t];
+            }
+        }
+        for (uint s = lid; s < QT_M * QT_K; s += QT_THREADS) {
+            const uint r = s / QT_K, col = s % QT_K;
+            const bool in = m0 + r < a.m && k0 + col < a.k;
+            xs[r * QT_LD + col] =
+                in ? q_load(x, a.x_f16, (ulong)(m0 + r) * a.k + k0 + col) : 0.0f;
+        }
+        threadgroup_barrier(mem_flags::mem_threadgroup);
+        for (uint kk = 0; kk < QT_K; ++kk) {
+            const float x0 = xs[rr * QT_LD + kk];
+            const float x1 = xs[(rr + 16) * QT_LD + kk];
+            for (uint c = 0; c < 4; ++c) {
+                const float wv = ws[(cc + 8 * c) * QT_LD + kk];
+                acc[0][c] += x0 * wv;
+                acc[1][c] += x1 * wv;
+            }
+        }
+        threadgroup_barrier(mem_flags::mem_threadgroup);
+    }
+    for (uint i = 0; i < 2; ++i) {
+        const uint row = m0 + rr + 16 * i;
+        for (uint c = 0; c < 4; ++c) {
+            const uint col = n0 + cc + 8 * c;
+            if (row < a.m && col < a.n) {
+                q_store(dst, a.dst_f16, (ulong)row * a.n + col, acc[i][c]);
+            }
+        }
+    }
+}
+
+// Lane `lane`'s share of row·x (x[k], f32 or f16): chunks lane, lane + 32 ...
+template <typename Q>
+static inline float q_row_dot(device const uchar* row, device const uchar* x,
+                              uint x_f16, uint k, uint lane) {
+    float acc = 0.0f;
+    for (uint c = lane; c < (k + 15) / 16; c += 32) {
+        float wv[16];
+        const uint e0 = 16 * c;
+        Q::decode16(row, e0, k, wv);
+        const uint cnt = min(16u, k - e0);
+        for (uint t = 0; t < cnt; ++t) {
+            acc += wv[t] * q_load(x, x_f16, e0 + t);
+        }
+    }
+    return acc;
+}
+
+template <typename Q>
+kernel void quant_gate_up(constant MlpArgs&    a    [[buffer(0)]],
+                          device const uchar*  x    [[buffer(1)]],
+                          device const uchar*  gw   [[buffer(2)]],
+                          device const uchar*  uw   [[buffer(3)]],
+                          device uchar*        dst  [[buffer(4)]],
+                          uint tg   [[threadgroup_position_in_grid]],
+                          uint sid  [[simdgroup_index_in_threadgroup]],
+                          uint lane [[thread_index_in_simdgroup]])
+{
+    const uint j = tg * QG_SG + sid;
+    if (j >= a.n) {
+        return;
+    }
+    const ulong at = (ulong)j * a.row_bytes;
+    const float g = simd_sum(q_row_dot<Q>(gw + at, x, a.x_f16, a.k, lane));
+    const float u = simd_sum(q_row_dot<Q>(uw + at, x, a.x_f16, a.k, lane));
+    if (lane == 0) {
+        const float act = a.op == 0
+            ? g / (1.0f + exp(-g))
+            : 0.5f * g * (1.0f + precise::tanh(0.79788456080286536f
+                                               * (g + 0.044715f * g * g * g)));
+        q_store(dst, a.dst_f16, j, act * u);
+    }
+}
+
+template <typename Q>
+kernel void quant_down_residual(constant MlpArgs&    a    [[buffer(0)]],
+                                device const uchar*  x    [[buffer(1)]],
+                                device const uchar*  w    [[buffer(2)]],
+                                device const uchar*  res  [[buffer(3)]],
+                                device uchar*        dst  [[buffer(4)]],
+                                uint tg   [[threadgroup_position_in_grid]],
+                                uint sid  [[simdgroup_index_in_threadgroup]],
+                                uint lane [[thread_index_in_simdgroup]])
+{
+    const uint j = tg * QG_SG + sid;
+    if (j >= a.n) {
+        return;
+    }
+    const float d = simd_sum(q_row_dot<Q>(w + (ulong)j * a.row_bytes, x, a.x_f16, a.k, lane));
+    if (lane == 0) {
+        q_store(dst, a.dst_f16, j, q_load(res, a.res_f16, j) + d);
+    }
+}
+
+#define RLX_QUANT(gemv_name, gemm_name, gate_up_name, down_name, Q)                                                       \
+template [[host_name(gemv_name)]] kernel void quant_gemv<Q>(                 \
+    constant QuantArgs& a [[buffer(0)]], device const uchar* x [[buffer(1)]],    \
+    device const uchar* w [[buffer(2)]], device uchar* dst [[buffer(3)]],        \
+    uint tg [[threadgroup_position_in_grid]],                                    \
+    uint sid [[simdgroup_index_in_threadgroup]],                                 \
+    uint lane [[thread_index_in_simdgroup]]);                                    \
+template [[host_name(gemm_name)]] kernel void quant_gemm<Q>(                 \
+    constant QuantArgs& a [[buffer(0)]], device const uchar* x [[buffer(1)]],    \
+    device const uchar* w [[buffer(2)]], device uchar* dst [[buffer(3)]],        \
+    uint2 tg [[threadgroup_position_in_grid]],                                   \
+    uint lid [[thread_index_in_threadgroup]]);                                   \
+template [[host_name(gate_up_name)]] kernel void quant_gate_up<Q>(               \
+    constant MlpArgs& a [[buffer(0)]], device const uchar* x [[buffer(1)]],      \
+    device const uchar* gw [[buffer(2)]], device const uchar* uw [[buffer(3)]],  \
+    device uchar* dst [[buffer(4)]], uint tg [[threadgroup_position_in_grid]],   \
+    uint sid [[simdgroup_index_in_threadgroup]],                                 \
+    uint lane [[thread_index_in_simdgroup]]);                                    \
+template [[host_name(down_name)]] kernel void quant_down_residual<Q>(            \
+    constant MlpArgs& a [[buffer(0)]], device const uchar* x [[buffer(1)]],      \
+    device const uchar* w [[buffer(2)]], device const uchar* res [[buffer(3)]],  \
+    device uchar* dst [[buffer(4)]], uint tg [[threadgroup_position_in_grid]],   \
+    uint sid [[simdgroup_index_in_threadgroup]],                                 \
+    uint lane [[thread_index_in_simdgroup]]);
+RLX_QUANT("gemv_f32", "gemm_f32", "gate_up_f32", "down_residual_f32", QF32)
+RLX_QUANT("gemv_f16", "gemm_f16", "gate_up_f16", "down_residual_f16", QF16)
+RLX_QUANT("gemv_bf16", "gemm_bf16", "gate_up_bf16", "down_residual_bf16", QBF16)
+RLX_QUANT("gemv_q4_0", "gemm_q4_0", "gate_up_q4_0", "down_residual_q4_0", QQ4_0)
+RLX_QUANT("gemv_q4_1", "gemm_q4_1", "gate_up_q4_1", "down_residual_q4_1", QQ4_1)
+RLX_QUANT("gemv_q5_0", "gemm_q5_0", "gate_up_q5_0", "down_residual_q5_0", QQ5_0)
+RLX_QUANT("gemv_q5_1", "gemm_q5_1", "gate_up_q5_1", "down_residual_q5_1", QQ5_1)
+RLX_QUANT("gemv_q8_0", "gemm_q8_0", "gate_up_q8_0", "down_residual_q8_0", QQ8_0)
+RLX_QUANT("gemv_q8_1", "gemm_q8_1", "gate_up_q8_1", "down_residual_q8_1", QQ8_1)
+RLX_QUANT("gemv_q2_k", "gemm_q2_k", "gate_up_q2_k", "down_residual_q2_k", QQ2K)
+RLX_QUANT("gemv_q3_k", "gemm_q3_k", "gate_up_q3_k", "down_residual_q3_k", QQ3K)
+RLX_QUANT("gemv_q4_k", "gemm_q4_k", "gate_up_q4_k", "down_residual_q4_k", QQ4K)
+RLX_QUANT("gemv_q5_k", "gemm_q5_k", "gate_up_q5_k", "down_residual_q5_k", QQ5K)
+RLX_QUANT("gemv_q6_k", "gemm_q6_k", "gate_up_q6_k", "down_residual_q6_k", QQ6K)
+RLX_QUANT("gemv_q8_k", "gemm_q8_k", "gate_up_q8_k", "down_residual_q8_k", QQ8K)
+RLX_QUANT("gemv_q1_0", "gemm_q1_0", "gate_up_q1_0", "down_residual_q1_0", QQ1_0)
+RLX_QUANT("gemv_q2_0", "gemm_q2_0", "gate_up_q2_0", "down_residual_q2_0", QQ2_0)
