@@ -7,6 +7,8 @@ mod msl {
     pub mod binary;
     pub mod common;
     pub mod elementwise;
+    pub mod matmul;
     pub mod norm;
+    pub mod region;
     pub mod softmax;
 }

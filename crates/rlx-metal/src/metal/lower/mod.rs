@@ -6,7 +6,9 @@
 
 mod binary;
 mod elementwise;
+mod matmul;
 mod norm;
+mod region;
 mod softmax;
 
 use super::args::KernelArgs;
@@ -106,11 +108,13 @@ pub(crate) fn aliased(t: &Thunk) -> bool {
 }
 
 /// The families' lowerings, tried in order.
-const FAMILIES: [fn(usize, &Thunk) -> Option<Lowered>; 4] = [
+const FAMILIES: [fn(usize, &Thunk) -> Option<Lowered>; 6] = [
     elementwise::lower,
     binary::lower,
     norm::lower,
     softmax::lower,
+    matmul::lower,
+    region::lower,
 ];
 
 /// The command of thunk `i`: a dispatch, `Host` when no kernel covers it,
