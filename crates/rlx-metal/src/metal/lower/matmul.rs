@@ -1,7 +1,7 @@
 //! Dense matmuls and the bias add → `matmul.metal`.
 
 use super::{aliased, elementwise, kernel, suffix, Lowered};
-use crate::metal::args::{act_code, BiasAddArgs, MatmulArgs};
+use crate::metal::args::{act_code, BiasAddArgs, KernelArgs, MatmulArgs};
 use crate::metal::kernels::Family;
 use crate::metal::plan::{BufferBinding, Dispatch};
 use crate::thunk::{HalfFlag, Thunk};
@@ -66,7 +66,7 @@ fn gemm(i: usize, g: Gemm) -> Option<Lowered> {
     Some(Lowered::Dispatch(Dispatch {
         thunk: i,
         kernel: kernel(Family::Matmul, format!("{name}_{ty}")),
-        args: super::super::args::KernelArgs::as_bytes(&args).to_vec(),
+        args: args.as_bytes().to_vec(),
         bindings: [g.a, g.b, bias, g.c]
             .iter()
             .map(|&o| BufferBinding::of(o))
