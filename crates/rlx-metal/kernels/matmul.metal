@@ -19,6 +19,14 @@
 //     partial sums per column meet in threadgroup memory. (b is [k, n]
 //     row-major, so the reduction runs across simdgroups, not lanes: a
 //     lane-wise simd_sum would read b column-wise, uncoalesced.)
+// gemm_sg_{f32,f32_w16,f16}  the same args and bindings, simdgroup-matrix
+//     tiles: grid (ceil(n/32), ceil(m/32), batch), 128 threads = 4
+//     simdgroups. a 32x16 tile of a and a 16x32 tile of b are staged in
+//     threadgroup memory as f32 (zero fill past the edges); simdgroup s
+//     owns the 16x16 quarter (s / 2, s % 2) of the 32x32 output tile as
+//     2x2 simdgroup_float8x8 accumulators (simdgroup_multiply_accumulate),
+//     stores them to a threadgroup tile, and all threads write the
+//     epilogue with bounds checks.
 // bias_add_{f32,f16}       args BiasAddArgs: buffer(1) src [m, n],
 //     buffer(2) bias [n], buffer(3) dst [m, n] (src == dst allowed);
 //     1-D grid, one thread per element.
@@ -107,6 +115,76 @@ kernel void gemm(constant MatmulArgs& p    [[buffer(0)]],
 }
 
 template <typename TA, typename TB>
+kernel void gemm_sg(constant MatmulArgs& p    [[buffer(0)]],
+                    device const TA*     a    [[buffer(1)]],
+                    device const TB*     b    [[buffer(2)]],
+                    device const TA*     bias [[buffer(3)]],
+                    device TA*           c    [[buffer(4)]],
+                    uint3 tg  [[threadgroup_position_in_grid]],
+                    uint  lid [[thread_index_in_threadgroup]],
+                    uint  sid [[simdgroup_index_in_threadgroup]])
+{
+    threadgroup float as[32][16];
+    threadgroup float bs[16][32];
+    threadgroup float cs[32][32];
+    const uint m = p.m, k = p.k, n = p.n;
+    const uint row0 = tg.y * 32;
+    const uint col0 = tg.x * 32;
+    a += (ulong)tg.z * p.a_batch_stride;
+    b += (ulong)tg.z * p.b_batch_stride;
+    c += (ulong)tg.z * m * n;
+    const uint sr = (sid / 2) * 16;
+    const uint sc = (sid % 2) * 16;
+    simdgroup_float8x8 acc[2][2];
+    for (uint i = 0; i < 2; ++i) {
+        for (uint j = 0; j < 2; ++j) {
+            acc[i][j] = make_filled_simdgroup_matrix<float, 8, 8>(0.0f);
+        }
+    }
+    for (uint k0 = 0; k0 < k; k0 += 16) {
+        for (uint r = 0; r < 4; ++r) {
+            const uint e = lid + 128 * r;
+            const uint ar = row0 + e / 16;
+            const uint ak = k0 + e % 16;
+            as[e / 16][e % 16] = (ar < m && ak < k) ? float(a[(ulong)ar * k + ak]) : 0.0f;
+            const uint bk = k0 + e / 32;
+            const uint bc = col0 + e % 32;
+            bs[e / 32][e % 32] = (bk < k && bc < n) ? float(b[(ulong)bk * n + bc]) : 0.0f;
+        }
+        threadgroup_barrier(mem_flags::mem_threadgroup);
+        for (uint kk = 0; kk < 16; kk += 8) {
+            simdgroup_float8x8 af[2];
+            simdgroup_float8x8 bf[2];
+            for (uint i = 0; i < 2; ++i) {
+                simdgroup_load(af[i], &as[sr + 8 * i][kk], 16);
+                simdgroup_load(bf[i], &bs[kk][sc + 8 * i], 32);
+            }
+            for (uint i = 0; i < 2; ++i) {
+                for (uint j = 0; j < 2; ++j) {
+                    simdgroup_multiply_accumulate(acc[i][j], af[i], bf[j], acc[i][j]);
+                }
+            }
+        }
+        threadgroup_barrier(mem_flags::mem_threadgroup);
+    }
+    for (uint i = 0; i < 2; ++i) {
+        for (uint j = 0; j < 2; ++j) {
+            simdgroup_store(acc[i][j], &cs[sr + 8 * i][sc + 8 * j], 32);
+        }
+    }
+    threadgroup_barrier(mem_flags::mem_threadgroup);
+    for (uint r = 0; r < 8; ++r) {
+        const uint e = lid + 128 * r;
+        const uint gr = row0 + e / 32;
+        const uint gc = col0 + e % 32;
+        if (gr < m && gc < n) {
+            const float bv = p.has_bias != 0 ? float(bias[gc]) : 0.0f;
+            c[(ulong)gr * n + gc] = TA(rlx_epilogue(p, cs[e / 32][e % 32], bv));
+        }
+    }
+}
+
+template <typename TA, typename TB>
 kernel void gemv(constant MatmulArgs& p    [[buffer(0)]],
                  device const TA*     a    [[buffer(1)]],
                  device const TB*     b    [[buffer(2)]],
@@ -174,6 +252,17 @@ template [[host_name(name)]] kernel void kind<TA, TB>(                          
 RLX_MM(gemm, "gemm_f32", float, float)
 RLX_MM(gemm, "gemm_f32_w16", float, half)
 RLX_MM(gemm, "gemm_f16", half, half)
+
+#define RLX_SG(name, TA, TB)                                                    \
+template [[host_name(name)]] kernel void gemm_sg<TA, TB>(                       \
+    constant MatmulArgs& p [[buffer(0)]], device const TA* a [[buffer(1)]],     \
+    device const TB* b [[buffer(2)]], device const TA* bias [[buffer(3)]],      \
+    device TA* c [[buffer(4)]], uint3 tg [[threadgroup_position_in_grid]],      \
+    uint lid [[thread_index_in_threadgroup]],                                   \
+    uint sid [[simdgroup_index_in_threadgroup]]);
+RLX_SG("gemm_sg_f32", float, float)
+RLX_SG("gemm_sg_f32_w16", float, half)
+RLX_SG("gemm_sg_f16", half, half)
 
 #define RLX_MV(name, TA, TB)                                                    \
 template [[host_name(name)]] kernel void gemv<TA, TB>(                          \

@@ -108,6 +108,13 @@ fn matmul_bias_act_runs_as_one_fused_kernel() {
             let plan = MetalPlan::build(&c.schedule);
             let names = dispatched(&c, &plan);
             assert!(names.contains(&"fused_mm_bias_act"), "{names:?}\n{plan}");
+            // m = 1: gemv; m < 8: register tiles; else simdgroup matrices
+            let kernel = match rows {
+                1 => "gemv_",
+                r if r < 8 => "gemm_f",
+                _ => "gemm_sg_",
+            };
+            assert!(plan.to_string().contains(kernel), "{kernel}\n{plan}");
             check(&c, &plan, dt);
         }
     }

@@ -1,7 +1,8 @@
 //! matmul.metal: gemm / gemv (f32, f32 with an f16 weight, f16), batched
 //! with shared operands, the bias + activation epilogue, and bias_add.
-//! Shapes mix m, k, n in {1, 7, 33, 65, 130}: partial 64x64 tiles and
-//! partial 16-deep k steps; gemv also runs with 1 and 3 simdgroups.
+//! Shapes mix m, k, n in {1, 7, 33, 65, 130}: partial 64x64 (gemm) and
+//! 32x32 (gemm_sg, simdgroup matrices) tiles and partial 16-deep k steps;
+//! gemv also runs with 1 and 3 simdgroups.
 //!
 //! Reference: f64 products of the kernel's exact (f16-rounded where the
 //! kernel reads f16) inputs. Tolerances: f32 results `1e-5·k + 1e-5·|ref|`
@@ -57,8 +58,8 @@ impl Case {
     }
 }
 
-/// Runs `case` through `gemm_*` / `gemv_*` (`threads` per threadgroup)
-/// and checks it against the f64 reference.
+/// Runs `case` through `gemm_*` / `gemv_*` (`threads` per threadgroup;
+/// 0 = `gemm_sg_*` with its 128) and checks it against the f64 reference.
 fn check(case: &Case, (dt, bt, sfx): (Dt, Dt, &str), threads: u32, seed: u64) {
     let (m, k, n) = (case.m as usize, case.k as usize, case.n as usize);
     let nb = |bc: bool| if bc { 1 } else { case.batch as usize };
@@ -76,10 +77,19 @@ fn check(case: &Case, (dt, bt, sfx): (Dt, Dt, &str), threads: u32, seed: u64) {
         has_act: case.act.is_some() as u32,
         act: case.act.map_or(0, act_code),
     };
-    let name = format!("{}_{sfx}", if m == 1 { "gemv" } else { "gemm" });
-    let rows = if m == 1 { 1 } else { case.m.div_ceil(64) };
+    let (kind, tile, threads) = match (m, threads) {
+        (_, 0) => ("gemm_sg", 32, 128),
+        (1, t) => ("gemv", 64, t),
+        (_, t) => ("gemm", 64, t),
+    };
+    let name = format!("{kind}_{sfx}");
+    let rows = if kind == "gemv" {
+        1
+    } else {
+        case.m.div_ceil(tile)
+    };
     let grid = Grid {
-        groups: [case.n.div_ceil(64), rows, case.batch],
+        groups: [case.n.div_ceil(tile), rows, case.batch],
         threads: [threads, 1, 1],
     };
     let (mut ab, mut bb, mut biasb) = (dt.encode(&a), bt.encode(&b), dt.encode(&bias));
@@ -134,6 +144,31 @@ fn gemm_matches_reference_on_odd_shapes() {
         for (s, &(m, k, n)) in SHAPES.iter().enumerate() {
             check(&Case::plain(m, k, n), variant, 256, (v * 100 + s) as u64);
         }
+    }
+}
+
+#[test]
+fn simdgroup_matrix_gemm_matches_reference() {
+    const SHAPES: [(u32, u32, u32); 6] = [
+        (8, 8, 8),
+        (7, 33, 65),
+        (65, 7, 33),
+        (33, 65, 7),
+        (2, 1, 1),
+        (40, 17, 70),
+    ];
+    for (v, variant) in VARIANTS.into_iter().enumerate() {
+        for (s, &(m, k, n)) in SHAPES.iter().enumerate() {
+            check(&Case::plain(m, k, n), variant, 0, (v * 100 + s) as u64);
+        }
+        let batched = Case {
+            batch: 3,
+            b_bcast: true,
+            bias: true,
+            act: Some(Activation::Gelu),
+            ..Case::plain(33, 20, 9)
+        };
+        check(&batched, variant, 0, v as u64);
     }
 }
 

@@ -13,6 +13,14 @@ pub const MATMUL_TILE: u32 = 64;
 /// Threads per threadgroup of `gemm_*` / `gemv_*`.
 pub const MATMUL_THREADS: u32 = 256;
 
+/// Output tile edge of `gemm_sg_*` (simdgroup matrices).
+pub const SG_TILE: u32 = 32;
+/// Threads per threadgroup of `gemm_sg_*` (4 simdgroups).
+pub const SG_THREADS: u32 = 128;
+/// Least `m` that runs `gemm_sg_*` (below it most of an 8-row simdgroup
+/// matrix would be padding).
+pub const SG_MIN_ROWS: u32 = 8;
+
 /// One matmul dispatch's geometry and operands.
 struct Gemm {
     a: usize,
@@ -30,8 +38,8 @@ struct Gemm {
     act: Option<Activation>,
 }
 
-/// `gemm_*` (or `gemv_*` when `m == 1`); `None` when a batch stride does
-/// not fit the kernel's `u32`.
+/// `gemv_*` when `m == 1`, `gemm_*` for `m < 8`, else `gemm_sg_*`;
+/// `None` when a batch stride does not fit the kernel's `u32`.
 fn gemm(i: usize, g: Gemm) -> Option<Lowered> {
     let stride = |bcast: bool, r: u32, c: u32| -> Option<u32> {
         if bcast || g.batch <= 1 {
@@ -56,10 +64,24 @@ fn gemm(i: usize, g: Gemm) -> Option<Lowered> {
         (HalfFlag::F32, true) => "f32_w16",
         (HalfFlag::F32, false) => suffix(HalfFlag::F32),
     };
-    let (name, rows) = if g.m == 1 {
-        ("gemv", 1)
+    // m = 1: gemv; small m: the 64x64 register tiles; else simdgroup
+    // matrices on 32x32 tiles
+    let (name, rows, cols, threads) = if g.m == 1 {
+        ("gemv", 1, g.n.div_ceil(MATMUL_TILE), MATMUL_THREADS)
+    } else if g.m < SG_MIN_ROWS {
+        (
+            "gemm",
+            g.m.div_ceil(MATMUL_TILE),
+            g.n.div_ceil(MATMUL_TILE),
+            MATMUL_THREADS,
+        )
     } else {
-        ("gemm", g.m.div_ceil(MATMUL_TILE))
+        (
+            "gemm_sg",
+            g.m.div_ceil(SG_TILE),
+            g.n.div_ceil(SG_TILE),
+            SG_THREADS,
+        )
     };
     // without a bias the kernel never reads buffer(3); bind `a` there
     let bias = g.bias.unwrap_or(g.a);
@@ -71,8 +93,8 @@ fn gemm(i: usize, g: Gemm) -> Option<Lowered> {
             .iter()
             .map(|&o| BufferBinding::of(o))
             .collect(),
-        grid: [g.n.div_ceil(MATMUL_TILE), rows, g.batch],
-        threadgroup: [MATMUL_THREADS, 1, 1],
+        grid: [cols, rows, g.batch],
+        threadgroup: [threads, 1, 1],
         threadgroup_memory: Vec::new(),
     }))
 }
