@@ -19,7 +19,7 @@ def _graph(rows: int, h: int, dt: str) -> rlx.Graph:
     w = g.param("w", [h, h], dt)
     n = g.rms_norm(x, g.param("gamma", [h], dt))
     s = g.softmax(g.gelu(n) + y, axis=-1)
-    g.outputs(s, g.tanh(s @ w))  # the matmul has no kernel: a host command
+    g.outputs(s, g.tanh(s @ w))
     return g
 
 
@@ -43,23 +43,25 @@ def test_metal_sim_matches_host(dt: str, rows: int, h: int) -> None:
         np.testing.assert_allclose(sim, host, atol=atol, rtol=rtol)
 
 
-def test_plan_figures_in_stats_and_report(monkeypatch: pytest.MonkeyPatch) -> None:
-    # the per-op kernels: without the graph-level fusions that would merge
-    # gelu + add into an elementwise region and sgemm + tanh into a fused
-    # matmul (neither has an MSL kernel yet)
-    monkeypatch.setenv("RLX_DISABLE_PASS", "ir_elementwise_region,ir_fuse_matmul_bias_act")
-    exe = rlx.compile(_graph(3, 37, "f32"), device="metal-sim")
+def _figures(exe: rlx.Executable) -> tuple[int, int, int]:
     s = exe.stats
-    # schedule: rms_norm, gelu, add, copy, softmax, sgemm, tanh. The copy
-    # and the sgemm have no kernel (host commands, sync points); each
-    # dispatch reads what the one before wrote, so: D B D B D H D H D
-    assert (s["metal_dispatches"], s["metal_barriers"], s["metal_host"]) == (5, 2, 2)
+    return s["metal_dispatches"], s["metal_barriers"], s["metal_host"]
+
+
+def test_plan_figures_in_stats_and_report() -> None:
+    # every graph fusion on: gelu + add become an elementwise region and
+    # tanh(s @ w) a fused matmul (zero bias, tanh epilogue). Schedule:
+    # rms_norm, region, copy, softmax, fused_mm_bias_act; the copy has no
+    # kernel (a host command, a sync point) and each dispatch reads what the
+    # one before wrote, so: D B D H D B D
+    exe = rlx.compile(_graph(3, 37, "f32"), device="metal-sim")
+    assert _figures(exe) == (4, 2, 1)
+    d, b, h = _figures(exe)
     assert (
-        f"metal plan: {s['metal_dispatches']} dispatches, {s['metal_barriers']} barriers, "
-        f"{s['metal_host']} host commands"
+        f"metal plan: {d} dispatches, {b} barriers, {h} host commands"
     ) in exe.report().splitlines()
     host = rlx.compile(_graph(3, 37, "f32"), device="host").stats
-    assert host["metal_dispatches"] == s["metal_dispatches"]
+    assert host["metal_dispatches"] == d
 
 
 def test_active_rows_run_the_scaled_plan() -> None:
@@ -84,3 +86,20 @@ def test_active_rows_run_the_scaled_plan() -> None:
             got = np.asarray(list(exe.run_active(a, x=xv).values())[0])
             ref = np.asarray(list(full["host"].values())[0])
             np.testing.assert_allclose(got[:a], ref[:a], atol=1e-5, rtol=1e-5)
+
+
+def test_per_op_kernels_without_the_fusions(monkeypatch: pytest.MonkeyPatch) -> None:
+    # the per-op kernels: rms_norm, gelu, add, copy, softmax, sgemm, tanh;
+    # only the copy is a host command: D B D B D H D B D B D
+    monkeypatch.setenv("RLX_DISABLE_PASS", "ir_elementwise_region,ir_fuse_matmul_bias_act")
+    exe = rlx.compile(_graph(3, 37, "f32"), device="metal-sim")
+    assert _figures(exe) == (6, 4, 1)
+    x = np.linspace(-1.0, 1.0, 3 * 37, dtype=np.float32).reshape(3, 37)
+    outs = []
+    for device in ("host", "metal-sim"):
+        exe = rlx.compile(_graph(3, 37, "f32"), device=device)
+        exe.set_param("gamma", np.ones(37, np.float32))
+        exe.set_param("w", np.eye(37, dtype=np.float32))
+        outs.append([np.asarray(v) for v in exe.run(x=x, y=x[::-1].copy()).values()])
+    for host, sim in zip(*outs):
+        np.testing.assert_allclose(sim, host, atol=1e-5, rtol=1e-5)

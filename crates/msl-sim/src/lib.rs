@@ -8,7 +8,8 @@
 //! kernel like `dispatchThreadgroups`: one OS thread per lane of a
 //! threadgroup, threadgroups in turn, with threadgroup memory (static
 //! `threadgroup` variables and `[[threadgroup(i)]]` buffers), barriers,
-//! `simd_*` functions over 32-lane simdgroups and atomics.
+//! `simd_*` functions over 32-lane simdgroups, 8x8 simdgroup matrices
+//! (load / store / multiply-accumulate) and atomics.
 //!
 //! What a GPU would leave undefined is an error here: a barrier not reached
 //! by every lane, lanes at different barriers, a write past the end of a

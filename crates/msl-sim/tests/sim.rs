@@ -2,7 +2,7 @@
 //! errors it promises (divergent barrier, deadlock, buffer overrun, compile
 //! error, bad bindings). These tests need clang++ (scripts/setup.sh).
 
-use msl_sim::{Error, Grid, Library};
+use msl_sim::{Binding, Error, Grid, Library};
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
@@ -254,5 +254,49 @@ fn sanitizer_control_race() {
     for _ in 0..4 {
         lib.dispatch("racy", &[], &mut [&mut x], Grid::d1(1, 64), &[])
             .unwrap_or_else(|e| panic!("{e}"));
+    }
+}
+
+#[test]
+fn simdgroup_matrices_multiply_accumulate() {
+    let lib =
+        Library::compile(kernel_file("simdgroup_matrix.metal")).unwrap_or_else(|e| panic!("{e}"));
+    let val = |i: usize, s: usize| ((i * 7 + s * 3) % 11) as f32 - 5.0;
+    for groups_of_32 in [1usize, 2] {
+        let a: Vec<f32> = (0..64 * groups_of_32).map(|i| val(i, 1)).collect();
+        let b: Vec<f32> = (0..64).map(|i| val(i, 2)).collect();
+        let c: Vec<f32> = (0..64).map(|i| val(i, 3)).collect();
+        let enc = |v: &[f32]| v.iter().flat_map(|x| x.to_le_bytes()).collect::<Vec<u8>>();
+        let (mut ab, mut bb, mut cb) = (enc(&a), enc(&b), enc(&c));
+        let mut d = vec![0u8; 256 * groups_of_32];
+        let mut d2 = vec![0u8; 256 * groups_of_32];
+        let mut binds = vec![
+            Binding::Buffer(&mut ab),
+            Binding::Buffer(&mut bb),
+            Binding::Buffer(&mut cb),
+            Binding::Buffer(&mut d),
+            Binding::Buffer(&mut d2),
+        ];
+        lib.dispatch_bindings(
+            "mma",
+            &mut binds,
+            Grid::d1(1, 32 * groups_of_32 as u32),
+            &[],
+        )
+        .unwrap_or_else(|e| panic!("{e}"));
+        let (d, d2) = (f32s(&d), f32s(&d2));
+        for s in 0..groups_of_32 {
+            for r in 0..8 {
+                for col in 0..8 {
+                    let p: f32 = (0..8).map(|k| a[s * 64 + r * 8 + k] * b[k * 8 + col]).sum();
+                    assert_eq!(
+                        d[s * 64 + r * 8 + col],
+                        p + c[r * 8 + col],
+                        "d {s} {r} {col}"
+                    );
+                    assert_eq!(d2[s * 64 + r * 8 + col], p, "d2 {s} {r} {col}");
+                }
+            }
+        }
     }
 }

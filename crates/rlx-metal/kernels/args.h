@@ -48,6 +48,16 @@ enum RlxBin : uint {
     RLX_BIN_POW = 6,
 };
 
+// Comparison codes (CompareArgs::op), in rlx_ir::op::CmpOp order.
+enum RlxCmp : uint {
+    RLX_CMP_EQ = 0,
+    RLX_CMP_NE = 1,
+    RLX_CMP_LT = 2,
+    RLX_CMP_LE = 3,
+    RLX_CMP_GT = 4,
+    RLX_CMP_GE = 5,
+};
+
 // Highest rank of a broadcasting binary op.
 #define RLX_MAX_RANK 8
 
@@ -119,6 +129,86 @@ struct MlpArgs {
     uint op;
 };
 
+// matmul.metal gemm_* / gemv_*: c[z] = act(a[z] @ b[z] + bias), z < batch;
+// a[z] starts a_batch_stride elements after a[z-1] (0 = one shared
+// matrix), likewise b; c[z] is dense [m, n].
+struct MatmulArgs {
+    uint m;
+    uint k;
+    uint n;
+    uint batch;
+    uint a_batch_stride;
+    uint b_batch_stride;
+    uint has_bias;
+    uint has_act;
+    uint act;  // RlxAct, when has_act
+};
+
+// matmul.metal bias_add_*: dst[i, j] = src[i, j] + bias[j] over [m, n].
+struct BiasAddArgs {
+    uint m;
+    uint n;
+};
+
+// Most inputs / steps / batch input slots of a region (thunk::region).
+#define RLX_REGION_INPUTS 16
+#define RLX_REGION_STEPS 32
+#define RLX_REGION_SLOTS 64
+
+// region.metal region_f32: num_batch slices of slice_len elements, slice s
+// written at dst + s * slice_elems. Slice s's input i is the f32 arena
+// element index input_offs[s * n_in + i]; it reads 1 element (bit i of
+// scalar_mask), element g % modulus[i] (modulus[i] > 0) or element g.
+// chain: num_steps steps of [kind, sub, a, b] (thunk::region docs).
+struct RegionArgs {
+    uint slice_len;
+    uint num_batch;
+    uint num_steps;
+    uint n_in;
+    uint slice_elems;
+    uint scalar_mask;
+    uint modulus[RLX_REGION_INPUTS];
+    uint input_offs[RLX_REGION_SLOTS];
+    uint chain[4 * RLX_REGION_STEPS];
+};
+
+// region.metal binary_act_* / ternary_act_*:
+// dst = act((lhs op0 rhs0) op1 rhs1), the ternary part for ternary_act
+// only, act when has_act (fma = ternary mul, add without act).
+struct FusedActArgs {
+    uint len;
+    uint op0;  // RlxBin
+    uint op1;  // RlxBin
+    uint has_act;
+    uint act;  // RlxAct
+};
+
+// region.metal compare_f32: dst = (lhs op rhs) ? 1 : 0; a scalar operand
+// is its element 0 everywhere.
+struct CompareArgs {
+    uint len;
+    uint op;  // RlxCmp
+    uint lhs_scalar;
+    uint rhs_scalar;
+};
+
+// region.metal where_f32: dst = cond != 0 ? on_true : on_false.
+struct WhereArgs {
+    uint len;
+    uint cond_scalar;
+    uint true_scalar;
+    uint false_scalar;
+};
+
+// region.metal swiglu_*: src [rows, 2 n_half] -> dst [rows, n_half],
+// total = rows * n_half; value * silu(gate), gate the first half of a row
+// when gate_first.
+struct SwigluArgs {
+    uint total;
+    uint n_half;
+    uint gate_first;
+};
+
 static_assert(sizeof(UnaryArgs) == 8 && alignof(UnaryArgs) == 4, "UnaryArgs layout");
 static_assert(sizeof(CastArgs) == 4 && alignof(CastArgs) == 4, "CastArgs layout");
 static_assert(sizeof(BinaryArgs) == 8 && alignof(BinaryArgs) == 4, "BinaryArgs layout");
@@ -127,5 +217,12 @@ static_assert(sizeof(RowNormArgs) == 16 && alignof(RowNormArgs) == 4, "RowNormAr
 static_assert(sizeof(SoftmaxArgs) == 8 && alignof(SoftmaxArgs) == 4, "SoftmaxArgs layout");
 static_assert(sizeof(QuantArgs) == 24 && alignof(QuantArgs) == 4, "QuantArgs layout");
 static_assert(sizeof(MlpArgs) == 28 && alignof(MlpArgs) == 4, "MlpArgs layout");
+static_assert(sizeof(MatmulArgs) == 36 && alignof(MatmulArgs) == 4, "MatmulArgs layout");
+static_assert(sizeof(BiasAddArgs) == 8 && alignof(BiasAddArgs) == 4, "BiasAddArgs layout");
+static_assert(sizeof(RegionArgs) == 856 && alignof(RegionArgs) == 4, "RegionArgs layout");
+static_assert(sizeof(FusedActArgs) == 20 && alignof(FusedActArgs) == 4, "FusedActArgs layout");
+static_assert(sizeof(CompareArgs) == 16 && alignof(CompareArgs) == 4, "CompareArgs layout");
+static_assert(sizeof(WhereArgs) == 16 && alignof(WhereArgs) == 4, "WhereArgs layout");
+static_assert(sizeof(SwigluArgs) == 12 && alignof(SwigluArgs) == 4, "SwigluArgs layout");
 
 #endif  // RLX_METAL_ARGS_H

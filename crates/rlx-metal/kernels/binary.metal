@@ -10,32 +10,12 @@
 //     buffer(1) lhs, buffer(2) rhs (strided, 0 = broadcast axis),
 //     buffer(3) dst (dense, out_dims)
 //
-// Math in f32. max / min propagate NaN (numpy's maximum / minimum); pow of
-// a negative base is defined for integral exponents (numpy's power).
+// Math in f32 (rlx_binary in act.h: NaN-propagating max / min, numpy's
+// power for negative bases).
 #include <metal_stdlib>
 #include "args.h"
 using namespace metal;
-
-static inline float rlx_pow(float a, float b) {
-    if (a >= 0.0f || b != rint(b)) {
-        return precise::pow(a, b);
-    }
-    const float r = precise::pow(-a, b);
-    return fmod(b, 2.0f) != 0.0f ? -r : r;
-}
-
-static inline float rlx_binary(uint op, float a, float b) {
-    switch (op) {
-    case RLX_BIN_ADD: return a + b;
-    case RLX_BIN_SUB: return a - b;
-    case RLX_BIN_MUL: return a * b;
-    case RLX_BIN_DIV: return a / b;
-    case RLX_BIN_MAX: return (a > b || isnan(a)) ? a : b;
-    case RLX_BIN_MIN: return (a < b || isnan(a)) ? a : b;
-    case RLX_BIN_POW: return rlx_pow(a, b);
-    default:          return NAN;
-    }
-}
+#include "act.h"
 
 template <typename T>
 kernel void binary(constant BinaryArgs& a   [[buffer(0)]],

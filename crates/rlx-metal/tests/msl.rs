@@ -8,7 +8,9 @@ mod msl {
     pub mod common;
     pub mod elementwise;
     pub mod fused_mlp;
-    pub mod norm;
     pub mod quant;
+    pub mod matmul;
+    pub mod norm;
+    pub mod region;
     pub mod softmax;
 }

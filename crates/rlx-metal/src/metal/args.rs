@@ -143,6 +143,156 @@ pub struct MlpArgs {
     pub op: u32,
 }
 
+/// `MatmulArgs`: `c[z] = act(a[z] @ b[z] + bias)` for `z < batch`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct MatmulArgs {
+    /// Rows of `a` and `c`.
+    pub m: u32,
+    /// Reduction length.
+    pub k: u32,
+    /// Columns of `b` and `c`.
+    pub n: u32,
+    /// Batch count (grid z).
+    pub batch: u32,
+    /// Elements between consecutive `a` matrices (0 = shared).
+    pub a_batch_stride: u32,
+    /// Elements between consecutive `b` matrices (0 = shared).
+    pub b_batch_stride: u32,
+    /// 1 if `bias [n]` is added.
+    pub has_bias: u32,
+    /// 1 if `act` is applied.
+    pub has_act: u32,
+    /// Activation code ([`act_code`]).
+    pub act: u32,
+}
+
+/// `BiasAddArgs`: `dst[i, j] = src[i, j] + bias[j]`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct BiasAddArgs {
+    /// Rows.
+    pub m: u32,
+    /// Columns (bias length).
+    pub n: u32,
+}
+
+/// Most inputs of a region (`RLX_REGION_INPUTS`).
+pub const REGION_INPUTS: usize = 16;
+/// Most steps of a region chain (`RLX_REGION_STEPS`).
+pub const REGION_STEPS: usize = 32;
+/// Input slots of a batched region (`RLX_REGION_SLOTS`).
+pub const REGION_SLOTS: usize = 64;
+
+/// `RegionArgs`: a chain of steps over `num_batch` slices (see `args.h`).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct RegionArgs {
+    /// Elements per slice.
+    pub slice_len: u32,
+    /// Slices (grid y).
+    pub num_batch: u32,
+    /// Steps used.
+    pub num_steps: u32,
+    /// Inputs per slice.
+    pub n_in: u32,
+    /// Output stride between slices, in elements.
+    pub slice_elems: u32,
+    /// Bit `i`: input `i` is one element.
+    pub scalar_mask: u32,
+    /// Per input: 0 dense, `m > 0` read element `g % m`.
+    pub modulus: [u32; REGION_INPUTS],
+    /// Slice-major f32 arena element indices of the inputs.
+    pub input_offs: [u32; REGION_SLOTS],
+    /// Steps `[kind, sub, a, b]`.
+    pub chain: [u32; 4 * REGION_STEPS],
+}
+
+impl Default for RegionArgs {
+    fn default() -> Self {
+        RegionArgs {
+            slice_len: 0,
+            num_batch: 0,
+            num_steps: 0,
+            n_in: 0,
+            slice_elems: 0,
+            scalar_mask: 0,
+            modulus: [0; REGION_INPUTS],
+            input_offs: [0; REGION_SLOTS],
+            chain: [0; 4 * REGION_STEPS],
+        }
+    }
+}
+
+/// `FusedActArgs`: `dst = act((lhs op0 rhs0) op1 rhs1)`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct FusedActArgs {
+    /// Elements.
+    pub len: u32,
+    /// First binary op code ([`binary_code`]).
+    pub op0: u32,
+    /// Second binary op code (ternary kernels).
+    pub op1: u32,
+    /// 1 if `act` is applied.
+    pub has_act: u32,
+    /// Activation code ([`act_code`]).
+    pub act: u32,
+}
+
+/// `CompareArgs`: `dst = (lhs op rhs) ? 1 : 0`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct CompareArgs {
+    /// Elements.
+    pub len: u32,
+    /// Comparison code ([`cmp_code`]).
+    pub op: u32,
+    /// 1 if `lhs` is one element.
+    pub lhs_scalar: u32,
+    /// 1 if `rhs` is one element.
+    pub rhs_scalar: u32,
+}
+
+/// `WhereArgs`: `dst = cond != 0 ? on_true : on_false`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct WhereArgs {
+    /// Elements.
+    pub len: u32,
+    /// 1 if `cond` is one element.
+    pub cond_scalar: u32,
+    /// 1 if `on_true` is one element.
+    pub true_scalar: u32,
+    /// 1 if `on_false` is one element.
+    pub false_scalar: u32,
+}
+
+/// `SwigluArgs`: `[rows, 2·n_half]` → `[rows, n_half]`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct SwigluArgs {
+    /// Output elements.
+    pub total: u32,
+    /// Half width of a source row.
+    pub n_half: u32,
+    /// 1 if the gate is the first half.
+    pub gate_first: u32,
+}
+
+/// `RlxCmp` code of a comparison (`args.h`): `rlx_ir::op::CmpOp` order.
+pub fn cmp_code(op: rlx_ir::op::CmpOp) -> u32 {
+    use rlx_ir::op::CmpOp::*;
+    match op {
+        Eq => 0,
+        Ne => 1,
+        Lt => 2,
+        Le => 3,
+        Gt => 4,
+        Ge => 5,
+    }
+}
+
 kernel_args! {
     UnaryArgs = 8,
     CastArgs = 4,
@@ -152,6 +302,13 @@ kernel_args! {
     SoftmaxArgs = 8,
     QuantArgs = 24,
     MlpArgs = 28,
+    MatmulArgs = 36,
+    BiasAddArgs = 8,
+    RegionArgs = 856,
+    FusedActArgs = 20,
+    CompareArgs = 16,
+    WhereArgs = 16,
+    SwigluArgs = 12,
 }
 
 /// `RlxAct` / `RlxBin` codes (`args.h`): the region chain encoding's
@@ -190,6 +347,13 @@ mod tests {
             ("SoftmaxArgs", size_of::<SoftmaxArgs>()),
             ("QuantArgs", size_of::<QuantArgs>()),
             ("MlpArgs", size_of::<MlpArgs>()),
+            ("MatmulArgs", size_of::<MatmulArgs>()),
+            ("BiasAddArgs", size_of::<BiasAddArgs>()),
+            ("RegionArgs", size_of::<RegionArgs>()),
+            ("FusedActArgs", size_of::<FusedActArgs>()),
+            ("CompareArgs", size_of::<CompareArgs>()),
+            ("WhereArgs", size_of::<WhereArgs>()),
+            ("SwigluArgs", size_of::<SwigluArgs>()),
         ];
         let header = header_sizes();
         assert_eq!(header.len(), rust.len(), "{header:?}");
@@ -219,6 +383,18 @@ mod tests {
                 op.name().to_uppercase(),
                 binary_code(op)
             );
+            assert!(super::super::kernels::ARGS_H.contains(&line), "{line}");
+        }
+        use rlx_ir::op::CmpOp;
+        for op in [
+            CmpOp::Eq,
+            CmpOp::Ne,
+            CmpOp::Lt,
+            CmpOp::Le,
+            CmpOp::Gt,
+            CmpOp::Ge,
+        ] {
+            let line = format!("RLX_CMP_{} = {},", op.name().to_uppercase(), cmp_code(op));
             assert!(super::super::kernels::ARGS_H.contains(&line), "{line}");
         }
     }

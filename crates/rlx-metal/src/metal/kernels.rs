@@ -1,11 +1,18 @@
 //! The Metal kernel sources, one `.metal` file per family (`kernels/`),
 //! embedded with `include_str!`. Metal compiles from a string, so
-//! [`source`] inlines `args.h` where a file includes it and restores the
-//! file's line numbers with `#line`, giving one self-contained source per
-//! family; the simulator tests compile exactly that text.
+//! [`source`] inlines the shared headers (`args.h`, `act.h`) where a file
+//! includes them and restores the file's line numbers with `#line`, giving
+//! one self-contained source per family; the simulator tests compile
+//! exactly that text.
 
 /// `kernels/args.h`, the shared argument structs.
 pub const ARGS_H: &str = include_str!("../../kernels/args.h");
+
+/// `kernels/act.h`, the shared activation / binary-op helpers.
+pub const ACT_H: &str = include_str!("../../kernels/act.h");
+
+/// The headers [`source`] inlines: `#include` name and text.
+const HEADERS: [(&str, &str); 2] = [("args.h", ARGS_H), ("act.h", ACT_H)];
 
 /// A kernel family: one `.metal` file.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -20,15 +27,22 @@ pub enum Family {
     Softmax,
     /// GEMV / GEMM on packed GGUF blocks.
     Quant,
+    /// Tiled GEMM / GEMV with a bias + activation epilogue, bias add.
+    Matmul,
+    /// Fused elementwise regions, fused binary / ternary activations,
+    /// compare, where, fma, SwiGLU.
+    Region,
 }
 
 /// Every family.
-pub const ALL_FAMILIES: [Family; 5] = [
+pub const ALL_FAMILIES: &[Family] = &[
     Family::Elementwise,
     Family::Binary,
     Family::Norm,
     Family::Softmax,
     Family::Quant,
+    Family::Matmul,
+    Family::Region,
 ];
 
 impl Family {
@@ -40,6 +54,8 @@ impl Family {
             Family::Norm => "norm.metal",
             Family::Softmax => "softmax.metal",
             Family::Quant => "quant.metal",
+            Family::Matmul => "matmul.metal",
+            Family::Region => "region.metal",
         }
     }
 
@@ -51,19 +67,24 @@ impl Family {
             Family::Norm => include_str!("../../kernels/norm.metal"),
             Family::Softmax => include_str!("../../kernels/softmax.metal"),
             Family::Quant => include_str!("../../kernels/quant.metal"),
+            Family::Matmul => include_str!("../../kernels/matmul.metal"),
+            Family::Region => include_str!("../../kernels/region.metal"),
         }
     }
 }
 
-/// Self-contained source of a family: `args.h` inlined, line numbers of
-/// the `.metal` file kept for diagnostics.
+/// Self-contained source of a family: `args.h` and `act.h` inlined, line
+/// numbers of the `.metal` file kept for diagnostics.
 pub fn source(family: Family) -> String {
     let file = family.file();
     let mut out = String::new();
     for (i, line) in family.raw_source().lines().enumerate() {
-        if line.trim() == "#include \"args.h\"" {
-            out.push_str("#line 1 \"args.h\"\n");
-            out.push_str(ARGS_H);
+        let header = HEADERS
+            .iter()
+            .find(|(name, _)| line.trim() == format!("#include \"{name}\""));
+        if let Some((name, text)) = header {
+            out.push_str(&format!("#line 1 \"{name}\"\n"));
+            out.push_str(text);
             out.push_str(&format!("#line {} \"{file}\"\n", i + 2));
         } else {
             out.push_str(line);
@@ -79,9 +100,11 @@ mod tests {
 
     #[test]
     fn source_inlines_args_once_and_keeps_lines() {
-        for f in ALL_FAMILIES {
+        for &f in ALL_FAMILIES {
             let s = source(f);
             assert!(!s.contains("#include \"args.h\""), "{}", f.file());
+            assert!(!s.contains("#include \"act.h\""), "{}", f.file());
+            assert!(s.matches("static inline float rlx_act(").count() <= 1);
             assert_eq!(s.matches("struct RowNormArgs {").count(), 1);
             assert!(s.contains(&format!("\"{}\"", f.file())));
             assert!(f.raw_source().starts_with(&format!("// {}", f.file())));

@@ -4,8 +4,9 @@
 use super::*;
 use crate::metal::args::{act_code, KernelArgs, UnaryArgs};
 use crate::metal::lower::{row_threads, ELEMENTWISE_THREADS};
-use crate::thunk::binary::{BiasAdd, BinaryFull};
+use crate::thunk::binary::BinaryFull;
 use crate::thunk::elementwise::{ActivationInPlace, ActivationOut};
+use crate::thunk::matmul::GroupedMatMul;
 use crate::thunk::norm::RmsNorm;
 use crate::thunk::{tag_segment, tag_state};
 use crate::thunk::{HalfFlag, Thunk};
@@ -72,14 +73,16 @@ fn barriers_only_where_byte_ranges_conflict() {
         }
         .into(),
         act(6144, 1024), // 5 WAR: 2 read 1024 since the barrier
-        BiasAdd {
+        GroupedMatMul {
             // 6 no kernel: host sync point
-            src: 3072,
-            bias: 4096,
+            input: 3072,
+            weight: 4096,
+            expert_idx: 4096,
             dst: 3072,
             m: 1,
-            n: N,
-            dt: HalfFlag::F32,
+            k_dim: N,
+            n: 1,
+            num_experts: 1,
         }
         .into(),
         act(3072, 7168), // 7 after the sync: no barrier

@@ -227,3 +227,7 @@ mod tests;
 #[cfg(test)]
 #[path = "sim_tests_quant.rs"]
 mod tests_quant;
+
+#[cfg(test)]
+#[path = "sim_tests_matmul.rs"]
+mod tests_matmul;

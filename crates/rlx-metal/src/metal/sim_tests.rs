@@ -251,25 +251,39 @@ fn chain(dt: DType, rows: usize, h: usize) -> Graph {
     g
 }
 
+/// `g` compiled with every graph fusion (regions and fused matmuls run
+/// their own kernels).
 pub(super) fn compiled(g: &Graph) -> Compiled {
-    // the per-op MSL kernels are under test: keep the graph-level region
-    // fusion from merging the chains into regions, which have no MSL kernel
-    // yet (they would run as host commands)
-    let keep_ops = ["ir_elementwise_region".to_string()];
-    compile_without(g, &CompileOptions::default(), &keep_ops).unwrap_or_else(|e| panic!("{e}"))
+    compile_without(g, &CompileOptions::default(), &[]).unwrap_or_else(|e| panic!("{e}"))
+}
+
+/// `g` compiled without the fusions that merge elementwise chains into
+/// regions and matmul epilogues into fused matmuls: the per-op kernels.
+pub(super) fn compiled_per_op(g: &Graph) -> Compiled {
+    let off = [
+        "ir_elementwise_region".to_string(),
+        "ir_fuse_matmul_bias_act".to_string(),
+    ];
+    compile_without(g, &CompileOptions::default(), &off).unwrap_or_else(|e| panic!("{e}"))
 }
 
 #[test]
 fn chain_matches_host_f32_and_f16() {
     for dt in [DType::F32, DType::F16] {
         for (rows, h) in [(1, 1), (3, 37), (5, 1000), (2, 33)] {
-            let c = compiled(&chain(dt, rows, h));
+            let c = compiled_per_op(&chain(dt, rows, h));
             let plan = MetalPlan::build(&c.schedule);
             let st = plan.stats();
             // rms_norm, gelu, add, softmax, broadcast mul and tanh have
             // kernels; everything dependent, so a barrier between each
             assert!(st.dispatches >= 5, "{dt:?} {rows}x{h}: {st:?}\n{plan}");
             assert!(st.barriers + st.host >= st.dispatches - 1, "{st:?}\n{plan}");
+            assert_same(&c, &plan, dt);
+            // with the graph fusions: f32 gelu + add become a region
+            let c = compiled(&chain(dt, rows, h));
+            let plan = MetalPlan::build(&c.schedule);
+            let region = plan.to_string().contains("region_f32");
+            assert_eq!(region, dt == DType::F32, "{plan}");
             assert_same(&c, &plan, dt);
         }
     }
@@ -278,7 +292,7 @@ fn chain_matches_host_f32_and_f16() {
 #[test]
 fn layer_norm_casts_and_host_commands_match_host() {
     // x f32 → f16 → layer_norm → silu (in place or out) → f32, plus a
-    // bias add (no kernel: a host command in the middle of the plan)
+    // bias add and a sigmoid
     let (rows, h) = (7, 45);
     let mut g = Graph::new("ln");
     let x = node(
@@ -334,14 +348,20 @@ fn layer_norm_casts_and_host_commands_match_host() {
         &[out],
     );
     g.set_outputs(&[out]).unwrap();
-    let c = compiled(&g);
+    let c = compiled_per_op(&g);
     let plan = MetalPlan::build(&c.schedule);
     let st = plan.stats();
-    assert!(st.dispatches >= 4 && st.host >= 1, "{st:?}\n{plan}");
-    assert!(
-        plan.to_string().contains("cast_f32_f16") && plan.to_string().contains("layer_norm_f16"),
-        "{plan}"
-    );
+    assert!(st.dispatches >= 4 && st.host == 0, "{st:?}\n{plan}");
+    for k in ["cast_f32_f16", "layer_norm_f16", "bias_add_f32"] {
+        assert!(plan.to_string().contains(k), "{k}\n{plan}");
+    }
+    assert_same(&c, &plan, DType::F32);
+    // fused: the bias add and sigmoid run as a region (the f32 bias param
+    // is staged into the arena by a host copy: region inputs are arena
+    // element indices)
+    let c = compiled(&g);
+    let plan = MetalPlan::build(&c.schedule);
+    assert!(plan.to_string().contains("region_f32"), "{plan}");
     assert_same(&c, &plan, DType::F32);
 }
 
@@ -379,7 +399,7 @@ fn independent_branches_share_a_barrier_free_stretch() {
         &[a, b],
     );
     g.set_outputs(&[s]).unwrap();
-    let c = compiled(&g);
+    let c = compiled_per_op(&g);
     let plan = MetalPlan::build(&c.schedule);
     assert_eq!(
         plan.stats(),

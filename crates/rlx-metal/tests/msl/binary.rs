@@ -20,7 +20,8 @@ const OPS: [BinaryOp; 7] = [
     BinaryOp::Pow,
 ];
 
-fn reference(op: BinaryOp, a: f64, b: f64) -> f64 {
+/// f64 reference of a binary op (shared with the region tests).
+pub fn reference(op: BinaryOp, a: f64, b: f64) -> f64 {
     match op {
         BinaryOp::Add => a + b,
         BinaryOp::Sub => a - b,

@@ -35,7 +35,8 @@ fn erf(x: f64) -> f64 {
     }
 }
 
-fn reference(a: Activation, x: f64) -> f64 {
+/// f64 reference of an activation (shared with the matmul and region tests).
+pub fn reference(a: Activation, x: f64) -> f64 {
     use Activation::*;
     match a {
         Gelu => 0.5 * x * (1.0 + erf(x / std::f64::consts::SQRT_2)),
@@ -61,7 +62,8 @@ fn reference(a: Activation, x: f64) -> f64 {
     }
 }
 
-fn inputs(a: Activation, n: usize, seed: u64) -> Vec<f32> {
+/// Inputs inside an activation's domain (shared with the region tests).
+pub fn inputs(a: Activation, n: usize, seed: u64) -> Vec<f32> {
     use Activation::*;
     match a {
         Log | Sqrt | Rsqrt => uniform(seed, n, 0.05, 6.0),

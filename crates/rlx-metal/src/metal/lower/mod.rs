@@ -6,8 +6,10 @@
 
 mod binary;
 mod elementwise;
+mod matmul;
 mod norm;
 mod quant;
+mod region;
 mod softmax;
 
 use super::args::KernelArgs;
@@ -107,12 +109,14 @@ pub(crate) fn aliased(t: &Thunk) -> bool {
 }
 
 /// The families' lowerings, tried in order.
-const FAMILIES: [fn(usize, &Thunk) -> Option<Lowered>; 5] = [
+const FAMILIES: &[fn(usize, &Thunk) -> Option<Lowered>] = &[
     elementwise::lower,
     binary::lower,
     norm::lower,
     softmax::lower,
     quant::lower,
+    matmul::lower,
+    region::lower,
 ];
 
 /// The command of thunk `i`: a dispatch, `Host` when no kernel covers it,
