@@ -4,9 +4,11 @@
 //! (scripts/setup.sh installs it); without it these tests fail.
 
 mod msl {
+    pub mod attention;
     pub mod binary;
     pub mod common;
     pub mod elementwise;
     pub mod norm;
+    pub mod rope;
     pub mod softmax;
 }

@@ -18,14 +18,20 @@ pub enum Family {
     Norm,
     /// Softmax over the last axis.
     Softmax,
+    /// SDPA (decode / prefill) and the fused RoPE + SDPA core.
+    Attention,
+    /// Rotary position embedding.
+    Rope,
 }
 
 /// Every family.
-pub const ALL_FAMILIES: [Family; 4] = [
+pub const ALL_FAMILIES: [Family; 6] = [
     Family::Elementwise,
     Family::Binary,
     Family::Norm,
     Family::Softmax,
+    Family::Attention,
+    Family::Rope,
 ];
 
 impl Family {
@@ -36,6 +42,8 @@ impl Family {
             Family::Binary => "binary.metal",
             Family::Norm => "norm.metal",
             Family::Softmax => "softmax.metal",
+            Family::Attention => "attention.metal",
+            Family::Rope => "rope.metal",
         }
     }
 
@@ -46,6 +54,8 @@ impl Family {
             Family::Binary => include_str!("../../kernels/binary.metal"),
             Family::Norm => include_str!("../../kernels/norm.metal"),
             Family::Softmax => include_str!("../../kernels/softmax.metal"),
+            Family::Attention => include_str!("../../kernels/attention.metal"),
+            Family::Rope => include_str!("../../kernels/rope.metal"),
         }
     }
 }

@@ -4,6 +4,7 @@
 //! family claims runs on the host. The shared dispatch shapes (1-D
 //! elementwise grids, one threadgroup per row) live here.
 
+mod attention;
 mod binary;
 mod elementwise;
 mod norm;
@@ -106,11 +107,12 @@ pub(crate) fn aliased(t: &Thunk) -> bool {
 }
 
 /// The families' lowerings, tried in order.
-const FAMILIES: [fn(usize, &Thunk) -> Option<Lowered>; 4] = [
+const FAMILIES: [fn(usize, &Thunk) -> Option<Lowered>; 5] = [
     elementwise::lower,
     binary::lower,
     norm::lower,
     softmax::lower,
+    attention::lower,
 ];
 
 /// The command of thunk `i`: a dispatch, `Host` when no kernel covers it,
