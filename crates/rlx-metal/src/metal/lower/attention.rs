@@ -62,7 +62,7 @@ fn dispatch(i: usize, p: Problem) -> Option<Lowered> {
     if a.head_dim == 0 || a.head_dim > MAX_HEAD_DIM || a.kv_heads == 0 || a.kv_seq == 0 {
         return None;
     }
-    if a.heads % a.kv_heads != 0 {
+    if !a.heads.is_multiple_of(a.kv_heads) {
         return None;
     }
     let bindings = p.offs.iter().map(|&o| BufferBinding::of(o)).collect();
@@ -233,7 +233,8 @@ fn fused(i: usize, f: &FusedAttn) -> Option<Lowered> {
 /// The dispatch of a `Rope` thunk (`None`: host).
 fn rope(i: usize, r: &Rope) -> Option<Lowered> {
     let (d, n_rot) = (r.head_dim, r.n_rot);
-    if d == 0 || r.hidden % d != 0 || n_rot % 2 != 0 || n_rot > d || r.src_row_stride == 0 {
+    let shape_ok = d > 0 && r.hidden.is_multiple_of(d) && n_rot.is_multiple_of(2) && n_rot <= d;
+    if !shape_ok || r.src_row_stride == 0 {
         return None;
     }
     let len = prod(&[r.batch, r.seq, r.hidden])?;
@@ -270,5 +271,91 @@ pub(super) fn lower(i: usize, t: &Thunk) -> Option<Lowered> {
         Thunk::FusedAttn(f) => fused(i, f),
         Thunk::Rope(r) => rope(i, r),
         _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn attn(seq: u32, head_dim: u32, dt: HalfFlag) -> Attention {
+        Attention {
+            q: 0,
+            k: 1 << 20,
+            v: 2 << 20,
+            mask: 0,
+            out: 3 << 20,
+            batch: 2,
+            seq,
+            kv_seq: 33,
+            heads: 4,
+            kv_heads: 2,
+            head_dim,
+            mask_kind: 1,
+            window: 0,
+            dt,
+            bhsd: 0,
+            score_scale: 0.0,
+            attn_logit_softcap: 0.0,
+            kv_len: None,
+        }
+    }
+
+    fn kernel_of(t: &Thunk) -> Option<(String, Dispatch)> {
+        match lower(0, t)? {
+            Lowered::Dispatch(d) => Some((d.kernel.function.clone(), d)),
+            _ => None,
+        }
+    }
+
+    #[test]
+    fn decode_prefill_and_host_cases() {
+        let (k, d) = kernel_of(&Thunk::Attention(attn(1, 64, HalfFlag::F32))).unwrap();
+        assert_eq!(k, "attention_decode_f32");
+        assert_eq!(d.grid, [8, 1, 1]);
+        assert!(d.threadgroup_memory.is_empty());
+        let (k, d) = kernel_of(&Thunk::Attention(attn(17, 256, HalfFlag::F16))).unwrap();
+        assert_eq!(k, "attention_prefill_f16");
+        // 17 rows in blocks of 8: 3 per (batch, head)
+        assert_eq!(d.grid, [2 * 4 * 3, 1, 1]);
+        assert!(d.threadgroup_memory[0] <= TG_MEM_LIMIT);
+        // head dims past 256, unknown mask kinds and aliasing stay on the host
+        assert!(kernel_of(&Thunk::Attention(attn(17, 320, HalfFlag::F32))).is_none());
+        let odd = Attention {
+            mask_kind: 5,
+            ..attn(1, 64, HalfFlag::F32)
+        };
+        assert!(kernel_of(&Thunk::Attention(odd)).is_none());
+        let in_place = Attention {
+            out: 0,
+            ..attn(1, 64, HalfFlag::F32)
+        };
+        assert!(kernel_of(&Thunk::Attention(in_place)).is_none());
+    }
+
+    #[test]
+    fn rope_needs_an_explicit_stride() {
+        let r = Rope {
+            src: 0,
+            cos: 1 << 16,
+            sin: 2 << 16,
+            dst: 3 << 16,
+            batch: 1,
+            seq: 3,
+            hidden: 8,
+            head_dim: 4,
+            n_rot: 4,
+            dt: HalfFlag::F32,
+            src_row_stride: 8,
+            cos_per_token: false,
+            interleaved: false,
+        };
+        let (k, _) = kernel_of(&Thunk::Rope(r.clone())).unwrap();
+        assert_eq!(k, "rope_f32");
+        let zero = Rope {
+            src_row_stride: 0,
+            ..r
+        };
+        assert!(kernel_of(&Thunk::Rope(zero)).is_none());
     }
 }
