@@ -50,11 +50,12 @@ fn prefill_simdgroups(seq: u32) -> u32 {
     seq.div_ceil(ROWS_PER_SIMDGROUP).clamp(1, 4)
 }
 
-/// Prefill threadgroup memory bytes for `nsg` simdgroups and `bk` keys.
+/// Prefill threadgroup memory bytes for `nsg` simdgroups and `bk` keys,
+/// rounded up to 16 (Metal's granularity for threadgroup memory lengths).
 fn prefill_tg_bytes(d: u32, nsg: u32, bk: u32) -> usize {
     let bq = (ROWS_PER_SIMDGROUP * nsg) as usize;
     let floats = bq * d as usize + bk as usize * (d | 1) as usize + bq * 32;
-    floats * 4
+    (floats * 4).next_multiple_of(16)
 }
 
 fn dispatch(i: usize, p: Problem) -> Option<Lowered> {
@@ -319,6 +320,7 @@ mod tests {
         // 17 rows in blocks of 8: 3 per (batch, head)
         assert_eq!(d.grid, [2 * 4 * 3, 1, 1]);
         assert!(d.threadgroup_memory[0] <= TG_MEM_LIMIT);
+        assert_eq!(d.threadgroup_memory[0] % 16, 0);
         // head dims past 256, unknown mask kinds and aliasing stay on the host
         assert!(kernel_of(&Thunk::Attention(attn(17, 320, HalfFlag::F32))).is_none());
         let odd = Attention {
