@@ -209,6 +209,47 @@ struct SwigluArgs {
     uint gate_first;
 };
 
+// attention.metal: SDPA / fused RoPE + SDPA. Row (b, i, h) of q / out
+// starts at b·q_sb + i·q_ss + h·q_sh elements (out: o_*), row (b, j, g) of
+// k / v at b·kv_sb + j·kv_ss + g·kv_sh. scale is resolved (never 0).
+struct AttnArgs {
+    uint batch;
+    uint seq;
+    uint kv_seq;
+    uint heads;
+    uint kv_heads;
+    uint head_dim;
+    uint mask_kind;   // 0 none, 1 causal, 2 custom, 3 bias, 4 sliding window
+    uint window;
+    float scale;
+    float softcap;    // 0: off
+    uint has_kv_len;  // buffer(5) holds the run-time key length
+    uint rope;        // NeoX-rotate q and k (FusedAttn)
+    uint q_sb;
+    uint q_ss;
+    uint q_sh;
+    uint kv_sb;
+    uint kv_ss;
+    uint kv_sh;
+    uint o_sb;
+    uint o_ss;
+    uint o_sh;
+    uint bk;          // prefill: keys per staged block (16 or 32)
+};
+
+// rope.metal: rotary embedding of `rows` token rows of `hidden` elements
+// (source rows `src_stride` apart) into dense dst.
+struct RopeArgs {
+    uint len;         // rows · hidden
+    uint seq;
+    uint hidden;
+    uint head_dim;
+    uint n_rot;
+    uint src_stride;
+    uint per_token;   // tables [rows, n_rot/2] instead of [seq, n_rot/2]
+    uint interleaved; // GPT-J pairs (2i, 2i+1), else NeoX (i, i + n_rot/2)
+};
+
 static_assert(sizeof(UnaryArgs) == 8 && alignof(UnaryArgs) == 4, "UnaryArgs layout");
 static_assert(sizeof(CastArgs) == 4 && alignof(CastArgs) == 4, "CastArgs layout");
 static_assert(sizeof(BinaryArgs) == 8 && alignof(BinaryArgs) == 4, "BinaryArgs layout");
@@ -224,5 +265,7 @@ static_assert(sizeof(FusedActArgs) == 20 && alignof(FusedActArgs) == 4, "FusedAc
 static_assert(sizeof(CompareArgs) == 16 && alignof(CompareArgs) == 4, "CompareArgs layout");
 static_assert(sizeof(WhereArgs) == 16 && alignof(WhereArgs) == 4, "WhereArgs layout");
 static_assert(sizeof(SwigluArgs) == 12 && alignof(SwigluArgs) == 4, "SwigluArgs layout");
+static_assert(sizeof(AttnArgs) == 88 && alignof(AttnArgs) == 4, "AttnArgs layout");
+static_assert(sizeof(RopeArgs) == 32 && alignof(RopeArgs) == 4, "RopeArgs layout");
 
 #endif  // RLX_METAL_ARGS_H

@@ -4,6 +4,7 @@
 //! (scripts/setup.sh installs it); without it these tests fail.
 
 mod msl {
+    pub mod attention;
     pub mod binary;
     pub mod common;
     pub mod elementwise;
@@ -12,5 +13,6 @@ mod msl {
     pub mod matmul;
     pub mod norm;
     pub mod region;
+    pub mod rope;
     pub mod softmax;
 }

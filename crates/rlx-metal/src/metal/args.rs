@@ -293,6 +293,78 @@ pub fn cmp_code(op: rlx_ir::op::CmpOp) -> u32 {
     }
 }
 
+/// `AttnArgs`: SDPA over strided q / k / v / out rows (see `args.h`).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct AttnArgs {
+    /// Batch.
+    pub batch: u32,
+    /// Query rows.
+    pub seq: u32,
+    /// Key / value capacity.
+    pub kv_seq: u32,
+    /// Query heads.
+    pub heads: u32,
+    /// Key / value heads.
+    pub kv_heads: u32,
+    /// Head dimension.
+    pub head_dim: u32,
+    /// Mask code (thunk::attention module docs).
+    pub mask_kind: u32,
+    /// Sliding-window lookback.
+    pub window: u32,
+    /// Score scale (resolved, never 0).
+    pub scale: f32,
+    /// Logit softcap (0 = off).
+    pub softcap: f32,
+    /// 1 when buffer(5) holds the run-time key length.
+    pub has_kv_len: u32,
+    /// 1: NeoX-rotate q and k with the cos / sin tables.
+    pub rope: u32,
+    /// q element stride per batch.
+    pub q_sb: u32,
+    /// q element stride per query row.
+    pub q_ss: u32,
+    /// q element stride per head.
+    pub q_sh: u32,
+    /// k / v element stride per batch.
+    pub kv_sb: u32,
+    /// k / v element stride per key row.
+    pub kv_ss: u32,
+    /// k / v element stride per kv head.
+    pub kv_sh: u32,
+    /// out element stride per batch.
+    pub o_sb: u32,
+    /// out element stride per query row.
+    pub o_ss: u32,
+    /// out element stride per head.
+    pub o_sh: u32,
+    /// Prefill: keys per staged block.
+    pub bk: u32,
+}
+
+/// `RopeArgs`: rotary embedding into a dense `[rows, hidden]`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct RopeArgs {
+    /// Output elements (`rows · hidden`).
+    pub len: u32,
+    /// Sequence length (table row = token row mod seq).
+    pub seq: u32,
+    /// Row width.
+    pub hidden: u32,
+    /// Head dimension.
+    pub head_dim: u32,
+    /// Rotated dims per head.
+    pub n_rot: u32,
+    /// Elements between source rows.
+    pub src_stride: u32,
+    /// 1: tables have one row per token.
+    pub per_token: u32,
+    /// 1: GPT-J interleaved pairs, 0: NeoX.
+    pub interleaved: u32,
+}
+
 kernel_args! {
     UnaryArgs = 8,
     CastArgs = 4,
@@ -309,6 +381,8 @@ kernel_args! {
     CompareArgs = 16,
     WhereArgs = 16,
     SwigluArgs = 12,
+    AttnArgs = 88,
+    RopeArgs = 32,
 }
 
 /// `RlxAct` / `RlxBin` codes (`args.h`): the region chain encoding's
@@ -354,6 +428,8 @@ mod tests {
             ("CompareArgs", size_of::<CompareArgs>()),
             ("WhereArgs", size_of::<WhereArgs>()),
             ("SwigluArgs", size_of::<SwigluArgs>()),
+            ("AttnArgs", size_of::<AttnArgs>()),
+            ("RopeArgs", size_of::<RopeArgs>()),
         ];
         let header = header_sizes();
         assert_eq!(header.len(), rust.len(), "{header:?}");

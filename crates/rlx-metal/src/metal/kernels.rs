@@ -32,6 +32,10 @@ pub enum Family {
     /// Fused elementwise regions, fused binary / ternary activations,
     /// compare, where, fma, SwiGLU.
     Region,
+    /// SDPA (decode / prefill) and the fused RoPE + SDPA core.
+    Attention,
+    /// Rotary position embedding.
+    Rope,
 }
 
 /// Every family.
@@ -43,6 +47,8 @@ pub const ALL_FAMILIES: &[Family] = &[
     Family::Quant,
     Family::Matmul,
     Family::Region,
+    Family::Attention,
+    Family::Rope,
 ];
 
 impl Family {
@@ -56,6 +62,8 @@ impl Family {
             Family::Quant => "quant.metal",
             Family::Matmul => "matmul.metal",
             Family::Region => "region.metal",
+            Family::Attention => "attention.metal",
+            Family::Rope => "rope.metal",
         }
     }
 
@@ -69,6 +77,8 @@ impl Family {
             Family::Quant => include_str!("../../kernels/quant.metal"),
             Family::Matmul => include_str!("../../kernels/matmul.metal"),
             Family::Region => include_str!("../../kernels/region.metal"),
+            Family::Attention => include_str!("../../kernels/attention.metal"),
+            Family::Rope => include_str!("../../kernels/rope.metal"),
         }
     }
 }

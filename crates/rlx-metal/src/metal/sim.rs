@@ -231,3 +231,7 @@ mod tests_quant;
 #[cfg(test)]
 #[path = "sim_tests_matmul.rs"]
 mod tests_matmul;
+
+#[cfg(test)]
+#[path = "sim_tests_attention.rs"]
+mod tests_attention;

@@ -4,6 +4,7 @@
 //! family claims runs on the host. The shared dispatch shapes (1-D
 //! elementwise grids, one threadgroup per row) live here.
 
+mod attention;
 mod binary;
 mod elementwise;
 mod matmul;
@@ -117,6 +118,7 @@ const FAMILIES: &[fn(usize, &Thunk) -> Option<Lowered>] = &[
     quant::lower,
     matmul::lower,
     region::lower,
+    attention::lower,
 ];
 
 /// The command of thunk `i`: a dispatch, `Host` when no kernel covers it,
