@@ -95,11 +95,76 @@ struct SoftmaxArgs {
     uint cols;
 };
 
+// Most pieces of one split / concat dispatch.
+#define RLX_MAX_PIECES 8
+
+// shape.metal copy_*: dst[i] = src[i], i < len words.
+struct CopyArgs {
+    uint len;
+};
+
+// shape.metal narrow_*: dst [rows, len] = src [rows, src_cols][:, start ..]
+// (words).
+struct NarrowArgs {
+    uint rows;
+    uint src_cols;
+    uint start;
+    uint len;
+};
+
+// shape.metal split_*: segment s < count writes dst_s [rows, len[s]] =
+// src [rows, src_cols][:, start[s] ..] (words).
+struct SplitArgs {
+    uint rows;
+    uint src_cols;
+    uint count;
+    uint _pad;
+    uint start[RLX_MAX_PIECES];
+    uint len[RLX_MAX_PIECES];
+};
+
+// shape.metal concat_*: input k < count, [outer, cols[k]], lands at
+// dst [outer, dst_cols][:, at[k] ..] (words).
+struct ConcatArgs {
+    uint outer;
+    uint dst_cols;
+    uint count;
+    uint _pad;
+    uint at[RLX_MAX_PIECES];
+    uint cols[RLX_MAX_PIECES];
+};
+
+// shape.metal transpose_u32: dense dst over out_dims (len words) reads
+// src[sum_d i_d * in_strides[d]]; entries past `rank` are ignored.
+struct StridedArgs {
+    uint len;
+    uint rank;
+    uint _pad[2];
+    uint out_dims[RLX_MAX_RANK];
+    uint in_strides[RLX_MAX_RANK];
+};
+
+// shape.metal reverse_*: flip the axes whose bit is set in rev_mask
+// (bit d = axis d) of dense [dims] (len elements).
+struct ReverseArgs {
+    uint len;
+    uint rank;
+    uint rev_mask;
+    uint _pad;
+    uint dims[RLX_MAX_RANK];
+};
+
 static_assert(sizeof(UnaryArgs) == 8 && alignof(UnaryArgs) == 4, "UnaryArgs layout");
 static_assert(sizeof(CastArgs) == 4 && alignof(CastArgs) == 4, "CastArgs layout");
 static_assert(sizeof(BinaryArgs) == 8 && alignof(BinaryArgs) == 4, "BinaryArgs layout");
 static_assert(sizeof(BroadcastArgs) == 112 && alignof(BroadcastArgs) == 4, "BroadcastArgs layout");
 static_assert(sizeof(RowNormArgs) == 16 && alignof(RowNormArgs) == 4, "RowNormArgs layout");
 static_assert(sizeof(SoftmaxArgs) == 8 && alignof(SoftmaxArgs) == 4, "SoftmaxArgs layout");
+static_assert(sizeof(CopyArgs) == 4 && alignof(CopyArgs) == 4, "CopyArgs layout");
+static_assert(sizeof(NarrowArgs) == 16 && alignof(NarrowArgs) == 4, "NarrowArgs layout");
+static_assert(sizeof(SplitArgs) == 80 && alignof(SplitArgs) == 4, "SplitArgs layout");
+static_assert(sizeof(ConcatArgs) == 80 && alignof(ConcatArgs) == 4, "ConcatArgs layout");
+static_assert(sizeof(StridedArgs) == 80 && alignof(StridedArgs) == 4, "StridedArgs layout");
+static_assert(sizeof(ReverseArgs) == 48 && alignof(ReverseArgs) == 4, "ReverseArgs layout");
 
 #endif  // RLX_METAL_ARGS_H

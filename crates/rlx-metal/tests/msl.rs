@@ -8,5 +8,6 @@ mod msl {
     pub mod common;
     pub mod elementwise;
     pub mod norm;
+    pub mod shape;
     pub mod softmax;
 }

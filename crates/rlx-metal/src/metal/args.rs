@@ -105,6 +105,99 @@ pub struct SoftmaxArgs {
     pub cols: u32,
 }
 
+/// Most pieces of one split / concat dispatch (`RLX_MAX_PIECES`).
+pub const MAX_PIECES: usize = 8;
+
+/// `CopyArgs`: `dst[i] = src[i]` over words.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct CopyArgs {
+    /// Words.
+    pub len: u32,
+}
+
+/// `NarrowArgs`: `dst [rows, len] = src [rows, src_cols][:, start..]` (words).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct NarrowArgs {
+    /// Rows.
+    pub rows: u32,
+    /// Source row width.
+    pub src_cols: u32,
+    /// First column.
+    pub start: u32,
+    /// Columns kept.
+    pub len: u32,
+}
+
+/// `SplitArgs`: segment `s` writes `[rows, len[s]]` from column `start[s]`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct SplitArgs {
+    /// Rows.
+    pub rows: u32,
+    /// Source row width.
+    pub src_cols: u32,
+    /// Segments (at most [`MAX_PIECES`]).
+    pub count: u32,
+    /// Padding.
+    pub _pad: u32,
+    /// First column per segment.
+    pub start: [u32; MAX_PIECES],
+    /// Columns per segment.
+    pub len: [u32; MAX_PIECES],
+}
+
+/// `ConcatArgs`: input `k` `[outer, cols[k]]` lands at column `at[k]`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct ConcatArgs {
+    /// Rows.
+    pub outer: u32,
+    /// Destination row width.
+    pub dst_cols: u32,
+    /// Inputs (at most [`MAX_PIECES`]).
+    pub count: u32,
+    /// Padding.
+    pub _pad: u32,
+    /// Destination column of each input.
+    pub at: [u32; MAX_PIECES],
+    /// Row width of each input.
+    pub cols: [u32; MAX_PIECES],
+}
+
+/// `StridedArgs`: strided gather (transpose / broadcast) of 4-byte words.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct StridedArgs {
+    /// Output words.
+    pub len: u32,
+    /// Rank.
+    pub rank: u32,
+    /// Padding.
+    pub _pad: [u32; 2],
+    /// Output dims.
+    pub out_dims: [u32; MAX_RANK],
+    /// Input stride per output axis (0 = broadcast).
+    pub in_strides: [u32; MAX_RANK],
+}
+
+/// `ReverseArgs`: flip the axes of `rev_mask` (bit `d` = axis `d`).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct ReverseArgs {
+    /// Elements.
+    pub len: u32,
+    /// Rank.
+    pub rank: u32,
+    /// Bit `d` set: axis `d` is flipped.
+    pub rev_mask: u32,
+    /// Padding.
+    pub _pad: u32,
+    /// Dims.
+    pub dims: [u32; MAX_RANK],
+}
+
 kernel_args! {
     UnaryArgs = 8,
     CastArgs = 4,
@@ -112,6 +205,12 @@ kernel_args! {
     BroadcastArgs = 112,
     RowNormArgs = 16,
     SoftmaxArgs = 8,
+    CopyArgs = 4,
+    NarrowArgs = 16,
+    SplitArgs = 80,
+    ConcatArgs = 80,
+    StridedArgs = 80,
+    ReverseArgs = 48,
 }
 
 /// `RlxAct` / `RlxBin` codes (`args.h`): the region chain encoding's
@@ -148,6 +247,12 @@ mod tests {
             ("BroadcastArgs", size_of::<BroadcastArgs>()),
             ("RowNormArgs", size_of::<RowNormArgs>()),
             ("SoftmaxArgs", size_of::<SoftmaxArgs>()),
+            ("CopyArgs", size_of::<CopyArgs>()),
+            ("NarrowArgs", size_of::<NarrowArgs>()),
+            ("SplitArgs", size_of::<SplitArgs>()),
+            ("ConcatArgs", size_of::<ConcatArgs>()),
+            ("StridedArgs", size_of::<StridedArgs>()),
+            ("ReverseArgs", size_of::<ReverseArgs>()),
         ];
         let header = header_sizes();
         assert_eq!(header.len(), rust.len(), "{header:?}");

@@ -18,14 +18,17 @@ pub enum Family {
     Norm,
     /// Softmax over the last axis.
     Softmax,
+    /// Layout moves: copy, narrow, split, concat, transpose, reverse.
+    Shape,
 }
 
 /// Every family.
-pub const ALL_FAMILIES: [Family; 4] = [
+pub const ALL_FAMILIES: [Family; 5] = [
     Family::Elementwise,
     Family::Binary,
     Family::Norm,
     Family::Softmax,
+    Family::Shape,
 ];
 
 impl Family {
@@ -36,6 +39,7 @@ impl Family {
             Family::Binary => "binary.metal",
             Family::Norm => "norm.metal",
             Family::Softmax => "softmax.metal",
+            Family::Shape => "shape.metal",
         }
     }
 
@@ -46,6 +50,7 @@ impl Family {
             Family::Binary => include_str!("../../kernels/binary.metal"),
             Family::Norm => include_str!("../../kernels/norm.metal"),
             Family::Softmax => include_str!("../../kernels/softmax.metal"),
+            Family::Shape => include_str!("../../kernels/shape.metal"),
         }
     }
 }

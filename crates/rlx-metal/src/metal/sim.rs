@@ -223,3 +223,7 @@ fn dispatch<E: std::fmt::Display>(
 #[cfg(test)]
 #[path = "sim_tests.rs"]
 mod tests;
+
+#[cfg(test)]
+#[path = "sim_tests_shape.rs"]
+mod tests_shape;

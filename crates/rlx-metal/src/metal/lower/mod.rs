@@ -7,6 +7,7 @@
 mod binary;
 mod elementwise;
 mod norm;
+mod shape;
 mod softmax;
 
 use super::args::KernelArgs;
@@ -106,11 +107,12 @@ pub(crate) fn aliased(t: &Thunk) -> bool {
 }
 
 /// The families' lowerings, tried in order.
-const FAMILIES: [fn(usize, &Thunk) -> Option<Lowered>; 4] = [
+const FAMILIES: [fn(usize, &Thunk) -> Option<Lowered>; 5] = [
     elementwise::lower,
     binary::lower,
     norm::lower,
     softmax::lower,
+    shape::lower,
 ];
 
 /// The command of thunk `i`: a dispatch, `Host` when no kernel covers it,
