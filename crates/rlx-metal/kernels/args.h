@@ -154,6 +154,36 @@ struct ReverseArgs {
     uint dims[RLX_MAX_RANK];
 };
 
+// indexing.metal gather_*: dst [outer, num_idx, trailing] =
+// table [outer, axis_dim, trailing][:, idx, :] (trailing in words);
+// signed_idx: negative indices count from the end.
+struct GatherArgs {
+    uint outer;
+    uint axis_dim;
+    uint num_idx;
+    uint trailing;
+    uint signed_idx;
+    uint _pad[3];
+};
+
+// indexing.metal scatter_add_f32: dst [out_dim, trailing] = 0, then
+// dst[idx[i], :] += updates[i, :] for i < num.
+struct ScatterAddArgs {
+    uint num;
+    uint out_dim;
+    uint trailing;
+};
+
+// indexing.metal scatter_nd_*: tuple t < tuples of q indices into
+// dims[..q] picks a block of `block` words; dst[block] = updates[t].
+struct ScatterNdArgs {
+    uint tuples;
+    uint q;
+    uint block;
+    uint _pad;
+    uint dims[RLX_MAX_RANK];
+};
+
 static_assert(sizeof(UnaryArgs) == 8 && alignof(UnaryArgs) == 4, "UnaryArgs layout");
 static_assert(sizeof(CastArgs) == 4 && alignof(CastArgs) == 4, "CastArgs layout");
 static_assert(sizeof(BinaryArgs) == 8 && alignof(BinaryArgs) == 4, "BinaryArgs layout");
@@ -166,5 +196,8 @@ static_assert(sizeof(SplitArgs) == 80 && alignof(SplitArgs) == 4, "SplitArgs lay
 static_assert(sizeof(ConcatArgs) == 80 && alignof(ConcatArgs) == 4, "ConcatArgs layout");
 static_assert(sizeof(StridedArgs) == 80 && alignof(StridedArgs) == 4, "StridedArgs layout");
 static_assert(sizeof(ReverseArgs) == 48 && alignof(ReverseArgs) == 4, "ReverseArgs layout");
+static_assert(sizeof(GatherArgs) == 32 && alignof(GatherArgs) == 4, "GatherArgs layout");
+static_assert(sizeof(ScatterAddArgs) == 12 && alignof(ScatterAddArgs) == 4, "ScatterAddArgs layout");
+static_assert(sizeof(ScatterNdArgs) == 48 && alignof(ScatterNdArgs) == 4, "ScatterNdArgs layout");
 
 #endif  // RLX_METAL_ARGS_H

@@ -7,6 +7,7 @@ mod msl {
     pub mod binary;
     pub mod common;
     pub mod elementwise;
+    pub mod indexing;
     pub mod norm;
     pub mod shape;
     pub mod softmax;

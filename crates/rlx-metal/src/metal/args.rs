@@ -198,6 +198,52 @@ pub struct ReverseArgs {
     pub dims: [u32; MAX_RANK],
 }
 
+/// `GatherArgs`: `dst [outer, num_idx, trailing] = table[:, idx, :]` (words).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct GatherArgs {
+    /// Product of the dims before the axis.
+    pub outer: u32,
+    /// Length of the gathered axis.
+    pub axis_dim: u32,
+    /// Indices.
+    pub num_idx: u32,
+    /// Words per gathered row.
+    pub trailing: u32,
+    /// 1: negative indices count from the end.
+    pub signed_idx: u32,
+    /// Padding.
+    pub _pad: [u32; 3],
+}
+
+/// `ScatterAddArgs`: `dst = 0; dst[idx[i], :] += updates[i, :]` (f32).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct ScatterAddArgs {
+    /// Update rows.
+    pub num: u32,
+    /// Output rows.
+    pub out_dim: u32,
+    /// Elements per row.
+    pub trailing: u32,
+}
+
+/// `ScatterNdArgs`: in-place ScatterND of `block`-word blocks.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct ScatterNdArgs {
+    /// Index tuples (update blocks).
+    pub tuples: u32,
+    /// Indices per tuple.
+    pub q: u32,
+    /// Words per block.
+    pub block: u32,
+    /// Padding.
+    pub _pad: u32,
+    /// The first `q` data dims.
+    pub dims: [u32; MAX_RANK],
+}
+
 kernel_args! {
     UnaryArgs = 8,
     CastArgs = 4,
@@ -211,6 +257,9 @@ kernel_args! {
     ConcatArgs = 80,
     StridedArgs = 80,
     ReverseArgs = 48,
+    GatherArgs = 32,
+    ScatterAddArgs = 12,
+    ScatterNdArgs = 48,
 }
 
 /// `RlxAct` / `RlxBin` codes (`args.h`): the region chain encoding's
@@ -253,6 +302,9 @@ mod tests {
             ("ConcatArgs", size_of::<ConcatArgs>()),
             ("StridedArgs", size_of::<StridedArgs>()),
             ("ReverseArgs", size_of::<ReverseArgs>()),
+            ("GatherArgs", size_of::<GatherArgs>()),
+            ("ScatterAddArgs", size_of::<ScatterAddArgs>()),
+            ("ScatterNdArgs", size_of::<ScatterNdArgs>()),
         ];
         let header = header_sizes();
         assert_eq!(header.len(), rust.len(), "{header:?}");

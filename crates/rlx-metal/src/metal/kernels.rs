@@ -20,15 +20,18 @@ pub enum Family {
     Softmax,
     /// Layout moves: copy, narrow, split, concat, transpose, reverse.
     Shape,
+    /// Gathers, scatter-add, in-place ScatterND (KV-cache writes).
+    Indexing,
 }
 
 /// Every family.
-pub const ALL_FAMILIES: [Family; 5] = [
+pub const ALL_FAMILIES: [Family; 6] = [
     Family::Elementwise,
     Family::Binary,
     Family::Norm,
     Family::Softmax,
     Family::Shape,
+    Family::Indexing,
 ];
 
 impl Family {
@@ -40,6 +43,7 @@ impl Family {
             Family::Norm => "norm.metal",
             Family::Softmax => "softmax.metal",
             Family::Shape => "shape.metal",
+            Family::Indexing => "indexing.metal",
         }
     }
 
@@ -51,6 +55,7 @@ impl Family {
             Family::Norm => include_str!("../../kernels/norm.metal"),
             Family::Softmax => include_str!("../../kernels/softmax.metal"),
             Family::Shape => include_str!("../../kernels/shape.metal"),
+            Family::Indexing => include_str!("../../kernels/indexing.metal"),
         }
     }
 }

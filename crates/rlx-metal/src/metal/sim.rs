@@ -227,3 +227,7 @@ mod tests;
 #[cfg(test)]
 #[path = "sim_tests_shape.rs"]
 mod tests_shape;
+
+#[cfg(test)]
+#[path = "sim_tests_indexing.rs"]
+mod tests_indexing;

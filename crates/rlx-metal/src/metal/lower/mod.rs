@@ -6,6 +6,7 @@
 
 mod binary;
 mod elementwise;
+mod indexing;
 mod norm;
 mod shape;
 mod softmax;
@@ -107,12 +108,13 @@ pub(crate) fn aliased(t: &Thunk) -> bool {
 }
 
 /// The families' lowerings, tried in order.
-const FAMILIES: [fn(usize, &Thunk) -> Option<Lowered>; 5] = [
+const FAMILIES: [fn(usize, &Thunk) -> Option<Lowered>; 6] = [
     elementwise::lower,
     binary::lower,
     norm::lower,
     softmax::lower,
     shape::lower,
+    indexing::lower,
 ];
 
 /// The command of thunk `i`: a dispatch, `Host` when no kernel covers it,

@@ -23,7 +23,7 @@ const WORDS: [(usize, &str); 5] = [(16, "u128"), (8, "u64"), (4, "u32"), (2, "u1
 
 /// The widest word dividing every byte count in `sizes` and every buffer
 /// offset in `offs` (tagged), as `(bytes, suffix)`.
-fn word(sizes: &[u64], offs: &[usize]) -> (u64, &'static str) {
+pub(super) fn word(sizes: &[u64], offs: &[usize]) -> (u64, &'static str) {
     let (w, name) = WORDS
         .into_iter()
         .find(|&(w, _)| {
@@ -35,7 +35,7 @@ fn word(sizes: &[u64], offs: &[usize]) -> (u64, &'static str) {
 }
 
 /// `v` as u32 when it fits.
-fn u32_of(v: u64) -> Option<u32> {
+pub(super) fn u32_of(v: u64) -> Option<u32> {
     u32::try_from(v).ok()
 }
 
