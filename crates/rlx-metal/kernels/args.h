@@ -48,6 +48,15 @@ enum RlxBin : uint {
     RLX_BIN_POW = 6,
 };
 
+// Reduce op codes (ReduceArgs::op), in rlx_ir::op::ReduceOp order.
+enum RlxReduce : uint {
+    RLX_RED_SUM = 0,
+    RLX_RED_MEAN = 1,
+    RLX_RED_MAX = 2,
+    RLX_RED_MIN = 3,
+    RLX_RED_PROD = 4,
+};
+
 // Highest rank of a broadcasting binary op.
 #define RLX_MAX_RANK 8
 
@@ -184,6 +193,30 @@ struct ScatterNdArgs {
     uint dims[RLX_MAX_RANK];
 };
 
+// reduce.metal reduce_*: dst [outer, inner] = op over the middle axis of
+// src [outer, reduced, inner].
+struct ReduceArgs {
+    uint outer;
+    uint reduced;
+    uint inner;
+    uint op;  // RlxReduce
+};
+
+// reduce.metal argreduce_*: dst (i32) [outer, inner] = first arg max / min.
+struct ArgReduceArgs {
+    uint outer;
+    uint reduced;
+    uint inner;
+    uint is_max;
+};
+
+// reduce.metal cumsum_f32: running sum along the last axis of [rows, cols].
+struct CumsumArgs {
+    uint rows;
+    uint cols;
+    uint exclusive;
+};
+
 static_assert(sizeof(UnaryArgs) == 8 && alignof(UnaryArgs) == 4, "UnaryArgs layout");
 static_assert(sizeof(CastArgs) == 4 && alignof(CastArgs) == 4, "CastArgs layout");
 static_assert(sizeof(BinaryArgs) == 8 && alignof(BinaryArgs) == 4, "BinaryArgs layout");
@@ -199,5 +232,8 @@ static_assert(sizeof(ReverseArgs) == 48 && alignof(ReverseArgs) == 4, "ReverseAr
 static_assert(sizeof(GatherArgs) == 32 && alignof(GatherArgs) == 4, "GatherArgs layout");
 static_assert(sizeof(ScatterAddArgs) == 12 && alignof(ScatterAddArgs) == 4, "ScatterAddArgs layout");
 static_assert(sizeof(ScatterNdArgs) == 48 && alignof(ScatterNdArgs) == 4, "ScatterNdArgs layout");
+static_assert(sizeof(ReduceArgs) == 16 && alignof(ReduceArgs) == 4, "ReduceArgs layout");
+static_assert(sizeof(ArgReduceArgs) == 16 && alignof(ArgReduceArgs) == 4, "ArgReduceArgs layout");
+static_assert(sizeof(CumsumArgs) == 12 && alignof(CumsumArgs) == 4, "CumsumArgs layout");
 
 #endif  // RLX_METAL_ARGS_H

@@ -244,6 +244,58 @@ pub struct ScatterNdArgs {
     pub dims: [u32; MAX_RANK],
 }
 
+/// `ReduceArgs`: reduce the middle axis of `[outer, reduced, inner]`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct ReduceArgs {
+    /// Product of the dims before the axis.
+    pub outer: u32,
+    /// Reduced axis length.
+    pub reduced: u32,
+    /// Product of the dims after the axis.
+    pub inner: u32,
+    /// Reduce op code ([`reduce_code`]).
+    pub op: u32,
+}
+
+/// `ArgReduceArgs`: first arg max / min of the middle axis.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct ArgReduceArgs {
+    /// Product of the dims before the axis.
+    pub outer: u32,
+    /// Reduced axis length.
+    pub reduced: u32,
+    /// Product of the dims after the axis.
+    pub inner: u32,
+    /// 1: arg max, 0: arg min.
+    pub is_max: u32,
+}
+
+/// `CumsumArgs`: running sum along the last axis of `[rows, cols]`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct CumsumArgs {
+    /// Rows.
+    pub rows: u32,
+    /// Columns (scanned axis).
+    pub cols: u32,
+    /// 1: exclusive (shifted by one, first element 0).
+    pub exclusive: u32,
+}
+
+/// `RlxReduce` code of a reduce op (`args.h`, rlx_ir order).
+pub fn reduce_code(op: rlx_ir::op::ReduceOp) -> u32 {
+    use rlx_ir::op::ReduceOp::*;
+    match op {
+        Sum => 0,
+        Mean => 1,
+        Max => 2,
+        Min => 3,
+        Prod => 4,
+    }
+}
+
 kernel_args! {
     UnaryArgs = 8,
     CastArgs = 4,
@@ -260,6 +312,9 @@ kernel_args! {
     GatherArgs = 32,
     ScatterAddArgs = 12,
     ScatterNdArgs = 48,
+    ReduceArgs = 16,
+    ArgReduceArgs = 16,
+    CumsumArgs = 12,
 }
 
 /// `RlxAct` / `RlxBin` codes (`args.h`): the region chain encoding's
@@ -305,6 +360,9 @@ mod tests {
             ("GatherArgs", size_of::<GatherArgs>()),
             ("ScatterAddArgs", size_of::<ScatterAddArgs>()),
             ("ScatterNdArgs", size_of::<ScatterNdArgs>()),
+            ("ReduceArgs", size_of::<ReduceArgs>()),
+            ("ArgReduceArgs", size_of::<ArgReduceArgs>()),
+            ("CumsumArgs", size_of::<CumsumArgs>()),
         ];
         let header = header_sizes();
         assert_eq!(header.len(), rust.len(), "{header:?}");
@@ -333,6 +391,25 @@ mod tests {
                 "RLX_BIN_{} = {},",
                 op.name().to_uppercase(),
                 binary_code(op)
+            );
+            assert!(super::super::kernels::ARGS_H.contains(&line), "{line}");
+        }
+    }
+
+    #[test]
+    fn reduce_codes_match_the_header() {
+        use rlx_ir::op::ReduceOp;
+        for op in [
+            ReduceOp::Sum,
+            ReduceOp::Mean,
+            ReduceOp::Max,
+            ReduceOp::Min,
+            ReduceOp::Prod,
+        ] {
+            let line = format!(
+                "RLX_RED_{} = {},",
+                op.name().to_uppercase(),
+                reduce_code(op)
             );
             assert!(super::super::kernels::ARGS_H.contains(&line), "{line}");
         }

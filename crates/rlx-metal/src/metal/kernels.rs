@@ -22,16 +22,19 @@ pub enum Family {
     Shape,
     /// Gathers, scatter-add, in-place ScatterND (KV-cache writes).
     Indexing,
+    /// Axis reductions, arg max / min, cumulative sum.
+    Reduce,
 }
 
 /// Every family.
-pub const ALL_FAMILIES: [Family; 6] = [
+pub const ALL_FAMILIES: [Family; 7] = [
     Family::Elementwise,
     Family::Binary,
     Family::Norm,
     Family::Softmax,
     Family::Shape,
     Family::Indexing,
+    Family::Reduce,
 ];
 
 impl Family {
@@ -44,6 +47,7 @@ impl Family {
             Family::Softmax => "softmax.metal",
             Family::Shape => "shape.metal",
             Family::Indexing => "indexing.metal",
+            Family::Reduce => "reduce.metal",
         }
     }
 
@@ -56,6 +60,7 @@ impl Family {
             Family::Softmax => include_str!("../../kernels/softmax.metal"),
             Family::Shape => include_str!("../../kernels/shape.metal"),
             Family::Indexing => include_str!("../../kernels/indexing.metal"),
+            Family::Reduce => include_str!("../../kernels/reduce.metal"),
         }
     }
 }

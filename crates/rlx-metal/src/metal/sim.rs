@@ -231,3 +231,7 @@ mod tests_shape;
 #[cfg(test)]
 #[path = "sim_tests_indexing.rs"]
 mod tests_indexing;
+
+#[cfg(test)]
+#[path = "sim_tests_reduce.rs"]
+mod tests_reduce;

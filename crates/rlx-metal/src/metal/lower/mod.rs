@@ -8,6 +8,7 @@ mod binary;
 mod elementwise;
 mod indexing;
 mod norm;
+mod reduce;
 mod shape;
 mod softmax;
 
@@ -108,13 +109,14 @@ pub(crate) fn aliased(t: &Thunk) -> bool {
 }
 
 /// The families' lowerings, tried in order.
-const FAMILIES: [fn(usize, &Thunk) -> Option<Lowered>; 6] = [
+const FAMILIES: [fn(usize, &Thunk) -> Option<Lowered>; 7] = [
     elementwise::lower,
     binary::lower,
     norm::lower,
     softmax::lower,
     shape::lower,
     indexing::lower,
+    reduce::lower,
 ];
 
 /// The command of thunk `i`: a dispatch, `Host` when no kernel covers it,
