@@ -9,6 +9,7 @@ mod msl {
     pub mod elementwise;
     pub mod indexing;
     pub mod norm;
+    pub mod norm_fused;
     pub mod reduce;
     pub mod shape;
     pub mod softmax;

@@ -24,10 +24,12 @@ pub enum Family {
     Indexing,
     /// Axis reductions, arg max / min, cumulative sum.
     Reduce,
+    /// Fused row norms: residual LayerNorm, RMSNorm·SiLU gate.
+    NormFused,
 }
 
 /// Every family.
-pub const ALL_FAMILIES: [Family; 7] = [
+pub const ALL_FAMILIES: [Family; 8] = [
     Family::Elementwise,
     Family::Binary,
     Family::Norm,
@@ -35,6 +37,7 @@ pub const ALL_FAMILIES: [Family; 7] = [
     Family::Shape,
     Family::Indexing,
     Family::Reduce,
+    Family::NormFused,
 ];
 
 impl Family {
@@ -48,6 +51,7 @@ impl Family {
             Family::Shape => "shape.metal",
             Family::Indexing => "indexing.metal",
             Family::Reduce => "reduce.metal",
+            Family::NormFused => "norm_fused.metal",
         }
     }
 
@@ -61,6 +65,7 @@ impl Family {
             Family::Shape => include_str!("../../kernels/shape.metal"),
             Family::Indexing => include_str!("../../kernels/indexing.metal"),
             Family::Reduce => include_str!("../../kernels/reduce.metal"),
+            Family::NormFused => include_str!("../../kernels/norm_fused.metal"),
         }
     }
 }

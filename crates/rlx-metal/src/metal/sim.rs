@@ -235,3 +235,7 @@ mod tests_indexing;
 #[cfg(test)]
 #[path = "sim_tests_reduce.rs"]
 mod tests_reduce;
+
+#[cfg(test)]
+#[path = "sim_tests_norm_fused.rs"]
+mod tests_norm_fused;

@@ -8,6 +8,7 @@ mod binary;
 mod elementwise;
 mod indexing;
 mod norm;
+mod norm_fused;
 mod reduce;
 mod shape;
 mod softmax;
@@ -109,7 +110,7 @@ pub(crate) fn aliased(t: &Thunk) -> bool {
 }
 
 /// The families' lowerings, tried in order.
-const FAMILIES: [fn(usize, &Thunk) -> Option<Lowered>; 7] = [
+const FAMILIES: [fn(usize, &Thunk) -> Option<Lowered>; 8] = [
     elementwise::lower,
     binary::lower,
     norm::lower,
@@ -117,6 +118,7 @@ const FAMILIES: [fn(usize, &Thunk) -> Option<Lowered>; 7] = [
     shape::lower,
     indexing::lower,
     reduce::lower,
+    norm_fused::lower,
 ];
 
 /// The command of thunk `i`: a dispatch, `Host` when no kernel covers it,

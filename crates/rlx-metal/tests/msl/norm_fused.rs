@@ -1,0 +1,161 @@
+//! norm_fused.metal: residual LayerNorm (with and without bias) and the
+//! gated RMSNorm·SiLU (zero and non-zero beta), f32 / f16, odd row lengths,
+//! partial simdgroups, against f64 references.
+//!
+//! Tolerances: f32 `1e-5 + 1e-5·|ref|` (f32 row statistics vs f64); f16
+//! `2e-3 + 2^-9·|ref|` (f32 math, up to two roundings to f16 in the gated
+//! form, whose values reach |x·g·silu(z)| ≈ 8).
+
+use super::common::{assert_close, lib, row_threads, uniform, Dt, DTS};
+use msl_sim::Grid;
+use rlx_metal::metal::args::{KernelArgs, RowNormArgs};
+use rlx_metal::metal::kernels::Family;
+
+/// (rows, h, threads per threadgroup; 0 = the host's choice).
+const SHAPES: [(u32, u32, u32); 6] = [
+    (1, 1, 0),
+    (3, 31, 0),
+    (2, 33, 0),
+    (2, 1000, 0),
+    (3, 100, 48),
+    (2, 37, 1),
+];
+
+fn tolerance(dt: Dt) -> (f64, f64) {
+    match dt {
+        Dt::F32 => (1e-5, 1e-5),
+        Dt::F16 => (2e-3, 1.0 / 512.0),
+    }
+}
+
+fn silu(z: f64) -> f64 {
+    z / (1.0 + (-z).exp())
+}
+
+#[test]
+fn residual_layer_norm_matches_reference() {
+    let lib = lib(Family::NormFused);
+    for dt in DTS {
+        let kernel = format!("residual_layer_norm_{}", dt.suffix());
+        for (k, &(rows, h, tpg)) in SHAPES.iter().enumerate() {
+            for has_bias in [false, true] {
+                let n = (rows * h) as usize;
+                let seed = k as u64 * 10;
+                let x = dt.round(&uniform(seed + 1, n, -2.0, 2.0));
+                let r = dt.round(&uniform(seed + 2, n, -2.0, 2.0));
+                let bias = dt.round(&uniform(seed + 3, h as usize, -1.0, 1.0));
+                let g = dt.round(&uniform(seed + 4, h as usize, 0.5, 1.5));
+                let b = dt.round(&uniform(seed + 5, h as usize, -0.5, 0.5));
+                let args = RowNormArgs {
+                    rows,
+                    h,
+                    eps: 1e-5,
+                    has_bias: has_bias as u32,
+                };
+                let mut out = dt.encode(&vec![0.0; n]);
+                let t = if tpg == 0 { row_threads(h) } else { tpg };
+                lib.dispatch(
+                    &kernel,
+                    args.as_bytes(),
+                    &mut [
+                        &mut dt.encode(&x),
+                        &mut dt.encode(&r),
+                        &mut dt.encode(&bias),
+                        &mut dt.encode(&g),
+                        &mut dt.encode(&b),
+                        &mut out,
+                    ],
+                    Grid::d1(rows, t),
+                    &[],
+                )
+                .unwrap_or_else(|e| panic!("{kernel}: {e}"));
+                let mut want = Vec::with_capacity(n);
+                for row in 0..rows as usize {
+                    let s: Vec<f64> = (0..h as usize)
+                        .map(|j| {
+                            let i = row * h as usize + j;
+                            x[i] as f64 + r[i] as f64 + if has_bias { bias[j] as f64 } else { 0.0 }
+                        })
+                        .collect();
+                    let mean = s.iter().sum::<f64>() / h as f64;
+                    let var = s.iter().map(|v| (v - mean) * (v - mean)).sum::<f64>() / h as f64;
+                    let inv = 1.0 / (var + 1e-5).sqrt();
+                    want.extend(
+                        s.iter()
+                            .enumerate()
+                            .map(|(j, v)| (v - mean) * inv * g[j] as f64 + b[j] as f64),
+                    );
+                }
+                let (atol, rtol) = tolerance(dt);
+                assert_close(
+                    &format!("{kernel} {rows}x{h} tpg={t} bias={has_bias}"),
+                    &dt.decode(&out),
+                    &want,
+                    atol,
+                    rtol,
+                );
+            }
+        }
+    }
+}
+
+#[test]
+fn rms_norm_mul_silu_matches_reference() {
+    let lib = lib(Family::NormFused);
+    for dt in DTS {
+        let kernel = format!("rms_norm_mul_silu_{}", dt.suffix());
+        for (k, &(rows, h, tpg)) in SHAPES.iter().enumerate() {
+            for zero_beta in [true, false] {
+                let n = (rows * h) as usize;
+                let seed = k as u64 * 10 + 100;
+                let x = dt.round(&uniform(seed + 1, n, -2.0, 2.0));
+                let z = dt.round(&uniform(seed + 2, n, -4.0, 4.0));
+                let g = dt.round(&uniform(seed + 4, h as usize, 0.5, 1.5));
+                let b = if zero_beta {
+                    vec![0.0; h as usize]
+                } else {
+                    dt.round(&uniform(seed + 5, h as usize, -0.5, 0.5))
+                };
+                let args = RowNormArgs {
+                    rows,
+                    h,
+                    eps: 1e-6,
+                    has_bias: 0,
+                };
+                let mut out = dt.encode(&vec![0.0; n]);
+                let t = if tpg == 0 { row_threads(h) } else { tpg };
+                lib.dispatch(
+                    &kernel,
+                    args.as_bytes(),
+                    &mut [
+                        &mut dt.encode(&x),
+                        &mut dt.encode(&g),
+                        &mut dt.encode(&b),
+                        &mut dt.encode(&z),
+                        &mut out,
+                    ],
+                    Grid::d1(rows, t),
+                    &[],
+                )
+                .unwrap_or_else(|e| panic!("{kernel}: {e}"));
+                let mut want = Vec::with_capacity(n);
+                for row in x.chunks(h as usize).zip(z.chunks(h as usize)) {
+                    let ms = row.0.iter().map(|&v| v as f64 * v as f64).sum::<f64>() / h as f64;
+                    let inv = 1.0 / (ms + 1e-6).sqrt();
+                    for j in 0..h as usize {
+                        let a = silu(row.1[j] as f64);
+                        want.push((row.0[j] as f64 * inv * g[j] as f64 + b[j] as f64) * a);
+                    }
+                }
+                let (atol, rtol) = tolerance(dt);
+                assert_close(
+                    &format!("{kernel} {rows}x{h} tpg={t} zero_beta={zero_beta}"),
+                    &dt.decode(&out),
+                    &want,
+                    atol,
+                    rtol,
+                );
+            }
+        }
+    }
+}
