@@ -217,6 +217,17 @@ struct CumsumArgs {
     uint exclusive;
 };
 
+// conv.metal depthwise_conv1d_bsc_f32: causal depthwise conv over the seq
+// axis of [batch, width, channels], out_seq = width - k + 1.
+struct DwConv1dArgs {
+    uint batch;
+    uint width;
+    uint out_seq;
+    uint channels;
+    uint k;
+    uint silu;
+};
+
 static_assert(sizeof(UnaryArgs) == 8 && alignof(UnaryArgs) == 4, "UnaryArgs layout");
 static_assert(sizeof(CastArgs) == 4 && alignof(CastArgs) == 4, "CastArgs layout");
 static_assert(sizeof(BinaryArgs) == 8 && alignof(BinaryArgs) == 4, "BinaryArgs layout");
@@ -235,5 +246,6 @@ static_assert(sizeof(ScatterNdArgs) == 48 && alignof(ScatterNdArgs) == 4, "Scatt
 static_assert(sizeof(ReduceArgs) == 16 && alignof(ReduceArgs) == 4, "ReduceArgs layout");
 static_assert(sizeof(ArgReduceArgs) == 16 && alignof(ArgReduceArgs) == 4, "ArgReduceArgs layout");
 static_assert(sizeof(CumsumArgs) == 12 && alignof(CumsumArgs) == 4, "CumsumArgs layout");
+static_assert(sizeof(DwConv1dArgs) == 24 && alignof(DwConv1dArgs) == 4, "DwConv1dArgs layout");
 
 #endif  // RLX_METAL_ARGS_H

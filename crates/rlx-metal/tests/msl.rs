@@ -6,6 +6,7 @@
 mod msl {
     pub mod binary;
     pub mod common;
+    pub mod conv;
     pub mod elementwise;
     pub mod indexing;
     pub mod norm;

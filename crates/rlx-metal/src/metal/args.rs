@@ -284,6 +284,24 @@ pub struct CumsumArgs {
     pub exclusive: u32,
 }
 
+/// `DwConv1dArgs`: depthwise causal 1-D conv on `[batch, width, channels]`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct DwConv1dArgs {
+    /// Batch.
+    pub batch: u32,
+    /// Input length.
+    pub width: u32,
+    /// Output length (`width - k + 1`).
+    pub out_seq: u32,
+    /// Channels.
+    pub channels: u32,
+    /// Taps.
+    pub k: u32,
+    /// 1: SiLU of the result.
+    pub silu: u32,
+}
+
 /// `RlxReduce` code of a reduce op (`args.h`, rlx_ir order).
 pub fn reduce_code(op: rlx_ir::op::ReduceOp) -> u32 {
     use rlx_ir::op::ReduceOp::*;
@@ -315,6 +333,7 @@ kernel_args! {
     ReduceArgs = 16,
     ArgReduceArgs = 16,
     CumsumArgs = 12,
+    DwConv1dArgs = 24,
 }
 
 /// `RlxAct` / `RlxBin` codes (`args.h`): the region chain encoding's
@@ -363,6 +382,7 @@ mod tests {
             ("ReduceArgs", size_of::<ReduceArgs>()),
             ("ArgReduceArgs", size_of::<ArgReduceArgs>()),
             ("CumsumArgs", size_of::<CumsumArgs>()),
+            ("DwConv1dArgs", size_of::<DwConv1dArgs>()),
         ];
         let header = header_sizes();
         assert_eq!(header.len(), rust.len(), "{header:?}");

@@ -26,10 +26,12 @@ pub enum Family {
     Reduce,
     /// Fused row norms: residual LayerNorm, RMSNorm·SiLU gate.
     NormFused,
+    /// Depthwise causal 1-D convolution (BSC layout).
+    Conv,
 }
 
 /// Every family.
-pub const ALL_FAMILIES: [Family; 8] = [
+pub const ALL_FAMILIES: [Family; 9] = [
     Family::Elementwise,
     Family::Binary,
     Family::Norm,
@@ -38,6 +40,7 @@ pub const ALL_FAMILIES: [Family; 8] = [
     Family::Indexing,
     Family::Reduce,
     Family::NormFused,
+    Family::Conv,
 ];
 
 impl Family {
@@ -52,6 +55,7 @@ impl Family {
             Family::Indexing => "indexing.metal",
             Family::Reduce => "reduce.metal",
             Family::NormFused => "norm_fused.metal",
+            Family::Conv => "conv.metal",
         }
     }
 
@@ -66,6 +70,7 @@ impl Family {
             Family::Indexing => include_str!("../../kernels/indexing.metal"),
             Family::Reduce => include_str!("../../kernels/reduce.metal"),
             Family::NormFused => include_str!("../../kernels/norm_fused.metal"),
+            Family::Conv => include_str!("../../kernels/conv.metal"),
         }
     }
 }

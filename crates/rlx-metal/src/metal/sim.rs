@@ -239,3 +239,7 @@ mod tests_reduce;
 #[cfg(test)]
 #[path = "sim_tests_norm_fused.rs"]
 mod tests_norm_fused;
+
+#[cfg(test)]
+#[path = "sim_tests_conv.rs"]
+mod tests_conv;

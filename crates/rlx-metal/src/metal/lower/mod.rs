@@ -5,6 +5,7 @@
 //! elementwise grids, one threadgroup per row) live here.
 
 mod binary;
+mod conv;
 mod elementwise;
 mod indexing;
 mod norm;
@@ -110,7 +111,7 @@ pub(crate) fn aliased(t: &Thunk) -> bool {
 }
 
 /// The families' lowerings, tried in order.
-const FAMILIES: [fn(usize, &Thunk) -> Option<Lowered>; 8] = [
+const FAMILIES: [fn(usize, &Thunk) -> Option<Lowered>; 9] = [
     elementwise::lower,
     binary::lower,
     norm::lower,
@@ -119,6 +120,7 @@ const FAMILIES: [fn(usize, &Thunk) -> Option<Lowered>; 8] = [
     indexing::lower,
     reduce::lower,
     norm_fused::lower,
+    conv::lower,
 ];
 
 /// The command of thunk `i`: a dispatch, `Host` when no kernel covers it,
