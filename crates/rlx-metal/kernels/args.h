@@ -228,6 +228,14 @@ struct DwConv1dArgs {
     uint silu;
 };
 
+// reduce.metal topk_f32: indices of the k first-ranked entries of each
+// row of [outer, n] (descending, ties by index, NaN last).
+struct TopKArgs {
+    uint outer;
+    uint n;
+    uint k;
+};
+
 static_assert(sizeof(UnaryArgs) == 8 && alignof(UnaryArgs) == 4, "UnaryArgs layout");
 static_assert(sizeof(CastArgs) == 4 && alignof(CastArgs) == 4, "CastArgs layout");
 static_assert(sizeof(BinaryArgs) == 8 && alignof(BinaryArgs) == 4, "BinaryArgs layout");
@@ -247,5 +255,6 @@ static_assert(sizeof(ReduceArgs) == 16 && alignof(ReduceArgs) == 4, "ReduceArgs 
 static_assert(sizeof(ArgReduceArgs) == 16 && alignof(ArgReduceArgs) == 4, "ArgReduceArgs layout");
 static_assert(sizeof(CumsumArgs) == 12 && alignof(CumsumArgs) == 4, "CumsumArgs layout");
 static_assert(sizeof(DwConv1dArgs) == 24 && alignof(DwConv1dArgs) == 4, "DwConv1dArgs layout");
+static_assert(sizeof(TopKArgs) == 12 && alignof(TopKArgs) == 4, "TopKArgs layout");
 
 #endif  // RLX_METAL_ARGS_H

@@ -18,6 +18,13 @@
 //   buffer(1) src, buffer(2) dst [outer, inner]
 // argreduce_rows_f32, argreduce_cols_f32       args ArgReduceArgs:
 //   buffer(1) src (f32), buffer(2) dst (i32) [outer, inner]
+// topk_f32   args TopKArgs: buffer(1) src [outer, n] (f32), buffer(2) dst
+//   (i32) [outer, k]; one threadgroup per row, threads a multiple of 32
+//   (full simdgroups). k rounds; round r picks the first-ranked element
+//   ranked after round r-1's pick (rank: value descending, ties by lower
+//   index, NaN after every number, NaNs by index: the host's order), by
+//   a strided scan, a simd butterfly and a pass over the simdgroups'
+//   picks. O(k·n) reads: meant for small k (the lowering caps k at 64).
 // cumsum_f32  args CumsumArgs: buffer(1) src [rows, cols], buffer(2) dst;
 //   one threadgroup per row, scanned in chunks of the threadgroup size
 //   (simd prefix sums + the simdgroup totals + a running carry).
@@ -228,6 +235,75 @@ kernel void cumsum_f32(constant CumsumArgs& a  [[buffer(0)]],
         }
         carry = before;
         threadgroup_barrier(mem_flags::mem_threadgroup);
+    }
+}
+
+// True when (av, ai) ranks before (bv, bi) in top-k order; index RLX_NONE
+// is "nothing" and ranks after everything.
+static inline bool rlx_before(float av, uint ai, float bv, uint bi) {
+    if (ai == RLX_NONE || bi == RLX_NONE) {
+        return bi == RLX_NONE && ai != RLX_NONE;
+    }
+    const bool an = isnan(av), bn = isnan(bv);
+    if (an != bn) {
+        return bn;
+    }
+    if (!an && av != bv) {
+        return av > bv;
+    }
+    return ai < bi;
+}
+
+kernel void topk_f32(constant TopKArgs& a  [[buffer(0)]],
+                     device const float* src [[buffer(1)]],
+                     device int*         dst [[buffer(2)]],
+                     uint row  [[threadgroup_position_in_grid]],
+                     uint lid  [[thread_position_in_threadgroup]],
+                     uint tpg  [[threads_per_threadgroup]],
+                     uint sid  [[simdgroup_index_in_threadgroup]],
+                     uint lane [[thread_index_in_simdgroup]],
+                     uint nsg  [[simdgroups_per_threadgroup]])
+{
+    threadgroup float pv_s[32];
+    threadgroup uint pi_s[32];
+    device const float* x = src + (ulong)row * a.n;
+    float pv = 0.0f;
+    uint pi = RLX_NONE;  // the previous pick (none yet)
+    for (uint r = 0; r < a.k; ++r) {
+        float cv = 0.0f;
+        uint ci = RLX_NONE;
+        for (uint i = lid; i < a.n; i += tpg) {
+            const float v = x[i];
+            if ((pi == RLX_NONE || rlx_before(pv, pi, v, i)) && rlx_before(v, i, cv, ci)) {
+                cv = v;
+                ci = i;
+            }
+        }
+        for (uint off = 16; off > 0; off >>= 1) {
+            const float ov = simd_shuffle_xor(cv, off);
+            const uint oi = simd_shuffle_xor(ci, off);
+            if (rlx_before(ov, oi, cv, ci)) {
+                cv = ov;
+                ci = oi;
+            }
+        }
+        if (lane == 0) {
+            pv_s[sid] = cv;
+            pi_s[sid] = ci;
+        }
+        threadgroup_barrier(mem_flags::mem_threadgroup);
+        pv = pv_s[0];
+        pi = pi_s[0];
+        for (uint s = 1; s < nsg; ++s) {
+            if (rlx_before(pv_s[s], pi_s[s], pv, pi)) {
+                pv = pv_s[s];
+                pi = pi_s[s];
+            }
+        }
+        threadgroup_barrier(mem_flags::mem_threadgroup);
+        if (lid == 0) {
+            dst[(ulong)row * a.k + r] = int(pi);
+        }
     }
 }
 

@@ -302,6 +302,18 @@ pub struct DwConv1dArgs {
     pub silu: u32,
 }
 
+/// `TopKArgs`: top-k indices of each row of `[outer, n]`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct TopKArgs {
+    /// Rows.
+    pub outer: u32,
+    /// Row length.
+    pub n: u32,
+    /// Indices kept per row.
+    pub k: u32,
+}
+
 /// `RlxReduce` code of a reduce op (`args.h`, rlx_ir order).
 pub fn reduce_code(op: rlx_ir::op::ReduceOp) -> u32 {
     use rlx_ir::op::ReduceOp::*;
@@ -334,6 +346,7 @@ kernel_args! {
     ArgReduceArgs = 16,
     CumsumArgs = 12,
     DwConv1dArgs = 24,
+    TopKArgs = 12,
 }
 
 /// `RlxAct` / `RlxBin` codes (`args.h`): the region chain encoding's
@@ -383,6 +396,7 @@ mod tests {
             ("ArgReduceArgs", size_of::<ArgReduceArgs>()),
             ("CumsumArgs", size_of::<CumsumArgs>()),
             ("DwConv1dArgs", size_of::<DwConv1dArgs>()),
+            ("TopKArgs", size_of::<TopKArgs>()),
         ];
         let header = header_sizes();
         assert_eq!(header.len(), rust.len(), "{header:?}");

@@ -121,3 +121,13 @@ fn cumsum_matches_host() {
     let (c, plan) = plan_of(&g, &["cumsum"]);
     assert_close(&c, &plan, 1e-4, 1e-5);
 }
+
+#[test]
+fn topk_matches_host() {
+    let mut g = Graph::new("topk");
+    let x = input(&mut g, &[3, 100], DType::F32);
+    let t = node(&mut g, Op::TopK { k: 7, axis: -1 }, &[x]);
+    g.set_outputs(&[t]).unwrap();
+    let (c, plan) = plan_of(&g, &["topk"]);
+    assert_close(&c, &plan, 0.0, 0.0);
+}

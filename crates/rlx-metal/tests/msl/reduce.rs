@@ -1,6 +1,6 @@
 //! reduce.metal: every reduce op over contiguous rows and strided columns
 //! (f32, f16), arg max / min with ties and NaN, inclusive / exclusive
-//! cumsum, on odd sizes and partial simdgroups, against f64 references.
+//! cumsum and top-k (ties, NaN, k = n), on odd sizes and partial simdgroups, against f64 references.
 //!
 //! Tolerances: sums / means / products / cumsums are f32 accumulations
 //! compared with f64: f32 `1e-6·Σ|x| + 1e-6·|ref|` (n ≤ 1000 terms of
@@ -9,7 +9,7 @@
 
 use super::common::{assert_close, lib, row_threads, uniform, Dt, DTS};
 use msl_sim::Grid;
-use rlx_metal::metal::args::{ArgReduceArgs, CumsumArgs, KernelArgs, ReduceArgs};
+use rlx_metal::metal::args::{ArgReduceArgs, CumsumArgs, KernelArgs, ReduceArgs, TopKArgs};
 use rlx_metal::metal::kernels::Family;
 
 /// (outer, reduced, inner)
@@ -240,5 +240,68 @@ fn cumsum_matches_reference() {
                 1e-6,
             );
         }
+    }
+}
+
+/// The host's top-k order: value descending, ties by lower index, NaN
+/// after every number (NaNs by index).
+fn topk_ref(row: &[f32], k: usize) -> Vec<i32> {
+    let mut idx: Vec<usize> = (0..row.len()).collect();
+    idx.sort_by(|&a, &b| {
+        let (x, y) = (row[a], row[b]);
+        match (x.is_nan(), y.is_nan()) {
+            (true, false) => std::cmp::Ordering::Greater,
+            (false, true) => std::cmp::Ordering::Less,
+            (true, true) => a.cmp(&b),
+            _ => y.partial_cmp(&x).unwrap().then(a.cmp(&b)),
+        }
+    });
+    idx[..k].iter().map(|&i| i as i32).collect()
+}
+
+#[test]
+fn topk_matches_reference() {
+    let lib = lib(Family::Reduce);
+    // (rows, n, k): ties (few distinct values), NaNs, -inf, k = n
+    for (c, &(rows, n, k)) in [
+        (1u32, 1u32, 1u32),
+        (3, 31, 5),
+        (2, 100, 17),
+        (2, 1000, 8),
+        (2, 33, 33),
+        (1, 40, 0),
+    ]
+    .iter()
+    .enumerate()
+    {
+        let mut x: Vec<f32> = uniform(c as u64 + 60, (rows * n) as usize, -4.0, 4.0)
+            .iter()
+            .map(|v| v.floor())
+            .collect();
+        if n > 30 {
+            x[3] = f32::NAN;
+            x[n as usize - 1] = f32::NAN;
+            x[5] = f32::NEG_INFINITY;
+            x[7] = f32::INFINITY;
+        }
+        let args = TopKArgs { outer: rows, n, k };
+        let mut dst = vec![0xEEu8; 4 * (rows * k) as usize];
+        lib.dispatch(
+            "topk_f32",
+            args.as_bytes(),
+            &mut [&mut Dt::F32.encode(&x), &mut dst],
+            Grid::d1(rows, row_threads(n)),
+            &[],
+        )
+        .unwrap_or_else(|e| panic!("topk: {e}"));
+        let got: Vec<i32> = dst
+            .chunks_exact(4)
+            .map(|b| i32::from_le_bytes(b.try_into().unwrap()))
+            .collect();
+        let want: Vec<i32> = x
+            .chunks(n as usize)
+            .flat_map(|r| topk_ref(r, k as usize))
+            .collect();
+        assert_eq!(got, want, "topk case {c} {rows}x{n} k={k}");
     }
 }

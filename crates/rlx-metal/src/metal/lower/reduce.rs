@@ -3,17 +3,26 @@
 //! `inner == 1` (the reduced axis is contiguous) runs one threadgroup per
 //! row; otherwise one thread per output walks the axis. Arg reductions over
 //! an empty axis (a host error) and in-place or aliased operands stay on
-//! the host; TopK has no kernel yet (host).
+//! the host. TopK runs k selection rounds over the row, so only k up to
+//! [`TOPK_MAX_K`] is claimed (larger k and k > n, a host error, stay on
+//! the host).
 
 use super::shape::u32_of;
 use super::{aliased, elementwise, kernel, rows, suffix, Lowered};
-use crate::metal::args::{reduce_code, ArgReduceArgs, CumsumArgs, ReduceArgs};
+use crate::metal::args::{reduce_code, ArgReduceArgs, CumsumArgs, ReduceArgs, TopKArgs};
 use crate::metal::kernels::Family;
 use crate::thunk::Thunk;
 
-/// `reduce_{rows,cols}_*`, `argreduce_{rows,cols}_f32`, `cumsum_f32`.
+/// Largest k `topk_f32` is used for.
+pub const TOPK_MAX_K: u32 = 64;
+
+/// `reduce_{rows,cols}_*`, `argreduce_{rows,cols}_f32`, `cumsum_f32`,
+/// `topk_f32`.
 pub(super) fn lower(i: usize, t: &Thunk) -> Option<Lowered> {
-    if !matches!(t, Thunk::Reduce(_) | Thunk::ArgReduce(_) | Thunk::Cumsum(_)) {
+    if !matches!(
+        t,
+        Thunk::Reduce(_) | Thunk::ArgReduce(_) | Thunk::Cumsum(_) | Thunk::TopK(_)
+    ) {
         return None;
     }
     if t.io().writes.is_empty() {
@@ -66,6 +75,15 @@ pub(super) fn lower(i: usize, t: &Thunk) -> Option<Lowered> {
             };
             let k = kernel(Family::Reduce, "cumsum_f32".into());
             rows(i, k, &args, &[c.src, c.dst], c.rows, c.cols)
+        }
+        Thunk::TopK(tk) if tk.k <= tk.axis_dim && tk.k <= TOPK_MAX_K => {
+            let args = TopKArgs {
+                outer: tk.outer,
+                n: tk.axis_dim,
+                k: tk.k,
+            };
+            let k = kernel(Family::Reduce, "topk_f32".into());
+            rows(i, k, &args, &[tk.src, tk.dst], tk.outer, tk.axis_dim)
         }
         _ => return None,
     };
