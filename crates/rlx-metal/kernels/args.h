@@ -236,6 +236,22 @@ struct TopKArgs {
     uint k;
 };
 
+// norm_fused.metal ada_layer_norm_* / gated_residual_*: [rows, h] rows
+// modulated by row rlx_mod_row(r) of [mod_rows, h] operands: r when `same`,
+// else sum over lead dims i (x_lead, innermost last) of
+// (r's index along i) * mod_stride[i] (0 on broadcast dims).
+struct ModNormArgs {
+    uint rows;
+    uint h;
+    float eps;
+    uint layer_norm;  // ada: 1 LayerNorm, 0 RMSNorm
+    uint same;
+    uint rank;
+    uint _pad[2];
+    uint x_lead[RLX_MAX_RANK];
+    uint mod_stride[RLX_MAX_RANK];
+};
+
 static_assert(sizeof(UnaryArgs) == 8 && alignof(UnaryArgs) == 4, "UnaryArgs layout");
 static_assert(sizeof(CastArgs) == 4 && alignof(CastArgs) == 4, "CastArgs layout");
 static_assert(sizeof(BinaryArgs) == 8 && alignof(BinaryArgs) == 4, "BinaryArgs layout");
@@ -256,5 +272,6 @@ static_assert(sizeof(ArgReduceArgs) == 16 && alignof(ArgReduceArgs) == 4, "ArgRe
 static_assert(sizeof(CumsumArgs) == 12 && alignof(CumsumArgs) == 4, "CumsumArgs layout");
 static_assert(sizeof(DwConv1dArgs) == 24 && alignof(DwConv1dArgs) == 4, "DwConv1dArgs layout");
 static_assert(sizeof(TopKArgs) == 12 && alignof(TopKArgs) == 4, "TopKArgs layout");
+static_assert(sizeof(ModNormArgs) == 96 && alignof(ModNormArgs) == 4, "ModNormArgs layout");
 
 #endif  // RLX_METAL_ARGS_H

@@ -14,6 +14,13 @@
 //     (3) b, (4) z, (5) out
 //     o = T(x * rsqrt(mean(x^2) + eps) * g * silu(z)); where b != 0,
 //     out = T(o + b * silu(z)) (the host's two roundings)
+// ada_layer_norm_{f32,f16}       args ModNormArgs: buffer(1) x, (2) scale,
+//     (3) shift, (4) out; out = norm(x) * (1 + scale[m]) + shift[m] with m
+//     the modulation row of x's row (rlx_mod_row); norm = LayerNorm or
+//     RMSNorm (layer_norm), no affine
+// gated_residual_{f32,f16}       args ModNormArgs: buffer(1) x, (2) y,
+//     (3) gate, (4) out; out = x + gate[m] * y. 1-D grid over rows * h
+//     elements (elementwise: no reduction).
 #include <metal_stdlib>
 #include "args.h"
 using namespace metal;
@@ -30,6 +37,74 @@ static inline float rlx_fused_sum(float v, threadgroup float* part,
     float t = simd_sum(lane < nsg ? part[lane] : 0.0f);
     threadgroup_barrier(mem_flags::mem_threadgroup);
     return t;
+}
+
+// Modulation row of x row r: r itself when the lead dims match, else the
+// mixed-radix walk over x's lead dims with stride 0 on broadcast dims.
+static inline uint rlx_mod_row(constant ModNormArgs& a, uint r) {
+    if (a.same != 0) {
+        return r;
+    }
+    uint at = 0;
+    for (uint i = a.rank; i-- > 0;) {
+        const uint xi = max(a.x_lead[i], 1u);
+        at += (r % xi) * a.mod_stride[i];
+        r /= xi;
+    }
+    return at;
+}
+
+template <typename T>
+kernel void ada_layer_norm(constant ModNormArgs& a     [[buffer(0)]],
+                           device const T*       x     [[buffer(1)]],
+                           device const T*       scale [[buffer(2)]],
+                           device const T*       shift [[buffer(3)]],
+                           device T*             out   [[buffer(4)]],
+                           uint row  [[threadgroup_position_in_grid]],
+                           uint lid  [[thread_position_in_threadgroup]],
+                           uint tpg  [[threads_per_threadgroup]],
+                           uint sid  [[simdgroup_index_in_threadgroup]],
+                           uint lane [[thread_index_in_simdgroup]],
+                           uint nsg  [[simdgroups_per_threadgroup]])
+{
+    threadgroup float part[32];
+    const ulong base = (ulong)row * a.h;
+    float mean = 0.0f;
+    if (a.layer_norm != 0) {
+        float s = 0.0f;
+        for (uint i = lid; i < a.h; i += tpg) {
+            s += float(x[base + i]);
+        }
+        mean = rlx_fused_sum(s, part, sid, lane, nsg) / float(a.h);
+    }
+    float sq = 0.0f;
+    for (uint i = lid; i < a.h; i += tpg) {
+        const float d = float(x[base + i]) - mean;
+        sq += d * d;
+    }
+    const float inv = rsqrt(rlx_fused_sum(sq, part, sid, lane, nsg) / float(a.h) + a.eps);
+    const ulong m = (ulong)rlx_mod_row(a, row) * a.h;
+    for (uint i = lid; i < a.h; i += tpg) {
+        out[base + i] = T((float(x[base + i]) - mean) * inv * (1.0f + float(scale[m + i]))
+                          + float(shift[m + i]));
+    }
+}
+
+template <typename T>
+kernel void gated_residual(constant ModNormArgs& a    [[buffer(0)]],
+                           device const T*       x    [[buffer(1)]],
+                           device const T*       y    [[buffer(2)]],
+                           device const T*       gate [[buffer(3)]],
+                           device T*             out  [[buffer(4)]],
+                           uint gid [[thread_position_in_grid]])
+{
+    if (a.h == 0 || gid >= a.rows * a.h) {
+        return;
+    }
+    const uint r = gid / a.h;
+    const uint j = gid - r * a.h;
+    const float g = float(gate[(ulong)rlx_mod_row(a, r) * a.h + j]);
+    out[gid] = T(float(x[gid]) + g * float(y[gid]));
 }
 
 template <typename T>
@@ -132,3 +207,20 @@ template [[host_name(name)]] kernel void rms_norm_mul_silu<T>(                  
     uint nsg [[simdgroups_per_threadgroup]]);
 RLX_RMS_MUL_SILU("rms_norm_mul_silu_f32", float)
 RLX_RMS_MUL_SILU("rms_norm_mul_silu_f16", half)
+
+#define RLX_MOD(ada_n, gated_n, T)                                                \
+template [[host_name(ada_n)]] kernel void ada_layer_norm<T>(                      \
+    constant ModNormArgs& a [[buffer(0)]], device const T* x [[buffer(1)]],      \
+    device const T* scale [[buffer(2)]], device const T* shift [[buffer(3)]],    \
+    device T* out [[buffer(4)]], uint row [[threadgroup_position_in_grid]],      \
+    uint lid [[thread_position_in_threadgroup]],                                 \
+    uint tpg [[threads_per_threadgroup]],                                        \
+    uint sid [[simdgroup_index_in_threadgroup]],                                 \
+    uint lane [[thread_index_in_simdgroup]],                                     \
+    uint nsg [[simdgroups_per_threadgroup]]);                                    \
+template [[host_name(gated_n)]] kernel void gated_residual<T>(                    \
+    constant ModNormArgs& a [[buffer(0)]], device const T* x [[buffer(1)]],      \
+    device const T* y [[buffer(2)]], device const T* gate [[buffer(3)]],         \
+    device T* out [[buffer(4)]], uint gid [[thread_position_in_grid]]);
+RLX_MOD("ada_layer_norm_f32", "gated_residual_f32", float)
+RLX_MOD("ada_layer_norm_f16", "gated_residual_f16", half)

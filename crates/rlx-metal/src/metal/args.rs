@@ -314,6 +314,30 @@ pub struct TopKArgs {
     pub k: u32,
 }
 
+/// `ModNormArgs`: DiT modulated norms / gated residual over `[rows, h]`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct ModNormArgs {
+    /// Rows.
+    pub rows: u32,
+    /// Features per row.
+    pub h: u32,
+    /// Epsilon.
+    pub eps: f32,
+    /// AdaLayerNorm: 1 LayerNorm, 0 RMSNorm.
+    pub layer_norm: u32,
+    /// 1: modulation row = x row.
+    pub same: u32,
+    /// Lead dims in `x_lead` / `mod_stride`.
+    pub rank: u32,
+    /// Padding.
+    pub _pad: [u32; 2],
+    /// x's lead dims.
+    pub x_lead: [u32; MAX_RANK],
+    /// Modulation-row stride per lead dim (0 = broadcast).
+    pub mod_stride: [u32; MAX_RANK],
+}
+
 /// `RlxReduce` code of a reduce op (`args.h`, rlx_ir order).
 pub fn reduce_code(op: rlx_ir::op::ReduceOp) -> u32 {
     use rlx_ir::op::ReduceOp::*;
@@ -347,6 +371,7 @@ kernel_args! {
     CumsumArgs = 12,
     DwConv1dArgs = 24,
     TopKArgs = 12,
+    ModNormArgs = 96,
 }
 
 /// `RlxAct` / `RlxBin` codes (`args.h`): the region chain encoding's
@@ -397,6 +422,7 @@ mod tests {
             ("CumsumArgs", size_of::<CumsumArgs>()),
             ("DwConv1dArgs", size_of::<DwConv1dArgs>()),
             ("TopKArgs", size_of::<TopKArgs>()),
+            ("ModNormArgs", size_of::<ModNormArgs>()),
         ];
         let header = header_sizes();
         assert_eq!(header.len(), rust.len(), "{header:?}");

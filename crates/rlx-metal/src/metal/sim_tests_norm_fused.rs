@@ -1,6 +1,7 @@
 //! metal-sim vs host for `norm_fused.metal`: `x + r → LayerNorm` (fused
 //! into FusedResidualLN) and `rms_norm(x) · silu(z)` (fused into
-//! FusedRmsNormMulSilu, f32 only as the pass), with `assert_same`'s
+//! FusedRmsNormMulSilu, f32 only as the pass), and AdaLayerNorm →
+//! GatedResidual with broadcast modulation rows, with `assert_same`'s
 //! tolerances (f32 statistics vs the host's f64).
 
 use super::tests::{assert_same, compiled, node};
@@ -89,5 +90,29 @@ fn gated_rms_norm_matches_host() {
         let xz = node(&mut g, neg, &[xz]);
         g.set_outputs(&[o, xz]).unwrap();
         check(&g, "fused_rms_norm_mul_silu", dt);
+    }
+}
+
+#[test]
+fn ada_layer_norm_and_gated_residual_match_host() {
+    // modulation [2, 1, h] broadcast over x [2, 3, h], and [2, 3, h] as is
+    for dt in [DType::F32, DType::F16] {
+        for (mid, layer_norm) in [(1, true), (3, false)] {
+            let h = 37;
+            let mut g = Graph::new("dit");
+            let x = leaf(&mut g, &[2, 3, h], dt, false);
+            let y = leaf(&mut g, &[2, 3, h], dt, false);
+            let sc = leaf(&mut g, &[2, mid, h], dt, true);
+            let sh = leaf(&mut g, &[2, mid, h], dt, true);
+            let op = Op::AdaLayerNorm {
+                eps: 1e-6,
+                layer_norm,
+            };
+            let n = node(&mut g, op, &[x, sc, sh]);
+            let o = node(&mut g, Op::GatedResidual, &[n, y, sc]);
+            g.set_outputs(&[o]).unwrap();
+            check(&g, "ada_layer_norm", dt);
+            check(&g, "gated_residual", dt);
+        }
     }
 }

@@ -1,4 +1,6 @@
-//! norm_fused.metal: residual LayerNorm (with and without bias) and the
+//! norm_fused.metal: residual LayerNorm (with and without bias), the DiT
+//! AdaLayerNorm / gated residual (identity, trailing, full and middle
+//! broadcast of the modulation rows) and the
 //! gated RMSNorm·SiLU (zero and non-zero beta), f32 / f16, odd row lengths,
 //! partial simdgroups, against f64 references.
 //!
@@ -8,7 +10,7 @@
 
 use super::common::{assert_close, lib, row_threads, uniform, Dt, DTS};
 use msl_sim::Grid;
-use rlx_metal::metal::args::{KernelArgs, RowNormArgs};
+use rlx_metal::metal::args::{KernelArgs, ModNormArgs, RowNormArgs};
 use rlx_metal::metal::kernels::Family;
 
 /// (rows, h, threads per threadgroup; 0 = the host's choice).
@@ -150,6 +152,138 @@ fn rms_norm_mul_silu_matches_reference() {
                 let (atol, rtol) = tolerance(dt);
                 assert_close(
                     &format!("{kernel} {rows}x{h} tpg={t} zero_beta={zero_beta}"),
+                    &dt.decode(&out),
+                    &want,
+                    atol,
+                    rtol,
+                );
+            }
+        }
+    }
+}
+
+/// `(x lead dims, modulation lead dims)` cases: identity, trailing
+/// broadcast, all broadcast, middle broadcast.
+const LEADS: [(&[u32], &[u32]); 4] = [
+    (&[2, 3], &[2, 3]),
+    (&[2, 3], &[2, 1]),
+    (&[3, 5], &[1, 1]),
+    (&[2, 3, 2], &[2, 1, 2]),
+];
+
+/// ModNormArgs for a lead case and the reference row map (multi-index of
+/// x's row with broadcast dims zeroed, row-major over the modulation dims).
+fn mod_case(x: &[u32], m: &[u32], h: u32, eps: f32) -> (ModNormArgs, Vec<usize>) {
+    let rows: u32 = x.iter().product();
+    let r = x.len();
+    let mut a = ModNormArgs {
+        rows,
+        h,
+        eps,
+        rank: r as u32,
+        same: (x == m) as u32,
+        ..Default::default()
+    };
+    let mut acc = 1;
+    for i in (0..r).rev() {
+        a.x_lead[i] = x[i];
+        a.mod_stride[i] = if m[i] != 1 { acc } else { 0 };
+        acc *= m[i];
+    }
+    let map = (0..rows as usize)
+        .map(|row| {
+            let (mut rest, mut idx) = (row, vec![0usize; r]);
+            for i in (0..r).rev() {
+                idx[i] = rest % x[i] as usize;
+                rest /= x[i] as usize;
+            }
+            idx.iter().zip(m).fold(0, |at, (&j, &d)| {
+                at * d as usize + if d == 1 { 0 } else { j }
+            })
+        })
+        .collect();
+    (a, map)
+}
+
+#[test]
+fn ada_layer_norm_and_gated_residual_match_reference() {
+    let lib = lib(Family::NormFused);
+    for dt in DTS {
+        for (k, &(xl, ml)) in LEADS.iter().enumerate() {
+            for (h, layer) in [(37u32, true), (100, false)] {
+                let (mut args, map) = mod_case(xl, ml, h, 1e-5);
+                args.layer_norm = layer as u32;
+                let (rows, hu) = (args.rows as usize, h as usize);
+                let mrows: usize = ml.iter().map(|&d| d as usize).product();
+                let seed = k as u64 * 7 + 300;
+                let x = dt.round(&uniform(seed, rows * hu, -2.0, 2.0));
+                let y = dt.round(&uniform(seed + 1, rows * hu, -2.0, 2.0));
+                let sc = dt.round(&uniform(seed + 2, mrows * hu, -0.5, 0.5));
+                let sh = dt.round(&uniform(seed + 3, mrows * hu, -0.5, 0.5));
+                let (atol, rtol) = tolerance(dt);
+                // ada_layer_norm
+                let kernel = format!("ada_layer_norm_{}", dt.suffix());
+                let mut out = dt.encode(&vec![0.0; rows * hu]);
+                lib.dispatch(
+                    &kernel,
+                    args.as_bytes(),
+                    &mut [
+                        &mut dt.encode(&x),
+                        &mut dt.encode(&sc),
+                        &mut dt.encode(&sh),
+                        &mut out,
+                    ],
+                    Grid::d1(rows as u32, row_threads(h)),
+                    &[],
+                )
+                .unwrap_or_else(|e| panic!("{kernel}: {e}"));
+                let mut want = Vec::new();
+                for (r, row) in x.chunks(hu).enumerate() {
+                    let v: Vec<f64> = row.iter().map(|&t| t as f64).collect();
+                    let mean = if layer {
+                        v.iter().sum::<f64>() / h as f64
+                    } else {
+                        0.0
+                    };
+                    let var = v.iter().map(|t| (t - mean) * (t - mean)).sum::<f64>() / h as f64;
+                    let inv = 1.0 / (var + 1e-5).sqrt();
+                    let m = map[r] * hu;
+                    want.extend((0..hu).map(|j| {
+                        (v[j] - mean) * inv * (1.0 + sc[m + j] as f64) + sh[m + j] as f64
+                    }));
+                }
+                assert_close(
+                    &format!("{kernel} case {k} h={h}"),
+                    &dt.decode(&out),
+                    &want,
+                    atol,
+                    rtol,
+                );
+                // gated_residual (gate = the scale tensor)
+                let kernel = format!("gated_residual_{}", dt.suffix());
+                let mut out = dt.encode(&vec![0.0; rows * hu]);
+                let total = (rows * hu) as u32;
+                lib.dispatch(
+                    &kernel,
+                    args.as_bytes(),
+                    &mut [
+                        &mut dt.encode(&x),
+                        &mut dt.encode(&y),
+                        &mut dt.encode(&sc),
+                        &mut out,
+                    ],
+                    Grid::d1(total.div_ceil(64), 64),
+                    &[],
+                )
+                .unwrap_or_else(|e| panic!("{kernel}: {e}"));
+                let want: Vec<f64> = (0..rows * hu)
+                    .map(|e| {
+                        let (r, j) = (e / hu, e % hu);
+                        x[e] as f64 + sc[map[r] * hu + j] as f64 * y[e] as f64
+                    })
+                    .collect();
+                assert_close(
+                    &format!("{kernel} case {k} h={h}"),
                     &dt.decode(&out),
                     &want,
                     atol,

@@ -1,13 +1,49 @@
 //! Fused row norms → `norm_fused.metal`: `FusedResidualLN` and
-//! `FusedRmsNormMulSilu`. AdaLayerNorm, GatedResidual and GroupNorm have
-//! no kernel yet (host).
+//! `FusedRmsNormMulSilu`, and the DiT `AdaLayerNorm` / `GatedResidual`
+//! (modulation rows broadcast over x's lead dims). Lead packs the host
+//! would reject (a modulation dim neither 1 nor x's, too few modulation
+//! rows) stay on the host, as does GroupNorm (no kernel yet).
 
-use super::{kernel, rows, suffix, Lowered};
-use crate::metal::args::RowNormArgs;
+use super::{elementwise, kernel, rows, suffix, Lowered};
+use crate::metal::args::{ModNormArgs, RowNormArgs};
 use crate::metal::kernels::Family;
 use crate::thunk::Thunk;
 
-/// `residual_layer_norm_*`, `rms_norm_mul_silu_*`, one threadgroup per row.
+/// The modulation-row map of a `[lead_rank, x_lead[8], mod_lead[8]]` lead
+/// pack as [`ModNormArgs`] fields, or `None` when a modulation row would
+/// fall outside `[mod_rows, h]` (a host error).
+fn mod_map(pack: &[u32; 17], rows: u32, h: u32, eps: f32) -> Option<ModNormArgs> {
+    let r = (pack[0] as usize).min(8);
+    let (x, m) = (&pack[1..1 + r], &pack[9..9 + r]);
+    let mod_rows = m.iter().try_fold(1u64, |a, &d| a.checked_mul(d as u64))?;
+    let mut args = ModNormArgs {
+        rows,
+        h,
+        eps,
+        rank: r as u32,
+        ..Default::default()
+    };
+    if x == m {
+        // identity map: every row needs its own modulation row
+        args.same = 1;
+        return (rows as u64 <= mod_rows).then_some(args);
+    }
+    let mut acc = 1u64;
+    for i in (0..r).rev() {
+        if m[i] != 1 {
+            if m[i] != x[i] {
+                return None;
+            }
+            args.mod_stride[i] = u32::try_from(acc).ok()?;
+        }
+        acc *= m[i] as u64;
+    }
+    args.x_lead[..r].copy_from_slice(x);
+    Some(args)
+}
+
+/// `residual_layer_norm_*`, `rms_norm_mul_silu_*`, `ada_layer_norm_*`
+/// (one threadgroup per row) and `gated_residual_*` (elementwise).
 pub(super) fn lower(i: usize, t: &Thunk) -> Option<Lowered> {
     let args = |rows, h, eps, has_bias: bool| RowNormArgs {
         rows,
@@ -36,7 +72,32 @@ pub(super) fn lower(i: usize, t: &Thunk) -> Option<Lowered> {
             let a = args(n.rows, n.h, n.eps, false);
             Lowered::Dispatch(rows(i, k, &a, &offs, n.rows, n.h))
         }
-        Thunk::FusedResidualLN(_) | Thunk::FusedRmsNormMulSilu(_) if t.io().writes.is_empty() => {
+        Thunk::AdaLayerNorm(n) if n.rows > 0 && n.h > 0 && !super::aliased(t) => {
+            let mut a = mod_map(&n.lead_pack, n.rows, n.h, n.eps)?;
+            a.layer_norm = n.layer_norm as u32;
+            let offs = [n.x, n.scale, n.shift, n.out];
+            let k = kernel(
+                Family::NormFused,
+                format!("ada_layer_norm_{}", suffix(n.dt)),
+            );
+            Lowered::Dispatch(rows(i, k, &a, &offs, n.rows, n.h))
+        }
+        Thunk::GatedResidual(n) if n.rows > 0 && n.h > 0 => {
+            let a = mod_map(&n.lead_pack, n.rows, n.h, 0.0)?;
+            let total = u32::try_from(n.rows as u64 * n.h as u64).ok()?;
+            let offs = [n.x, n.y, n.gate, n.out];
+            let k = kernel(
+                Family::NormFused,
+                format!("gated_residual_{}", suffix(n.dt)),
+            );
+            Lowered::Dispatch(elementwise(i, k, &a, &offs, total))
+        }
+        Thunk::FusedResidualLN(_)
+        | Thunk::FusedRmsNormMulSilu(_)
+        | Thunk::AdaLayerNorm(_)
+        | Thunk::GatedResidual(_)
+            if t.io().writes.is_empty() =>
+        {
             Lowered::Skip
         }
         _ => return None,
