@@ -252,6 +252,17 @@ struct ModNormArgs {
     uint mod_stride[RLX_MAX_RANK];
 };
 
+// norm_fused.metal group_norm_*: `count` groups (samples x groups) of cg
+// channels x hw positions, contiguous; channel of element i of group k is
+// (k % groups) * cg + i / hw.
+struct GroupNormArgs {
+    uint count;
+    uint groups;
+    uint cg;
+    uint hw;
+    float eps;
+};
+
 static_assert(sizeof(UnaryArgs) == 8 && alignof(UnaryArgs) == 4, "UnaryArgs layout");
 static_assert(sizeof(CastArgs) == 4 && alignof(CastArgs) == 4, "CastArgs layout");
 static_assert(sizeof(BinaryArgs) == 8 && alignof(BinaryArgs) == 4, "BinaryArgs layout");
@@ -273,5 +284,6 @@ static_assert(sizeof(CumsumArgs) == 12 && alignof(CumsumArgs) == 4, "CumsumArgs 
 static_assert(sizeof(DwConv1dArgs) == 24 && alignof(DwConv1dArgs) == 4, "DwConv1dArgs layout");
 static_assert(sizeof(TopKArgs) == 12 && alignof(TopKArgs) == 4, "TopKArgs layout");
 static_assert(sizeof(ModNormArgs) == 96 && alignof(ModNormArgs) == 4, "ModNormArgs layout");
+static_assert(sizeof(GroupNormArgs) == 20 && alignof(GroupNormArgs) == 4, "GroupNormArgs layout");
 
 #endif  // RLX_METAL_ARGS_H

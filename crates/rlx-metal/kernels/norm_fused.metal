@@ -21,6 +21,10 @@
 // gated_residual_{f32,f16}       args ModNormArgs: buffer(1) x, (2) y,
 //     (3) gate, (4) out; out = x + gate[m] * y. 1-D grid over rows * h
 //     elements (elementwise: no reduction).
+// group_norm_{f32,f16}           args GroupNormArgs: buffer(1) src [n, c, hw],
+//     (2) g [c], (3) b [c], (4) dst; one threadgroup per (sample, group):
+//     the group's cg·hw contiguous elements, two-pass mean / variance,
+//     dst = (v - mean) * (rsqrt(var + eps) * g[ch]) + b[ch]
 #include <metal_stdlib>
 #include "args.h"
 using namespace metal;
@@ -105,6 +109,40 @@ kernel void gated_residual(constant ModNormArgs& a    [[buffer(0)]],
     const uint j = gid - r * a.h;
     const float g = float(gate[(ulong)rlx_mod_row(a, r) * a.h + j]);
     out[gid] = T(float(x[gid]) + g * float(y[gid]));
+}
+
+template <typename T>
+kernel void group_norm(constant GroupNormArgs& a   [[buffer(0)]],
+                       device const T*         src [[buffer(1)]],
+                       device const T*         g   [[buffer(2)]],
+                       device const T*         b   [[buffer(3)]],
+                       device T*               dst [[buffer(4)]],
+                       uint grp  [[threadgroup_position_in_grid]],
+                       uint lid  [[thread_position_in_threadgroup]],
+                       uint tpg  [[threads_per_threadgroup]],
+                       uint sid  [[simdgroup_index_in_threadgroup]],
+                       uint lane [[thread_index_in_simdgroup]],
+                       uint nsg  [[simdgroups_per_threadgroup]])
+{
+    threadgroup float part[32];
+    const uint glen = a.cg * a.hw;
+    const ulong base = (ulong)grp * glen;
+    float s = 0.0f;
+    for (uint i = lid; i < glen; i += tpg) {
+        s += float(src[base + i]);
+    }
+    const float mean = rlx_fused_sum(s, part, sid, lane, nsg) / float(glen);
+    float sq = 0.0f;
+    for (uint i = lid; i < glen; i += tpg) {
+        const float d = float(src[base + i]) - mean;
+        sq += d * d;
+    }
+    const float inv = rsqrt(rlx_fused_sum(sq, part, sid, lane, nsg) / float(glen) + a.eps);
+    const uint c0 = (grp % a.groups) * a.cg;
+    for (uint i = lid; i < glen; i += tpg) {
+        const uint ch = c0 + i / a.hw;
+        dst[base + i] = T((float(src[base + i]) - mean) * (inv * float(g[ch])) + float(b[ch]));
+    }
 }
 
 template <typename T>
@@ -224,3 +262,16 @@ template [[host_name(gated_n)]] kernel void gated_residual<T>(                  
     device T* out [[buffer(4)]], uint gid [[thread_position_in_grid]]);
 RLX_MOD("ada_layer_norm_f32", "gated_residual_f32", float)
 RLX_MOD("ada_layer_norm_f16", "gated_residual_f16", half)
+
+#define RLX_GROUP_NORM(name, T)                                                   \
+template [[host_name(name)]] kernel void group_norm<T>(                           \
+    constant GroupNormArgs& a [[buffer(0)]], device const T* src [[buffer(1)]],  \
+    device const T* g [[buffer(2)]], device const T* b [[buffer(3)]],            \
+    device T* dst [[buffer(4)]], uint grp [[threadgroup_position_in_grid]],      \
+    uint lid [[thread_position_in_threadgroup]],                                 \
+    uint tpg [[threads_per_threadgroup]],                                        \
+    uint sid [[simdgroup_index_in_threadgroup]],                                 \
+    uint lane [[thread_index_in_simdgroup]],                                     \
+    uint nsg [[simdgroups_per_threadgroup]]);
+RLX_GROUP_NORM("group_norm_f32", float)
+RLX_GROUP_NORM("group_norm_f16", half)

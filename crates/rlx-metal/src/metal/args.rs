@@ -338,6 +338,22 @@ pub struct ModNormArgs {
     pub mod_stride: [u32; MAX_RANK],
 }
 
+/// `GroupNormArgs`: GroupNorm over contiguous (sample, group) blocks.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct GroupNormArgs {
+    /// Groups in all (samples · groups).
+    pub count: u32,
+    /// Groups per sample.
+    pub groups: u32,
+    /// Channels per group.
+    pub cg: u32,
+    /// Positions per channel (h · w).
+    pub hw: u32,
+    /// Epsilon.
+    pub eps: f32,
+}
+
 /// `RlxReduce` code of a reduce op (`args.h`, rlx_ir order).
 pub fn reduce_code(op: rlx_ir::op::ReduceOp) -> u32 {
     use rlx_ir::op::ReduceOp::*;
@@ -372,6 +388,7 @@ kernel_args! {
     DwConv1dArgs = 24,
     TopKArgs = 12,
     ModNormArgs = 96,
+    GroupNormArgs = 20,
 }
 
 /// `RlxAct` / `RlxBin` codes (`args.h`): the region chain encoding's
@@ -423,6 +440,7 @@ mod tests {
             ("DwConv1dArgs", size_of::<DwConv1dArgs>()),
             ("TopKArgs", size_of::<TopKArgs>()),
             ("ModNormArgs", size_of::<ModNormArgs>()),
+            ("GroupNormArgs", size_of::<GroupNormArgs>()),
         ];
         let header = header_sizes();
         assert_eq!(header.len(), rust.len(), "{header:?}");

@@ -1,7 +1,7 @@
 //! metal-sim vs host for `norm_fused.metal`: `x + r → LayerNorm` (fused
 //! into FusedResidualLN) and `rms_norm(x) · silu(z)` (fused into
 //! FusedRmsNormMulSilu, f32 only as the pass), and AdaLayerNorm →
-//! GatedResidual with broadcast modulation rows, with `assert_same`'s
+//! GatedResidual with broadcast modulation rows, and GroupNorm, with `assert_same`'s
 //! tolerances (f32 statistics vs the host's f64).
 
 use super::tests::{assert_same, compiled, node};
@@ -114,5 +114,22 @@ fn ada_layer_norm_and_gated_residual_match_host() {
             check(&g, "ada_layer_norm", dt);
             check(&g, "gated_residual", dt);
         }
+    }
+}
+
+#[test]
+fn group_norm_matches_host() {
+    for dt in [DType::F32, DType::F16] {
+        let mut g = Graph::new("gn");
+        let x = leaf(&mut g, &[2, 6, 5, 7], dt, false);
+        let gm = leaf(&mut g, &[6], dt, true);
+        let bt = leaf(&mut g, &[6], dt, true);
+        let op = Op::GroupNorm {
+            num_groups: 3,
+            eps: 1e-5,
+        };
+        let o = node(&mut g, op, &[x, gm, bt]);
+        g.set_outputs(&[o]).unwrap();
+        check(&g, "group_norm", dt);
     }
 }

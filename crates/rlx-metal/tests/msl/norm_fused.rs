@@ -1,6 +1,6 @@
 //! norm_fused.metal: residual LayerNorm (with and without bias), the DiT
 //! AdaLayerNorm / gated residual (identity, trailing, full and middle
-//! broadcast of the modulation rows) and the
+//! broadcast of the modulation rows), GroupNorm and the
 //! gated RMSNorm·SiLU (zero and non-zero beta), f32 / f16, odd row lengths,
 //! partial simdgroups, against f64 references.
 //!
@@ -10,7 +10,7 @@
 
 use super::common::{assert_close, lib, row_threads, uniform, Dt, DTS};
 use msl_sim::Grid;
-use rlx_metal::metal::args::{KernelArgs, ModNormArgs, RowNormArgs};
+use rlx_metal::metal::args::{GroupNormArgs, KernelArgs, ModNormArgs, RowNormArgs};
 use rlx_metal::metal::kernels::Family;
 
 /// (rows, h, threads per threadgroup; 0 = the host's choice).
@@ -290,6 +290,71 @@ fn ada_layer_norm_and_gated_residual_match_reference() {
                     rtol,
                 );
             }
+        }
+    }
+}
+
+#[test]
+fn group_norm_matches_reference() {
+    let lib = lib(Family::NormFused);
+    // (n, c, hw, groups)
+    for dt in DTS {
+        let kernel = format!("group_norm_{}", dt.suffix());
+        for (k, &(n, c, hw, groups)) in [
+            (1u32, 4u32, 9u32, 2u32),
+            (2, 6, 31, 3),
+            (1, 8, 100, 1),
+            (2, 5, 7, 5),
+        ]
+        .iter()
+        .enumerate()
+        {
+            let total = (n * c * hw) as usize;
+            let x = dt.round(&uniform(k as u64 + 500, total, -2.0, 2.0));
+            let g = dt.round(&uniform(k as u64 + 501, c as usize, 0.5, 1.5));
+            let b = dt.round(&uniform(k as u64 + 502, c as usize, -0.5, 0.5));
+            let cg = c / groups;
+            let args = GroupNormArgs {
+                count: n * groups,
+                groups,
+                cg,
+                hw,
+                eps: 1e-5,
+            };
+            let mut out = dt.encode(&vec![0.0; total]);
+            lib.dispatch(
+                &kernel,
+                args.as_bytes(),
+                &mut [
+                    &mut dt.encode(&x),
+                    &mut dt.encode(&g),
+                    &mut dt.encode(&b),
+                    &mut out,
+                ],
+                Grid::d1(n * groups, row_threads(cg * hw)),
+                &[],
+            )
+            .unwrap_or_else(|e| panic!("{kernel}: {e}"));
+            let glen = (cg * hw) as usize;
+            let mut want = Vec::new();
+            for (gi, blk) in x.chunks(glen).enumerate() {
+                let mean = blk.iter().map(|&v| v as f64).sum::<f64>() / glen as f64;
+                let var = blk.iter().map(|&v| (v as f64 - mean).powi(2)).sum::<f64>() / glen as f64;
+                let inv = 1.0 / (var + 1e-5).sqrt();
+                let c0 = (gi % groups as usize) * cg as usize;
+                for (i, &v) in blk.iter().enumerate() {
+                    let ch = c0 + i / hw as usize;
+                    want.push((v as f64 - mean) * inv * g[ch] as f64 + b[ch] as f64);
+                }
+            }
+            let (atol, rtol) = tolerance(dt);
+            assert_close(
+                &format!("{kernel} case {k}"),
+                &dt.decode(&out),
+                &want,
+                atol,
+                rtol,
+            );
         }
     }
 }

@@ -2,10 +2,11 @@
 //! `FusedRmsNormMulSilu`, and the DiT `AdaLayerNorm` / `GatedResidual`
 //! (modulation rows broadcast over x's lead dims). Lead packs the host
 //! would reject (a modulation dim neither 1 nor x's, too few modulation
-//! rows) stay on the host, as does GroupNorm (no kernel yet).
+//! rows) stay on the host, as do GroupNorms with channels not divisible
+//! into the groups.
 
 use super::{elementwise, kernel, rows, suffix, Lowered};
-use crate::metal::args::{ModNormArgs, RowNormArgs};
+use crate::metal::args::{GroupNormArgs, ModNormArgs, RowNormArgs};
 use crate::metal::kernels::Family;
 use crate::thunk::Thunk;
 
@@ -43,7 +44,8 @@ fn mod_map(pack: &[u32; 17], rows: u32, h: u32, eps: f32) -> Option<ModNormArgs>
 }
 
 /// `residual_layer_norm_*`, `rms_norm_mul_silu_*`, `ada_layer_norm_*`
-/// (one threadgroup per row) and `gated_residual_*` (elementwise).
+/// (one threadgroup per row), `gated_residual_*` (elementwise) and
+/// `group_norm_*` (one threadgroup per sample and group).
 pub(super) fn lower(i: usize, t: &Thunk) -> Option<Lowered> {
     let args = |rows, h, eps, has_bias: bool| RowNormArgs {
         rows,
@@ -92,8 +94,28 @@ pub(super) fn lower(i: usize, t: &Thunk) -> Option<Lowered> {
             );
             Lowered::Dispatch(elementwise(i, k, &a, &offs, total))
         }
+        Thunk::GroupNorm(n)
+            if n.num_groups > 0 && n.c.is_multiple_of(n.num_groups) && n.n > 0 && n.c > 0 =>
+        {
+            let hw = u32::try_from(n.h as u64 * n.w as u64).ok()?;
+            let a = GroupNormArgs {
+                count: u32::try_from(n.n as u64 * n.num_groups as u64).ok()?,
+                groups: n.num_groups,
+                cg: n.c / n.num_groups,
+                hw,
+                eps: n.eps,
+            };
+            let glen = u32::try_from(a.cg as u64 * hw as u64).ok()?;
+            if glen == 0 {
+                return Some(Lowered::Skip);
+            }
+            let offs = [n.src, n.g, n.b, n.dst];
+            let k = kernel(Family::NormFused, format!("group_norm_{}", suffix(n.dt)));
+            Lowered::Dispatch(rows(i, k, &a, &offs, a.count, glen))
+        }
         Thunk::FusedResidualLN(_)
         | Thunk::FusedRmsNormMulSilu(_)
+        | Thunk::GroupNorm(_)
         | Thunk::AdaLayerNorm(_)
         | Thunk::GatedResidual(_)
             if t.io().writes.is_empty() =>
