@@ -51,11 +51,11 @@ def _figures(exe: rlx.Executable) -> tuple[int, int, int]:
 def test_plan_figures_in_stats_and_report() -> None:
     # every graph fusion on: gelu + add become an elementwise region and
     # tanh(s @ w) a fused matmul (zero bias, tanh epilogue). Schedule:
-    # rms_norm, region, copy, softmax, fused_mm_bias_act; the copy has no
-    # kernel (a host command, a sync point) and each dispatch reads what the
-    # one before wrote, so: D B D H D B D
+    # rms_norm, region, copy, softmax, fused_mm_bias_act, every one a kernel
+    # (no host command) and each reading what the one before wrote, so:
+    # D B D B D B D B D
     exe = rlx.compile(_graph(3, 37, "f32"), device="metal-sim")
-    assert _figures(exe) == (4, 2, 1)
+    assert _figures(exe) == (5, 4, 0)
     d, b, h = _figures(exe)
     assert (
         f"metal plan: {d} dispatches, {b} barriers, {h} host commands"
@@ -89,11 +89,11 @@ def test_active_rows_run_the_scaled_plan() -> None:
 
 
 def test_per_op_kernels_without_the_fusions(monkeypatch: pytest.MonkeyPatch) -> None:
-    # the per-op kernels: rms_norm, gelu, add, copy, softmax, sgemm, tanh;
-    # only the copy is a host command: D B D B D H D B D B D
+    # the per-op kernels: rms_norm, gelu, add, copy, softmax, sgemm, tanh,
+    # each a dispatch after a barrier: D B D B D B D B D B D B D
     monkeypatch.setenv("RLX_DISABLE_PASS", "ir_elementwise_region,ir_fuse_matmul_bias_act")
     exe = rlx.compile(_graph(3, 37, "f32"), device="metal-sim")
-    assert _figures(exe) == (6, 4, 1)
+    assert _figures(exe) == (7, 6, 0)
     x = np.linspace(-1.0, 1.0, 3 * 37, dtype=np.float32).reshape(3, 37)
     outs = []
     for device in ("host", "metal-sim"):

@@ -7,12 +7,17 @@ mod msl {
     pub mod attention;
     pub mod binary;
     pub mod common;
+    pub mod conv;
     pub mod elementwise;
     pub mod fused_mlp;
-    pub mod quant;
+    pub mod indexing;
     pub mod matmul;
     pub mod norm;
+    pub mod norm_fused;
+    pub mod quant;
+    pub mod reduce;
     pub mod region;
     pub mod rope;
+    pub mod shape;
     pub mod softmax;
 }

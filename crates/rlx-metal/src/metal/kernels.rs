@@ -36,6 +36,16 @@ pub enum Family {
     Attention,
     /// Rotary position embedding.
     Rope,
+    /// Layout moves: copy, narrow, split, concat, transpose, reverse.
+    Shape,
+    /// Gathers, scatter-add, in-place ScatterND (KV-cache writes).
+    Indexing,
+    /// Axis reductions, arg max / min, cumulative sum.
+    Reduce,
+    /// Fused row norms: residual LayerNorm, RMSNorm·SiLU gate.
+    NormFused,
+    /// Depthwise causal 1-D convolution (BSC layout).
+    Conv,
 }
 
 /// Every family.
@@ -49,6 +59,11 @@ pub const ALL_FAMILIES: &[Family] = &[
     Family::Region,
     Family::Attention,
     Family::Rope,
+    Family::Shape,
+    Family::Indexing,
+    Family::Reduce,
+    Family::NormFused,
+    Family::Conv,
 ];
 
 impl Family {
@@ -64,6 +79,11 @@ impl Family {
             Family::Region => "region.metal",
             Family::Attention => "attention.metal",
             Family::Rope => "rope.metal",
+            Family::Shape => "shape.metal",
+            Family::Indexing => "indexing.metal",
+            Family::Reduce => "reduce.metal",
+            Family::NormFused => "norm_fused.metal",
+            Family::Conv => "conv.metal",
         }
     }
 
@@ -79,6 +99,11 @@ impl Family {
             Family::Region => include_str!("../../kernels/region.metal"),
             Family::Attention => include_str!("../../kernels/attention.metal"),
             Family::Rope => include_str!("../../kernels/rope.metal"),
+            Family::Shape => include_str!("../../kernels/shape.metal"),
+            Family::Indexing => include_str!("../../kernels/indexing.metal"),
+            Family::Reduce => include_str!("../../kernels/reduce.metal"),
+            Family::NormFused => include_str!("../../kernels/norm_fused.metal"),
+            Family::Conv => include_str!("../../kernels/conv.metal"),
         }
     }
 }

@@ -235,3 +235,23 @@ mod tests_matmul;
 #[cfg(test)]
 #[path = "sim_tests_attention.rs"]
 mod tests_attention;
+
+#[cfg(test)]
+#[path = "sim_tests_shape.rs"]
+mod tests_shape;
+
+#[cfg(test)]
+#[path = "sim_tests_indexing.rs"]
+mod tests_indexing;
+
+#[cfg(test)]
+#[path = "sim_tests_reduce.rs"]
+mod tests_reduce;
+
+#[cfg(test)]
+#[path = "sim_tests_norm_fused.rs"]
+mod tests_norm_fused;
+
+#[cfg(test)]
+#[path = "sim_tests_conv.rs"]
+mod tests_conv;

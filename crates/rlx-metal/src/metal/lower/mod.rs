@@ -6,11 +6,16 @@
 
 mod attention;
 mod binary;
+mod conv;
 mod elementwise;
+mod indexing;
 mod matmul;
 mod norm;
+mod norm_fused;
 mod quant;
+mod reduce;
 mod region;
+mod shape;
 mod softmax;
 
 use super::args::KernelArgs;
@@ -119,6 +124,11 @@ const FAMILIES: &[fn(usize, &Thunk) -> Option<Lowered>] = &[
     matmul::lower,
     region::lower,
     attention::lower,
+    shape::lower,
+    indexing::lower,
+    reduce::lower,
+    norm_fused::lower,
+    conv::lower,
 ];
 
 /// The command of thunk `i`: a dispatch, `Host` when no kernel covers it,

@@ -1,0 +1,147 @@
+// indexing.metal -- gathers, scatter-add and the in-place ScatterND (the
+// KV-cache row write). Index operands are i32.
+//
+// Out-of-range indices: the host kernels check every index first and fail
+// the run without writing anything. A kernel cannot fail a command buffer,
+// so these kernels stay memory-safe instead: a gather writes zeros for an
+// out-of-range row, scatter_add ignores the update, scatter_nd skips the
+// tuple. In-range inputs give exactly the host's bytes.
+//
+// gather_{u8,u16,u32,u64,u128}   args GatherArgs: buffer(1) table, buffer(2)
+//   idx, buffer(3) dst. 1-D grid over dst words, one thread per word
+//   (coalesced: consecutive threads copy consecutive words of one row).
+// scatter_add_f32                args ScatterAddArgs: buffer(1) updates,
+//   buffer(2) idx, buffer(3) dst. 1-D grid over dst elements; each thread
+//   sums the updates of its row in index order from 0, as the host does
+//   (bit-exact, no atomics, duplicates accumulate in order).
+// scatter_nd_{u8,u16,u32,u64,u128}  args ScatterNdArgs: buffer(1) indices,
+//   buffer(2) updates, buffer(3) dst (updated in place). One threadgroup
+//   per index tuple; the threads first look for a later tuple addressing
+//   the same block (the later one wins, as on the host), then copy the
+//   block word by word.
+#include <metal_stdlib>
+#include "args.h"
+using namespace metal;
+
+// dst [outer, num_idx, trailing] = table [outer, axis_dim, trailing][:, idx, :]
+template <typename W>
+kernel void gather(constant GatherArgs& a   [[buffer(0)]],
+                   device const W*     table [[buffer(1)]],
+                   device const int*   idx   [[buffer(2)]],
+                   device W*           dst   [[buffer(3)]],
+                   uint gid [[thread_position_in_grid]])
+{
+    if (a.trailing == 0 || gid >= a.outer * a.num_idx * a.trailing) {
+        return;
+    }
+    const uint row = gid / a.trailing;
+    const uint j = gid - row * a.trailing;
+    const uint o = row / a.num_idx;
+    const uint n = row - o * a.num_idx;
+    long i = idx[n];
+    if (i < 0 && a.signed_idx != 0) {
+        i += a.axis_dim;
+    }
+    if (i < 0 || i >= (long)a.axis_dim) {
+        dst[gid] = W(0);
+        return;
+    }
+    dst[gid] = table[((ulong)o * a.axis_dim + (ulong)i) * a.trailing + j];
+}
+
+// dst [out_dim, trailing] = 0; dst[idx[i], :] += updates[i, :] in order
+kernel void scatter_add_f32(constant ScatterAddArgs& a   [[buffer(0)]],
+                            device const float*      upd [[buffer(1)]],
+                            device const int*        idx [[buffer(2)]],
+                            device float*            dst [[buffer(3)]],
+                            uint gid [[thread_position_in_grid]])
+{
+    if (a.trailing == 0 || gid >= a.out_dim * a.trailing) {
+        return;
+    }
+    const uint r = gid / a.trailing;
+    const uint j = gid - r * a.trailing;
+    float acc = 0.0f;
+    for (uint i = 0; i < a.num; ++i) {
+        if (idx[i] == (int)r) {
+            acc = acc + upd[(ulong)i * a.trailing + j];
+        }
+    }
+    dst[gid] = acc;
+}
+
+// Block index of tuple t (q indices, negative from the end), or -1.
+static inline long rlx_block_of(constant ScatterNdArgs& a, device const int* ind, uint t)
+{
+    long b = 0;
+    for (uint k = 0; k < a.q; ++k) {
+        long i = ind[(ulong)t * a.q + k];
+        const long d = a.dims[k];
+        if (i < 0) {
+            i += d;
+        }
+        if (i < 0 || i >= d) {
+            return -1;
+        }
+        b = b * d + i;
+    }
+    return b;
+}
+
+// dst[block(indices[t])] = updates[t] for each tuple t, in place
+template <typename W>
+kernel void scatter_nd(constant ScatterNdArgs& a   [[buffer(0)]],
+                       device const int*       ind [[buffer(1)]],
+                       device const W*         upd [[buffer(2)]],
+                       device W*               dst [[buffer(3)]],
+                       uint t    [[threadgroup_position_in_grid]],
+                       uint lid  [[thread_position_in_threadgroup]],
+                       uint tpg  [[threads_per_threadgroup]],
+                       uint sid  [[simdgroup_index_in_threadgroup]],
+                       uint lane [[thread_index_in_simdgroup]],
+                       uint nsg  [[simdgroups_per_threadgroup]])
+{
+    threadgroup uint later[32];
+    if (t >= a.tuples) {
+        return;
+    }
+    const long b = rlx_block_of(a, ind, t);
+    uint dup = 0;
+    for (uint u = t + 1 + lid; u < a.tuples; u += tpg) {
+        dup |= (uint)(rlx_block_of(a, ind, u) == b);
+    }
+    dup = simd_max(dup);
+    if (lane == 0) {
+        later[sid] = dup;
+    }
+    threadgroup_barrier(mem_flags::mem_threadgroup);
+    dup = simd_max(lane < nsg ? later[lane] : 0u);
+    if (b < 0 || dup != 0) {
+        return;
+    }
+    device W* out = dst + (ulong)b * a.block;
+    device const W* in = upd + (ulong)t * a.block;
+    for (uint j = lid; j < a.block; j += tpg) {
+        out[j] = in[j];
+    }
+}
+
+#define RLX_INDEXING(gather_n, scatter_n, W)                                 \
+template [[host_name(gather_n)]] kernel void gather<W>(                      \
+    constant GatherArgs& a [[buffer(0)]], device const W* table [[buffer(1)]],\
+    device const int* idx [[buffer(2)]], device W* dst [[buffer(3)]],        \
+    uint gid [[thread_position_in_grid]]);                                   \
+template [[host_name(scatter_n)]] kernel void scatter_nd<W>(                 \
+    constant ScatterNdArgs& a [[buffer(0)]], device const int* ind [[buffer(1)]],\
+    device const W* upd [[buffer(2)]], device W* dst [[buffer(3)]],          \
+    uint t [[threadgroup_position_in_grid]],                                 \
+    uint lid [[thread_position_in_threadgroup]],                             \
+    uint tpg [[threads_per_threadgroup]],                                    \
+    uint sid [[simdgroup_index_in_threadgroup]],                             \
+    uint lane [[thread_index_in_simdgroup]],                                 \
+    uint nsg [[simdgroups_per_threadgroup]]);
+RLX_INDEXING("gather_u8", "scatter_nd_u8", uchar)
+RLX_INDEXING("gather_u16", "scatter_nd_u16", ushort)
+RLX_INDEXING("gather_u32", "scatter_nd_u32", uint)
+RLX_INDEXING("gather_u64", "scatter_nd_u64", uint2)
+RLX_INDEXING("gather_u128", "scatter_nd_u128", uint4)
