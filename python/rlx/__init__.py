@@ -2,7 +2,7 @@
 
 from typing import TYPE_CHECKING, Optional
 
-from rlx._rlx import __version__, pass_names
+from rlx._rlx import __version__, pass_names, set_int8_activations
 from rlx._types import dtype_name
 from rlx.custom import register_op
 from rlx.errors import (
@@ -51,5 +51,6 @@ __all__ = [
     "load",
     "pass_names",
     "register_op",
+    "set_int8_activations",
     "dtype_name",
 ]

@@ -18,6 +18,7 @@ __all__ = [
     "env_vars",
     "gguf_dequantize_rows",
     "pass_names",
+    "set_int8_activations",
 ]
 
 __version__: Final[str]
@@ -95,6 +96,10 @@ def env_vars() -> list[tuple[str, str, str]]:
 def pass_names() -> list[str]:
     """Every name ``RLX_DISABLE_PASS`` accepts: the graph fusions, then the
     thunk passes, each in running order."""
+
+def set_int8_activations(enabled: bool) -> bool:
+    """Turns the host's int8-activation matmul paths (AVX-512 VNNI, m <= 8)
+    on or off for the process; returns the previous setting."""
 
 @final
 class Executable:

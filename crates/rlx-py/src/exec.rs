@@ -794,8 +794,17 @@ fn pass_names() -> Vec<String> {
         .collect()
 }
 
+/// Turns the host's int8-activation matmul paths on or off for the process
+/// (`rlx_metal::host::kernels::quant::set_int8_activations`); returns the
+/// previous setting.
+#[pyfunction]
+fn set_int8_activations(enabled: bool) -> bool {
+    rlx_metal::host::kernels::quant::set_int8_activations(enabled)
+}
+
 pub(crate) fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<PyExecutable>()?;
     m.add_function(wrap_pyfunction!(pass_names, m)?)?;
+    m.add_function(wrap_pyfunction!(set_int8_activations, m)?)?;
     Ok(())
 }

@@ -340,6 +340,25 @@ fn row_bytes(kernel: &'static str, ty: GgmlType, k: usize) -> Result<usize> {
     })
 }
 
+/// Turns the int8-activation paths on or off for the whole process and
+/// returns the previous setting. On (the default), `m ≤ 8` matmuls and the
+/// fused decode-MLP GEMVs on CPUs with AVX-512 VNNI round the activations
+/// to 8-bit blocks of 32 (as llama.cpp's CPU backend does; error bound in
+/// `vnni`); off, every quantised matmul dots the f32 activations with the
+/// decoded weights, like the `m > 8` path and the Metal kernels. A no-op
+/// on CPUs without VNNI.
+pub fn set_int8_activations(on: bool) -> bool {
+    #[cfg(target_arch = "x86_64")]
+    {
+        vnni::set_enabled(on)
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        let _ = on;
+        false
+    }
+}
+
 /// `out[m, n] = x[m, k] @ dequant(w)ᵀ` for packed GGUF rows of type `ty`.
 ///
 /// Needs `k` a multiple of `ty`'s block size, `x ≥ m·k`, `w ≥ n ·

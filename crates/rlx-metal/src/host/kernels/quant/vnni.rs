@@ -40,6 +40,7 @@ use std::cell::RefCell;
 use crate::host::team;
 use rayon::prelude::*;
 use rlx_ir::GgmlType;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use super::super::Elem;
 use super::Out;
@@ -48,9 +49,19 @@ use super::Out;
 /// goes to the panel + GEMM path, which is faster there.
 pub(super) const MAX_M: usize = 8;
 
-/// True when this CPU can run the kernels here.
+/// Whether the int8-activation paths may run ([`super::set_int8_activations`]).
+static ENABLED: AtomicBool = AtomicBool::new(true);
+
+/// Turns the kernels here on or off for the process; returns the previous
+/// setting.
+pub(super) fn set_enabled(on: bool) -> bool {
+    ENABLED.swap(on, Ordering::Relaxed)
+}
+
+/// True when the kernels here are enabled and this CPU can run them.
 pub(super) fn available() -> bool {
-    std::is_x86_feature_detected!("avx512f")
+    ENABLED.load(Ordering::Relaxed)
+        && std::is_x86_feature_detected!("avx512f")
         && std::is_x86_feature_detected!("avx512bw")
         && std::is_x86_feature_detected!("avx512vl")
         && std::is_x86_feature_detected!("avx512vnni")
