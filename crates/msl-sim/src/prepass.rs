@@ -342,14 +342,15 @@ fn threadgroup(src: &str) -> Result<String, String> {
         }
         out.push_str(&src[pos..at]);
         let body = at + "threadgroup".len();
-        let stop = src[body..]
-            .find([';', ',', ')', '=', '{'])
-            .map_or(src.len(), |i| body + i);
+        let stop = declarator_end(src, body);
         let tail = &src[body..stop];
+        // `*`, `&`, `(` in the declarator (not in an array size such as
+        // `[2 * (N + 1)]`) make it a pointer / reference or a cast
+        let declarator = &tail[..tail.find('[').unwrap_or(tail.len())];
         let is_decl = src.as_bytes().get(stop) == Some(&b';')
-            && !tail.contains('*')
-            && !tail.contains('&')
-            && !tail.contains('(');
+            && !declarator.contains('*')
+            && !declarator.contains('&')
+            && !declarator.contains('(');
         if !is_decl {
             pos = body; // a pointer / reference qualifier or a cast: drop it
             continue;
@@ -381,6 +382,21 @@ fn threadgroup(src: &str) -> Result<String, String> {
     }
     out.push_str(&src[pos..]);
     Ok(out)
+}
+
+/// The byte index of the first `;`, `,`, `)`, `=` or `{` at or after `from`
+/// outside `[...]` (array sizes may hold any of them), or `src.len()`.
+fn declarator_end(src: &str, from: usize) -> usize {
+    let mut depth = 0usize;
+    for (i, c) in src[from..].bytes().enumerate() {
+        match c {
+            b'[' => depth += 1,
+            b']' => depth = depth.saturating_sub(1),
+            b';' | b',' | b')' | b'=' | b'{' if depth == 0 => return from + i,
+            _ => {}
+        }
+    }
+    src.len()
 }
 
 /// `1.5h` → `((half)1.5f)`; `2h` → `((half)2)`.
@@ -519,6 +535,21 @@ mod tests {
         );
         assert!(s.contains(" float* p = ( float*)q;"), "{s}");
         assert!(!s.contains("threadgroup "), "{s}");
+    }
+
+    #[test]
+    fn threadgroup_array_sizes_are_expressions() {
+        // `*`, `(`, `)` and `,` inside the size belong to the size: still a
+        // per-threadgroup array, not a pointer or a cast
+        let s = threadgroup(
+            "{ threadgroup float tile[2 * (T + 1)][max(T, 4u)];\n threadgroup half* h = (threadgroup half*)tile; }",
+        )
+        .unwrap();
+        assert!(
+            s.contains("auto& tile = ::msl_rt::tg_var<float[2*(T+1)][max(T,4u)]>(__LINE__);"),
+            "{s}"
+        );
+        assert!(s.contains(" half* h = ( half*)tile;"), "{s}");
     }
 
     #[test]

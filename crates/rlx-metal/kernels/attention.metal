@@ -41,9 +41,6 @@ using namespace metal;
 #define RLX_ATT_MAXD 256
 #define RLX_ATT_DPL (RLX_ATT_MAXD / 32)
 #define RLX_ATT_RQ 2
-// 8 simdgroups · RLX_ATT_MAXD, spelled out: msl-sim's pre-pass reads a `*`
-// in a threadgroup declaration as a pointer declarator
-#define RLX_ATT_COMBINE 2048
 
 // Element c of row `row` (position pos), rotated when a.rope.
 template <typename T>
@@ -124,7 +121,7 @@ kernel void attention_decode(constant AttnArgs&  a      [[buffer(0)]],
                              uint lane [[thread_index_in_simdgroup]],
                              uint nsg  [[simdgroups_per_threadgroup]])
 {
-    threadgroup float s_acc[RLX_ATT_COMBINE];
+    threadgroup float s_acc[8 * RLX_ATT_MAXD];  // per simdgroup partials
     threadgroup float s_m[8];
     threadgroup float s_l[8];
     threadgroup uint s_bad[8];

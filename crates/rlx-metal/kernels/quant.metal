@@ -42,12 +42,10 @@ using namespace metal;
 #define QT_N 32
 #define QT_K 64
 #define QT_LD 65     // padded tile row (QT_K + 1): no bank conflicts
-// Floats of a 32-row tile (QT_M * QT_LD = QT_N * QT_LD), one literal: msl-sim's
-// pre-pass reads a `*` or `(` in a threadgroup declaration as a pointer / cast
-// and would make the array per-thread.
-#define QT_TILE 2080
+// Floats of a 32-row tile (QT_M = QT_N rows of QT_LD).
+#define QT_TILE (QT_M * QT_LD)
 #define QT_THREADS 128
-static_assert(QT_TILE == QT_M * QT_LD && QT_TILE == QT_N * QT_LD, "tile size");
+static_assert(QT_M == QT_N, "square tiles");
 static_assert(QT_THREADS == QT_N * QT_K / 16, "one weight chunk per thread");
 
 static inline float q_f16(device const uchar* p) {
