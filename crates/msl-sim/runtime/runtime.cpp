@@ -53,6 +53,9 @@ struct Shared {
   unsigned handover = 0;
   unsigned long long handover_gen = 0;
   unsigned exited = 0;  // lane threads that returned
+  // Completed barriers, simd exchanges, group hand-overs and lane exits:
+  // the watchdog fires only when this stops moving.
+  unsigned long long progress = 0;
   bool abort = false;
   std::string error;
   std::vector<Simd> sg;
@@ -163,6 +166,7 @@ void finish_lane(Lane& l) {
     g.masks[g.gen & 1] = g.pending;
     g.arrived = g.pending = 0;
     g.gen++;
+    s.progress++;
     s.cv.notify_all();
   }
 }
@@ -178,6 +182,7 @@ void handover(Lane& l) {
     reset_group_locked(s);
     for (unsigned i = 0; i < s.n; ++i) s.state[i] = kRunning, s.state_line[i] = 0;
     s.handover_gen++;
+    s.progress++;
     s.cv.notify_all();
     return;
   }
@@ -219,6 +224,7 @@ void lane_main(Shared* sh, unsigned lid) {
   std::lock_guard<std::mutex> lk(s.m);
   s.state[lid] = kExited;
   s.exited++;
+  s.progress++;
   s.cv.notify_all();
 }
 }  // namespace
@@ -248,6 +254,7 @@ void tg_barrier(int line) {
   if (++s.arrived == s.n) {
     s.arrived = 0;
     s.gen++;
+    s.progress++;
     for (unsigned i = 0; i < s.n; ++i)
       if (s.state[i] == kAtBarrier) s.state[i] = kRunning;
     s.cv.notify_all();
@@ -281,6 +288,7 @@ const unsigned char* simd_exchange(const void* v, unsigned size, int line, unsig
     g.masks[buf] = g.pending;
     g.arrived = g.pending = 0;
     g.gen++;
+    s.progress++;
     s.cv.notify_all();
   } else {
     wait_gen_locked(lk, s, &g.gen, seen);
@@ -398,8 +406,19 @@ int msl_rt_dispatch(const MslDispatch* d, char* err, unsigned long errlen) {
   std::string where;
   {
     std::unique_lock<std::mutex> lk(s->m);
-    const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(d->timeout_ms);
-    if (!s->cv.wait_until(lk, deadline, [&] { return s->exited == n; })) {
+    // A progress watchdog: a long dispatch that keeps passing barriers,
+    // simd exchanges and group hand-overs runs on; one where nothing moves
+    // for timeout_ms (a deadlock, or a lane spinning alone) is stopped.
+    const auto window = std::chrono::milliseconds(d->timeout_ms);
+    unsigned long long seen = s->progress;
+    for (;;) {
+      const bool moved = s->cv.wait_until(lk, std::chrono::steady_clock::now() + window, [&] {
+        return s->exited == n || s->progress != seen;
+      });
+      if (!moved || s->exited == n) break;
+      seen = s->progress;
+    }
+    if (s->exited != n) {
       timed_out = !s->abort;
       where = describe_lanes_locked(*s);
       abort_locked(*s, "timeout");
@@ -410,7 +429,7 @@ int msl_rt_dispatch(const MslDispatch* d, char* err, unsigned long errlen) {
   }
   if (stuck) {
     for (auto& t : lanes) t.detach();  // s, the arena and the buffers stay alive
-    return report("watchdog: dispatch did not finish within " + std::to_string(d->timeout_ms) +
+    return report("watchdog: no lane made progress for " + std::to_string(d->timeout_ms) +
                       " ms and some lanes could not be stopped (a loop that never reaches a "
                       "barrier, simd function or atomic); their threads were leaked" + where,
                   4);
@@ -421,8 +440,8 @@ int msl_rt_dispatch(const MslDispatch* d, char* err, unsigned long errlen) {
   ::operator delete(s->arena, std::align_val_t(64));
   delete s;
   if (timed_out)
-    return report("watchdog: dispatch did not finish within " + std::to_string(d->timeout_ms) +
-                      " ms (deadlock?)" + where,
+    return report("watchdog: no lane made progress (barrier, simd function, threadgroup) for " +
+                      std::to_string(d->timeout_ms) + " ms (deadlock?)" + where,
                   2);
   if (failed) return report(m, 1);
   return 0;

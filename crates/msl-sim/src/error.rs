@@ -73,7 +73,8 @@ pub enum Error {
         /// What happened.
         message: String,
     },
-    /// The watchdog stopped a dispatch that did not finish in time.
+    /// The watchdog stopped a dispatch in which no lane made progress
+    /// (barrier, simd exchange, threadgroup hand-over) for the timeout.
     #[error("[{kernel}] {message}")]
     Timeout {
         /// The kernel.

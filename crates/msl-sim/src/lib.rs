@@ -14,7 +14,8 @@
 //! What a GPU would leave undefined is an error here: a barrier not reached
 //! by every lane, lanes at different barriers, a write past the end of a
 //! buffer (guard bytes after each buffer), more than 32 KiB of threadgroup
-//! memory. A watchdog turns a deadlock into [`Error::Timeout`].
+//! memory. A watchdog turns a deadlock (no lane making progress for the
+//! timeout) into [`Error::Timeout`]; long dispatches that progress run on.
 //!
 //! Binding convention (rlx's, also `MetalPlan`'s): `args` bytes are
 //! `[[buffer(0)]]`, the buffers follow as `[[buffer(1)]]`, ...
@@ -167,7 +168,8 @@ impl Library {
         &self.file
     }
 
-    /// Watchdog limit per dispatch (default 30 s).
+    /// Watchdog window: the longest a dispatch may go without any lane
+    /// making progress (default 30 s).
     pub fn with_timeout(mut self, timeout: Duration) -> Library {
         self.timeout = timeout;
         self

@@ -125,6 +125,36 @@ fn lanes_at_different_barriers_are_an_error() {
 }
 
 #[test]
+fn long_dispatches_that_make_progress_run_to_the_end() {
+    // the watchdog measures time without progress (barriers, simd
+    // exchanges, group hand-overs), not the length of the dispatch: grow
+    // the grid until one dispatch outlasts the window five times over
+    let window = Duration::from_millis(200);
+    let lib = smoke_lib().with_timeout(window);
+    let mut groups = 512u32;
+    loop {
+        let n = groups * 32;
+        let mut x = vec![0u8; n as usize * 4];
+        let t = Instant::now();
+        lib.dispatch(
+            "overrun",
+            &n.to_le_bytes(),
+            &mut [&mut x],
+            Grid::d1(groups, 32),
+            &[],
+        )
+        .unwrap_or_else(|e| panic!("{groups} groups: {e}"));
+        let ones = x.chunks(4).filter(|c| c == &1.0f32.to_le_bytes()).count();
+        assert_eq!(ones, n as usize);
+        if t.elapsed() > 5 * window {
+            break;
+        }
+        groups *= 2;
+        assert!(groups <= 1 << 22, "dispatches stay faster than {window:?}");
+    }
+}
+
+#[test]
 fn deadlock_is_stopped_by_the_watchdog() {
     let lib = smoke_lib().with_timeout(Duration::from_millis(1500));
     let mut flag = vec![0u8; 4];
