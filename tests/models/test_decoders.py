@@ -78,9 +78,11 @@ def test_cached_decode_equals_full_recompute(tiny: Tiny, arch: str) -> None:
     ids = _ids(30, seed=2)
     full = model.logits(ids)
     model.reset(len(ids))
-    steps = [model._feed(ids[:7])]  # padded prefill (bucket 16)
+    steps = [model.next_logits(ids[:7])]  # padded prefill (bucket 16)
     for t in ids[7:]:
-        steps.append(model._feed([t]))  # one cached decode step each
+        steps.append(model.next_logits([t]))  # one cached decode step each
+    with pytest.raises(rlx.RlxError, match="no tokens"):
+        model.next_logits([])
     assert _rel(np.stack(steps), full[6:]) < 1e-4
 
 

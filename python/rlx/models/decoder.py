@@ -311,6 +311,17 @@ class DecoderModel:
         self.reset(len(ids))
         return self._feed(ids, all_rows=True)
 
+    def next_logits(self, tokens: Sequence[int]) -> np.ndarray:
+        """Logits ``[vocab]`` of the last of ``tokens``, fed after the tokens
+        already in the KV cache (after :meth:`logits` or a generation); one
+        token is a decode step."""
+        ids = [int(t) for t in tokens]
+        if not ids:
+            raise RlxError("[next_logits] no tokens")
+        if self._cap == 0:
+            self.reset(len(ids))
+        return self._feed(ids)
+
     def encode(self, prompt: str, chat: bool = False) -> list[int]:
         """Prompt ids: the chat template rendered for one user turn when
         ``chat``, else the text with the tokenizer's BOS rule."""
