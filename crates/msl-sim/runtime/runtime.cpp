@@ -1,19 +1,45 @@
 // runtime.cpp -- CPU execution of shimmed MSL kernels (C++17), linked into
 // every kernel library that src/compile.rs builds.
 //
-// One dispatch starts one std::thread per lane of a threadgroup; the lanes
-// run the threadgroups one after another (so a threadgroup's lanes truly
-// run concurrently, and threadgroup memory is one arena reused per group).
-// threadgroup_barrier, simd_* and the group hand-over all wait on one
-// mutex + condition variable per dispatch, which lets the watchdog (the
-// calling thread) wake every waiting lane and unwind it when the dispatch
-// is aborted. Everything a lane does is checked against MSL's rules where
-// a CPU can tell: a barrier that not every lane reaches, lanes at different
-// barriers, simd functions at different lines in one simdgroup, threadgroup
-// memory beyond 32 KiB.
+// A dispatch runs the lanes of one threadgroup at a time, in one of two
+// modes (MslDispatch::coop, from MSL_SIM_LANES via src/dispatch.rs):
+//
+// - threads: one std::thread per lane; the lanes run the threadgroups one
+//   after another (so a threadgroup's lanes truly run concurrently, and
+//   threadgroup memory is one arena reused per group). threadgroup_barrier,
+//   simd_* and the group hand-over all wait on one mutex + condition
+//   variable per dispatch, which lets the watchdog (the calling thread)
+//   wake every waiting lane and unwind it when the dispatch is aborted.
+//   Needed by the sanitizer runs (TSan cannot follow fiber switches).
+// - coop (cooperative): every lane is a fiber (ucontext) on ONE worker
+//   thread. A lane runs until it must wait (barrier, simd exchange, group
+//   hand-over) or reaches an atomic operation or returns, then switches
+//   straight to the next runnable lane (round robin, so a barrier costs
+//   one switch per lane). No OS context switches: on few cores this is
+//   many times faster than threads. The very same wait / check code runs
+//   in both modes; only "wait for a generation to change" differs (cv
+//   wait vs. switching away until it changed). When every unfinished lane
+//   waits and none can go on, that is a deadlock, reported at once.
+//
+// Everything a lane does is checked against MSL's rules where a CPU can
+// tell: a barrier that not every lane reaches, lanes at different
+// barriers, simd functions at different lines in one simdgroup,
+// threadgroup memory beyond 32 KiB.
+#if defined(__APPLE__)
+// macOS hides the (deprecated, still working) ucontext calls unless asked.
+#define _XOPEN_SOURCE 700
+#define _DARWIN_C_SOURCE 1
+#endif
+#include <sys/mman.h>
+#include <ucontext.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <mutex>
 #include <string>
@@ -41,6 +67,17 @@ struct Simd {
 // Lane states for the timeout report.
 constexpr int kRunning = 0, kAtBarrier = 1, kAtSimd = 2, kFinished = 3, kExited = 4;
 
+// A cooperative lane: its context and what it waits for. A lane is
+// runnable unless it waits for *wait to move past `seen` (and the dispatch
+// is not aborted), so the scheduler can skip it without switching to it.
+struct Fiber {
+  ucontext_t ctx;
+  void* stack = nullptr;  // from the stack pool (see acquire_stack)
+  const unsigned long long* wait = nullptr;
+  unsigned long long seen = 0;
+  bool exited = false;
+};
+
 struct Shared {
   std::mutex m;
   std::condition_variable cv;
@@ -54,10 +91,24 @@ struct Shared {
   unsigned long long handover_gen = 0;
   unsigned exited = 0;  // lane threads that returned
   // Completed barriers, simd exchanges, group hand-overs and lane exits:
-  // the watchdog fires only when this stops moving.
-  unsigned long long progress = 0;
+  // the watchdog fires only when this stops moving. Atomic: in coop mode
+  // the watchdog samples it without the lock.
+  std::atomic<unsigned long long> progress{0};
   bool abort = false;
   std::string error;
+  // coop mode. Everything above is then touched by the worker thread only
+  // (the mutex is still taken, uncontended, by the shared code paths and
+  // must never be held across a fiber switch); the watchdog talks to the
+  // worker through the atomics and, at the end, `done` under the mutex.
+  bool coop = false;
+  std::vector<Fiber> fib;
+  ucontext_t worker_ctx;                 // the worker's own stack
+  std::atomic<bool> watchdog_fired{false};  // set by the watchdog
+  std::atomic<unsigned> current{0};      // lane on the worker, for reports
+  bool done = false;                     // worker finished (under m)
+  bool timed_out = false;                // worker honoured watchdog_fired
+  bool deadlock = false;                 // every lane blocked, none runnable
+  std::string where;                     // lanes at the watchdog's stop
   std::vector<Simd> sg;
   std::vector<int> state, state_line;
   // threadgroup memory: dynamic [[threadgroup(i)]] buffers, then variables
@@ -76,9 +127,20 @@ struct Lane {
   unsigned lid, sid, lane;
   unsigned long bump;
 };
+// The lane running on this thread (in coop mode: on this fiber; each
+// fiber sets it again whenever it is switched back in).
 thread_local Lane* t_lane = nullptr;
+// The dispatch whose fibers run on this (worker) thread.
+thread_local Shared* t_coop = nullptr;
 
 Lane& me() { return *t_lane; }
+
+// Wake lane threads waiting on the condition variable. In coop mode nobody
+// waits on it but the watchdog, which polls progress instead: notifying it
+// at every barrier would cost a futex wake-up each time.
+void notify(Shared& s) {
+  if (!s.coop) s.cv.notify_all();
+}
 
 // Record the first error and wake everyone; the caller then unwinds.
 void abort_locked(Shared& s, const std::string& why) {
@@ -86,7 +148,7 @@ void abort_locked(Shared& s, const std::string& why) {
     s.abort = true;
     s.error = why;
   }
-  s.cv.notify_all();
+  notify(s);
 }
 
 void reset_group_locked(Shared& s) {
@@ -141,9 +203,62 @@ std::string describe_lanes_locked(Shared& s) {
   return out;
 }
 
+// --- cooperative lanes -----------------------------------------------------
+
+bool runnable(const Shared& s, unsigned j) {
+  const Fiber& f = s.fib[j];
+  return !f.exited && (!f.wait || s.abort || *f.wait != f.seen);
+}
+
+// The next lane to run after `from` (round robin; `from` itself last).
+// Turns a watchdog request into an abort (the worker owns the lane state,
+// so the report of where the lanes are is written here), and a state where
+// every unfinished lane waits for something no lane can do into a deadlock
+// error; after either, every unfinished lane is runnable and unwinds.
+unsigned pick_next(Shared& s, unsigned from) {
+  if (!s.abort && s.watchdog_fired.load(std::memory_order_relaxed)) {
+    s.where = describe_lanes_locked(s);
+    s.timed_out = true;
+    abort_locked(s, "timeout");
+  }
+  for (;;) {
+    for (unsigned k = 1; k <= s.n; ++k) {
+      const unsigned j = (from + k) % s.n;
+      if (runnable(s, j)) return j;
+    }
+    // Only reachable before an abort: afterwards every lane that has not
+    // exited is runnable, and the caller never asks once all have exited.
+    s.deadlock = true;
+    abort_locked(s, "deadlock: every lane still in the kernel waits and none can go on "
+                    "(found at once by the cooperative lanes; the threaded lanes report it "
+                    "through the watchdog)" + describe_lanes_locked(s));
+  }
+}
+
+// Let other lanes run; returns when this lane is picked again.
+void coop_yield(Lane& l) {
+  Shared& s = *l.sh;
+  const unsigned j = pick_next(s, l.lid);
+  if (j == l.lid) return;
+  s.current.store(j, std::memory_order_relaxed);
+  swapcontext(&s.fib[l.lid].ctx, &s.fib[j].ctx);
+  t_lane = &l;
+}
+
 void wait_gen_locked(std::unique_lock<std::mutex>& lk, Shared& s, unsigned long long* gen,
                      unsigned long long seen) {
-  s.cv.wait(lk, [&] { return s.abort || *gen != seen; });
+  if (s.coop) {
+    Lane& l = me();
+    Fiber& f = s.fib[l.lid];
+    f.wait = gen;
+    f.seen = seen;
+    lk.unlock();  // other fibers on this thread take it
+    while (!s.abort && *gen == seen) coop_yield(l);
+    lk.lock();
+    f.wait = nullptr;
+  } else {
+    s.cv.wait(lk, [&] { return s.abort || *gen != seen; });
+  }
   if (*gen == seen) throw Abort{};
 }
 
@@ -167,7 +282,7 @@ void finish_lane(Lane& l) {
     g.arrived = g.pending = 0;
     g.gen++;
     s.progress++;
-    s.cv.notify_all();
+    notify(s);
   }
 }
 
@@ -183,7 +298,7 @@ void handover(Lane& l) {
     for (unsigned i = 0; i < s.n; ++i) s.state[i] = kRunning, s.state_line[i] = 0;
     s.handover_gen++;
     s.progress++;
-    s.cv.notify_all();
+    notify(s);
     return;
   }
   wait_gen_locked(lk, s, &s.handover_gen, seen);
@@ -225,6 +340,85 @@ void lane_main(Shared* sh, unsigned lid) {
   s.state[lid] = kExited;
   s.exited++;
   s.progress++;
+  notify(s);
+}
+
+// A fiber's whole life: run the lane, then hand the worker thread to the
+// next lane (or back to the worker once every lane has exited). The fiber
+// is never resumed, its stack is reused by the next dispatch.
+void fiber_main(int lid) {
+  Shared& s = *t_coop;
+  lane_main(&s, (unsigned)lid);
+  s.fib[lid].exited = true;
+  if (s.exited == s.n) {
+    setcontext(&s.worker_ctx);
+  } else {
+    const unsigned j = pick_next(s, (unsigned)lid);
+    s.current.store(j, std::memory_order_relaxed);
+    setcontext(&s.fib[j].ctx);
+  }
+  std::abort();  // setcontext does not return
+}
+
+// Fiber stacks: mmap'd with a PROT_NONE guard page below (a kernel whose
+// per-lane arrays overflow the stack faults instead of corrupting the next
+// stack), pooled across dispatches: starting a 1024-lane dispatch must not
+// cost 1024 mmaps. Generous because kernels keep per-lane arrays on the
+// stack (16 KiB and more); untouched pages cost no memory.
+constexpr size_t kFiberStack = 512 * 1024;
+std::mutex g_pool_m;
+std::vector<void*> g_pool;  // usable base of each free stack
+
+size_t page_size() {
+  static const size_t p = (size_t)sysconf(_SC_PAGESIZE);
+  return p;
+}
+
+void* acquire_stack() {
+  {
+    std::lock_guard<std::mutex> lk(g_pool_m);
+    if (!g_pool.empty()) {
+      void* st = g_pool.back();
+      g_pool.pop_back();
+      return st;
+    }
+  }
+  const size_t guard = page_size();
+  void* m = mmap(nullptr, kFiberStack + guard, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANON,
+                 -1, 0);
+  if (m == MAP_FAILED) return nullptr;
+  if (mprotect(m, guard, PROT_NONE) != 0) {
+    munmap(m, kFiberStack + guard);
+    return nullptr;
+  }
+  return static_cast<unsigned char*>(m) + guard;
+}
+
+void release_stacks(Shared& s) {
+  std::lock_guard<std::mutex> lk(g_pool_m);
+  for (Fiber& f : s.fib)
+    if (f.stack) g_pool.push_back(f.stack), f.stack = nullptr;
+}
+
+// The worker thread of a coop dispatch: make one context per lane, run
+// lane 0 (the lanes then switch among themselves) and come back when the
+// last lane has exited.
+void coop_worker(Shared* sh) {
+  Shared& s = *sh;
+  t_coop = sh;
+  for (unsigned i = 0; i < s.n; ++i) {
+    Fiber& f = s.fib[i];
+    getcontext(&f.ctx);
+    f.ctx.uc_stack.ss_sp = f.stack;
+    f.ctx.uc_stack.ss_size = kFiberStack;
+    f.ctx.uc_link = nullptr;
+    makecontext(&f.ctx, reinterpret_cast<void (*)()>(fiber_main), 1, (int)i);
+  }
+  s.current.store(0, std::memory_order_relaxed);
+  swapcontext(&s.worker_ctx, &s.fib[0].ctx);
+  t_coop = nullptr;
+  std::lock_guard<std::mutex> lk(s.m);
+  s.done = true;
   s.cv.notify_all();
 }
 }  // namespace
@@ -257,7 +451,7 @@ void tg_barrier(int line) {
     s.progress++;
     for (unsigned i = 0; i < s.n; ++i)
       if (s.state[i] == kAtBarrier) s.state[i] = kRunning;
-    s.cv.notify_all();
+    notify(s);
     return;
   }
   wait_gen_locked(lk, s, &s.gen, seen);
@@ -289,7 +483,7 @@ const unsigned char* simd_exchange(const void* v, unsigned size, int line, unsig
     g.arrived = g.pending = 0;
     g.gen++;
     s.progress++;
-    s.cv.notify_all();
+    notify(s);
   } else {
     wait_gen_locked(lk, s, &g.gen, seen);
   }
@@ -321,8 +515,17 @@ void* tg_alloc(unsigned long size, unsigned long align, int line) {
 void poll() {
   Lane* l = t_lane;
   if (!l) return;
-  std::lock_guard<std::mutex> lk(l->sh->m);
-  if (l->sh->abort) throw Abort{};
+  Shared& s = *l->sh;
+  if (s.coop) {
+    // An atomic is where a lane may spin on another lane's store: let the
+    // others run. A spin that never touches the runtime (a plain loop)
+    // would keep the worker forever; see msl_rt_dispatch.
+    if (!s.abort) coop_yield(*l);
+    if (s.abort) throw Abort{};
+    return;
+  }
+  std::lock_guard<std::mutex> lk(s.m);
+  if (s.abort) throw Abort{};
 }
 
 void fail(const char* what, int line) {
@@ -332,6 +535,87 @@ void fail(const char* what, int line) {
                           std::to_string(l.lid) + ")");
   throw Abort{};
 }
+}  // namespace msl_rt
+
+namespace msl_rt {
+namespace {
+// The coop half of msl_rt_dispatch: the calling thread is the watchdog, a
+// worker thread runs the fibers. The watchdog samples `progress` every
+// window/8 (no wake-up per barrier) and, after a window without progress,
+// raises watchdog_fired; the worker sees it at the next switch (every
+// barrier, simd call, atomic or return), writes where the lanes are and
+// unwinds them all. A lane looping without ever touching the runtime never
+// switches: then, as with threads, the worker is leaked (code 4).
+// Returns msl_rt_dispatch's code, the message in `msg`.
+int run_coop(Shared* s, unsigned timeout_ms, std::string& msg) {
+  auto report = [&](const std::string& m, int code) {
+    msg = m;
+    return code;
+  };
+  s->coop = true;
+  s->fib.resize(s->n);
+  for (Fiber& f : s->fib)
+    if (!(f.stack = acquire_stack())) {
+      release_stacks(*s);
+      ::operator delete(s->arena, std::align_val_t(64));
+      delete s;
+      return report("could not allocate lane stacks (mmap)", 3);
+    }
+  std::thread worker;
+  try {
+    worker = std::thread(coop_worker, s);
+  } catch (const std::exception& e) {
+    release_stacks(*s);
+    ::operator delete(s->arena, std::align_val_t(64));
+    delete s;
+    return report(std::string("could not start the lane worker thread: ") + e.what(), 3);
+  }
+  using clock = std::chrono::steady_clock;
+  const auto window = std::chrono::milliseconds(timeout_ms);
+  const auto tick = std::max(window / 8, decltype(window)(1));
+  bool stuck = false;
+  {
+    std::unique_lock<std::mutex> lk(s->m);
+    unsigned long long seen = s->progress.load();
+    auto last = clock::now();
+    while (!s->done) {
+      s->cv.wait_for(lk, tick);
+      if (s->done) break;
+      const unsigned long long p = s->progress.load(std::memory_order_relaxed);
+      const auto now = clock::now();
+      if (p != seen) {
+        seen = p, last = now;
+      } else if (now - last >= window) {
+        s->watchdog_fired.store(true);
+        stuck = !s->cv.wait_for(lk, std::chrono::seconds(2), [&] { return s->done; });
+        break;
+      }
+    }
+  }
+  if (stuck) {
+    worker.detach();  // s, its stacks, the arena and the buffers stay alive
+    return report("watchdog: no lane made progress for " + std::to_string(timeout_ms) +
+                      " ms and the lanes could not be stopped: lane " +
+                      std::to_string(s->current.load()) +
+                      " loops without reaching a barrier, simd function or atomic; the "
+                      "worker thread was leaked",
+                  4);
+  }
+  worker.join();
+  release_stacks(*s);
+  const std::string m = s->error, where = s->where;
+  const bool failed = s->abort, timed_out = s->timed_out, deadlock = s->deadlock;
+  ::operator delete(s->arena, std::align_val_t(64));
+  delete s;
+  if (timed_out)
+    return report("watchdog: no lane made progress (barrier, simd function, threadgroup) for " +
+                      std::to_string(timeout_ms) + " ms (deadlock?)" + where,
+                  2);
+  if (deadlock) return report(m, 2);
+  if (failed) return report(m, 1);
+  return 0;
+}
+}  // namespace
 }  // namespace msl_rt
 
 // ---------------------------------------------------------------------------
@@ -347,6 +631,7 @@ struct MslDispatch {
   unsigned groups[3];
   unsigned threads[3];
   unsigned timeout_ms;
+  unsigned coop;  // 1: cooperative lanes (fibers on one worker thread)
 };
 
 // 0: ok; 1: kernel error (divergence, ...); 2: timeout; 3: bad dispatch;
@@ -387,6 +672,11 @@ int msl_rt_dispatch(const MslDispatch* d, char* err, unsigned long errlen) {
   }
   s->static_base = (off + 15) / 16 * 16;
   s->arena = static_cast<unsigned char*>(::operator new(kMaxTgMem, std::align_val_t(64)));
+  if (d->coop) {
+    std::string m;
+    const int code = run_coop(s, d->timeout_ms, m);
+    return code == 0 ? 0 : report(m, code);
+  }
   std::vector<std::thread> lanes;
   lanes.reserve(n);
   try {
