@@ -11,8 +11,8 @@
 //   variable per dispatch, which lets the watchdog (the calling thread)
 //   wake every waiting lane and unwind it when the dispatch is aborted.
 //   Needed by the sanitizer runs (TSan cannot follow fiber switches).
-// - coop (cooperative): every lane is a fiber (ucontext) on ONE worker
-//   thread. A lane runs until it must wait (barrier, simd exchange, group
+// - coop (cooperative): every lane is a fiber (see "fiber contexts") with
+//   its own pooled stack, all on ONE worker thread. A lane runs until it must wait (barrier, simd exchange, group
 //   hand-over) or reaches an atomic operation or returns, then switches
 //   straight to the next runnable lane (round robin, so a barrier costs
 //   one switch per lane). No OS context switches: on few cores this is
@@ -38,6 +38,7 @@
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -67,11 +68,114 @@ struct Simd {
 // Lane states for the timeout report.
 constexpr int kRunning = 0, kAtBarrier = 1, kAtSimd = 2, kFinished = 3, kExited = 4;
 
+// --- fiber contexts ----------------------------------------------------------
+// x86-64 Linux: a hand-written switch that saves the callee-saved registers
+// and the FP control words (a few ns). glibc's swapcontext also saves and
+// restores the signal mask with a system call at every switch, which is
+// then most of a coop dispatch's time. Elsewhere (macOS arm64, ...) the
+// portable ucontext calls; -DMSL_RT_UCONTEXT forces them here too.
+#if defined(__x86_64__) && defined(__linux__) && !defined(MSL_RT_UCONTEXT)
+extern "C" {
+// Push the callee-saved registers on the current stack, store its pointer
+// in *save_sp, continue on to_sp (popping what its own switch pushed).
+void msl_rt_switch(void** save_sp, void* to_sp);
+// A new fiber's first "return address": calls r13(r12).
+void msl_rt_fiber_start();
+}
+asm(R"(
+  .text
+  .p2align 4
+  .globl msl_rt_switch
+  .hidden msl_rt_switch
+  .type msl_rt_switch,@function
+msl_rt_switch:
+  pushq %rbp
+  pushq %rbx
+  pushq %r12
+  pushq %r13
+  pushq %r14
+  pushq %r15
+  subq $8, %rsp
+  stmxcsr (%rsp)
+  fnstcw 4(%rsp)
+  movq %rsp, (%rdi)
+  movq %rsi, %rsp
+  ldmxcsr (%rsp)
+  fldcw 4(%rsp)
+  addq $8, %rsp
+  popq %r15
+  popq %r14
+  popq %r13
+  popq %r12
+  popq %rbx
+  popq %rbp
+  ret
+  .size msl_rt_switch, .-msl_rt_switch
+
+  .p2align 4
+  .globl msl_rt_fiber_start
+  .hidden msl_rt_fiber_start
+  .type msl_rt_fiber_start,@function
+msl_rt_fiber_start:
+  movq %r12, %rdi
+  callq *%r13
+  ud2
+  .size msl_rt_fiber_start, .-msl_rt_fiber_start
+)");
+
+struct Context {
+  void* sp = nullptr;
+};
+
+// A context that starts fn(arg) on [stack, stack + size): the frame
+// msl_rt_switch pops, returning into msl_rt_fiber_start with the stack
+// 16-byte aligned as the ABI wants at a call.
+void ctx_make(Context& c, void* stack, size_t size, void (*fn)(int), int arg) {
+  const uintptr_t top = (reinterpret_cast<uintptr_t>(stack) + size) & ~uintptr_t(15);
+  void** sp = reinterpret_cast<void**>(top - 16);
+  *--sp = reinterpret_cast<void*>(msl_rt_fiber_start);
+  *--sp = nullptr;                                   // rbp (ends frame-pointer walks)
+  *--sp = nullptr;                                   // rbx
+  *--sp = reinterpret_cast<void*>(intptr_t(arg));   // r12
+  *--sp = reinterpret_cast<void*>(fn);               // r13
+  *--sp = nullptr;                                   // r14
+  *--sp = nullptr;                                   // r15
+  --sp;
+  const unsigned mxcsr = 0x1f80;       // default: all exceptions masked, round to nearest
+  const unsigned short fpcw = 0x037f;  // x87 default
+  std::memcpy(sp, &mxcsr, 4);
+  std::memcpy(reinterpret_cast<char*>(sp) + 4, &fpcw, 2);
+  c.sp = sp;
+}
+void ctx_swap(Context& from, Context& to) { msl_rt_switch(&from.sp, to.sp); }
+[[noreturn]] void ctx_jump(Context& to) {
+  void* discard;
+  msl_rt_switch(&discard, to.sp);
+  std::abort();
+}
+#else
+struct Context {
+  ucontext_t uc;
+};
+void ctx_make(Context& c, void* stack, size_t size, void (*fn)(int), int arg) {
+  getcontext(&c.uc);
+  c.uc.uc_stack.ss_sp = stack;
+  c.uc.uc_stack.ss_size = size;
+  c.uc.uc_link = nullptr;
+  makecontext(&c.uc, reinterpret_cast<void (*)()>(fn), 1, arg);
+}
+void ctx_swap(Context& from, Context& to) { swapcontext(&from.uc, &to.uc); }
+[[noreturn]] void ctx_jump(Context& to) {
+  setcontext(&to.uc);
+  std::abort();
+}
+#endif
+
 // A cooperative lane: its context and what it waits for. A lane is
 // runnable unless it waits for *wait to move past `seen` (and the dispatch
 // is not aborted), so the scheduler can skip it without switching to it.
 struct Fiber {
-  ucontext_t ctx;
+  Context ctx;
   void* stack = nullptr;  // from the stack pool (see acquire_stack)
   const unsigned long long* wait = nullptr;
   unsigned long long seen = 0;
@@ -102,7 +206,7 @@ struct Shared {
   // worker through the atomics and, at the end, `done` under the mutex.
   bool coop = false;
   std::vector<Fiber> fib;
-  ucontext_t worker_ctx;                 // the worker's own stack
+  Context worker_ctx;                    // the worker's own stack
   std::atomic<bool> watchdog_fired{false};  // set by the watchdog
   std::atomic<unsigned> current{0};      // lane on the worker, for reports
   bool done = false;                     // worker finished (under m)
@@ -241,7 +345,7 @@ void coop_yield(Lane& l) {
   const unsigned j = pick_next(s, l.lid);
   if (j == l.lid) return;
   s.current.store(j, std::memory_order_relaxed);
-  swapcontext(&s.fib[l.lid].ctx, &s.fib[j].ctx);
+  ctx_swap(s.fib[l.lid].ctx, s.fib[j].ctx);
   t_lane = &l;
 }
 
@@ -350,14 +454,10 @@ void fiber_main(int lid) {
   Shared& s = *t_coop;
   lane_main(&s, (unsigned)lid);
   s.fib[lid].exited = true;
-  if (s.exited == s.n) {
-    setcontext(&s.worker_ctx);
-  } else {
-    const unsigned j = pick_next(s, (unsigned)lid);
-    s.current.store(j, std::memory_order_relaxed);
-    setcontext(&s.fib[j].ctx);
-  }
-  std::abort();  // setcontext does not return
+  if (s.exited == s.n) ctx_jump(s.worker_ctx);
+  const unsigned j = pick_next(s, (unsigned)lid);
+  s.current.store(j, std::memory_order_relaxed);
+  ctx_jump(s.fib[j].ctx);
 }
 
 // Fiber stacks: mmap'd with a PROT_NONE guard page below (a kernel whose
@@ -408,14 +508,10 @@ void coop_worker(Shared* sh) {
   t_coop = sh;
   for (unsigned i = 0; i < s.n; ++i) {
     Fiber& f = s.fib[i];
-    getcontext(&f.ctx);
-    f.ctx.uc_stack.ss_sp = f.stack;
-    f.ctx.uc_stack.ss_size = kFiberStack;
-    f.ctx.uc_link = nullptr;
-    makecontext(&f.ctx, reinterpret_cast<void (*)()>(fiber_main), 1, (int)i);
+    ctx_make(f.ctx, f.stack, kFiberStack, fiber_main, (int)i);
   }
   s.current.store(0, std::memory_order_relaxed);
-  swapcontext(&s.worker_ctx, &s.fib[0].ctx);
+  ctx_swap(s.worker_ctx, s.fib[0].ctx);
   t_coop = nullptr;
   std::lock_guard<std::mutex> lk(s.m);
   s.done = true;
