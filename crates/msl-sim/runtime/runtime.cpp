@@ -12,9 +12,9 @@
 //   wake every waiting lane and unwind it when the dispatch is aborted.
 //   Needed by the sanitizer runs (TSan cannot follow fiber switches).
 // - coop (cooperative): every lane is a fiber (see "fiber contexts") with
-//   its own pooled stack, all on ONE worker thread. A lane runs until it must wait (barrier, simd exchange, group
-//   hand-over) or reaches an atomic operation or returns, then switches
-//   straight to the next runnable lane (round robin, so a barrier costs
+//   its own pooled stack, all on ONE worker thread. A lane runs until it
+//   must wait (barrier, simd exchange, group hand-over) or reaches an
+//   atomic operation or returns, then switches straight to the next runnable lane (round robin, so a barrier costs
 //   one switch per lane). No OS context switches: on few cores this is
 //   many times faster than threads. The very same wait / check code runs
 //   in both modes; only "wait for a generation to change" differs (cv
