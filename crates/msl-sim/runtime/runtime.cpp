@@ -200,10 +200,11 @@ struct Shared {
   std::atomic<unsigned long long> progress{0};
   bool abort = false;
   std::string error;
-  // coop mode. Everything above is then touched by the worker thread only
-  // (the mutex is still taken, uncontended, by the shared code paths and
-  // must never be held across a fiber switch); the watchdog talks to the
-  // worker through the atomics and, at the end, `done` under the mutex.
+  // coop mode. All lane and group state is then touched by the worker
+  // thread only (the mutex is still taken, uncontended, by the shared code
+  // paths and must never be held across a fiber switch); the watchdog
+  // talks to the worker through the atomics and, at the end, `done` under
+  // the mutex.
   bool coop = false;
   std::vector<Fiber> fib;
   Context worker_ctx;                    // the worker's own stack
