@@ -56,7 +56,8 @@ pub enum Lanes {
     /// One user-space fiber per lane, all on one worker thread; a lane
     /// switches to the next at barriers, `simd_*` calls, atomics and
     /// return. Many times faster than threads on few cores; a deadlock
-    /// where every lane waits is reported at once.
+    /// where every lane waits is reported at once. Each lane has a 512 KiB
+    /// stack with a guard page (per-lane arrays beyond that fault).
     Coop,
     /// One OS thread per lane (the sanitizer runs need these: ThreadSanitizer
     /// cannot follow fiber switches).
