@@ -27,6 +27,7 @@ struct MslDispatch {
   unsigned groups[3];
   unsigned threads[3];
   unsigned timeout_ms;
+  unsigned coop;  // always 0 here: sanitizers need threaded lanes
 };
 typedef int (*DispatchFn)(const MslDispatch*, char*, unsigned long);
 }

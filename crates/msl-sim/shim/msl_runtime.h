@@ -64,6 +64,8 @@ const unsigned char* simd_exchange(const void* v, unsigned size, int line,
 // variables in the same order, so the k-th call of every lane in a
 // threadgroup returns the same address.
 void* tg_alloc(unsigned long size, unsigned long align, int line);
-void poll();                          // unwinds if the dispatch was aborted
+// At every atomic operation: unwinds if the dispatch was aborted; with
+// cooperative lanes also lets the other lanes of the threadgroup run.
+void poll();
 [[noreturn]] void fail(const char* what, int line);  // abort the dispatch
 }  // namespace msl_rt

@@ -5,7 +5,7 @@
 //! ([`oop`]).
 
 use crate::error::{Error, Result};
-use crate::Library;
+use crate::{Lanes, Library};
 use std::alloc::{alloc, dealloc, Layout};
 use std::ffi::{c_char, c_uint, c_ulong, c_void};
 
@@ -74,6 +74,7 @@ struct MslDispatch {
     groups: [c_uint; 3],
     threads: [c_uint; 3],
     timeout_ms: c_uint,
+    coop: c_uint,
 }
 
 type DispatchFn = unsafe extern "C" fn(*const MslDispatch, *mut c_char, c_ulong) -> i32;
@@ -253,6 +254,7 @@ pub(crate) fn run(
             groups: grid.groups,
             threads: grid.threads,
             timeout_ms: lib.timeout.as_millis().min(u32::MAX as u128) as c_uint,
+            coop: c_uint::from(lib.lanes == Lanes::Coop),
         };
         f(&d, err.as_mut_ptr().cast(), err.len() as c_ulong)
     };

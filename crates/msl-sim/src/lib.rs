@@ -5,8 +5,12 @@
 //! (`shim/`) after a small source pre-pass ([`prepass`]), linked with a
 //! C++ runtime (`runtime/runtime.cpp`) into a shared library (cached by
 //! content hash, see [`compile`]) and loaded. [`Library::dispatch`] runs a
-//! kernel like `dispatchThreadgroups`: one OS thread per lane of a
-//! threadgroup, threadgroups in turn, with threadgroup memory (static
+//! kernel like `dispatchThreadgroups`: threadgroups in turn, the lanes of
+//! one threadgroup either as cooperative fibers on one worker thread
+//! ([`Lanes::Coop`], the default: a lane runs until it waits at a barrier /
+//! `simd_*` call, or reaches an atomic or returns) or as one OS thread each
+//! ([`Lanes::Threads`]: slower, what the sanitizer runs use), with
+//! threadgroup memory (static
 //! `threadgroup` variables and `[[threadgroup(i)]]` buffers), barriers,
 //! `simd_*` functions over 32-lane simdgroups, 8x8 simdgroup matrices
 //! (load / store / multiply-accumulate) and atomics.
@@ -16,6 +20,10 @@
 //! buffer (guard bytes after each buffer), more than 32 KiB of threadgroup
 //! memory. A watchdog turns a deadlock (no lane making progress for the
 //! timeout) into [`Error::Timeout`]; long dispatches that progress run on.
+//! Cooperative lanes report a deadlock where every lane waits (e.g. some at
+//! a barrier, the others at a `simd_*` call) at once, also as
+//! [`Error::Timeout`]. A lane looping without a barrier, `simd_*` call or
+//! atomic cannot be stopped in either mode: its thread is leaked.
 //!
 //! Binding convention (rlx's, also `MetalPlan`'s): `args` bytes are
 //! `[[buffer(0)]]`, the buffers follow as `[[buffer(1)]]`, ...
@@ -24,7 +32,8 @@
 //! (`thread` / `address`: kernels and runtime are built with that
 //! sanitizer and every dispatch runs in a sanitizer-linked runner process,
 //! `runtime/runner.cpp`; a sanitizer report becomes [`Error::Kernel`]. Used
-//! by `make sanitize`).
+//! by `make sanitize`), `MSL_SIM_LANES` (`coop`, the default, or
+//! `threads`: see [`Lanes`]; sanitizer runs always use threads).
 
 pub mod compile;
 mod dispatch;
@@ -40,6 +49,32 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
+/// How the lanes of a threadgroup run. Results are the same; only speed
+/// and the way a deadlock is found differ.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Lanes {
+    /// One user-space fiber per lane, all on one worker thread; a lane
+    /// switches to the next at barriers, `simd_*` calls, atomics and
+    /// return. Many times faster than threads on few cores; a deadlock
+    /// where every lane waits is reported at once. Each lane has a 512 KiB
+    /// stack with a guard page (per-lane arrays beyond that fault).
+    Coop,
+    /// One OS thread per lane (the sanitizer runs need these: ThreadSanitizer
+    /// cannot follow fiber switches).
+    Threads,
+}
+
+impl Lanes {
+    /// From `MSL_SIM_LANES`: `threads` → [`Lanes::Threads`]; unset, empty,
+    /// `coop` (or anything else) → [`Lanes::Coop`].
+    pub fn from_env() -> Lanes {
+        match std::env::var("MSL_SIM_LANES").as_deref() {
+            Ok("threads") => Lanes::Threads,
+            _ => Lanes::Coop,
+        }
+    }
+}
+
 /// A compiled `.metal` file, ready to dispatch its kernels. Cheap to clone.
 #[derive(Clone)]
 pub struct Library {
@@ -51,6 +86,7 @@ pub struct Library {
     lib: Arc<libloading::Library>,
     kernels: Vec<String>,
     timeout: Duration,
+    lanes: Lanes,
     sanitizer: Option<Sanitizer>,
 }
 
@@ -110,6 +146,7 @@ impl Library {
             file,
             kernels,
             timeout: Duration::from_secs(30),
+            lanes: Lanes::from_env(),
             sanitizer: san,
         })
     }
@@ -154,6 +191,7 @@ impl Library {
             file: label.to_string(),
             kernels,
             timeout: Duration::from_secs(30),
+            lanes: Lanes::from_env(),
             sanitizer: san,
         })
     }
@@ -173,6 +211,22 @@ impl Library {
     pub fn with_timeout(mut self, timeout: Duration) -> Library {
         self.timeout = timeout;
         self
+    }
+
+    /// Run the lanes as `lanes` (default: [`Lanes::from_env`]). Ignored
+    /// under a sanitizer, whose runner always uses threads.
+    pub fn with_lanes(mut self, lanes: Lanes) -> Library {
+        self.lanes = lanes;
+        self
+    }
+
+    /// How this library's dispatches run their lanes.
+    pub fn lanes(&self) -> Lanes {
+        if self.sanitizer.is_some() {
+            Lanes::Threads
+        } else {
+            self.lanes
+        }
     }
 
     /// Run `kernel` with rlx's binding convention: `args` at

@@ -2,7 +2,7 @@
 //! errors it promises (divergent barrier, deadlock, buffer overrun, compile
 //! error, bad bindings). These tests need clang++ (scripts/setup.sh).
 
-use msl_sim::{Binding, Error, Grid, Library};
+use msl_sim::{Binding, Error, Grid, Lanes, Library};
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
@@ -39,7 +39,10 @@ fn smoke_kernel_on_partial_simdgroups() {
             "spin_forever",
             "overrun",
             "racy",
-            "split_barriers"
+            "split_barriers",
+            "barrier_vs_simd",
+            "flag_handoff",
+            "flag_never_set"
         ]
     );
     for (groups, tpg) in [(1u32, 1u32), (2, 33), (3, 64), (1, 100)] {
@@ -82,6 +85,131 @@ fn smoke_kernel_on_partial_simdgroups() {
             assert_eq!(red[t * 3 + 1], tpg as f32);
             assert_eq!(red[t * 3 + 2], (tpg - 1) as f32);
         }
+    }
+}
+
+/// Every output of the smoke kernel, run with `lanes`.
+fn smoke_outputs(lanes: Lanes, groups: u32, tpg: u32) -> Vec<Vec<u8>> {
+    let lib = smoke_lib().with_lanes(lanes);
+    let n = (groups * tpg) as usize;
+    let mut args = n.to_le_bytes()[..4].to_vec();
+    args.extend(2.0f32.to_le_bytes());
+    let mut outs = vec![
+        vec![0u8; n * 16],
+        vec![0u8; n * 4],
+        vec![0u8; 4],
+        vec![0u8; n * 4],
+        vec![0u8; groups as usize * 12],
+    ];
+    let mut bufs: Vec<&mut [u8]> = outs.iter_mut().map(|b| b.as_mut_slice()).collect();
+    lib.dispatch(
+        "smoke",
+        &args,
+        &mut bufs,
+        Grid::d1(groups, tpg),
+        &[tpg as usize * 4],
+    )
+    .unwrap_or_else(|e| panic!("{lanes:?}: {e}"));
+    outs
+}
+
+#[test]
+fn cooperative_and_threaded_lanes_agree() {
+    for (groups, tpg) in [(1u32, 1u32), (3, 33), (5, 128), (2, 1024)] {
+        let coop = smoke_outputs(Lanes::Coop, groups, tpg);
+        let threads = smoke_outputs(Lanes::Threads, groups, tpg);
+        assert_eq!(coop, threads, "{groups} x {tpg}");
+        // and they computed something: the atomic count of every lane
+        assert_eq!(u32s(&coop[2]), [groups * tpg]);
+    }
+}
+
+#[test]
+fn a_lane_spinning_on_an_atomic_lets_the_others_run() {
+    for lanes in [Lanes::Coop, Lanes::Threads] {
+        let lib = smoke_lib().with_lanes(lanes);
+        let (mut flag, mut out) = (vec![0u8; 4], vec![0u8; 64 * 4]);
+        lib.dispatch(
+            "flag_handoff",
+            &[],
+            &mut [&mut flag, &mut out],
+            Grid::d1(1, 64),
+            &[],
+        )
+        .unwrap_or_else(|e| panic!("{lanes:?}: {e}"));
+        let want: Vec<u32> = (0..64).map(|l| 7 + l).collect();
+        assert_eq!(u32s(&out), want, "{lanes:?}");
+    }
+}
+
+#[test]
+fn every_lane_waiting_is_a_deadlock() {
+    // cooperative lanes see at once that no lane can go on; threaded lanes
+    // leave it to the watchdog. Either way it is a Timeout naming the lanes.
+    for lanes in [Lanes::Coop, Lanes::Threads] {
+        let lib = smoke_lib()
+            .with_lanes(lanes)
+            .with_timeout(Duration::from_millis(1000));
+        let mut x = vec![0u8; 32 * 4];
+        let t = Instant::now();
+        let e = lib
+            .dispatch("barrier_vs_simd", &[], &mut [&mut x], Grid::d1(1, 32), &[])
+            .unwrap_err();
+        let took = t.elapsed();
+        let msg = e.to_string();
+        assert!(matches!(e, Error::Timeout { .. }), "{lanes:?}: {msg}");
+        assert!(
+            msg.contains("lanes 0-15 at threadgroup_barrier")
+                && msg.contains("lanes 16-31 in a simd function"),
+            "{lanes:?}: {msg}"
+        );
+        // sanitizer runs always use threads
+        match lib.lanes() {
+            Lanes::Coop => {
+                assert!(msg.contains("deadlock: every lane"), "{msg}");
+                assert!(took < Duration::from_millis(500), "{took:?}");
+            }
+            Lanes::Threads => assert!(took >= Duration::from_millis(1000), "{took:?}"),
+        }
+    }
+}
+
+#[test]
+fn lanes_spinning_on_a_flag_nobody_sets_are_stopped() {
+    // no barrier, simd call or hand-over completes: the progress watchdog
+    // stops the dispatch, and the spinning lanes unwind at their next atomic
+    for lanes in [Lanes::Coop, Lanes::Threads] {
+        let lib = smoke_lib()
+            .with_lanes(lanes)
+            .with_timeout(Duration::from_millis(300));
+        let mut flag = vec![0u8; 4];
+        let t = Instant::now();
+        let e = lib
+            .dispatch(
+                "flag_never_set",
+                &[],
+                &mut [&mut flag],
+                Grid::d1(2, 96),
+                &[],
+            )
+            .unwrap_err();
+        assert!(t.elapsed() < Duration::from_secs(3), "{:?}", t.elapsed());
+        let msg = e.to_string();
+        assert!(matches!(e, Error::Timeout { .. }), "{lanes:?}: {msg}");
+        assert!(
+            msg.contains("300 ms") && msg.contains("lanes 0 returned"),
+            "{lanes:?}: {msg}"
+        );
+        // the library still works
+        let (mut flag, mut out) = (vec![0u8; 4], vec![0u8; 8 * 4]);
+        lib.dispatch(
+            "flag_handoff",
+            &[],
+            &mut [&mut flag, &mut out],
+            Grid::d1(1, 8),
+            &[],
+        )
+        .unwrap_or_else(|e| panic!("{lanes:?}: {e}"));
     }
 }
 

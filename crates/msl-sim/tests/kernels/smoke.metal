@@ -105,3 +105,43 @@ kernel void split_barriers(device float* x [[buffer(1)]],
     }
     x[lid] = 1.0f;
 }
+
+// Lanes 0..15 wait at a barrier, lanes 16..31 in a simd function that
+// waits for the whole simdgroup: every lane waits, none can go on.
+kernel void barrier_vs_simd(device float* x [[buffer(1)]],
+                            uint lid [[thread_position_in_threadgroup]])
+{
+    if (lid < 16) {
+        threadgroup_barrier(mem_flags::mem_threadgroup);
+        x[lid] = 1.0f;
+    } else {
+        x[lid] = simd_sum(1.0f);
+    }
+}
+
+// The last lane raises a flag the others spin on: only works when a lane
+// spinning on an atomic lets the others run.
+kernel void flag_handoff(device atomic_uint* flag [[buffer(1)]],
+                         device uint*        out  [[buffer(2)]],
+                         uint lid [[thread_position_in_threadgroup]],
+                         uint tpg [[threads_per_threadgroup]])
+{
+    if (lid == tpg - 1) {
+        atomic_store_explicit(flag, 7u, memory_order_relaxed);
+    }
+    uint seen = 0u;
+    while ((seen = atomic_load_explicit(flag, memory_order_relaxed)) == 0u) {
+    }
+    out[lid] = seen + lid;
+}
+
+// Lane 0 returns without raising the flag the other lanes spin on.
+kernel void flag_never_set(device atomic_uint* flag [[buffer(1)]],
+                           uint lid [[thread_position_in_threadgroup]])
+{
+    if (lid == 0) {
+        return;
+    }
+    while (atomic_load_explicit(flag, memory_order_relaxed) == 0u) {
+    }
+}
