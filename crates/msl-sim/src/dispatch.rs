@@ -147,6 +147,24 @@ fn binds(lib: &Library, kernel: &str) -> Result<Vec<(u64, u64, u64)>> {
     }
 }
 
+/// Appends `line` to the file named by `MSL_SIM_TRACE`, if set: the
+/// libraries compiled (`library\tfile\tkernels...`) and the kernels
+/// dispatched (`dispatch\tfile\tkernel`), for kernel coverage
+/// (`scripts/kernel_coverage.py`). Short appends: lines from concurrent
+/// tests and processes do not interleave.
+pub(crate) fn trace(line: &str) {
+    use std::io::Write;
+    if let Some(path) = std::env::var_os("MSL_SIM_TRACE") {
+        if let Ok(mut f) = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(path)
+        {
+            let _ = f.write_all(format!("{line}\n").as_bytes());
+        }
+    }
+}
+
 pub(crate) fn run(
     lib: &Library,
     kernel: &str,
@@ -155,6 +173,7 @@ pub(crate) fn run(
     grid: Grid,
     tg_mem: &[usize],
 ) -> Result<()> {
+    trace(&format!("dispatch\t{}\t{kernel}", lib.file));
     if !lib.kernels.iter().any(|k| k == kernel) {
         return Err(Error::NoSuchKernel {
             kernel: kernel.to_string(),

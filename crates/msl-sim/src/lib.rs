@@ -133,6 +133,7 @@ impl Library {
         let file = path.display().to_string();
         let san = Sanitizer::from_env();
         let (so, kernels) = compile::build(path, &file, include_dirs, None)?;
+        dispatch::trace(&format!("library\t{file}\t{}", kernels.join("\t")));
         let path = match san {
             Some(s) => {
                 compile::runner(s)?;
@@ -185,6 +186,7 @@ impl Library {
         });
         std::fs::remove_dir_all(&dir).ok();
         let (so, kernels, path) = built?;
+        dispatch::trace(&format!("library\t{label}\t{}", kernels.join("\t")));
         Ok(Library {
             lib: loaded(&so, label)?,
             path,

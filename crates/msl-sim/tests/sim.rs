@@ -196,10 +196,12 @@ fn lanes_spinning_on_a_flag_nobody_sets_are_stopped() {
         assert!(t.elapsed() < Duration::from_secs(3), "{:?}", t.elapsed());
         let msg = e.to_string();
         assert!(matches!(e, Error::Timeout { .. }), "{lanes:?}: {msg}");
-        assert!(
-            msg.contains("300 ms") && msg.contains("lanes 0 returned"),
-            "{lanes:?}: {msg}"
-        );
+        assert!(msg.contains("300 ms"), "{lanes:?}: {msg}");
+        // with fibers lane 0 has surely returned; threads (slow to start
+        // under a sanitizer) may all still be starting when the window ends
+        if matches!(lib.lanes(), Lanes::Coop) {
+            assert!(msg.contains("lanes 0 returned"), "{lanes:?}: {msg}");
+        }
         // the library still works
         let (mut flag, mut out) = (vec![0u8; 4], vec![0u8; 8 * 4]);
         lib.dispatch(
