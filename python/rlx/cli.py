@@ -129,6 +129,7 @@ def _sampling_kwargs(args: argparse.Namespace) -> dict[str, Any]:
         "top_p": args.top_p,
         "seed": args.seed,
         "stop": args.stop or None,
+        "ignore_eos": args.ignore_eos,
     }
 
 
@@ -194,7 +195,7 @@ def _cmd_chat(args: argparse.Namespace) -> int:
         params = SamplingParams(args.temp, args.top_k, args.top_p)
         reply = ""
         try:
-            tokens = model.generate_ids(ids, args.n, params, args.seed)
+            tokens = model.generate_ids(ids, args.n, params, args.seed, ignore_eos=args.ignore_eos)
             for piece in _stream_text(tok, tokens, args.stop or []):
                 reply += piece
                 print(piece, end="", flush=True)
@@ -306,6 +307,9 @@ def _model_args(p: argparse.ArgumentParser, sampling: bool = True) -> None:
         p.add_argument("--top-p", type=float, default=1.0, help="top-p (1 = off)")
         p.add_argument("--seed", type=int, default=None, help="sampling seed")
         p.add_argument("--stop", action="append", help="stop string (repeatable)")
+        p.add_argument(
+            "--ignore-eos", action="store_true", help="keep generating past EOS / end of turn"
+        )
 
 
 def main(argv: list[str] | None = None) -> int:

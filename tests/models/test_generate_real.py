@@ -105,7 +105,7 @@ def test_cli_ctrl_c_exits_130(smollm2_path: Path) -> None:
 
     proc = subprocess.Popen(
         [sys.executable, "-m", "rlx.cli", "generate", str(smollm2_path), "-p",
-         "Once upon a time", "-n", "1000"],
+         "Once upon a time", "-n", "1000", "--ignore-eos"],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )  # fmt: skip
     assert proc.stdout is not None

@@ -387,15 +387,16 @@ class DecoderModel:
         seed: Optional[int] = None,
         stop: Optional[Sequence[str]] = None,
         chat: bool = False,
+        ignore_eos: bool = False,
     ) -> Iterator[str]:
         """Stream the continuation of ``prompt`` as text pieces.
 
         Greedy when ``temperature`` is 0. Stops at EOS/EOT, after ``max_tokens``
         tokens, or before the first occurrence of any ``stop`` string (which is
-        not emitted)."""
+        not emitted); ``ignore_eos`` generates past EOS/EOT."""
         ids = self.encode(prompt, chat)
         params = SamplingParams(temperature, top_k, top_p)
-        tokens = self.generate_ids(ids, max_tokens, params, seed)
+        tokens = self.generate_ids(ids, max_tokens, params, seed, ignore_eos=ignore_eos)
         return _stream_text(self.tokenizer, tokens, list(stop or []))
 
     def __repr__(self) -> str:
