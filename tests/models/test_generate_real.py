@@ -107,6 +107,9 @@ def test_cli_ctrl_c_exits_130(smollm2_path: Path) -> None:
         [sys.executable, "-m", "rlx.cli", "generate", str(smollm2_path), "-p",
          "Once upon a time", "-n", "1000", "--ignore-eos"],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        # a shell's background job inherits SIGINT ignored, and Python then
+        # installs no KeyboardInterrupt handler: give the child the default
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )  # fmt: skip
     assert proc.stdout is not None
     proc.stdout.read(1)  # the first piece is out: generation is running
