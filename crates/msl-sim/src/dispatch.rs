@@ -150,11 +150,12 @@ fn binds(lib: &Library, kernel: &str) -> Result<Vec<(u64, u64, u64)>> {
 /// Appends `line` to the file named by `MSL_SIM_TRACE`, if set: the
 /// libraries compiled (`library\tfile\tkernels...`) and the kernels
 /// dispatched (`dispatch\tfile\tkernel`), for kernel coverage
-/// (`scripts/kernel_coverage.py`). Short appends: lines from concurrent
+/// (`scripts/kernel_coverage.py`); read once per process. Short appends: lines from concurrent
 /// tests and processes do not interleave.
 pub(crate) fn trace(line: &str) {
     use std::io::Write;
-    if let Some(path) = std::env::var_os("MSL_SIM_TRACE") {
+    static PATH: std::sync::OnceLock<Option<std::ffi::OsString>> = std::sync::OnceLock::new();
+    if let Some(path) = PATH.get_or_init(|| std::env::var_os("MSL_SIM_TRACE")) {
         if let Ok(mut f) = std::fs::OpenOptions::new()
             .create(true)
             .append(true)

@@ -1,0 +1,134 @@
+//! Tests of `metal::args`: header / Rust layouts and codes agree.
+use super::*;
+use rlx_ir::op::BinaryOp;
+use rlx_ir::op::ALL_ACTIVATIONS;
+
+/// `static_assert(sizeof(Name) == N && alignof(Name) == 4` lines of args.h.
+fn header_sizes() -> Vec<(String, usize)> {
+    super::super::kernels::ARGS_H
+        .lines()
+        .filter_map(|l| {
+            let rest = l.trim().strip_prefix("static_assert(sizeof(")?;
+            let (name, rest) = rest.split_once(')')?;
+            let n = rest.trim().strip_prefix("==")?.split_whitespace().next()?;
+            assert!(l.contains(&format!("alignof({name}) == 4")), "{l}");
+            Some((name.to_string(), n.parse().ok()?))
+        })
+        .collect()
+}
+
+#[test]
+fn header_and_rust_assert_the_same_layouts() {
+    use std::mem::size_of;
+    let rust = [
+        ("UnaryArgs", size_of::<UnaryArgs>()),
+        ("CastArgs", size_of::<CastArgs>()),
+        ("BinaryArgs", size_of::<BinaryArgs>()),
+        ("BroadcastArgs", size_of::<BroadcastArgs>()),
+        ("RowNormArgs", size_of::<RowNormArgs>()),
+        ("SoftmaxArgs", size_of::<SoftmaxArgs>()),
+        ("QuantArgs", size_of::<QuantArgs>()),
+        ("MlpArgs", size_of::<MlpArgs>()),
+        ("MatmulArgs", size_of::<MatmulArgs>()),
+        ("BiasAddArgs", size_of::<BiasAddArgs>()),
+        ("RegionArgs", size_of::<RegionArgs>()),
+        ("FusedActArgs", size_of::<FusedActArgs>()),
+        ("CompareArgs", size_of::<CompareArgs>()),
+        ("WhereArgs", size_of::<WhereArgs>()),
+        ("SwigluArgs", size_of::<SwigluArgs>()),
+        ("AttnArgs", size_of::<AttnArgs>()),
+        ("RopeArgs", size_of::<RopeArgs>()),
+        ("CopyArgs", size_of::<CopyArgs>()),
+        ("NarrowArgs", size_of::<NarrowArgs>()),
+        ("SplitArgs", size_of::<SplitArgs>()),
+        ("ConcatArgs", size_of::<ConcatArgs>()),
+        ("StridedArgs", size_of::<StridedArgs>()),
+        ("ReverseArgs", size_of::<ReverseArgs>()),
+        ("GatherArgs", size_of::<GatherArgs>()),
+        ("ScatterAddArgs", size_of::<ScatterAddArgs>()),
+        ("ScatterNdArgs", size_of::<ScatterNdArgs>()),
+        ("ReduceArgs", size_of::<ReduceArgs>()),
+        ("ArgReduceArgs", size_of::<ArgReduceArgs>()),
+        ("CumsumArgs", size_of::<CumsumArgs>()),
+        ("DwConv1dArgs", size_of::<DwConv1dArgs>()),
+        ("TopKArgs", size_of::<TopKArgs>()),
+        ("ModNormArgs", size_of::<ModNormArgs>()),
+        ("GroupNormArgs", size_of::<GroupNormArgs>()),
+    ];
+    let header = header_sizes();
+    assert_eq!(header.len(), rust.len(), "{header:?}");
+    for (name, size) in rust {
+        let h = header.iter().find(|(n, _)| n == name);
+        assert_eq!(h.map(|x| x.1), Some(size), "{name}");
+    }
+}
+
+#[test]
+fn codes_match_the_header_enums() {
+    for a in ALL_ACTIVATIONS {
+        let line = format!("RLX_ACT_{} = {},", a.name().to_uppercase(), act_code(a));
+        assert!(super::super::kernels::ARGS_H.contains(&line), "{line}");
+    }
+    for op in [
+        BinaryOp::Add,
+        BinaryOp::Sub,
+        BinaryOp::Mul,
+        BinaryOp::Div,
+        BinaryOp::Max,
+        BinaryOp::Min,
+        BinaryOp::Pow,
+    ] {
+        let line = format!(
+            "RLX_BIN_{} = {},",
+            op.name().to_uppercase(),
+            binary_code(op)
+        );
+        assert!(super::super::kernels::ARGS_H.contains(&line), "{line}");
+    }
+    use rlx_ir::op::CmpOp;
+    for op in [
+        CmpOp::Eq,
+        CmpOp::Ne,
+        CmpOp::Lt,
+        CmpOp::Le,
+        CmpOp::Gt,
+        CmpOp::Ge,
+    ] {
+        let line = format!("RLX_CMP_{} = {},", op.name().to_uppercase(), cmp_code(op));
+        assert!(super::super::kernels::ARGS_H.contains(&line), "{line}");
+    }
+}
+
+#[test]
+fn reduce_codes_match_the_header() {
+    use rlx_ir::op::ReduceOp;
+    for op in [
+        ReduceOp::Sum,
+        ReduceOp::Mean,
+        ReduceOp::Max,
+        ReduceOp::Min,
+        ReduceOp::Prod,
+    ] {
+        let line = format!(
+            "RLX_RED_{} = {},",
+            op.name().to_uppercase(),
+            reduce_code(op)
+        );
+        assert!(super::super::kernels::ARGS_H.contains(&line), "{line}");
+    }
+}
+
+#[test]
+fn as_bytes_is_the_field_order() {
+    let a = RowNormArgs {
+        rows: 3,
+        h: 5,
+        eps: 1e-6,
+        has_bias: 1,
+    };
+    let b = a.as_bytes();
+    assert_eq!(&b[0..4], 3u32.to_ne_bytes());
+    assert_eq!(&b[4..8], 5u32.to_ne_bytes());
+    assert_eq!(&b[8..12], 1e-6f32.to_ne_bytes());
+    assert_eq!(&b[12..16], 1u32.to_ne_bytes());
+}
