@@ -7,10 +7,10 @@
 //! β in (0, 1), a random initial state.
 //!
 //! Tolerances (`atol + rtol·|ref|`, on the outputs and the final state):
-//! f32 `2e-5 + 1e-5` (f32 row dot products vs f64 over ≤ 70 steps);
-//! f16 `2e-3 + 2e-3` (inputs rounded to f16 first, the kernel rounds each
-//! output and the final state once to f16: half an ulp is 2^-11 relative,
-//! plus the f32 arithmetic).
+//! f32 `1e-6 + 1e-5` (f32 row dot products vs f64 over ≤ 70 steps; seen:
+//! 1e-7 abs); f16 `5e-4 + 1e-3` (inputs rounded to f16 first, the kernel
+//! rounds each output and the final state once to f16: half an ulp is
+//! 2^-11 relative; seen: 2.3e-4 abs on values ≤ 1).
 
 use super::common::{assert_close, lib, uniform, Dt, DTS};
 use msl_sim::Grid;
@@ -22,8 +22,8 @@ const ROWS: u32 = 4;
 
 fn tolerance(dt: Dt) -> (f64, f64) {
     match dt {
-        Dt::F32 => (2e-5, 1e-5),
-        Dt::F16 => (2e-3, 2e-3),
+        Dt::F32 => (1e-6, 1e-5),
+        Dt::F16 => (5e-4, 1e-3),
     }
 }
 

@@ -5,8 +5,8 @@
 //! hidden 13, 3 heads of head_dim 5, n 5 / 16 / 64 / 128. Δ > 0 and A < 0
 //! as in the models (decaying state).
 //!
-//! Tolerance `2e-5 + 1e-5·|ref|` on outputs and final states: f32 vs f64
-//! over ≤ 70 steps, sums of ≤ 128 products.
+//! Tolerance `2e-6 + 1e-5·|ref|` on outputs and final states: f32 vs f64
+//! over ≤ 70 steps, sums of ≤ 128 products (seen: 8e-7 abs).
 
 use super::common::{assert_close, lib, uniform, Dt};
 use msl_sim::Grid;
@@ -15,7 +15,7 @@ use rlx_metal::metal::kernels::Family;
 
 /// State rows per threadgroup (`RLX_SSM_ROWS` in ssm.metal).
 const ROWS: u32 = 4;
-const ATOL: f64 = 2e-5;
+const ATOL: f64 = 2e-6;
 const RTOL: f64 = 1e-5;
 
 /// (batch, seq, n) cases shared by both scans.
