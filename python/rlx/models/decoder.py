@@ -152,7 +152,8 @@ class DecoderModel:
         self._exact = not all(k.pads_ok for k in self._kinds)
         # Build (not compile) the decode graph once: a missing tensor or an
         # unknown type fails here, at load, naming the tensor.
-        build_decoder(self.config, self.spec, self.weights, 1, 0)
+        build_decoder(self.config, self.spec, self.weights, 1, int(self.inplace), False,
+                      self.inplace, max_tokens=BUCKETS[-1])  # fmt: skip
         self._runners: dict[tuple[int, int, bool], _Runner] = {}
         self._owners: dict[int, _Runner] = {}
         rd = self.config.rope_dims

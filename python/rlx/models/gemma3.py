@@ -65,13 +65,13 @@ def hf_config(c: HFConfig) -> tuple[Config, ArchSpec]:
         "attention_bias",
     )  # fmt: skip
     if c.get("layer_types") is None:
-        n = c.int("num_hidden_layers")
-        pattern = c.int("sliding_window_pattern", PATTERN)
+        n = c.get_int("num_hidden_layers")
+        pattern = c.get_int("sliding_window_pattern", PATTERN)
         c.data["layer_types"] = [
             SLIDING if pattern > 0 and (i + 1) % pattern != 0 else FULL for i in range(n)
         ]
     cfg = common_config(c, "gemma3", rope_kind="neox", default_theta=1e6, tied_default=True)
-    cfg.score_scale = c.float("query_pre_attn_scalar", cfg.head_dim) ** -0.5
+    cfg.score_scale = c.get_float("query_pre_attn_scalar", cfg.head_dim) ** -0.5
     spec = ArchSpec(
         qk_norm=True, post_norms=True, act="gelu_approx", embed_scale=embed_scale_sqrt(cfg.hidden)
     )

@@ -62,7 +62,7 @@ class HFConfig:
         v = self.data.get(key)
         return default if v is None else v
 
-    def int(self, key: str, default: Any = _MISSING) -> int:
+    def get_int(self, key: str, default: Any = _MISSING) -> int:
         """An integer field (required unless ``default`` is given)."""
         v = self.data.get(key)
         if v is None:
@@ -73,7 +73,7 @@ class HFConfig:
             raise self.fail(key, f"= {v!r} is not an integer")
         return int(v)
 
-    def float(self, key: str, default: Any = _MISSING) -> float:
+    def get_float(self, key: str, default: Any = _MISSING) -> float:
         """A number field (required unless ``default`` is given)."""
         v = self.data.get(key)
         if v is None:
@@ -122,7 +122,7 @@ class HFConfig:
             p, key = dict(rp), "rope_parameters"
         else:
             if layer_type == SLIDING and self.data.get("rope_local_base_freq") is not None:
-                return self.float("rope_local_base_freq"), RopeScaling()
+                return self.get_float("rope_local_base_freq"), RopeScaling()
             p, key = dict(self.get("rope_scaling", {})), "rope_scaling"
             p.setdefault("rope_theta", self.get("rope_theta", default_theta))
         try:
@@ -167,16 +167,16 @@ def common_config(
     """The fields every llama-style config shares; per-layer windows and
     RoPE from ``layer_types`` (``sliding_attention`` layers get
     ``sliding_window``)."""
-    hidden = c.int("hidden_size")
-    heads = c.int("num_attention_heads")
-    n_layers = c.int("num_hidden_layers")
-    head_dim = c.int("head_dim", hidden // heads if heads else 0)
+    hidden = c.get_int("hidden_size")
+    heads = c.get_int("num_attention_heads")
+    n_layers = c.get_int("num_hidden_layers")
+    head_dim = c.get_int("head_dim", hidden // heads if heads else 0)
     if heads <= 0 or head_dim <= 0 or hidden <= 0 or n_layers <= 0:
         raise c.fail("hidden_size", "/ num_attention_heads / num_hidden_layers must be positive")
-    kv_heads = c.int("num_key_value_heads", heads)
+    kv_heads = c.get_int("num_key_value_heads", heads)
     if kv_heads <= 0 or heads % kv_heads:
         raise c.fail("num_key_value_heads", f"= {kv_heads} does not divide {heads} heads")
-    prf = c.float("partial_rotary_factor", 1.0)
+    prf = c.get_float("partial_rotary_factor", 1.0)
     rope_dims = int(head_dim * prf)
     if rope_dims <= 0 or rope_dims % 2 or rope_dims > head_dim:
         raise c.unsupported("partial_rotary_factor", f"gives {rope_dims} rotary dims")
@@ -184,7 +184,7 @@ def common_config(
     windows, bases, scalings = [], [], []
     for t in types:
         if t == SLIDING:
-            w = c.int("sliding_window")
+            w = c.get_int("sliding_window")
             if w <= 0:
                 raise c.fail("sliding_window", "must be positive")
             windows.append(w)
@@ -200,12 +200,12 @@ def common_config(
         heads=heads,
         kv_heads=kv_heads,
         head_dim=head_dim,
-        ffn=c.int("intermediate_size"),
-        eps=c.float(eps_key, 1e-6),
+        ffn=c.get_int("intermediate_size"),
+        eps=c.get_float(eps_key, 1e-6),
         rope_base=bases[0],
         rope_dims=rope_dims,
-        ctx=c.int("max_position_embeddings", 2048),
-        vocab=c.int("vocab_size"),
+        ctx=c.get_int("max_position_embeddings", 2048),
+        vocab=c.get_int("vocab_size"),
         tied_output=bool(c.get("tie_word_embeddings", tied_default)),
         rope_kind=rope_kind,
         windows=windows,

@@ -77,7 +77,7 @@ def config(f: GGUFFile) -> tuple[Config, ArchSpec]:
 
 def hf_config(c: HFConfig) -> tuple[Config, ArchSpec]:
     """Config and block spec of an HF ``lfm2`` directory."""
-    n = c.int("num_hidden_layers")
+    n = c.get_int("num_hidden_layers")
     if c.get("layer_types") is None:
         full = c.get("full_attn_idxs", list(range(n)))
         c.data["layer_types"] = [FULL if i in full else CONV for i in range(n)]
@@ -91,7 +91,7 @@ def hf_config(c: HFConfig) -> tuple[Config, ArchSpec]:
     )  # fmt: skip
     c.data["layer_types"] = types
     cfg.mixers = ["attention" if t == FULL else "short_conv" for t in types]
-    cfg.conv_kernel = c.int("conv_L_cache", 3)
+    cfg.conv_kernel = c.get_int("conv_L_cache", 3)
     cfg.conv_bias = bool(c.get("conv_bias", False))
     return cfg, ArchSpec(qk_norm=True)
 

@@ -207,6 +207,10 @@ def short_conv(ctx: LayerCtx, i: int, x: Node) -> Node:
     )
     width = s + taps - 1
     win = g.gather(full, ctx.input("conv_rows", [width], "i32"))
+    # keep the window alive to the end (a one-row view of it is an output):
+    # else the planner may put the conv's output on the window's slot, and
+    # fuse_depthwise_conv1d_bsc must refuse a fused kernel writing its source
+    ctx.outputs.append(g.narrow(win, 0, 0, 1, name=f"conv_keep{i}"))
     bcw = g.reshape(g.transpose(g.reshape(win, [1, width, h]), [0, 2, 1]), [1, h, 1, width])
     y = g.conv2d(bcw, w.conv_taps(g, p + "conv.weight", h, taps), groups=h)
     conv = g.transpose(g.reshape(y, [1, h, s]), [0, 2, 1])

@@ -20,8 +20,8 @@ def hf_config(c: HFConfig) -> tuple[Config, ArchSpec]:
     """Config and block spec of an HF ``qwen2`` directory."""
     c.require_in("hidden_act", ("silu",), "silu")
     if c.get("layer_types") is None and c.get("use_sliding_window", False):
-        n = c.int("num_hidden_layers")
-        first = c.int("max_window_layers", n)
+        n = c.get_int("num_hidden_layers")
+        first = c.get_int("max_window_layers", n)
         c.data["layer_types"] = [SLIDING if i >= first else FULL for i in range(n)]
     if not c.get("use_sliding_window", False) and c.get("layer_types") is not None:
         # transformers ignores sliding_window unless use_sliding_window is set
