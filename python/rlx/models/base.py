@@ -5,8 +5,12 @@ per-architecture spec (:class:`ArchSpec`) the generic decoder consumes.
 GGUF stores a ``[n, k]`` weight (``ne = [k, n]``) row-major as ``n`` rows of
 packed blocks; :meth:`Weights.linear` makes it a u8 ``[n, row_bytes]`` param
 read by ``dequant_matmul`` (``x @ dequant(w)ᵀ``), so the packed bytes reach the
-executor as they are in the file (zero-copy once ``Executable.bind_param``
-exists). F32 tensors become plain ``[k, n]`` f32 params and a ``matmul``.
+executor as they are in the file (``Executable.bind_param``: zero-copy).
+Safetensors ``[n, k]`` F32 / F16 / BF16 weights have exactly that layout (rows
+of ``k`` floats), so they take the same path with scheme ``f32`` / ``f16`` /
+``bf16``: every float weight is multiplied natively from the mapped file, no
+transposed or converted copy (measured on the host, 2048×2048: the f32 scheme
+runs as fast as sgemm on a transposed copy).
 """
 
 from __future__ import annotations
@@ -30,6 +34,8 @@ PACKED_TYPES = frozenset(
         "Q6_K", "Q8_K", "F16", "BF16",
     }
 )  # fmt: skip
+#: Bytes per element of the float types (the alignment a bound view needs).
+ELEMENT_BYTES = {"F32": 4, "F16": 2, "BF16": 2}
 #: Types a norm / bias vector may have.
 PLAIN_TYPES = frozenset({"F32", "F16"})
 
@@ -211,15 +217,11 @@ class Weights:
                 f"[weights] {self.path}: tensor {name!r} has shape {list(t.shape)}, expected 2-D"
             )
         n, k = t.shape
-        if t.kind in PACKED_TYPES:
+        if t.kind in PACKED_TYPES or t.kind == "F32":
             if name not in self.values:
-                self.values[name] = self.src.rows(name)
+                self.values[name] = _aligned(self.src.rows(name), ELEMENT_BYTES.get(t.kind, 1))
             w = g.param(name, [n, t.row_bytes], "u8")
             return g.dequant_matmul(x, w, scheme=t.kind.lower(), n=n, k=k)
-        if t.kind == "F32":
-            if name not in self.values:
-                self.values[name] = np.ascontiguousarray(self.src.array(name).T)
-            return g.matmul(x, g.param(name, [k, n]))
         raise WeightFormatError(
             f"[weights] {self.path}: tensor {name!r} has type {t.kind}, which rlx "
             f"cannot multiply (supported: F32, {', '.join(sorted(PACKED_TYPES))})"
@@ -247,6 +249,15 @@ class Weights:
                 "which rlx cannot dequantize"
             ) from None
         return np.asarray(dequantize(rows, qtype), np.float32).reshape(len(ids), t.shape[-1])
+
+
+def _aligned(rows: np.ndarray, align: int) -> np.ndarray:
+    """``rows`` itself (a view of the mapped file) unless its address is not
+    a multiple of ``align`` (a safetensors tensor after an odd-sized F16
+    one): then an aligned copy."""
+    if align > 1 and rows.ctypes.data % align:
+        return np.array(rows)
+    return rows
 
 
 def _native_dequant() -> Optional[Callable[..., Any]]:
