@@ -93,3 +93,86 @@ def bf16_value(bits: np.ndarray) -> np.ndarray:
 def rel(a: np.ndarray, b: np.ndarray) -> float:
     """max |a − b| over the largest |b|."""
     return float(np.max(np.abs(a - b)) / np.max(np.abs(b)))
+
+
+def hf_to_gguf(src: Path, path: Path, qtype: str = "F32") -> Path:
+    """Convert fixture ``src`` to a GGUF file the way llama.cpp's
+    convert_hf_to_gguf.py does (tensor names from gguf-py's own
+    ``TensorNameMap``; llama's Q/K rows permuted for its rope mode, Gemma's
+    norms stored as ``1 + w``, LFM2's conv taps squeezed to 2-D and its KV
+    head count given per layer); matrices stored as ``qtype``."""
+    import gguf
+
+    c = json.loads((src / "config.json").read_text())
+    mt = c["model_type"]
+    arch = {"gemma3_text": "gemma3"}.get(mt, mt)
+    n = c["num_hidden_layers"]
+    heads, kvh = c["num_attention_heads"], c["num_key_value_heads"]
+    hidden = c["hidden_size"]
+    hd = c.get("head_dim") or hidden // heads
+    names = gguf.get_tensor_name_map(gguf.MODEL_ARCH[arch.upper()], n)
+    w = gguf.GGUFWriter(str(path), arch)
+    w.add_uint32(f"{arch}.block_count", n)
+    w.add_uint32(f"{arch}.context_length", c["max_position_embeddings"])
+    w.add_uint32(f"{arch}.embedding_length", hidden)
+    w.add_uint32(f"{arch}.feed_forward_length", c["intermediate_size"])
+    w.add_uint32(f"{arch}.attention.head_count", heads)
+    types = c.get("layer_types") or ["full_attention"] * n
+    if arch == "lfm2":
+        w.add_array(f"{arch}.attention.head_count_kv",
+                    [kvh if t == "full_attention" else 0 for t in types])  # fmt: skip
+        w.add_uint32(f"{arch}.shortconv.l_cache", c["conv_L_cache"])
+    else:
+        w.add_uint32(f"{arch}.attention.head_count_kv", kvh)
+    w.add_uint32(f"{arch}.attention.key_length", hd)
+    w.add_uint32(f"{arch}.attention.value_length", hd)
+    eps = c.get("rms_norm_eps", c.get("norm_eps"))
+    w.add_float32(f"{arch}.attention.layer_norm_rms_epsilon", eps)
+    rp = c["rope_parameters"]
+    w.add_float32(f"{arch}.rope.freq_base", rp.get("full_attention", rp)["rope_theta"])
+    if arch == "gemma3":
+        w.add_uint32(f"{arch}.attention.sliding_window", c["sliding_window"])
+        w.add_array(f"{arch}.attention.sliding_window_pattern",
+                    [t == "sliding_attention" for t in types])  # fmt: skip
+        w.add_float32(f"{arch}.rope.freq_base_swa", rp["sliding_attention"]["rope_theta"])
+    tok = json.loads((src / "tokenizer.json").read_text())
+    vocab = sorted(tok["model"]["vocab"].items(), key=lambda kv: kv[1])
+    special = {t["id"] for t in tok["added_tokens"] if t["special"]}
+    w.add_string("tokenizer.ggml.model", "gpt2")
+    w.add_string("tokenizer.ggml.pre", "gpt2")
+    w.add_array("tokenizer.ggml.tokens", [t for t, _ in vocab])
+    w.add_array("tokenizer.ggml.token_type", [3 if i in special else 1 for _, i in vocab])
+    merges = [m if isinstance(m, str) else " ".join(m) for m in tok["model"]["merges"]]
+    w.add_array("tokenizer.ggml.merges", merges)
+    w.add_uint32("tokenizer.ggml.bos_token_id", 0)
+    w.add_uint32("tokenizer.ggml.eos_token_id", 0)
+    qt = gguf.GGMLQuantizationType[qtype]
+
+    def permute(a: np.ndarray, h: int) -> np.ndarray:
+        return a.reshape(h, 2, a.shape[0] // h // 2, *a.shape[1:]).swapaxes(1, 2).reshape(a.shape)
+
+    for name, (_, a) in read_tensors(src / "model.safetensors").items():
+        if name == "lm_head.weight" and c.get("tie_word_embeddings"):
+            continue
+        base, suffix = name.rsplit(".", 1)
+        gname = names.get_name(base)
+        assert gname is not None, name
+        a = a.astype(np.float32)
+        if arch == "llama" and base.endswith("q_proj"):
+            a = permute(a, heads)
+        if arch == "llama" and base.endswith("k_proj"):
+            a = permute(a, kvh)
+        if arch == "gemma3" and base.endswith("norm"):
+            a = a + 1
+        if arch == "lfm2" and base.endswith("conv.conv"):
+            a = a.squeeze(1)
+        full = f"{gname}.{suffix}"
+        if a.ndim == 2 and qtype != "F32" and not base.endswith("conv.conv"):
+            w.add_tensor(full, gguf.quants.quantize(a, qt), raw_dtype=qt)
+        else:
+            w.add_tensor(full, np.ascontiguousarray(a))
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    return path

@@ -27,6 +27,7 @@ from hf_util import (
     copy_fixture,
     expected,
     fixture,
+    hf_to_gguf,
     read_tensors,
     rel,
     write_safetensors,
@@ -60,6 +61,27 @@ def test_v4_config_layout_gives_the_same_model(tmp_path: Path, name: str) -> Non
     e = expected(src)
     got = rlx.load(str(d)).logits([int(t) for t in e["ids24"]])
     assert rel(got, e["logits24"]) < TOL
+
+
+@pytest.mark.parametrize("name", [*DENSE, "lfm2"])
+def test_gguf_conversion_of_the_fixture_matches_transformers(tmp_path: Path, name: str) -> None:
+    """The same model through the GGUF path: converted as llama.cpp does
+    (gguf-py's tensor names; llama Q/K rows permuted → rlx's interleaved
+    RoPE, Gemma norms + 1, LFM2 per-layer KV heads and 2-D conv taps), with
+    the same tokenizer."""
+    src = fixture(name)
+    model = rlx.load(str(hf_to_gguf(src, tmp_path / f"{name}.gguf")))
+    e = expected(src)
+    ids = [int(t) for t in e["ids24"]]
+    assert rel(model.logits(ids), e["logits24"]) < TOL
+    model.reset(24)
+    pre = model._feed(ids[:16], all_rows=True)
+    dec = np.stack([model.next_logits([t]) for t in ids[16:]])
+    assert rel(np.concatenate([pre, dec]), e["prefill16_decode8"]) < TOL
+    hf = rlx.load(str(src))
+    assert model.config.mixers == hf.config.mixers
+    text = "hello world, 42 <|endoftext|>"
+    assert model.tokenizer.encode(text) == hf.tokenizer.encode(text)
 
 
 def _reencode(src: Path, dst: Path, dtype: str) -> Path:
