@@ -137,6 +137,20 @@ def test_f32_weights_are_views_of_the_file() -> None:
         assert np.shares_memory(model.weights.values[name], mm), name
 
 
+def test_unaligned_tensors_are_copied_aligned(tmp_path: Path) -> None:
+    """A 6-byte F16 tensor first puts every F32 tensor at an address ≡ 2
+    (mod 4): those few are copied to aligned memory, the logits unchanged."""
+    src = fixture("gemma3")
+    d = copy_fixture(src, tmp_path / "odd", skip=("model.safetensors",))
+    t = {"aaa.pad": ("F16", np.zeros(3, np.float16)), **read_tensors(src / "model.safetensors")}
+    write_safetensors(d / "model.safetensors", t)
+    model = rlx.load(str(d))
+    e = expected(src)
+    assert rel(model.logits([int(x) for x in e["ids24"]]), e["logits24"]) < TOL
+    w = model.weights.values["blk.0.attn_q.weight"]
+    assert w.ctypes.data % 4 == 0
+
+
 def test_sharded_checkpoint(tmp_path: Path) -> None:
     src = fixture("qwen3")
     d = copy_fixture(src, tmp_path / "sharded", skip=("model.safetensors",))

@@ -192,7 +192,7 @@ class Weights:
     def vector(self, g: Graph, name: str) -> Node:
         """A 1-D F32/F16/BF16 tensor (norm gamma, bias) as an f32 param."""
         if name not in self.values:
-            self.values[name] = self.src.vector(name)
+            self.values[name] = _aligned(self.src.vector(name), 4)
         return g.param(name, [self.values[name].shape[0]])
 
     def conv_taps(self, g: Graph, name: str, channels: int, taps: int) -> Node:
@@ -206,7 +206,7 @@ class Weights:
             )
         if name not in self.values:
             arr = to_f32(self.src.array(name), m.kind).reshape(channels, 1, 1, taps)
-            self.values[name] = np.ascontiguousarray(arr)
+            self.values[name] = _aligned(np.ascontiguousarray(arr), 4)
         return g.param(name, [channels, 1, 1, taps])
 
     def linear(self, g: Graph, x: Node, name: str) -> Node:
@@ -254,7 +254,8 @@ class Weights:
 def _aligned(rows: np.ndarray, align: int) -> np.ndarray:
     """``rows`` itself (a view of the mapped file) unless its address is not
     a multiple of ``align`` (a safetensors tensor after an odd-sized F16
-    one): then an aligned copy."""
+    one): then an aligned copy (``bind_param`` and Metal need aligned
+    elements)."""
     if align > 1 and rows.ctypes.data % align:
         return np.array(rows)
     return rows
