@@ -84,6 +84,22 @@ def test_gguf_conversion_of_the_fixture_matches_transformers(tmp_path: Path, nam
     assert model.tokenizer.encode(text) == hf.tokenizer.encode(text)
 
 
+@pytest.mark.parametrize("name", ["qwen3", "lfm2"])
+def test_quantised_gguf_on_metal_sim_matches_host(tmp_path: Path, name: str) -> None:
+    """Q8_0 conversions (architectures test_metal_sim_decoder.py does not
+    cover) through the Metal plan on msl-sim: the host's logits within 1e-4
+    (host with f32 activations, see test_metal_sim_decoder.py)."""
+    path = hf_to_gguf(fixture(name), tmp_path / f"{name}.gguf", "Q8_0")
+    ids = [int(t) for t in expected(fixture(name))["ids24"]]
+    before = rlx.set_int8_activations(False)
+    try:
+        host = rlx.load(str(path)).logits(ids)
+        sim = rlx.load(str(path), device="metal-sim").logits(ids)
+    finally:
+        rlx.set_int8_activations(before)
+    assert rel(sim, host) < TOL
+
+
 def _reencode(src: Path, dst: Path, dtype: str) -> Path:
     """``dst``: ``src`` with every tensor in ``dtype`` (F16 / BF16);
     ``dst/f32``: the same rounded values as F32."""
