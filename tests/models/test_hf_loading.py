@@ -100,6 +100,38 @@ def test_quantised_gguf_on_metal_sim_matches_host(tmp_path: Path, name: str) -> 
     assert rel(sim, host) < TOL
 
 
+#: transformers 5.24 ``ROPE_INIT_FUNCTIONS[type](config)`` for head_dim 16,
+#: theta 1e4 (float32 values)
+ROPE_SCALED = {
+    "llama3": (
+        {"factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+         "original_max_position_embeddings": 64},
+        [1.0, 0.24438458681106567, 0.013042256236076355, 0.0039528473280370235,
+         0.0012499999720603228, 0.00039528473280370235, 0.0001250000059371814,
+         3.9528473280370235e-05],
+    ),
+    "linear": (
+        {"factor": 4.0},
+        [0.25, 0.07905694097280502, 0.02500000037252903, 0.007905694656074047,
+         0.0024999999441206455, 0.0007905694656074047, 0.0002500000118743628,
+         7.905694656074047e-05],
+    ),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("kind", sorted(ROPE_SCALED))
+def test_rope_scaling_frequencies_match_transformers(tmp_path: Path, kind: str) -> None:
+    params, want = ROPE_SCALED[kind]
+    rp = {"rope_type": kind, "rope_theta": 10000.0, **params}
+    model = rlx.load(str(_edit("llama", tmp_path, rope_parameters=rp)))
+    assert len(model._inv_freq) == 1
+    np.testing.assert_allclose(model._inv_freq[0], want, rtol=1e-6)
+    # the v4 spelling (rope_scaling with "type") reads the same
+    v4 = _edit("llama", tmp_path / "v4", rope_parameters=None, rope_theta=10000.0,
+               rope_scaling={"type": kind, **params})  # fmt: skip
+    np.testing.assert_allclose(rlx.load(str(v4))._inv_freq[0], want, rtol=1e-6)
+
+
 def _reencode(src: Path, dst: Path, dtype: str) -> Path:
     """``dst``: ``src`` with every tensor in ``dtype`` (F16 / BF16);
     ``dst/f32``: the same rounded values as F32."""
