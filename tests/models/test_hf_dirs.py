@@ -61,6 +61,15 @@ def test_logits_match_transformers(name: str, device: str) -> None:
         print(f"{name} metal-sim: {took:.1f} s")
 
 
+@pytest.mark.parametrize("name", DENSE)
+def test_copy_cache_mode(name: str) -> None:
+    """The copy KV-cache mode (explicit masks, cache rows synced per graph)
+    on the attention-only families."""
+    d = fixture(name)
+    errs = _three_checks(rlx.load(str(d), inplace=False), expected(d))
+    assert max(errs) < TOL, errs
+
+
 @pytest.mark.parametrize("name", MODELS)
 def test_greedy_generation_follows_the_logits(name: str) -> None:
     """generate_ids (prefill + cached decode) picks the argmax of the
