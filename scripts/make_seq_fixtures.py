@@ -3,8 +3,9 @@
 No model hub is reachable, so the oracles are tiny random-initialised models built
 from transformers' own config classes (hidden 64, 2-4 layers, vocab 512, float32,
 eager attention, transformers' plain torch paths: no fused kernels), with noise added
-to every 1-D parameter so that a dropped norm weight / bias / ``A_log`` / ``dt_bias``
-/ ``D`` cannot go unnoticed. Everything is seeded: a re-run writes the same numbers.
+to every 1-D parameter (and to Mamba-1's 2-D ``A_log``) so that a dropped norm weight /
+bias / ``A_log`` / ``dt_bias`` / ``D`` cannot go unnoticed. Everything is seeded: a re-run
+writes the same numbers.
 
 What it writes (all under ``tests/fixtures/``):
 
@@ -209,13 +210,14 @@ def spec(name: str) -> tuple[str, str, dict[str, Any], str]:
                 num_key_value_heads=1,
                 layer_types=["sliding_attention", "full_attention", "sliding_attention"],
                 sliding_window=8,
-                query_pre_attn_scalar=16,
+                query_pre_attn_scalar=24,
                 rope_parameters={
                     "full_attention": {"rope_type": "default", "rope_theta": 1000000.0},
                     "sliding_attention": {"rope_type": "default", "rope_theta": 10000.0},
                 },
             ),
-            "Gemma3ForCausalLM (text only); sliding window 8 so 24/80-token inputs exceed it",
+            "Gemma3ForCausalLM (text only); sliding window 8 so 24/80-token inputs exceed it; "
+            "query_pre_attn_scalar 24 != head_dim 16",
         ),
         "lfm2": (
             "Lfm2Config",
@@ -401,7 +403,7 @@ ALL_MODELS = [m for g in "abde" for m in GROUPS[g]]
 
 
 def build(name: str) -> tuple[Any, dict[str, Any], str]:
-    """The seeded, noised, float32 eval-mode model of a fixture."""
+    """The seeded, noised (every 1-D parameter and A_log), float32 eval-mode model."""
     import importlib
 
     import torch
@@ -415,8 +417,9 @@ def build(name: str) -> tuple[Any, dict[str, Any], str]:
     model.eval()
     gen = torch.Generator().manual_seed(SEED + 1)
     with torch.no_grad():
-        for _, p in sorted(model.named_parameters()):
-            if p.ndim == 1:
+        for pname, p in sorted(model.named_parameters()):
+            # Mamba-1's A_log is [d_inner, d_state] with identical rows: noise it too
+            if p.ndim == 1 or pname.endswith("A_log"):
                 p.add_(NOISE * torch.randn(p.shape, generator=gen))
     return model, kwargs, note
 

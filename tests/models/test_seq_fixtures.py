@@ -32,7 +32,23 @@ DECODE_RTOL = 1e-4
 
 def test_fixture_sets_present() -> None:
     """The fixture sets the script writes are all there."""
-    expected = {"llama", "qwen2", "qwen3", "gemma3"}
+    expected = {
+        "llama",
+        "qwen2",
+        "qwen3",
+        "gemma3",
+        "lfm2",
+        "mamba2",
+        "mamba2_g2",
+        "mamba",
+        "qwen3_next",
+        "qwen3_next_dense",
+        "qwen3_5",
+        "qwen3_5_moe",
+        "falcon_h1",
+        "granitemoehybrid",
+        "jamba",
+    }
     assert expected <= set(HF_NAMES), HF_NAMES
     assert len(RNN_FILES) == 64, len(RNN_FILES)
 
