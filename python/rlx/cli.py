@@ -297,7 +297,8 @@ def _model_args(p: argparse.ArgumentParser, sampling: bool = True) -> None:
         "model",
         nargs="?",
         default="smollm2",
-        help="smollm2 (default), gemma3-270m, qwen2.5-0.5b, or a GGUF path",
+        help="smollm2 (default), gemma3-270m, qwen2.5-0.5b, a GGUF file or a Hugging Face "
+        "directory (config.json + *.safetensors + tokenizer.json)",
     )
     p.add_argument("--threads", type=int, default=0, help="host threads (RLX_NUM_THREADS)")
     if sampling:
