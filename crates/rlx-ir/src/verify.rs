@@ -59,6 +59,22 @@ pub fn verify(g: &Graph) -> Result<()> {
                 node.shape
             )));
         }
+        node.shape
+            .check_bytes(node.op.name(), &format!("'{}'", node.name), &|_| None)
+            .map_err(|e| fail(e.to_string()))?;
+        if node.op.is_leaf() && !matches!(node.op, Op::Constant { .. }) {
+            let kind = std::mem::discriminant(&node.op);
+            if g.nodes[..i]
+                .iter()
+                .any(|n| n.name == node.name && std::mem::discriminant(&n.op) == kind)
+            {
+                return Err(fail(format!(
+                    "duplicate {} name '{}'",
+                    node.op.name(),
+                    node.name
+                )));
+            }
+        }
         if let Op::GatedDeltaNet { .. } = node.op {
             let state = node.inputs.last().and_then(|&j| g.nodes.get(j));
             if !matches!(state.map(|n| &n.op), Some(Op::State { .. })) {
