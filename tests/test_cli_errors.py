@@ -44,9 +44,10 @@ def tiny_decoder(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return write_tiny(tmp_path_factory.mktemp("cli") / "tiny.gguf", "llama", "Q8_0")
 
 
-def test_directory_without_config_json(tmp_path: Path) -> None:
+@pytest.mark.parametrize("cmd", [["generate", "-p", "hi"], ["bench"], ["inspect"], ["chat"]])
+def test_directory_without_config_json(tmp_path: Path, cmd: list[str]) -> None:
     (tmp_path / "weights.bin").write_bytes(b"")
-    r = _rlx("generate", str(tmp_path), "-p", "hi")
+    r = _rlx(cmd[0], str(tmp_path), *cmd[1:])
     _one_line_error(r, "without config.json")
 
 

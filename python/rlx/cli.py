@@ -334,6 +334,7 @@ def inspect_model(model_name: str, seq: int = 0) -> dict[str, Any]:
 
 
 def _cmd_inspect(args: argparse.Namespace) -> int:
+    _check_model_path(args.model)
     info = inspect_model(args.model, args.seq)
     if args.json:
         print(json.dumps(info, indent=1))

@@ -5,9 +5,10 @@ one activation arena and at most one state buffer, so two runs of it cannot
 overlap, and a :class:`rlx.DecoderModel` holds one sequence (its KV cache and
 position) at a time. The kernels of one run already use every core.
 
-* :class:`GroupLock` — the lock of an executable (``Executable._hold()``). Executables that share a
-  state buffer (:meth:`rlx.Executable.share_state`) share one lock, so runs
-  touching the same KV cache never overlap either. Re-entrant (a host
+* :class:`GroupLock` — the lock of an executable (taken by
+  ``Executable._hold()``). Executables that share a state buffer
+  (:meth:`rlx.Executable.share_state`) share one lock, so runs touching the
+  same KV cache never overlap either. Re-entrant (a host
   callback may call back into the executable on the running thread).
 * :class:`SequenceLock` — the lock of a model. A plain call (``logits``,
   ``next_logits``) holds it for the call; a generator holds it from its first
@@ -37,9 +38,9 @@ class SequenceInterrupted(RlxError):
 
 class GroupLock:
     """A re-entrant lock that several executables can share, and that an
-    executable trades for another's when it starts sharing that one's state:
-    ``with owner.hold():`` re-checks after acquiring that the lock it waited
-    for is still the owner's."""
+    executable trades for another's when it starts sharing that one's state
+    (``Executable._hold()`` re-checks after acquiring that the lock it waited
+    for is still the executable's)."""
 
     def __init__(self) -> None:
         self._lock = threading.RLock()

@@ -81,5 +81,8 @@ def test_unknown_model_is_a_clear_error(capsys: pytest.CaptureFixture[str]) -> N
 
 
 def test_bad_seq_is_an_error(tiny: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    assert cli.main(["inspect", str(tiny), "--seq", "-2"]) == 1
-    assert "--seq -2" in capsys.readouterr().err
+    # a usage error now (argparse: exit status 2, the argument named)
+    with pytest.raises(SystemExit) as e:
+        cli.main(["inspect", str(tiny), "--seq", "-2"])
+    assert e.value.code == 2
+    assert "argument --seq: -2 is below the minimum of 0" in capsys.readouterr().err

@@ -123,6 +123,25 @@ mod tests {
     use crate::op::{Op, ReduceOp};
     use crate::shape::Shape;
 
+    #[test]
+    fn duplicate_leaf_names_are_refused() {
+        let f = Shape::of(&[4], DType::F32);
+        let mut g = Graph::new("d");
+        g.add(Op::Input { shape: f.clone() }, &[], "a").unwrap();
+        // another kind may reuse the name (inputs and params are fed apart)
+        g.add(Op::Param { shape: f.clone() }, &[], "a").unwrap();
+        let e = g
+            .add(Op::Input { shape: f.clone() }, &[], "a")
+            .unwrap_err()
+            .to_string();
+        assert!(e.starts_with("[input] duplicate input name 'a'"), "{e}");
+        // a deserialised graph is checked by the verifier
+        let mut bad = g.clone();
+        bad.nodes.push(bad.nodes[1].clone());
+        let e = verify(&bad).unwrap_err().to_string();
+        assert!(e.contains("duplicate param name 'a'"), "{e}");
+    }
+
     /// x [1, 2, 8, 8] → pool → pool, output the last.
     fn sample() -> Graph {
         let mut g = Graph::new("t");

@@ -19,6 +19,20 @@
 //! States live in one buffer behind `Arc<Mutex<..>>` so that several
 //! executables (a prefill and a decode graph) can share one KV cache; a run
 //! holds the lock. `share_state` only accepts an identical state table.
+//!
+//! # Threads
+//!
+//! `run` releases the GIL while the schedule runs, and holds `&mut self`
+//! (PyO3's borrow flag) and the state lock meanwhile: a second call on the
+//! same object from another thread would fail with PyO3's "Already
+//! borrowed", and a run of another executable sharing the state with an
+//! `RlxError` ("state buffer in use"). This class is therefore not called
+//! concurrently: the Python wrapper (`rlx.Executable`) serialises every call
+//! that touches an executable's buffers under one re-entrant lock, shared by
+//! the executables sharing a state buffer (`python/rlx/concurrency.py`), so
+//! neither error can happen through the public API and no two runs ever
+//! write one arena or one state buffer at once. Weights segments are
+//! read-only during runs and may be shared by any number of executables.
 
 use crate::errors::{
     ir_err, GraphError, KernelError, RlxError, ShapeError, UnsupportedOpError, WeightFormatError,

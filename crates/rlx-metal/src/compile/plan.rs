@@ -413,6 +413,20 @@ mod tests {
         assert!(p.arena_bytes > 4 << 30);
     }
 
+    #[test]
+    fn arena_past_the_tag_bits_is_an_error() {
+        // two live values of 2^61 bytes fit; a third passes 2^62
+        let huge = 1usize << 61;
+        let ok = vec![planned(huge - 64, 0, 2), planned(huge - 64, 1, 2)];
+        assert!(plan(&ok, 64).is_ok());
+        let vals = vec![planned(huge, 0, 3), planned(huge, 1, 3), planned(huge, 2, 3)];
+        let e = plan(&vals, 64).unwrap_err();
+        assert!(matches!(e, PlanError::TooLarge { value: 2, .. }), "{e}");
+        // sizes near usize::MAX never wrap
+        let vals = vec![planned(usize::MAX - 10, 0, 1), planned(usize::MAX - 10, 0, 1)];
+        assert!(matches!(plan(&vals, 64), Err(PlanError::TooLarge { .. })));
+    }
+
     fn arb_values() -> impl Strategy<Value = Vec<Value>> {
         prop::collection::vec(
             (1usize..5000, 0usize..40, 0usize..15, 0u8..10, any::<u16>()),

@@ -95,6 +95,10 @@ pub struct HostExecutor {
 pub fn init_threads() {
     static ONCE: std::sync::Once = std::sync::Once::new();
     ONCE.call_once(|| {
+        // the worker team's spin budget is read when the team starts (on
+        // the first parallel quantised matmul); read it here too, so that a
+        // bad value warns with the first executor rather than maybe never
+        let _ = rlx_ir::env::int_at_most("RLX_SPIN_US", rlx_ir::env::MAX_SPIN_US);
         // one per core when unset; clamped to four per core (with a warning)
         let n = rlx_ir::env::threads("RLX_NUM_THREADS");
         if n > 0 {
