@@ -96,6 +96,7 @@ fn recurrences_lower_to_their_kernels() {
         a: 8192,
         b: 12288,
         c: 16384,
+        state: None,
         dst: 20480,
         batch: 2,
         seq: 7,
@@ -113,6 +114,7 @@ fn recurrences_lower_to_their_kernels() {
         a: 8192,
         b: 12288,
         c: 16384,
+        state: Some(tag_state(0)),
         dst: 20480,
         batch: 2,
         seq: 7,
@@ -124,7 +126,7 @@ fn recurrences_lower_to_their_kernels() {
     assert_eq!(k, Some(("mamba2_f32".into(), [2, 3, 2], [128, 1, 1])));
     let k = only_kernel(lstm(1, true, true, 13));
     assert_eq!(k, Some(("lstm_f32".into(), [2, 2, 1], [32, 1, 1])));
-    let k = only_kernel(lstm(3, false, false, 100));
+    let k = only_kernel(lstm(3, false, true, 100));
     assert_eq!(k, Some(("lstm_f32".into(), [2, 1, 1], [128, 1, 1])));
     let gru = Gru {
         x: 0,

@@ -3,19 +3,24 @@
 //! What stays on the host (`None`):
 //! * gated DeltaNet, selective scan and Mamba-2 with a state wider than
 //!   128 (the kernels keep a state row in 4 registers per lane);
-//! * LSTM / GRU / RNN with `hidden > 1024` (threadgroup memory), with
+//! * LSTM / GRU / RNN with `hidden > 1024` (threadgroup memory) or with
 //!   several layers *and* two directions (the kernel runs stacked layers in
-//!   place in `dst`, which only a single direction allows), or with several
-//!   layers *and* `carry` (the thunk's `dst` holds one set of final-state
-//!   rows, the kernel writes one per layer);
+//!   place in `dst`, which only a single direction allows: the backward
+//!   pass would read rows the forward pass already overwrote);
 //! * any of them whose output overlaps an input (other simdgroups /
 //!   threads still read step `t`'s inputs while one writes its output);
 //!   a recurrent state updated in place is the one overlap they handle.
+//!
+//! Everything else runs natively: one layer in one or two directions,
+//! stacked unidirectional layers (one dispatch: the layers loop inside the
+//! threadgroup), the carry rows (`L` rows of final h, then the LSTM's `L`
+//! rows of final c), the SSM scans with or without a recurrent state.
 
 use super::{aliased, kernel, row_threads, suffix, Lowered};
 use crate::metal::args::{GdnArgs, KernelArgs, Mamba2Args, RnnArgs, SsmArgs};
 use crate::metal::kernels::Family;
 use crate::metal::plan::{BufferBinding, Dispatch};
+use crate::thunk::sequence::recurrent_sizes;
 use crate::thunk::{HalfFlag, Thunk};
 
 /// State rows per threadgroup of `gdn.metal` / `ssm.metal`
@@ -96,7 +101,7 @@ fn scan(i: usize, t: &Thunk) -> Option<Lowered> {
             Some(dispatch(i, Family::Gdn, f, &args, &offs, grid, threads))
         }
         Thunk::SelectiveScan(s) => {
-            if s.state_size > MAX_SCAN_STATE || aliased(t) {
+            if s.state_size > MAX_SCAN_STATE || aliased_except(t, s.state) {
                 return None;
             }
             let args = SsmArgs {
@@ -104,16 +109,17 @@ fn scan(i: usize, t: &Thunk) -> Option<Lowered> {
                 seq: s.seq,
                 hidden: s.hidden,
                 n: s.state_size,
-                has_state: 0,
+                has_state: s.state.is_some() as u32,
             };
             // without a state the kernel never touches binding 6
-            let offs = [s.x, s.delta, s.a, s.b, s.c, s.dst, s.dst];
+            let st = s.state.unwrap_or(s.dst);
+            let offs = [s.x, s.delta, s.a, s.b, s.c, st, s.dst];
             let grid = [s.hidden.div_ceil(SCAN_ROWS), s.batch, 1];
             let f = "selective_scan_f32".to_string();
             Some(dispatch(i, Family::Ssm, f, &args, &offs, grid, threads))
         }
         Thunk::Mamba2(m) => {
-            if m.state_size > MAX_SCAN_STATE || aliased(t) {
+            if m.state_size > MAX_SCAN_STATE || aliased_except(t, m.state) {
                 return None;
             }
             let args = Mamba2Args {
@@ -122,9 +128,10 @@ fn scan(i: usize, t: &Thunk) -> Option<Lowered> {
                 heads: m.heads,
                 head_dim: m.head_dim,
                 n: m.state_size,
-                has_state: 0,
+                has_state: m.state.is_some() as u32,
             };
-            let offs = [m.x, m.dt, m.a, m.b, m.c, m.dst, m.dst];
+            let st = m.state.unwrap_or(m.dst);
+            let offs = [m.x, m.dt, m.a, m.b, m.c, st, m.dst];
             let grid = [m.head_dim.div_ceil(SCAN_ROWS), m.heads, m.batch];
             let f = "mamba2_f32".to_string();
             Some(dispatch(i, Family::Ssm, f, &args, &offs, grid, threads))
@@ -133,7 +140,8 @@ fn scan(i: usize, t: &Thunk) -> Option<Lowered> {
     }
 }
 
-/// The fields every recurrent cell shares.
+/// The fields every recurrent cell shares, with its gate count, final-state
+/// rows per layer and function name.
 struct Cell {
     batch: u32,
     seq: u32,
@@ -143,56 +151,45 @@ struct Cell {
     bidirectional: bool,
     carry: bool,
     relu: bool,
-    /// Final-state rows appended with `carry`.
-    extra: u32,
+    gates: usize,
+    rows_per_layer: usize,
+    function: &'static str,
 }
 
-/// LSTM, GRU, RNN: one threadgroup per (batch item, direction).
+/// A [`Cell`] from a thunk with the shared recurrent fields.
+macro_rules! cell {
+    ($t:expr, $gates:expr, $rows:expr, $relu:expr, $f:expr) => {
+        Cell {
+            batch: $t.batch,
+            seq: $t.seq,
+            input_size: $t.input_size,
+            hidden: $t.hidden,
+            layers: $t.num_layers,
+            bidirectional: $t.bidirectional,
+            carry: $t.carry,
+            relu: $relu,
+            gates: $gates,
+            rows_per_layer: $rows,
+            function: $f,
+        }
+    };
+}
+
+/// LSTM, GRU, RNN: one threadgroup per (batch item, direction). Bindings
+/// x, w_ih, w_hh, b_ih, b_hh, h0, c0, dst (an unused operand bound to a
+/// used one).
 fn recurrent(i: usize, t: &Thunk) -> Option<Lowered> {
-    let (c, function, offs) = match t {
+    let (c, offs) = match t {
         Thunk::Lstm(l) => (
-            Cell {
-                batch: l.batch,
-                seq: l.seq,
-                input_size: l.input_size,
-                hidden: l.hidden,
-                layers: l.num_layers,
-                bidirectional: l.bidirectional,
-                carry: l.carry,
-                relu: false,
-                extra: 2,
-            },
-            "lstm_f32",
+            cell!(l, 4, 2, false, "lstm_f32"),
             [l.x, l.w_ih, l.w_hh, l.bias, l.bias, l.h0, l.c0, l.dst],
         ),
         Thunk::Gru(g) => (
-            Cell {
-                batch: g.batch,
-                seq: g.seq,
-                input_size: g.input_size,
-                hidden: g.hidden,
-                layers: g.num_layers,
-                bidirectional: g.bidirectional,
-                carry: g.carry,
-                relu: false,
-                extra: 1,
-            },
-            "gru_f32",
+            cell!(g, 3, 1, false, "gru_f32"),
             [g.x, g.w_ih, g.w_hh, g.b_ih, g.b_hh, g.h0, g.h0, g.dst],
         ),
         Thunk::Rnn(r) => (
-            Cell {
-                batch: r.batch,
-                seq: r.seq,
-                input_size: r.input_size,
-                hidden: r.hidden,
-                layers: r.num_layers,
-                bidirectional: r.bidirectional,
-                carry: r.carry,
-                relu: r.relu,
-                extra: 1,
-            },
-            "rnn_f32",
+            cell!(r, 1, 1, r.relu, "rnn_f32"),
             [r.x, r.w_ih, r.w_hh, r.bias, r.bias, r.h0, r.h0, r.dst],
         ),
         _ => return None,
@@ -200,11 +197,23 @@ fn recurrent(i: usize, t: &Thunk) -> Option<Lowered> {
     if t.io().writes.is_empty() || c.layers == 0 {
         return Some(Lowered::Skip);
     }
-    if c.hidden > MAX_RNN_HIDDEN || (c.layers > 1 && (c.bidirectional || c.carry)) || aliased(t) {
+    if c.hidden > MAX_RNN_HIDDEN || (c.layers > 1 && c.bidirectional) || aliased(t) {
         return None;
     }
+    let z = recurrent_sizes(
+        c.gates,
+        c.batch,
+        c.seq,
+        c.input_size,
+        c.hidden,
+        c.layers,
+        c.bidirectional,
+        c.carry,
+        c.rows_per_layer,
+    );
     let dirs: u32 = if c.bidirectional { 2 } else { 1 };
-    let out_rows = c.seq.checked_add(if c.carry { c.extra } else { 0 })?;
+    // one padded width for every slot (rlx_ir::Op::Lstm's layout)
+    let in_w = u32::try_from(z.in_w).ok()?;
     let args = RnnArgs {
         batch: c.batch,
         seq: c.seq,
@@ -212,23 +221,14 @@ fn recurrent(i: usize, t: &Thunk) -> Option<Lowered> {
         hidden: c.hidden,
         layers: c.layers,
         dirs,
-        ih_cols0: c.input_size,
-        ih_cols: dirs * c.hidden,
-        out_rows,
+        ih_cols0: in_w,
+        ih_cols: in_w,
+        out_rows: u32::try_from(z.rows).ok()?,
         carry: c.carry as u32,
         relu: c.relu as u32,
         _pad: 0,
     };
-    let grid = [c.batch, dirs, 1];
-    let f = function.to_string();
-    let threads = row_threads(c.hidden);
-    Some(dispatch(
-        i,
-        Family::Recurrent,
-        f,
-        &args,
-        &offs,
-        grid,
-        threads,
-    ))
+    let (grid, tg) = ([c.batch, dirs, 1], row_threads(c.hidden));
+    let f = c.function.to_string();
+    Some(dispatch(i, Family::Recurrent, f, &args, &offs, grid, tg))
 }
