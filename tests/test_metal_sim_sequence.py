@@ -161,3 +161,57 @@ def test_recurrent_nets(cell: str, layers: int, bidir: bool, carry: bool) -> Non
         g.outputs(y)
 
     _compare(build, {"x": x}, params, {})
+
+
+@pytest.mark.parametrize("kind", ["gdn", "mamba2"])
+def test_decode_steps_carry_the_state(kind: str) -> None:
+    # one token per run, three runs: the State buffer carries the
+    # recurrence from run to run on both devices (the decode pattern)
+    rng = np.random.default_rng(11)
+    n, p = 16, 5
+    width = H * n if kind == "gdn" else H * p
+    steps = [
+        {
+            "x": rng.uniform(-1, 1, (B, 1, width)).astype(np.float32),
+            "g": rng.uniform(-1, -0.01, (B, 1, H)).astype(np.float32),
+            "beta": rng.uniform(0.05, 0.95, (B, 1, H)).astype(np.float32),
+            "b": rng.uniform(-1, 1, (B, 1, n)).astype(np.float32),
+        }
+        for _ in range(3)
+    ]
+    a = -rng.uniform(0.1, 2.0, H).astype(np.float32)
+    st_shape = [B, H, n, n] if kind == "gdn" else [B, H, p, n]
+    st0 = rng.uniform(-0.5, 0.5, st_shape).astype(np.float32)
+    got: dict[str, list[np.ndarray]] = {}
+    for device in ("host", "metal-sim"):
+        g = rlx.Graph("decode")
+        x = g.input("x", [B, 1, width])
+        gate = g.input("g", [B, 1, H])
+        beta = g.input("beta", [B, 1, H])
+        st = g.state("S", st_shape)
+        if kind == "gdn":
+            # q = k = v = x (unit rows per head)
+            y = g.gated_delta_net(x, x, x, gate, beta, st, heads=H)
+        else:
+            bm = g.input("b", [B, 1, n])
+            y = g.mamba2(x, beta, g.param("a", [H]), bm, bm, heads=H, state=st)
+        g.outputs(y)
+        exe = rlx.compile(g, device=device)
+        if device == "metal-sim":
+            assert exe.stats["metal_host"] == 0, exe.report()
+        if kind != "gdn":
+            exe.set_param("a", a)
+        exe.set_state("S", st0)
+        outs = []
+        for feed in steps:
+            fx = dict(feed)
+            if kind == "gdn":
+                fx["x"] = _l2(fx["x"].astype(np.float64), n).astype(np.float32)
+                del fx["b"]
+            outs.append(np.asarray(list(exe.run(**fx).values())[0], np.float64))
+        outs.append(np.asarray(exe.state("S"), np.float64))
+        got[device] = outs
+    for host, sim in zip(got["host"], got["metal-sim"]):
+        np.testing.assert_allclose(sim, host, atol=1e-5, rtol=1e-5)
+    # the state moved
+    assert np.max(np.abs(got["host"][-1] - st0)) > 1e-3
