@@ -409,28 +409,46 @@ class Tokenizer:
         with the helpers HF templates expect (``raise_exception``,
         ``strftime_now``, ``tojson``, ``bos_token``, ``eos_token``).
         Encode the result with ``add_special=False``: the template writes BOS."""
-        source = template or self.chat_template
-        if source is None:
-            raise _fail(self.path, "the file has no tokenizer.chat_template")
-        from jinja2.exceptions import TemplateError
-
-        try:
-            compiled = _jinja_env().from_string(source)
-        except TemplateError as e:
-            raise _fail(self.path, f"chat template does not compile: {e}") from None
-        ctx: dict[str, Any] = {
-            "bos_token": self.tokens[self.bos_id] if self.bos_id is not None else "",
-            "eos_token": self.tokens[self.eos_id] if self.eos_id is not None else "",
-            "add_generation_prompt": add_generation_prompt,
-        }
-        ctx.update(kwargs)
-        return compiled.render(messages=list(messages), **ctx)
+        bos = self.tokens[self.bos_id] if self.bos_id is not None else ""
+        eos = self.tokens[self.eos_id] if self.eos_id is not None else ""
+        return render_chat_template(
+            self.path, template or self.chat_template, messages, bos, eos,
+            add_generation_prompt, **kwargs,
+        )  # fmt: skip
 
     def __repr__(self) -> str:
         return (
             f"Tokenizer({Path(self.path).name!r}, model={self.model}, pre={self.pre}, "
             f"vocab={len(self.tokens)})"
         )
+
+
+def render_chat_template(
+    path: Union[str, os.PathLike[str]],
+    source: Optional[str],
+    messages: Sequence[dict[str, Any]],
+    bos_token: str,
+    eos_token: str,
+    add_generation_prompt: bool = True,
+    **kwargs: Any,
+) -> str:
+    """Render a jinja chat template (``source``) in the sandboxed environment
+    with the variables HF templates expect."""
+    if source is None:
+        raise _fail(path, "the model has no chat template")
+    from jinja2.exceptions import TemplateError
+
+    try:
+        compiled = _jinja_env().from_string(source)
+    except TemplateError as e:
+        raise _fail(path, f"chat template does not compile: {e}") from None
+    ctx: dict[str, Any] = {
+        "bos_token": bos_token,
+        "eos_token": eos_token,
+        "add_generation_prompt": add_generation_prompt,
+    }
+    ctx.update(kwargs)
+    return compiled.render(messages=list(messages), **ctx)
 
 
 class ChatTemplateError(Exception):

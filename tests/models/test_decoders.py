@@ -154,7 +154,8 @@ def test_unsupported_architecture(tmp_path: Path) -> None:
     w.write_kv_data_to_file()
     w.write_tensors_to_file()
     w.close()
-    with pytest.raises(rlx.WeightFormatError, match=r"mamba\.gguf.*'mamba'.*gemma3, llama, qwen2"):
+    supported = "gemma3, lfm2, llama, qwen2, qwen3"
+    with pytest.raises(rlx.WeightFormatError, match=rf"mamba\.gguf.*'mamba'.*{supported}"):
         rlx.load(str(path))
 
 

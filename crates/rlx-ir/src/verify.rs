@@ -60,6 +60,22 @@ pub fn verify(g: &Graph) -> Result<()> {
                 node.shape
             )));
         }
+        node.shape
+            .check_bytes(node.op.name(), &format!("'{}'", node.name), &|_| None)
+            .map_err(|e| fail(e.to_string()))?;
+        if node.op.is_leaf() && !matches!(node.op, Op::Constant { .. }) {
+            let kind = std::mem::discriminant(&node.op);
+            if g.nodes[..i]
+                .iter()
+                .any(|n| n.name == node.name && std::mem::discriminant(&n.op) == kind)
+            {
+                return Err(fail(format!(
+                    "duplicate {} name '{}'",
+                    node.op.name(),
+                    node.name
+                )));
+            }
+        }
         let in_place_state = match node.op {
             Op::GatedDeltaNet { .. } => true,
             Op::SelectiveScan | Op::Mamba2 { .. } => node.inputs.len() == 6,

