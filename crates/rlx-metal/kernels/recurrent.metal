@@ -10,7 +10,7 @@
 // b_hh on the recurrent side).
 //
 // Threadgroup layout: one threadgroup per (batch item, direction): grid
-// [batch, dirs, 1], any threads [T, 1, 1] (the host picks min(1024,
+// [batch, dirs, 1], any threads [T, 1, 1] (the host picks min(256,
 // hidden rounded up to 32)); thread `lid` owns hidden units j = lid +
 // T m. h lives in a ping-pong pair of threadgroup arrays (step t reads
 // one and writes the other, so one barrier per step), the LSTM's c in a

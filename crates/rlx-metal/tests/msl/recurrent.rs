@@ -3,8 +3,10 @@
 //! orders i, f, g, o and r, z, n; GRU's `b_hn` inside `r ⊙ (·)`), on odd
 //! sizes: batch 2, seq 1 / 7 / 33 / 70, input 5 / 7, hidden 13 / 40 (40
 //! units on 32 threads: two per thread), one and two directions, stacked
-//! layers, with and without the carry rows. Weights packed flat, layer-major
-//! then direction (`ih_cols0 = input_size`, `ih_cols = dirs·hidden`).
+//! layers, with and without the carry rows. `w_ih` packed layer-major then
+//! direction, either flat (`ih_cols0 = input_size`, `ih_cols = dirs·hidden`)
+//! or padded as the IR lays it out (every slot `max(input_size,
+//! dirs·hidden)` columns wide, random values in the padding).
 //!
 //! Tolerance `1e-6 + 1e-5·|ref|`: f32 dot products of ≤ 53 terms per gate,
 //! through saturating nonlinearities, vs f64 (seen: 1.6e-7 abs).
@@ -48,6 +50,8 @@ struct Net {
     layers: usize,
     dirs: usize,
     carry: bool,
+    /// Padded `w_ih` slots (else flat).
+    pad: bool,
     x: Vec<f32>,
     w_ih: Vec<f32>,
     w_hh: Vec<f32>,
@@ -72,6 +76,14 @@ impl Net {
             self.dirs * self.h
         }
     }
+    /// Row stride of layer `l`'s `w_ih` slots.
+    fn cols(&self, l: usize) -> usize {
+        if self.pad {
+            self.nin.max(self.dirs * self.h)
+        } else {
+            self.in_w(l)
+        }
+    }
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -85,10 +97,15 @@ fn net(
     layers: usize,
     dirs: usize,
     carry: bool,
+    pad: bool,
 ) -> Net {
     let gh = cell.gates() * h;
     let ld = layers * dirs;
-    let n_ih = dirs * gh * nin + (layers - 1) * dirs * gh * dirs * h;
+    let n_ih = if pad {
+        ld * gh * nin.max(dirs * h)
+    } else {
+        dirs * gh * nin + (layers - 1) * dirs * gh * dirs * h
+    };
     let scale = 1.0 / (h as f32).sqrt();
     Net {
         cell,
@@ -99,6 +116,7 @@ fn net(
         layers,
         dirs,
         carry,
+        pad,
         x: uniform(seed, b * s * nin, -1.0, 1.0),
         w_ih: uniform(seed + 1, n_ih, -scale, scale),
         w_hh: uniform(seed + 2, ld * gh * h, -scale, scale),
@@ -122,12 +140,12 @@ fn reference(n: &Net) -> Vec<f64> {
     let mut inp: Vec<f64> = n.x.iter().map(|&v| v as f64).collect();
     let mut ih_off = 0;
     for l in 0..n.layers {
-        let iw = n.in_w(l);
+        let (iw, cols) = (n.in_w(l), n.cols(l));
         let mut next = vec![0.0f64; b * s * ow];
         for d in 0..dirs {
             let ld = l * dirs + d;
-            let wi = &n.w_ih[ih_off..ih_off + g * h * iw];
-            ih_off += g * h * iw;
+            let wi = &n.w_ih[ih_off..ih_off + g * h * cols];
+            ih_off += g * h * cols;
             let wh = &n.w_hh[ld * g * h * h..(ld + 1) * g * h * h];
             let (bi, bh) = (&n.b_ih[ld * g * h..], &n.b_hh[ld * g * h..]);
             for bb in 0..b {
@@ -139,7 +157,9 @@ fn reference(n: &Net) -> Vec<f64> {
                     let xt = &inp[(bb * s + t) * iw..(bb * s + t + 1) * iw];
                     let pre = |r: usize| -> (f64, f64) {
                         let gx: f64 = bi[r] as f64
-                            + (0..iw).map(|e| wi[r * iw + e] as f64 * xt[e]).sum::<f64>();
+                            + (0..iw)
+                                .map(|e| wi[r * cols + e] as f64 * xt[e])
+                                .sum::<f64>();
                         let gr: f64 = (0..h).map(|e| wh[r * h + e] as f64 * hs[e]).sum();
                         (gx, gr)
                     };
@@ -206,8 +226,8 @@ fn run(n: &Net, threads: u32) -> Vec<f32> {
         hidden: n.h as u32,
         layers: n.layers as u32,
         dirs: n.dirs as u32,
-        ih_cols0: n.nin as u32,
-        ih_cols: ow as u32,
+        ih_cols0: n.cols(0) as u32,
+        ih_cols: n.cols(1) as u32,
         out_rows: rows as u32,
         carry: n.carry as u32,
         relu: matches!(n.cell, Cell::Rnn { relu: true }) as u32,
@@ -246,32 +266,26 @@ fn lstm_gru_rnn_match_reference() {
         Cell::Rnn { relu: false },
         Cell::Rnn { relu: true },
     ];
-    // (batch, seq, input, hidden, layers, dirs, carry, threads)
+    // (batch, seq, input, hidden, layers, dirs, carry, threads, padded)
     let cases = [
         (
-            2usize, 1usize, 5usize, 13usize, 1usize, 1usize, false, 32u32,
+            2usize, 1usize, 5usize, 13usize, 1usize, 1usize, false, 32u32, false,
         ),
-        (2, 7, 5, 13, 1, 1, true, 32),
-        (2, 33, 7, 13, 1, 2, true, 64),
-        (2, 70, 5, 13, 1, 1, true, 32),
-        (2, 7, 5, 13, 3, 1, true, 32),
-        (1, 9, 3, 40, 2, 1, false, 32),
+        (2, 7, 5, 13, 1, 1, true, 32, false),
+        (2, 33, 7, 13, 1, 2, true, 64, false),
+        (2, 70, 5, 13, 1, 1, true, 32, false),
+        (2, 7, 5, 13, 3, 1, true, 32, false),
+        (2, 7, 5, 13, 3, 1, true, 32, true),
+        (2, 5, 17, 13, 2, 1, true, 32, true),
+        (1, 9, 3, 40, 2, 1, false, 32, false),
     ];
     for (ci, cell) in cells.into_iter().enumerate() {
-        for (k, &(b, s, nin, h, l, dirs, carry, tpg)) in cases.iter().enumerate() {
-            let n = net(
-                100 * ci as u64 + k as u64,
-                cell,
-                b,
-                s,
-                nin,
-                h,
-                l,
-                dirs,
-                carry,
+        for (k, &(b, s, nin, h, l, dirs, carry, tpg, pad)) in cases.iter().enumerate() {
+            let seed = 100 * ci as u64 + k as u64;
+            let n = net(seed, cell, b, s, nin, h, l, dirs, carry, pad);
+            let what = format!(
+                "{cell:?} b={b} s={s} in={nin} h={h} L={l} dirs={dirs} carry={carry} pad={pad}"
             );
-            let what =
-                format!("{cell:?} b={b} s={s} in={nin} h={h} L={l} dirs={dirs} carry={carry}");
             assert_close(&what, &run(&n, tpg), &reference(&n), 1e-6, 1e-5);
         }
     }

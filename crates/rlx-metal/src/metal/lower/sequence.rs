@@ -33,6 +33,9 @@ pub const MAX_SCAN_STATE: u32 = 128;
 /// Largest hidden size of `recurrent.metal` (`RLX_RNN_MAXH`).
 pub const MAX_RNN_HIDDEN: u32 = 1024;
 
+/// Most threads per threadgroup of `recurrent.metal`.
+const RNN_THREADS: u32 = 256;
+
 /// A dispatch of `function` in `family` with threadgroups of
 /// `SCAN_ROWS` simdgroups (the scans) or `threads` threads.
 fn dispatch(
@@ -228,16 +231,10 @@ fn recurrent(i: usize, t: &Thunk) -> Option<Lowered> {
         relu: c.relu as u32,
         _pad: 0,
     };
+    // ≤ 256 threads: a pipeline's thread limit can fall below 1024 with
+    // this kernel's register use; threads loop over the units anyway
+    let tg = row_threads(c.hidden).min(RNN_THREADS);
     let grid = [c.batch, dirs, 1];
     let f = c.function.to_string();
-    let threads = row_threads(c.hidden);
-    Some(dispatch(
-        i,
-        Family::Recurrent,
-        f,
-        &args,
-        &offs,
-        grid,
-        threads,
-    ))
+    Some(dispatch(i, Family::Recurrent, f, &args, &offs, grid, tg))
 }
