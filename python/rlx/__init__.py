@@ -1,5 +1,8 @@
 """rlx: an ML compiler and runtime with a Python front end and a Rust core."""
 
+# first: a Ctrl-C during the imports below exits the `rlx` command quietly
+from rlx import _boot  # noqa: F401  # isort: skip
+
 from typing import TYPE_CHECKING, Optional
 
 from rlx._rlx import __version__, pass_names, set_int8_activations

@@ -15,6 +15,7 @@ __all__ = [
     "WeightFormatError",
     "__version__",
     "dtype_name",
+    "env_problems",
     "env_vars",
     "gguf_dequantize_rows",
     "pass_names",
@@ -89,6 +90,9 @@ def gguf_dequantize_rows(
     WeightFormatError for an unknown type, ShapeError for mismatched arrays,
     KernelError naming the type and row for a row outside ``0..n_rows``
     (checked before anything is written)."""
+
+def env_problems() -> list[tuple[str, str]]:
+    """What is wrong with the set ``RLX_*`` variables, as ``(name, message)`` rows."""
 
 def env_vars() -> list[tuple[str, str, str]]:
     """The environment-variable registry as ``(name, default, meaning)`` rows."""

@@ -8,7 +8,11 @@ from typing import Any, Union
 import numpy as np
 
 from rlx import _rlx
-from rlx.errors import DTypeError
+from rlx.errors import DimTypeError, DTypeError, ShapeError
+
+#: the largest dimension value the native side takes (an unsigned 64-bit
+#: size; byte sizes are checked there against 2^48)
+MAX_DIM = 2**64 - 1
 
 #: One dimension: a static size or a symbol (``"seq"``) bound at run time.
 Dim = Union[int, str]
@@ -48,6 +52,17 @@ def pair(v: Pair, what: str = "value") -> list[int]:
     return vals
 
 
+def check_dim(n: int, what: str, minus_one: bool = False) -> int:
+    """``n`` when it is a valid dimension size (or ``-1`` with ``minus_one``:
+    "the rest", as reshape takes), else :class:`rlx.ShapeError` naming
+    ``what``."""
+    if n < 0 and not (minus_one and n == -1):
+        raise ShapeError(f"[shape] {what} {n} is negative")
+    if n > MAX_DIM:
+        raise ShapeError(f"[shape] {what} {n} does not fit 64 bits")
+    return n
+
+
 def dims_list(shape: ShapeLike | int | str) -> list[Dim]:
     """Normalise a shape argument to a JSON-ready list of ints / symbols."""
     if isinstance(shape, (int, np.integer, str)):
@@ -57,9 +72,9 @@ def dims_list(shape: ShapeLike | int | str) -> list[Dim]:
         if isinstance(d, str):
             out.append(d)
         elif isinstance(d, (int, np.integer)) and not isinstance(d, bool):
-            out.append(int(d))
+            out.append(check_dim(int(d), "dimension", minus_one=True))
         else:
-            raise TypeError(f"a dimension must be an int or a symbol name, got {d!r}")
+            raise DimTypeError(f"[shape] a dimension must be an int or a symbol name, got {d!r}")
     return out
 
 

@@ -1,7 +1,15 @@
 """The ``rlx`` command line: ``rlx generate`` / ``rlx chat`` run a GGUF LLM,
 ``rlx bench`` measures one, ``rlx inspect`` prints what the fusion passes
 did to its decode graph, ``rlx env`` lists the environment variables,
-``rlx demo`` builds and prints a small transformer graph."""
+``rlx demo`` builds and prints a small transformer graph.
+
+User errors never end in a traceback: a bad argument is an argparse error
+(usage and ``rlx <cmd>: error: ...``, exit 2); a file, model or run problem
+prints one ``rlx: error: ...`` line and exits 1; Ctrl-C exits 130 with at most
+a one-line note (also during ``import``, see :mod:`rlx._boot`); a closed
+output pipe (``rlx generate ... | head -c1``) exits quietly with 141, the
+status of a process ended by SIGPIPE.
+"""
 
 from __future__ import annotations
 
@@ -19,7 +27,38 @@ from rlx.graph import Graph
 def _cmd_env(_args: argparse.Namespace) -> int:
     for name, default, meaning in _rlx.env_vars():
         print(f"{name:28} default={default!r:14} {meaning}")
+    for name, problem in _rlx.env_problems():
+        print(f"rlx: warning: {name}={os.environ.get(name, '')!r}: {problem}", file=sys.stderr)
     return 0
+
+
+def _at_least(lo: int) -> Any:
+    """An argparse type: an int ≥ ``lo``."""
+
+    def parse(text: str) -> int:
+        try:
+            n = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+        if n < lo:
+            raise argparse.ArgumentTypeError(f"{n} is below the minimum of {lo}")
+        return n
+
+    parse.__name__ = f"integer >= {lo}"
+    return parse
+
+
+def _checked_text(text: str, what: str) -> str:
+    """``text`` when it is valid Unicode (argv bytes that are not UTF-8 reach
+    Python as lone surrogates), else an :class:`RlxError` naming ``what``."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as e:
+        raise RlxError(
+            f"[{what}] not valid UTF-8 (byte {e.start}: {text[e.start:e.end]!r}); "
+            "give the text in UTF-8"
+        ) from None
+    return text
 
 
 def build_demo_graph(
@@ -116,9 +155,23 @@ def _set_threads(args: argparse.Namespace) -> None:
         os.environ["RAYON_NUM_THREADS"] = str(args.threads)
 
 
+def _check_model_path(model: str) -> None:
+    """A directory is a model only with a ``config.json`` (a Hugging Face
+    model directory); any other directory is a user error."""
+    from pathlib import Path
+
+    path = Path(model)
+    if path.is_dir() and not (path / "config.json").is_file():
+        raise RlxError(
+            f"[load] {model} is a directory without config.json: give a GGUF file, "
+            "a .safetensors file, a Hugging Face model directory or a packaged model name"
+        )
+
+
 def _load(args: argparse.Namespace) -> Any:
     import rlx
 
+    _check_model_path(args.model)
     return rlx.load(args.model, progress=sys.stderr.isatty())
 
 
@@ -135,10 +188,11 @@ def _sampling_kwargs(args: argparse.Namespace) -> dict[str, Any]:
 
 def _cmd_generate(args: argparse.Namespace) -> int:
     _set_threads(args)
+    prompt = _checked_text(args.prompt, "prompt")
     model = _load(args)
     try:
         for piece in model.generate(
-            args.prompt, max_tokens=args.n, chat=args.chat, **_sampling_kwargs(args)
+            prompt, max_tokens=args.n, chat=args.chat, **_sampling_kwargs(args)
         ):
             print(piece, end="", flush=True)
     except KeyboardInterrupt:
@@ -152,13 +206,18 @@ def _cmd_embed(args: argparse.Namespace) -> int:
     import json
 
     import rlx
+    from rlx.models.decoder import DecoderModel
 
+    texts = [_checked_text(t, "embed") for t in args.text]
+    _check_model_path(args.model)
     model = rlx.load(args.model)
     embed = getattr(model, "embed", None)
-    if embed is None:
-        print(f"rlx: {args.model} is not a sentence encoder", file=sys.stderr)
-        return 1
-    vecs = embed(args.text)
+    if embed is None or isinstance(model, DecoderModel):
+        raise RlxError(
+            f"[embed] {args.model} is not a sentence encoder (a decoder LLM: use "
+            "`rlx generate`); embed takes a BERT-style .safetensors model such as minilm"
+        )
+    vecs = embed(texts)
     if args.json:
         print(json.dumps([[round(float(x), 7) for x in v] for v in vecs]))
         return 0
@@ -187,6 +246,11 @@ def _cmd_chat(args: argparse.Namespace) -> int:
             return 0
         if not line.strip():
             return 0
+        try:
+            _checked_text(line, "chat")
+        except RlxError as e:
+            print(f"rlx: error: {e}", file=sys.stderr)
+            continue
         history.append({"role": "user", "content": line})
         ids = tok.encode(tok.apply_chat_template(history), add_special=False)
         from rlx.models.decoder import _stream_text
@@ -209,6 +273,7 @@ def _cmd_bench(args: argparse.Namespace) -> int:
     _set_threads(args)
     from rlx.models import bench
 
+    _check_model_path(args.model)
     res = bench.run(args.model, repeats=args.repeats)
     if args.json:
         print(json.dumps(res))
@@ -300,13 +365,18 @@ def _model_args(p: argparse.ArgumentParser, sampling: bool = True) -> None:
         help="smollm2 (default), gemma3-270m, qwen2.5-0.5b, a GGUF file or a Hugging Face "
         "directory (config.json + *.safetensors + tokenizer.json)",
     )
-    p.add_argument("--threads", type=int, default=0, help="host threads (RLX_NUM_THREADS)")
+    p.add_argument(
+        "--threads",
+        type=_at_least(0),
+        default=0,
+        help="host threads (RLX_NUM_THREADS; 0 = one per core, at most 4 per core)",
+    )
     if sampling:
-        p.add_argument("-n", type=int, default=128, help="max new tokens (default 128)")
+        p.add_argument("-n", type=_at_least(0), default=128, help="max new tokens (default 128)")
         p.add_argument("--temp", type=float, default=0.0, help="temperature (0 = greedy)")
-        p.add_argument("--top-k", type=int, default=0, help="top-k (0 = off)")
+        p.add_argument("--top-k", type=_at_least(0), default=0, help="top-k (0 = off)")
         p.add_argument("--top-p", type=float, default=1.0, help="top-p (1 = off)")
-        p.add_argument("--seed", type=int, default=None, help="sampling seed")
+        p.add_argument("--seed", type=_at_least(0), default=None, help="sampling seed (>= 0)")
         p.add_argument("--stop", action="append", help="stop string (repeatable)")
         p.add_argument(
             "--ignore-eos", action="store_true", help="keep generating past EOS / end of turn"
@@ -319,8 +389,8 @@ def main(argv: list[str] | None = None) -> int:
     sub = p.add_subparsers(dest="cmd", required=True)
     sub.add_parser("env", help="list the environment variables rlx reads").set_defaults(fn=_cmd_env)
     demo = sub.add_parser("demo", help="build and print a small transformer-block graph")
-    demo.add_argument("--layers", type=int, default=1, help="decoder layers (default 1)")
-    demo.add_argument("--seq", type=int, default=8, help="tokens to run (default 8)")
+    demo.add_argument("--layers", type=_at_least(1), default=1, help="decoder layers (default 1)")
+    demo.add_argument("--seq", type=_at_least(1), default=8, help="tokens to run (default 8)")
     demo.set_defaults(fn=_cmd_demo)
     gen = sub.add_parser("generate", help="generate text with a GGUF LLM")
     _model_args(gen)
@@ -338,24 +408,69 @@ def main(argv: list[str] | None = None) -> int:
     bench = sub.add_parser("bench", help="load time, prefill / decode tokens/s, peak RSS")
     _model_args(bench, sampling=False)
     bench.add_argument("--json", action="store_true", help="print one JSON object")
-    bench.add_argument("--repeats", type=int, default=3, help="runs per figure (median)")
+    bench.add_argument(
+        "--repeats", type=_at_least(1), default=3, help="runs per figure (median)"
+    )
     bench.set_defaults(fn=_cmd_bench)
     insp = sub.add_parser(
         "inspect", help="compile a model's decode (and prefill) graph and print the pass report"
     )
     _model_args(insp, sampling=False)
-    insp.add_argument("--seq", type=int, default=0, help="also the prefill graph for N tokens")
+    insp.add_argument(
+        "--seq", type=_at_least(0), default=0, help="also the prefill graph for N tokens"
+    )
     insp.add_argument("--json", action="store_true", help="print one JSON object")
     insp.set_defaults(fn=_cmd_inspect)
-    args = p.parse_args(argv)
     try:
+        args = p.parse_args(argv)
         return int(args.fn(args))
     except KeyboardInterrupt:
-        print("\nrlx: interrupted", file=sys.stderr)
+        _quiet_stderr("\nrlx: interrupted")
         return 130
+    except BrokenPipeError:
+        _silence_stdout()
+        return 141
     except RlxError as e:
-        print(f"rlx: {e}", file=sys.stderr)
+        _quiet_stderr(f"rlx: error: {e}")
         return 1
+    except OSError as e:
+        # a file the user named (or RLX_CACHE_DIR) that cannot be read / written
+        where = f": {e.filename}" if e.filename else ""
+        what = e.strerror or str(e)
+        _quiet_stderr(f"rlx: error: {what}{where}{_cache_hint(e)}")
+        return 1
+
+
+def _cache_hint(e: OSError) -> str:
+    """Point at RLX_CACHE_DIR when the failing path lies under it."""
+    if not e.filename:
+        return ""
+    from rlx.io.models import cache_dir
+
+    try:
+        inside = os.path.abspath(str(e.filename)).startswith(os.path.abspath(cache_dir()))
+    except (OSError, ValueError):
+        return ""
+    return " (under RLX_CACHE_DIR; point it at a writable directory)" if inside else ""
+
+
+def _quiet_stderr(msg: str) -> None:
+    """Print ``msg`` on stderr unless stderr is gone too."""
+    try:
+        print(msg, file=sys.stderr, flush=True)
+    except (OSError, ValueError):
+        pass
+
+
+def _silence_stdout() -> None:
+    """After a broken pipe: point stdout at /dev/null, so that the flush at
+    interpreter exit does not raise (and print) a second BrokenPipeError."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    except (OSError, ValueError):
+        pass
 
 
 if __name__ == "__main__":

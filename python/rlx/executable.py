@@ -11,17 +11,36 @@ zero-copy (:meth:`Executable.bind_param`: the param's segment points at the
 caller's array, e.g. an ``np.memmap`` of a model file). Executables declaring
 the same states can share one state buffer (:meth:`Executable.share_state`),
 e.g. a prefill and a decode graph over one KV cache.
+
+Threads: an executable may be used from several threads; its runs (and
+every call that reads or writes its buffers) are serialised by a re-entrant
+lock, shared by all executables sharing one state buffer, so two runs over
+one KV cache never overlap (see :mod:`rlx.concurrency`). The GIL is released
+while a schedule runs, so other Python threads (and other executables) keep
+going meanwhile.
 """
 
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any, Optional
 
 import numpy as np
 
 from rlx import _rlx, reference
-from rlx.errors import DTypeError, RlxError, ShapeError, WeightFormatError
+from rlx._types import check_dim
+from rlx.concurrency import GroupLock
+from rlx.errors import (
+    DeviceError,
+    DimTypeError,
+    DTypeError,
+    RlxError,
+    ShapeError,
+    UnknownNameError,
+    WeightFormatError,
+)
 
 DEVICES = ("host", "reference", "metal-sim")
 
@@ -45,6 +64,23 @@ def _np_dtype(name: str) -> np.dtype:
     return np.dtype(table[name])
 
 
+def _check_dims(dims: Optional[dict[str, Any]]) -> Optional[dict[str, int]]:
+    """Symbol bindings for compile: str → non-negative int, else an
+    :class:`RlxError` subclass naming the symbol."""
+    if dims is None:
+        return None
+    if not isinstance(dims, dict):
+        raise DimTypeError(f"[compile] dims must be a dict of symbol → int, got {dims!r}")
+    out = {}
+    for name, value in dims.items():
+        if not isinstance(name, str):
+            raise DimTypeError(f"[compile] dims: symbol {name!r} is not a str")
+        if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+            raise DimTypeError(f"[compile] dims: '{name}' = {value!r} is not an int")
+        out[name] = check_dim(int(value), f"dims: '{name}' =")
+    return out
+
+
 class _Slot:
     """Where one input / param / state / output lives."""
 
@@ -63,9 +99,13 @@ class Executable:
 
     def __init__(self, graph: Any, device: str = "host", dims: dict[str, int] | None = None):
         if device not in DEVICES:
-            raise ValueError(f"[compile] unknown device '{device}'; expected one of {DEVICES}")
+            raise DeviceError(f"[compile] unknown device '{device}'; expected one of {DEVICES}")
         native_graph = getattr(graph, "_g", graph)
+        dims = _check_dims(dims)
         self.device = device
+        #: serialises runs and buffer access; shared with the executables
+        #: sharing this one's state buffer (see the module doc)
+        self._lock = GroupLock()
         self._native = _rlx.Executable(native_graph, device, dims)
         self._arena = np.frombuffer(self._native.arena_view(), dtype=np.uint8)
         segments = [self._segment_array(i) for i in range(self._native.segment_count())]
@@ -90,6 +130,39 @@ class Executable:
         self._bound: dict[str, np.ndarray] = {}
 
     # ------------------------------------------------------------- buffers
+    @contextmanager
+    def _hold(self) -> Iterator[None]:
+        """Hold this executable's lock (the one of its state-sharing group)."""
+        while True:
+            lock = self._lock
+            lock.acquire()
+            if lock is self._lock:
+                break
+            lock.release()  # share_state swapped it while we waited
+        try:
+            yield
+        finally:
+            lock.release()
+
+    @contextmanager
+    def _hold_pair(self, other: Executable) -> Iterator[None]:
+        """Hold both executables' locks, taken in a fixed order (no deadlock
+        with a concurrent call the other way round)."""
+        while True:
+            mine, theirs = self._lock, other._lock
+            locks = sorted({id(mine): mine, id(theirs): theirs}.items())
+            for _, lock in locks:
+                lock.acquire()
+            if mine is self._lock and theirs is other._lock:
+                break
+            for _, lock in reversed(locks):
+                lock.release()
+        try:
+            yield
+        finally:
+            for _, lock in reversed(locks):
+                lock.release()
+
     def _view(self, slot: _Slot) -> np.ndarray:
         return self._mem.view(slot.offset, slot.shape, slot.np_dtype)
 
@@ -100,7 +173,9 @@ class Executable:
     def _param_slot(self, name: str, what: str) -> _Slot:
         slot = self.params.get(name)
         if slot is None:
-            raise KeyError(f"[{what}] no param named '{name}'; params: {sorted(self.params)}")
+            raise UnknownNameError(
+                f"[{what}] no param named '{name}'; params: {sorted(self.params)}"
+            )
         return slot
 
     def _check(self, slot: _Slot, value: Any, what: str) -> np.ndarray:
@@ -121,14 +196,15 @@ class Executable:
         """Copy a weight into the param's own weights segment (checked against
         its declared shape; same-kind dtypes are converted). Replaces an
         earlier :meth:`bind_param` of the same param."""
-        slot = self._param_slot(name, "set_param")
-        arr = self._check(slot, value, "set_param")
-        seg = reference.decode_offset(slot.offset)[1]
-        if name in self._bound or self._mem.segments[seg] is None:
-            self._mem.segments[seg] = np.frombuffer(self._native.own_segment(seg), np.uint8)
-            self._bound.pop(name, None)
-        self._view(slot)[...] = arr
-        self._set.add(name)
+        with self._hold():
+            slot = self._param_slot(name, "set_param")
+            arr = self._check(slot, value, "set_param")
+            seg = reference.decode_offset(slot.offset)[1]
+            if name in self._bound or self._mem.segments[seg] is None:
+                self._mem.segments[seg] = np.frombuffer(self._native.own_segment(seg), np.uint8)
+                self._bound.pop(name, None)
+            self._view(slot)[...] = arr
+            self._set.add(name)
 
     def bind_param(self, name: str, array: Any) -> None:
         """Point the param at ``array``'s memory without copying.
@@ -143,51 +219,59 @@ class Executable:
         next run). A later :meth:`set_param` switches the param back to an
         owned copy.
         """
-        slot = self._param_slot(name, "bind_param")
-        arr = array if isinstance(array, np.ndarray) else np.asarray(array)
-        if arr.dtype != slot.np_dtype:
-            raise DTypeError(
-                f"[bind_param] '{name}' expects dtype {slot.dtype} ({slot.np_dtype}) exactly, "
-                f"got {arr.dtype}; bind_param never converts (set_param does)"
-            )
-        if tuple(arr.shape) != slot.shape:
-            raise ShapeError(
-                f"[bind_param] '{name}' expects shape {list(slot.shape)}, got {list(arr.shape)}"
-            )
-        if not arr.flags.c_contiguous:
-            raise WeightFormatError(
-                f"[bind_param] '{name}' must be C-contiguous to bind without a copy"
-            )
-        address = int(arr.__array_interface__["data"][0])
-        align = slot.np_dtype.alignment
-        if arr.nbytes and address % align:
-            raise WeightFormatError(
-                f"[bind_param] '{name}': data at {address:#x} is not aligned to its "
-                f"{align}-byte elements ({slot.dtype}); copy it or use set_param"
-            )
-        seg = reference.decode_offset(slot.offset)[1]
-        self._native.bind_segment(seg, arr, address, arr.nbytes, align)
-        self._bound[name] = arr
-        self._mem.segments[seg] = arr.reshape(-1).view(np.uint8)
-        self._set.add(name)
+        with self._hold():
+            slot = self._param_slot(name, "bind_param")
+            arr = array if isinstance(array, np.ndarray) else np.asarray(array)
+            if arr.dtype != slot.np_dtype:
+                raise DTypeError(
+                    f"[bind_param] '{name}' expects dtype {slot.dtype} ({slot.np_dtype}) exactly, "
+                    f"got {arr.dtype}; bind_param never converts (set_param does)"
+                )
+            if tuple(arr.shape) != slot.shape:
+                raise ShapeError(
+                    f"[bind_param] '{name}' expects shape {list(slot.shape)}, got {list(arr.shape)}"
+                )
+            if not arr.flags.c_contiguous:
+                raise WeightFormatError(
+                    f"[bind_param] '{name}' must be C-contiguous to bind without a copy"
+                )
+            address = int(arr.__array_interface__["data"][0])
+            align = slot.np_dtype.alignment
+            if arr.nbytes and address % align:
+                raise WeightFormatError(
+                    f"[bind_param] '{name}': data at {address:#x} is not aligned to its "
+                    f"{align}-byte elements ({slot.dtype}); copy it or use set_param"
+                )
+            seg = reference.decode_offset(slot.offset)[1]
+            self._native.bind_segment(seg, arr, address, arr.nbytes, align)
+            self._bound[name] = arr
+            self._mem.segments[seg] = arr.reshape(-1).view(np.uint8)
+            self._set.add(name)
 
     def set_state(self, name: str, value: Any) -> None:
         """Overwrite a state tensor (e.g. reset a KV cache)."""
-        slot = self.states.get(name)
-        if slot is None:
-            raise KeyError(f"[set_state] no state named '{name}'; states: {sorted(self.states)}")
-        self._view(slot)[...] = self._check(slot, value, "set_state")
+        with self._hold():
+            slot = self.states.get(name)
+            if slot is None:
+                raise UnknownNameError(
+                    f"[set_state] no state named '{name}'; states: {sorted(self.states)}"
+                )
+            self._view(slot)[...] = self._check(slot, value, "set_state")
 
     def state(self, name: str) -> np.ndarray:
         """A copy of a state tensor."""
-        slot = self.states.get(name)
-        if slot is None:
-            raise KeyError(f"[state] no state named '{name}'; states: {sorted(self.states)}")
-        return self._view(slot).copy()
+        with self._hold():
+            slot = self.states.get(name)
+            if slot is None:
+                raise UnknownNameError(
+                    f"[state] no state named '{name}'; states: {sorted(self.states)}"
+                )
+            return self._view(slot).copy()
 
     def reset_state(self) -> None:
         """Zero every state tensor (the whole state buffer, shared or not)."""
-        self._native.reset_state()
+        with self._hold():
+            self._native.reset_state()
 
     def share_state(self, other: Executable) -> None:
         """Use ``other``'s state buffer from now on (e.g. a decode graph
@@ -201,12 +285,17 @@ class Executable:
             )
         if other is self:
             return
-        self._native.share_state(other._native)
-        self._mem.state = np.frombuffer(self._native.state_view(), dtype=np.uint8)
+        with self._hold_pair(other):
+            self._native.share_state(other._native)
+            self._mem.state = np.frombuffer(self._native.state_view(), dtype=np.uint8)
+            self._lock = other._lock  # one lock per shared state buffer
 
     def shares_state_with(self, other: Executable) -> bool:
         """True when both executables use one state buffer."""
-        return bool(self._native.shares_state_with(other._native))
+        if other is self:
+            return True
+        with self._hold_pair(other):
+            return bool(self._native.shares_state_with(other._native))
 
     # ---------------------------------------------------------------- run
     def _fallback(self, index: int, thunk_json: str) -> None:
@@ -222,7 +311,8 @@ class Executable:
         axis. Returns how many thunks scale with the active row count; raises
         :class:`RlxError` naming the first thunk that reads token rows but
         cannot run on a prefix of them."""
-        return int(self._native.set_active_extent(int(rows), list(token_inputs)))
+        with self._hold():
+            return int(self._native.set_active_extent(int(rows), list(token_inputs)))
 
     def run_active(self, rows: int, **inputs: Any) -> dict[str, np.ndarray]:
         """Run on the first ``rows`` token rows only (after
@@ -232,31 +322,34 @@ class Executable:
         return self._run(int(rows), inputs)
 
     def _run(self, active: Optional[int], inputs: dict[str, Any]) -> dict[str, np.ndarray]:
-        missing = sorted(set(self.params) - self._set)
-        if missing:
-            raise RlxError(f"[run] params not set: {', '.join(missing)}")
-        unknown = sorted(set(inputs) - set(self.inputs))
-        if unknown:
-            raise ShapeError(
-                f"[run] unknown input(s) {unknown}; the graph's inputs are {sorted(self.inputs)}"
-            )
-        absent = sorted(set(self.inputs) - set(inputs))
-        if absent:
-            raise ShapeError(f"[run] missing input(s) {absent}")
-        for name, value in inputs.items():
-            slot = self.inputs[name]
-            self._view(slot)[...] = self._check(slot, value, "run")
-        self._native.run(self._fallback, active)
-        out: dict[str, np.ndarray] = {}
-        for slot in self.outputs:
-            out[slot.name] = self._view(slot).copy()
-        return out
+        with self._hold():
+            missing = sorted(set(self.params) - self._set)
+            if missing:
+                raise RlxError(f"[run] params not set: {', '.join(missing)}")
+            unknown = sorted(set(inputs) - set(self.inputs))
+            if unknown:
+                raise ShapeError(
+                    f"[run] unknown input(s) {unknown}; "
+                    f"the graph's inputs are {sorted(self.inputs)}"
+                )
+            absent = sorted(set(self.inputs) - set(inputs))
+            if absent:
+                raise ShapeError(f"[run] missing input(s) {absent}")
+            for name, value in inputs.items():
+                slot = self.inputs[name]
+                self._view(slot)[...] = self._check(slot, value, "run")
+            self._native.run(self._fallback, active)
+            out: dict[str, np.ndarray] = {}
+            for slot in self.outputs:
+                out[slot.name] = self._view(slot).copy()
+            return out
 
     # -------------------------------------------------------------- info
     @property
     def schedule(self) -> str:
         """The thunk list, one per line with its offsets."""
-        return self._native.schedule()
+        with self._hold():
+            return self._native.schedule()
 
     @property
     def arena_bytes(self) -> int:
@@ -276,31 +369,35 @@ class Executable:
         the Metal plan's ``metal_dispatches``, ``metal_barriers``,
         ``metal_host`` and ``metal_host_by_thunk`` (host commands per thunk
         name: the thunks without an MSL kernel)."""
-        return dict(self._native.stats())
+        with self._hold():
+            return dict(self._native.stats())
 
     def profile(self, on: bool | None = None) -> dict[str, tuple[float, int]]:
         """Per-thunk-name timing of runs: ``profile(True)`` starts (clearing
         earlier figures), ``profile(False)`` returns the figures and stops; the result maps a thunk
         name to (seconds, calls) summed over every thunk of that name."""
-        if on:
-            self._native.set_profiling(True)
-        out: dict[str, tuple[float, int]] = {}
-        for _i, name, secs, calls in self._native.profile():
-            s, c = out.get(name, (0.0, 0))
-            out[name] = (s + secs, c + calls)
-        if on is False:
-            self._native.set_profiling(False)
-        return out
+        with self._hold():
+            if on:
+                self._native.set_profiling(True)
+            out: dict[str, tuple[float, int]] = {}
+            for _i, name, secs, calls in self._native.profile():
+                s, c = out.get(name, (0.0, 0))
+                out[name] = (s + secs, c + calls)
+            if on is False:
+                self._native.set_profiling(False)
+            return out
 
     def report(self) -> str:
         """What the fusion passes did: per pass its matches and the thunk count
         before and after, then the dispatches of the lowered and final schedule.
         ``stats["pass_matches"]`` has the same per pass (-1 = disabled)."""
-        return str(self._native.pass_report())
+        with self._hold():
+            return str(self._native.pass_report())
 
     def verify(self) -> None:
         """Run the schedule verifier."""
-        self._native.verify()
+        with self._hold():
+            self._native.verify()
 
     def __repr__(self) -> str:
         s = self.stats

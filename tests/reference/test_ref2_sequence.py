@@ -86,6 +86,62 @@ def test_mamba2() -> None:
     np.testing.assert_allclose(a.read(t["dst"], (b, s, H * p)), want, rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.parametrize("kind", ["selective_scan", "mamba2"])
+def test_scan_state_in_out(kind: str) -> None:
+    """With ``state`` the scan starts from it and writes the final state:
+    running s steps at once equals running them in two pieces through the
+    state, and equals a zero-state run when the state starts at zero."""
+    rng = np.random.default_rng(4)
+    b, s, h, n, H, p = 2, 5, 3, 4, 2, 3
+    ss = kind == "selective_scan"
+    width = h if ss else H * p
+    x = rng.standard_normal((b, s, width)).astype(np.float32)
+    dt = rng.uniform(0.01, 0.5, (b, s, h if ss else H)).astype(np.float32)
+    A = -rng.uniform(0.1, 2, (h, n) if ss else H).astype(np.float32)
+    B = rng.standard_normal((b, s, n)).astype(np.float32)
+    C = rng.standard_normal((b, s, n)).astype(np.float32)
+    st_shape = (b, h, n) if ss else (b, H, p, n)
+
+    def run(lo: int, hi: int, state: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
+        a = Arena()
+        t = dict(
+            name=kind,
+            x=a.put(np.ascontiguousarray(x[:, lo:hi])),
+            a=a.put(A),
+            b=a.put(np.ascontiguousarray(B[:, lo:hi])),
+            c=a.put(np.ascontiguousarray(C[:, lo:hi])),
+            state=None if state is None else a.put(state),
+            dst=a.out((b, hi - lo, width)),
+            batch=b,
+            seq=hi - lo,
+            state_size=n,
+        )
+        t["delta" if ss else "dt"] = a.put(np.ascontiguousarray(dt[:, lo:hi]))
+        t.update({"hidden": h} if ss else {"heads": H, "head_dim": p})
+        run_thunk(t, a.build())
+        fin = None if state is None else a.read(t["state"], st_shape)
+        return a.read(t["dst"], (b, hi - lo, width)), fin
+
+    y_ref, _ = run(0, s, None)
+    y0, s0 = run(0, s, np.zeros(st_shape, np.float32))
+    np.testing.assert_array_equal(y0, y_ref)
+    y1, s1 = run(0, 2, np.zeros(st_shape, np.float32))
+    y2, s2 = run(2, s, s1)
+    np.testing.assert_allclose(np.concatenate([y1, y2], 1), y_ref, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(s2, s0, rtol=1e-5, atol=1e-5)
+    # the final state is the explicit recurrence's
+    want = np.zeros(st_shape)
+    for t_ in range(s):
+        if ss:
+            d = dt[:, t_, :, None].astype(np.float64)
+            want = np.exp(d * A[None]) * want + d * x[:, t_, :, None] * B[:, t_, None, :]
+        else:
+            d = dt[:, t_, :, None, None].astype(np.float64)
+            xs = x[:, t_].reshape(b, H, p, 1)
+            want = np.exp(d * A[None, :, None, None]) * want + d * xs * B[:, t_, None, None, :]
+    np.testing.assert_allclose(s0, want, rtol=1e-5, atol=1e-5)
+
+
 @pytest.mark.parametrize("f16", [False, True])
 def test_gated_delta_net(f16: bool) -> None:
     rng = np.random.default_rng(2)
@@ -196,11 +252,14 @@ def _rnn_dir(
 
 @pytest.mark.parametrize("kind", ["lstm", "gru", "rnn", "rnn_relu"])
 @pytest.mark.parametrize(
-    "layers,bidir,carry", [(1, False, False), (2, True, True), (2, False, True)]
+    "layers,bidir,carry,nin",
+    [(1, False, False, 3), (2, True, True, 3), (2, False, True, 3), (3, True, True, 12)],
 )
-def test_recurrent(kind: str, layers: int, bidir: bool, carry: bool) -> None:
+def test_recurrent(kind: str, layers: int, bidir: bool, carry: bool, nin: int) -> None:
+    """The IR layout: padded ``w_ih [L·D, G·H, in_w]`` (padding NaN: never
+    read) and ``L`` carry rows per state."""
     rng = np.random.default_rng(3)
-    b, s, nin, H = 2, 4, 3, 5
+    b, s, H = 2, 4, 5
     D = 2 if bidir else 1
     G = {"lstm": 4, "gru": 3}.get(kind, 1)
     x = rng.standard_normal((b, s, nin)).astype(np.float32)
@@ -236,11 +295,15 @@ def test_recurrent(kind: str, layers: int, bidir: bool, carry: bool) -> None:
     want = inp
     if carry:
         want = np.concatenate([inp] + [h[:, None] for h in fh] + [c[:, None] for c in fc], 1)
+    in_w = nin if layers == 1 else max(nin, D * H)
+    w_pad = np.full((layers * D, G * H, in_w), np.nan, np.float32)
+    for li, w in enumerate(Ws):
+        w_pad[li, :, : w.shape[1]] = w
     a = Arena()
     t = dict(
         name=kind.split("_")[0],
         x=a.put(x),
-        w_ih=a.put(np.concatenate([w.ravel() for w in Ws])),
+        w_ih=a.put(w_pad),
         w_hh=a.put(Us),
         h0=a.put(h0),
         batch=b,

@@ -89,6 +89,21 @@ impl Graph {
         } else {
             name.to_string()
         };
+        shape.check_bytes(op_name, &format!("'{name}'"), &|_| None)?;
+        if op.is_leaf() && !matches!(op, Op::Constant { .. }) {
+            if let Some(other) = self.nodes.iter().find(|n| {
+                n.name == name && std::mem::discriminant(&n.op) == std::mem::discriminant(&op)
+            }) {
+                return Err(IrError::attr(
+                    op_name,
+                    format!(
+                        "duplicate {op_name} name '{name}' (already {}): every {op_name} \
+                         needs its own name, it is how values are fed and bound",
+                        other.shape
+                    ),
+                ));
+            }
+        }
         self.nodes.push(Node {
             op,
             inputs: inputs.to_vec(),

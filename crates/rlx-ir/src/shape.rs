@@ -57,6 +57,11 @@ impl fmt::Display for Dim {
     }
 }
 
+/// The most bytes one tensor may hold: 2^48 (256 TiB). Far past any
+/// memory, far below where byte offsets (tagged at bits 62 and 63) and the
+/// planner's sums of sizes could overflow.
+pub const MAX_TENSOR_BYTES: u64 = 1 << 48;
+
 /// Dimensions plus element type.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct Shape {
@@ -116,8 +121,47 @@ impl Shape {
     }
 
     /// Bytes of a dense buffer of this shape, or `None` if symbolic.
+    /// Saturates instead of wrapping; [`Shape::check_bytes`] (run on every
+    /// node the builder adds and on every bound shape at compile) keeps
+    /// real shapes far below that.
     pub fn size_bytes(&self) -> Option<usize> {
-        self.numel().map(|n| n * self.dtype.size_bytes())
+        self.numel()
+            .map(|n| n.saturating_mul(self.dtype.size_bytes()))
+    }
+
+    /// Check that a dense buffer of this shape fits [`MAX_TENSOR_BYTES`],
+    /// with symbols bound by `bind` (an unbound symbol counts as 1). The
+    /// error, a shape error of `op`, names `what` and the dim at which the
+    /// size passes the limit. Checked arithmetic throughout: no overflow.
+    pub fn check_bytes(
+        &self,
+        op: &str,
+        what: &str,
+        bind: &dyn Fn(&str) -> Option<usize>,
+    ) -> Result<()> {
+        let mut bytes = self.dtype.size_bytes() as u64;
+        for (i, d) in self.dims.iter().enumerate() {
+            let (n, label) = match d {
+                Dim::Static(n) => (*n, format!("dim {i} ({n})")),
+                Dim::Sym(s) => match bind(s) {
+                    Some(n) => (n, format!("dim {i} ('{s}' = {n})")),
+                    None => continue,
+                },
+            };
+            match bytes.checked_mul(n as u64) {
+                Some(b) if b <= MAX_TENSOR_BYTES => bytes = b,
+                _ => {
+                    return Err(IrError::shape(
+                        op,
+                        format!(
+                            "{what} {self}: {label} takes the size past {MAX_TENSOR_BYTES} bytes \
+                             (2^48, the most one tensor may hold)"
+                        ),
+                    ))
+                }
+            }
+        }
+        Ok(())
     }
 
     /// Same dims, another dtype.
@@ -268,6 +312,36 @@ mod tests {
         assert_eq!(j, r#"{"dims":[2,"seq"],"dtype":"f16"}"#);
         let back: Shape = serde_json::from_str(&j).unwrap();
         assert_eq!(back, s);
+    }
+
+    #[test]
+    fn byte_size_is_checked() {
+        let none = |_: &str| None;
+        let big = |dims: &[usize]| Shape::of(dims, DType::F32);
+        assert!(big(&[1 << 20, 1 << 20])
+            .check_bytes("input", "x", &none)
+            .is_ok());
+        let e = big(&[1 << 62, 4])
+            .check_bytes("input", "x", &none)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.starts_with("[input] x f32[4611686018427387904, 4]: dim 0"),
+            "{e}"
+        );
+        let e = big(&[1 << 32, 1 << 32, 16])
+            .check_bytes("input", "x", &none)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("dim 1 (4294967296)"), "{e}");
+        let sym = Shape::new(vec!["seq".into(), 4.into()], DType::F32);
+        assert!(sym.check_bytes("input", "x", &none).is_ok());
+        let e = sym
+            .check_bytes("compile", "x", &|_| Some(1 << 62))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("dim 0 ('seq' = 4611686018427387904)"), "{e}");
+        assert_eq!(big(&[usize::MAX, 4]).size_bytes(), Some(usize::MAX));
     }
 
     #[test]

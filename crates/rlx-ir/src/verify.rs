@@ -9,7 +9,8 @@
 //!   exactly the stored (declared) shape; for `Scan` / `ScanBackward` this
 //!   verifies the body graph recursively (see `infer::sequence`);
 //! * op-specific structural rules that shapes alone cannot express (the
-//!   state operand of `GatedDeltaNet` must be a `State` leaf, since the op
+//!   state operand of `GatedDeltaNet`, and the optional 6th state operand of
+//!   `SelectiveScan` / `Mamba2`, must be a `State` leaf, since the op
 //!   updates it in place).
 //!
 //! Then every declared output must name a node. An empty output list is
@@ -59,7 +60,28 @@ pub fn verify(g: &Graph) -> Result<()> {
                 node.shape
             )));
         }
-        if let Op::GatedDeltaNet { .. } = node.op {
+        node.shape
+            .check_bytes(node.op.name(), &format!("'{}'", node.name), &|_| None)
+            .map_err(|e| fail(e.to_string()))?;
+        if node.op.is_leaf() && !matches!(node.op, Op::Constant { .. }) {
+            let kind = std::mem::discriminant(&node.op);
+            if g.nodes[..i]
+                .iter()
+                .any(|n| n.name == node.name && std::mem::discriminant(&n.op) == kind)
+            {
+                return Err(fail(format!(
+                    "duplicate {} name '{}'",
+                    node.op.name(),
+                    node.name
+                )));
+            }
+        }
+        let in_place_state = match node.op {
+            Op::GatedDeltaNet { .. } => true,
+            Op::SelectiveScan | Op::Mamba2 { .. } => node.inputs.len() == 6,
+            _ => false,
+        };
+        if in_place_state {
             let state = node.inputs.last().and_then(|&j| g.nodes.get(j));
             if !matches!(state.map(|n| &n.op), Some(Op::State { .. })) {
                 return Err(fail(
@@ -208,5 +230,48 @@ mod tests {
         g.nodes[1].inputs = vec![2];
         let e = Graph::from_json(&g.to_json().unwrap()).unwrap_err();
         assert!(matches!(e, IrError::Verify { node: 1, .. }), "{e}");
+    }
+
+    #[test]
+    fn scan_state_must_be_a_state_leaf() {
+        let f = |d: &[usize]| Shape::of(d, DType::F32);
+        for state_leaf in [true, false] {
+            let mut g = Graph::new("ss");
+            let mut ins = Vec::new();
+            for (name, d) in [
+                ("x", [1, 3, 4].as_slice()),
+                ("dt", &[1, 3, 4]),
+                ("a", &[4, 2]),
+                ("b", &[1, 3, 2]),
+                ("c", &[1, 3, 2]),
+            ] {
+                ins.push(g.add(Op::Input { shape: f(d) }, &[], name).unwrap());
+            }
+            let st = if state_leaf {
+                Op::State {
+                    shape: f(&[1, 4, 2]),
+                }
+            } else {
+                Op::Input {
+                    shape: f(&[1, 4, 2]),
+                }
+            };
+            ins.push(g.add(st, &[], "h").unwrap());
+            let y = g.add(Op::SelectiveScan, &ins, "y").unwrap();
+            g.set_outputs(&[y]).unwrap();
+            if state_leaf {
+                verify(&g).unwrap();
+            } else {
+                rejected(&g, y, "must be a State leaf");
+            }
+            // without the state operand no State leaf is needed
+            let mut g2 = Graph::new("ss0");
+            let ids: Vec<usize> = (0..5)
+                .map(|i| g2.add(g.nodes[i].op.clone(), &[], "v").unwrap())
+                .collect();
+            let y = g2.add(Op::SelectiveScan, &ids, "y").unwrap();
+            g2.set_outputs(&[y]).unwrap();
+            verify(&g2).unwrap();
+        }
     }
 }

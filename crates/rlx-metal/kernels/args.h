@@ -418,6 +418,54 @@ struct GroupNormArgs {
     float eps;
 };
 
+// gdn.metal gated_delta_net_{f32,f16}: gated DeltaNet recurrence over
+// [batch, seq, heads * n] with a [batch, heads, n, n] state.
+struct GdnArgs {
+    uint batch;
+    uint seq;
+    uint heads;
+    uint n;
+};
+
+// ssm.metal selective_scan_f32: Mamba scan over [batch, seq, hidden] with
+// an n-wide state per channel; has_state: start from / write back state.
+struct SsmArgs {
+    uint batch;
+    uint seq;
+    uint hidden;
+    uint n;
+    uint has_state;
+};
+
+// ssm.metal mamba2_f32: Mamba-2 SSD over [batch, seq, heads * head_dim]
+// with a [head_dim, n] state per head; has_state as SsmArgs.
+struct Mamba2Args {
+    uint batch;
+    uint seq;
+    uint heads;
+    uint head_dim;
+    uint n;
+    uint has_state;
+};
+
+// recurrent.metal {lstm,gru,rnn}_f32: packed multi-layer recurrences (see
+// the file header): ih_cols0 / ih_cols are the row strides of layer 0's /
+// later layers' w_ih blocks, out_rows the rows of dst per batch item.
+struct RnnArgs {
+    uint batch;
+    uint seq;
+    uint input_size;
+    uint hidden;
+    uint layers;
+    uint dirs;
+    uint ih_cols0;
+    uint ih_cols;
+    uint out_rows;
+    uint carry;
+    uint relu;
+    uint _pad;
+};
+
 static_assert(sizeof(UnaryArgs) == 8 && alignof(UnaryArgs) == 4, "UnaryArgs layout");
 static_assert(sizeof(CastArgs) == 4 && alignof(CastArgs) == 4, "CastArgs layout");
 static_assert(sizeof(BinaryArgs) == 8 && alignof(BinaryArgs) == 4, "BinaryArgs layout");
@@ -451,5 +499,9 @@ static_assert(sizeof(DwConv1dArgs) == 24 && alignof(DwConv1dArgs) == 4, "DwConv1
 static_assert(sizeof(TopKArgs) == 12 && alignof(TopKArgs) == 4, "TopKArgs layout");
 static_assert(sizeof(ModNormArgs) == 96 && alignof(ModNormArgs) == 4, "ModNormArgs layout");
 static_assert(sizeof(GroupNormArgs) == 20 && alignof(GroupNormArgs) == 4, "GroupNormArgs layout");
+static_assert(sizeof(GdnArgs) == 16 && alignof(GdnArgs) == 4, "GdnArgs layout");
+static_assert(sizeof(SsmArgs) == 20 && alignof(SsmArgs) == 4, "SsmArgs layout");
+static_assert(sizeof(Mamba2Args) == 24 && alignof(Mamba2Args) == 4, "Mamba2Args layout");
+static_assert(sizeof(RnnArgs) == 48 && alignof(RnnArgs) == 4, "RnnArgs layout");
 
 #endif  // RLX_METAL_ARGS_H

@@ -10,14 +10,17 @@ mod msl {
     pub mod conv;
     pub mod elementwise;
     pub mod fused_mlp;
+    pub mod gdn;
     pub mod indexing;
     pub mod matmul;
     pub mod norm;
     pub mod norm_fused;
     pub mod quant;
+    pub mod recurrent;
     pub mod reduce;
     pub mod region;
     pub mod rope;
     pub mod shape;
     pub mod softmax;
+    pub mod ssm;
 }

@@ -220,7 +220,7 @@ impl PyExecutable {
         };
         let compiled = compile(&graph.inner, &opts).map_err(compile_err)?;
         let constants_len = compiled.segment_bytes.first().copied().unwrap_or(0);
-        let mut constants = AlignedBuf::zeroed(constants_len);
+        let mut constants = alloc("weights segment 0 (constants)", constants_len)?;
         for (off, bytes) in &compiled.constants {
             let dst = constants
                 .as_mut_slice()
@@ -245,10 +245,10 @@ impl PyExecutable {
         Ok(PyExecutable {
             plan,
             sim: (device == "metal-sim").then(SimExecutor::new),
-            arena: AlignedBuf::zeroed(compiled.arena_bytes),
+            arena: alloc("activation arena", compiled.arena_bytes)?,
             stores,
             segments,
-            state: Arc::new(Mutex::new(AlignedBuf::zeroed(compiled.state_bytes))),
+            state: Arc::new(Mutex::new(alloc("state buffer", compiled.state_bytes)?)),
             exec: HostExecutor::new(mode),
             thunk_json,
             compiled,
@@ -329,7 +329,7 @@ impl PyExecutable {
     fn own_segment(&mut self, py: Python<'_>, i: usize) -> PyResult<PyObject> {
         let len = self.segment_len(i)?;
         if !matches!(self.stores[i], SegStore::Owned(_)) {
-            self.stores[i] = SegStore::Owned(AlignedBuf::zeroed(len));
+            self.stores[i] = SegStore::Owned(alloc(&format!("weights segment {i}"), len)?);
             self.segments[i] = self.stores[i].segment();
         }
         let seg = self.segments[i];
@@ -695,6 +695,17 @@ impl PyExecutable {
             )
         })
     }
+}
+
+/// `len` zeroed bytes for `what`, or an `RlxError` (never an abort) when
+/// the machine cannot provide them.
+fn alloc(what: &str, len: usize) -> PyResult<AlignedBuf> {
+    AlignedBuf::try_zeroed(len).map_err(|_| {
+        RlxError::new_err(format!(
+            "[compile] cannot allocate the {what} of {len} bytes \
+             (out of memory or past the address space)"
+        ))
+    })
 }
 
 /// Lock the state buffer unless a run holds it. A lock poisoned by a

@@ -127,8 +127,16 @@ fn env_vars() -> Vec<(String, String, String)> {
         .collect()
 }
 
+/// What is wrong with the set `RLX_*` variables, as `(name, message)` rows
+/// (empty when all is well; `rlx env` prints them).
+#[pyfunction]
+fn env_problems() -> Vec<(String, String)> {
+    rlx_ir::env::problems()
+}
+
 pub(crate) fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<PyGraph>()?;
+    m.add_function(wrap_pyfunction!(env_problems, m)?)?;
     m.add_function(wrap_pyfunction!(dtype_name, m)?)?;
     m.add_function(wrap_pyfunction!(env_vars, m)?)?;
     Ok(())

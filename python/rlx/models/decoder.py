@@ -37,6 +37,7 @@ from typing import Any, Optional, Union
 
 import numpy as np
 
+from rlx.concurrency import SequenceLock
 from rlx.errors import RlxError, UnsupportedOpError, WeightFormatError
 from rlx.executable import Executable
 from rlx.executable import compile as rlx_compile
@@ -116,8 +117,15 @@ class _Runner:
 
 
 class DecoderModel:
-    """A decoder LLM (GGUF file or HF directory) ready to run. Create with
-    :func:`rlx.load`."""
+    """A decoder LLM (GGUF file or HF directory) ready to run. Create with :func:`rlx.load`.
+
+    Threads: the model holds one sequence (KV cache, position) at a time, so
+    calls from several threads are serialised per model: ``logits`` /
+    ``next_logits`` hold its lock for the call, a generator from its first
+    step to its end (exhausted, closed or collected). Within one thread a
+    newer call displaces an unfinished generator, which then raises
+    :class:`rlx.concurrency.SequenceInterrupted` (see :mod:`rlx.concurrency`).
+    """
 
     def __init__(
         self,
@@ -169,6 +177,8 @@ class DecoderModel:
         self._seq_id = 0
         #: seconds spent in compile / prefill / decode runs (for ``rlx bench``).
         self.timings: dict[str, float] = {"compile": 0.0}
+        #: serialises sequences across threads (see the class doc)
+        self._lock = SequenceLock()
 
     # ------------------------------------------------------------ plumbing
     def _runner(self, s: int, c: int, all_rows: bool) -> _Runner:
@@ -191,17 +201,23 @@ class DecoderModel:
         cache for ``n_new`` tokens when none is set yet."""
         if n_new < 1:
             raise RlxError(f"[compiled] {n_new} new tokens: need at least one")
-        if self._cap == 0:
-            self.reset(n_new)
-        s = next((b for b in BUCKETS if b >= n_new), BUCKETS[-1])
-        c = self._cap if decode or self.inplace else 0
-        return s, c, self._runner(s, c, False).exe
+        with self._lock:
+            if self._cap == 0:
+                self.reset(n_new)
+            s = next((b for b in BUCKETS if b >= n_new), BUCKETS[-1])
+            c = self._cap if decode or self.inplace else 0
+            return s, c, self._runner(s, c, False).exe
 
     def reset(self, capacity: int) -> None:
         """Empty the KV cache, sized for ``capacity`` tokens."""
         ctx = self.config.ctx
         if capacity > ctx:
             raise RlxError(f"[generate] {capacity} tokens exceed the context of {ctx}")
+        with self._lock:
+            self._reset(capacity)
+
+    def _reset(self, capacity: int) -> None:
+        ctx = self.config.ctx
         want = capacity + (BUCKETS[-1] if self.inplace else 0)  # room for padded rows
         cap = next((c for c in CACHE_CAPS if c >= want), ctx)
         cap = min(cap, ctx)
@@ -329,8 +345,9 @@ class DecoderModel:
         ids = [int(t) for t in tokens]
         if not ids:
             raise RlxError("[logits] no tokens")
-        self.reset(len(ids))
-        return self._feed(ids, all_rows=True)
+        with self._lock:
+            self.reset(len(ids))
+            return self._feed(ids, all_rows=True)
 
     def next_logits(self, tokens: Sequence[int]) -> np.ndarray:
         """Logits ``[vocab]`` of the last of ``tokens``, fed after the tokens
@@ -339,9 +356,10 @@ class DecoderModel:
         ids = [int(t) for t in tokens]
         if not ids:
             raise RlxError("[next_logits] no tokens")
-        if self._cap == 0:
-            self.reset(len(ids))
-        return self._feed(ids)
+        with self._lock:
+            if self._cap == 0:
+                self.reset(len(ids))
+            return self._feed(ids)
 
     def encode(self, prompt: str, chat: bool = False) -> list[int]:
         """Prompt ids: the chat template rendered for one user turn when
@@ -373,7 +391,7 @@ class DecoderModel:
                 f"[generate] the prompt has {len(prompt)} tokens; the model's context is {ctx}"
             )
         budget = max(0, min(max_tokens, ctx - len(prompt)))
-        return self._gen_ids(prompt, budget, params, seed, ignore_eos)
+        return self._lock.generator(self._gen_ids(prompt, budget, params, seed, ignore_eos))
 
     def _gen_ids(
         self,

@@ -11,7 +11,7 @@ from typing import Any, Optional
 import numpy as np
 
 from rlx import _rlx
-from rlx._types import Dim, DTypeLike, ShapeLike, dims_list, dims_str, dtype_name
+from rlx._types import Dim, DTypeLike, ShapeLike, check_dim, dims_list, dims_str, dtype_name
 from rlx.errors import GraphError, ShapeError
 from rlx.node import Node, Operand
 
@@ -124,5 +124,7 @@ class GraphBase:
 
 def shape_json(dims: ShapeLike, dtype: DTypeLike) -> dict[str, Any]:
     """The serde form of an ``rlx_ir::Shape``."""
-    out: list[Dim] = dims_list(dims)
+    out: list[Dim] = [
+        d if isinstance(d, str) else check_dim(d, "dimension") for d in dims_list(dims)
+    ]
     return {"dims": out, "dtype": dtype_name(dtype)}

@@ -23,11 +23,24 @@ class SequenceOps(GraphBase):
     """Recurrent and scan ops."""
 
     def selective_scan(
-        self, x: Node, delta: Node, a: Node, b: Node, c: Node, *, name: str = ""
+        self,
+        x: Node,
+        delta: Node,
+        a: Node,
+        b: Node,
+        c: Node,
+        *,
+        state: Optional[Node] = None,
+        name: str = "",
     ) -> Node:
         """Mamba selective scan: x, delta ``[b, s, h]``, a ``[h, n]``, b/c ``[b, s, n]`` → ``[b,
-        s, h]``."""
-        return self._add({"op": "selective_scan"}, [x, delta, a, b, c], name)
+        s, h]``.
+
+        ``state`` (a ``g.state`` leaf ``[b, h, n]``, x's dtype) is the recurrent
+        state for decoding: the scan starts from it and writes the final state
+        back in place. Without it the state starts at zero and is discarded."""
+        ins = [x, delta, a, b, c] + ([] if state is None else [state])
+        return self._add({"op": "selective_scan"}, ins, name)
 
     def mamba2(
         self,
@@ -40,17 +53,23 @@ class SequenceOps(GraphBase):
         heads: int,
         head_dim: Optional[int] = None,
         state_size: Optional[int] = None,
+        state: Optional[Node] = None,
         name: str = "",
     ) -> Node:
         """Mamba-2 SSD scan: x ``[b, s, heads·p]``, dt ``[b, s, heads]``, a ``[heads]``,
         b/c ``[b, s, n]``. ``head_dim`` defaults to x's last dim / heads,
-        ``state_size`` to b's last dim."""
+        ``state_size`` to b's last dim.
+
+        ``state`` (a ``g.state`` leaf ``[b, heads, p, n]``, x's dtype) is the
+        recurrent state for decoding: the scan starts from it and writes the
+        final state back in place. Without it the state starts at zero."""
         if head_dim is None:
             head_dim = self._static(x, -1, "mamba2", "head_dim") // max(heads, 1)
         if state_size is None:
             state_size = self._static(b, -1, "mamba2", "state_size")
         op = {"op": "mamba2", "heads": heads, "head_dim": head_dim, "state_size": state_size}
-        return self._add(op, [x, dt, a, b, c], name)
+        ins = [x, dt, a, b, c] + ([] if state is None else [state])
+        return self._add(op, ins, name)
 
     def gated_delta_net(
         self,
@@ -95,11 +114,15 @@ class SequenceOps(GraphBase):
         name: str = "",
     ) -> Node:
         """LSTM (gates i, f, g, o) over x ``[b, s, in]`` → ``[b, s, dirs·hidden]``
-        (``[b, s + 2, ..]`` with ``carry``).
+        (``[b, s + 2·num_layers, ..]`` with ``carry``: each layer's final h,
+        then each layer's final c).
 
-        Weights are stacked per layer·direction: w_ih ``[L·dirs, 4h, in]``, w_hh
-        ``[L·dirs, 4h, h]``, bias ``[L·dirs, 4h]``, h0 / c0 ``[L·dirs, b, h]``.
-        ``hidden`` defaults to w_hh's last dim."""
+        Weights are stacked per layer·direction (PyTorch ``weight_ih_l{l}{_reverse}``
+        order): w_ih ``[L·dirs, 4h, in_w]`` with ``in_w = in`` for one layer,
+        else ``max(in, dirs·h)`` (zero-pad the narrower slots), w_hh
+        ``[L·dirs, 4h, h]``, bias ``[L·dirs, 4h]`` (= ``b_ih + b_hh``), h0 / c0
+        ``[L·dirs, b, h]``. The full layout is documented on the IR op
+        ``Lstm``. ``hidden`` defaults to w_hh's last dim."""
         op = self._rnn_attrs(
             w_hh, hidden, "lstm", num_layers=num_layers, bidirectional=bidirectional, carry=carry
         )
@@ -120,7 +143,9 @@ class SequenceOps(GraphBase):
         carry: bool = False,
         name: str = "",
     ) -> Node:
-        """GRU (gates r, z, n) → ``[b, s, dirs·hidden]`` (``s + 1`` rows with ``carry``)."""
+        """GRU (gates r, z, n) → ``[b, s, dirs·hidden]`` (``s + num_layers`` rows
+        with ``carry``); weights as on :meth:`lstm` with ``3h`` gate rows, the
+        biases ``b_ih`` / ``b_hh [L·dirs, 3h]`` kept separate."""
         op = self._rnn_attrs(
             w_hh, hidden, "gru", num_layers=num_layers, bidirectional=bidirectional, carry=carry
         )
@@ -141,7 +166,8 @@ class SequenceOps(GraphBase):
         relu: bool = False,
         name: str = "",
     ) -> Node:
-        """Elman RNN (tanh, or ReLU with ``relu=True``)."""
+        """Elman RNN (tanh, or ReLU with ``relu=True``); weights as on :meth:`lstm`
+        with ``h`` gate rows (``s + num_layers`` rows with ``carry``)."""
         op = self._rnn_attrs(
             w_hh,
             hidden,

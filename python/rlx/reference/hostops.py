@@ -134,7 +134,7 @@ def _recurrent(kind: str):
         return sequence.recurrent_fn(
             kind,
             x,
-            np.ravel(w_ih),
+            np.asarray(w_ih).reshape(L * D, np.shape(w_hh)[-2], -1),
             np.asarray(w_hh).reshape(L * D, -1, H),
             np.asarray(b_ih).reshape(L * D, -1),
             None if b_hh is None else np.asarray(b_hh).reshape(L * D, -1),
@@ -255,12 +255,17 @@ OPS = {
     "scaled_quantize": _scaled("scaled_quantize"),
     "scaled_dequantize": _scaled("scaled_dequantize"),
     "scaled_quant_scale": _scaled("scaled_quant_scale"),
+    # y only: an optional 6th operand is the initial state (a host op
+    # cannot write a State back)
     "selective_scan": lambda op, xs, s: sequence.selective_scan_fn(
         *(np.asarray(v, np.float64) for v in xs)
-    ),
+    )[0],
     "mamba2": lambda op, xs, s: sequence.mamba2_fn(
-        *(np.asarray(v, np.float64) for v in xs), op["heads"], op["head_dim"]
-    ),
+        *(np.asarray(v, np.float64) for v in xs[:5]),
+        op["heads"],
+        op["head_dim"],
+        None if len(xs) < 6 else np.asarray(xs[5], np.float64),
+    )[0],
     "lstm": _recurrent("lstm"),
     "gru": _recurrent("gru"),
     "rnn": _recurrent("rnn"),

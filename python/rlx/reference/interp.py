@@ -115,8 +115,11 @@ def host_op(t: dict, mem: Memory) -> None:
 
 @reference("scan_host")
 def scan_host(t: dict, mem: Memory) -> None:
-    """``Op::Scan`` with its body interpreted by :func:`eval_graph`."""
-    views = [misc.operand_view(mem, e) for e in t["inputs"]]
+    """``Op::Scan`` with its body interpreted by :func:`eval_graph`. Takes the
+    thunk's serde form (``desc`` holding ``operands``) or the flat one
+    (``inputs`` at the top level)."""
+    t = t.get("desc", t)
+    views = [misc.operand_view(mem, e) for e in t.get("operands", t.get("inputs", []))]
     xs = [v.astype(np.float64) if v.dtype.kind == "f" else v for v in views]
     nc = int(t["num_carry"])
     y = run_scan(t["body"], nc, int(t["length"]), bool(t.get("reverse", False)), xs[:nc], xs[nc:])

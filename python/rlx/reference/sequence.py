@@ -5,27 +5,19 @@ pure functions (``*_fn``) take and return numpy arrays; the thunk wrappers
 read and write the arena. ``scan_host`` / ``host_op`` live in
 :mod:`rlx.reference.interp`.
 
-Recurrent-net packing (LSTM / GRU / RNN), with ``D = 2`` if bidirectional
-else 1, ``G`` gates (LSTM 4: i, f, g, o; GRU 3: r, z, n; RNN 1) and
-``in_0 = input_size``, ``in_l = D·hidden`` for ``l > 0``:
+Recurrent nets (LSTM / GRU / RNN) use the layout documented once on the IR
+op ``Lstm`` (``crates/rlx-ir/src/op/mod.rs``): padded
+``w_ih [L·D, G·hidden, in_w]`` (``in_w = in`` for one layer, else
+``max(in, D·hidden)``; layer 0 reads the first ``in`` columns, later layers
+the first ``D·hidden``), ``w_hh [L·D, G·hidden, hidden]``, biases
+``[L·D, G·hidden]`` (LSTM / RNN: ``b_ih + b_hh``; GRU keeps both because
+``b_hn`` sits inside ``r ⊙ (·)``), ``h0`` / ``c0 [L·D, batch, hidden]``,
+output ``[batch, seq, D·hidden]`` and, with ``carry``, ``L`` rows of final h
+(layer 0 first) then for the LSTM ``L`` rows of final c appended along the
+sequence axis.
 
-* ``w_ih``: the ``[G·hidden, in_l]`` matrices of every (layer, direction)
-  concatenated flat, layer-major then direction (forward first) — PyTorch's
-  ``weight_ih_l{l}{_reverse}`` in that order.
-* ``w_hh``: ``[L·D, G·hidden, hidden]``, same order.
-* LSTM / RNN ``bias``: ``[L·D, G·hidden]`` = PyTorch ``b_ih + b_hh`` (the sum
-  is all the recurrence needs). GRU keeps ``b_ih`` and ``b_hh`` separate
-  (``[L·D, 3·hidden]`` each) because ``b_hn`` sits inside ``r ⊙ (·)``.
-* ``h0`` (and LSTM ``c0``): ``[L·D, batch, hidden]`` (PyTorch layout).
-* Output ``[batch, seq, D·hidden]``: the last layer's hidden states,
-  forward then backward direction along the feature axis. Layer ``l > 0``
-  consumes that same concatenation from layer ``l − 1``.
-* ``carry``: rows are appended along the sequence axis — ``L`` rows with
-  each layer's final h (layer 0 first; the forward direction's final state
-  is after ``t = seq−1``, the backward one's after ``t = 0``), and for the
-  LSTM ``L`` more rows with the final c. So ``[batch, seq + 2L, D·hidden]``
-  for the LSTM and ``[batch, seq + L, D·hidden]`` for GRU / RNN (for one
-  layer this is the IR's ``seq + 2`` / ``seq + 1``).
+The SSM scans take an optional recurrent state (``state`` in the thunk):
+the scan starts from it and writes the final state back.
 """
 
 from __future__ import annotations
@@ -47,22 +39,28 @@ def _f32(mem: Memory, off: int, shape: tuple | int) -> np.ndarray:
 
 
 def selective_scan_fn(
-    x: np.ndarray, delta: np.ndarray, a: np.ndarray, b: np.ndarray, c: np.ndarray
-) -> np.ndarray:
+    x: np.ndarray,
+    delta: np.ndarray,
+    a: np.ndarray,
+    b: np.ndarray,
+    c: np.ndarray,
+    state: np.ndarray | None = None,
+) -> tuple[np.ndarray, np.ndarray]:
     """Mamba selective scan (Gu & Dao, "Mamba: Linear-Time Sequence Modeling with
-    Selective State Spaces", 2023, Alg. 2, recurrent form, zero initial state):
+    Selective State Spaces", 2023, Alg. 2, recurrent form):
 
     ``h_t = exp(Δ_t·A) ⊙ h_{t−1} + (Δ_t·x_t)·B_t``, ``y_t = h_t · C_t``.
-    Shapes: x, Δ ``[b, s, h]``, A ``[h, n]``, B, C ``[b, s, n]`` → y ``[b, s, h]``.
+    Shapes: x, Δ ``[b, s, h]``, A ``[h, n]``, B, C ``[b, s, n]``, initial
+    state ``[b, h, n]`` (zero when None) → ``(y [b, s, h], final state)``.
     Δ is used as given (any softplus / bias is applied upstream); no D skip."""
     bsz, s, hid = x.shape
-    h = np.zeros((bsz, hid, a.shape[1]))
+    h = np.zeros((bsz, hid, a.shape[1])) if state is None else state.astype(np.float64)
     y = np.empty((bsz, s, hid))
     for t in range(s):
         dt = delta[:, t, :, None]
         h = np.exp(dt * a[None]) * h + (dt * x[:, t, :, None]) * b[:, t, None, :]
         y[:, t] = np.einsum("bhn,bn->bh", h, c[:, t])
-    return y
+    return y, h
 
 
 def mamba2_fn(
@@ -73,17 +71,23 @@ def mamba2_fn(
     c: np.ndarray,
     heads: int,
     head_dim: int,
-) -> np.ndarray:
+    state: np.ndarray | None = None,
+) -> tuple[np.ndarray, np.ndarray]:
     """Mamba-2 SSD, recurrent form (Dao & Gu, "Transformers are SSMs", ICML 2024), one
-    B/C group, scalar A per head, zero initial state:
+    B/C group, scalar A per head:
 
     ``h_t[hd] = exp(dt_t[hd]·a[hd])·h_{t−1}[hd] + dt_t[hd]·x_t[hd] ⊗ B_t``,
     ``y_t[hd] = h_t[hd] · C_t``; x ``[b, s, heads·p]``, dt ``[b, s, heads]``,
-    a ``[heads]``, B, C ``[b, s, n]``."""
+    a ``[heads]``, B, C ``[b, s, n]``, initial state ``[b, heads, p, n]``
+    (zero when None). Returns ``(y, final state)``."""
     bsz, s, _ = x.shape
     n = b.shape[-1]
     xs = x.reshape(bsz, s, heads, head_dim)
-    h = np.zeros((bsz, heads, head_dim, n))
+    h = (
+        np.zeros((bsz, heads, head_dim, n))
+        if state is None
+        else state.astype(np.float64).reshape(bsz, heads, head_dim, n)
+    )
     y = np.empty((bsz, s, heads, head_dim))
     for t in range(s):
         d = dt[:, t, :, None, None]
@@ -92,7 +96,7 @@ def mamba2_fn(
             + d * xs[:, t, :, :, None] * b[:, t, None, None, :]
         )
         y[:, t] = np.einsum("bhpn,bn->bhp", h, c[:, t])
-    return y.reshape(bsz, s, heads * head_dim)
+    return y.reshape(bsz, s, heads * head_dim), h
 
 
 def gated_delta_net_fn(
@@ -135,21 +139,26 @@ def gated_delta_net_fn(
 def selective_scan(t: dict, mem: Memory) -> None:
     """Thunk wrapper of :func:`selective_scan_fn` (f32)."""
     b, s, h, n = t["batch"], t["seq"], t["hidden"], t["state_size"]
-    y = selective_scan_fn(
+    st = t.get("state")
+    y, fin = selective_scan_fn(
         _f32(mem, t["x"], (b, s, h)),
         _f32(mem, t["delta"], (b, s, h)),
         _f32(mem, t["a"], (h, n)),
         _f32(mem, t["b"], (b, s, n)),
         _f32(mem, t["c"], (b, s, n)),
+        None if st is None else _f32(mem, st, (b, h, n)),
     )
     mem.view(t["dst"], (b, s, h), np.float32)[...] = y
+    if st is not None:
+        mem.view(st, (b, h, n), np.float32)[...] = fin
 
 
 @reference("mamba2")
 def mamba2(t: dict, mem: Memory) -> None:
     """Thunk wrapper of :func:`mamba2_fn` (f32)."""
     b, s, hd, p, n = t["batch"], t["seq"], t["heads"], t["head_dim"], t["state_size"]
-    y = mamba2_fn(
+    st = t.get("state")
+    y, fin = mamba2_fn(
         _f32(mem, t["x"], (b, s, hd * p)),
         _f32(mem, t["dt"], (b, s, hd)),
         _f32(mem, t["a"], hd),
@@ -157,8 +166,11 @@ def mamba2(t: dict, mem: Memory) -> None:
         _f32(mem, t["c"], (b, s, n)),
         hd,
         p,
+        None if st is None else _f32(mem, st, (b, hd, p, n)),
     )
     mem.view(t["dst"], (b, s, hd * p), np.float32)[...] = y
+    if st is not None:
+        mem.view(st, (b, hd, p, n), np.float32)[...] = fin
 
 
 @reference("gated_delta_net")
@@ -229,22 +241,20 @@ def recurrent_fn(
     carry: bool,
     relu: bool = False,
 ) -> np.ndarray:
-    """LSTM / GRU / Elman RNN with PyTorch semantics and the packing of the module doc.
+    """LSTM / GRU / Elman RNN with PyTorch semantics and the layout of the module doc.
 
-    ``w_ih`` is the flat concatenation; ``b_hh`` is only used by the GRU;
-    ``c0`` only by the LSTM. Returns ``[b, s (+ carry rows), D·hidden]``."""
+    ``w_ih`` is the padded ``[L·D, G·hidden, in_w]``; ``b_hh`` is only used by
+    the GRU; ``c0`` only by the LSTM. Returns ``[b, s (+ carry rows), D·hidden]``."""
     bsz, s, _ = x.shape
-    G, D, H = _GATES[kind], 2 if bidir else 1, hidden
+    D, H = 2 if bidir else 1, hidden
     inp = x
-    off = 0
     fin_h, fin_c = [], []
     for layer in range(layers):
         in_l = inp.shape[-1]
         outs, hs, cs = [], [], []
         for d in range(D):
             li = layer * D + d
-            w = w_ih[off : off + G * H * in_l].reshape(G * H, in_l)
-            off += G * H * in_l
+            w = w_ih[li, :, :in_l]
             xw = inp @ w.T + b_ih[li]
             h = h0[li]
             c = c0[li] if c0 is not None else None
@@ -272,9 +282,9 @@ def _recurrent_thunk(t: dict, mem: Memory, kind: str) -> None:
     b, s, nin, H, L = t["batch"], t["seq"], t["input_size"], t["hidden"], t["num_layers"]
     D = 2 if t["bidirectional"] else 1
     G = _GATES[kind]
-    n_ih = sum(D * G * H * (nin if layer == 0 else D * H) for layer in range(L))
+    in_w = nin if L == 1 else max(nin, D * H)
     x = _f32(mem, t["x"], (b, s, nin))
-    w_ih = _f32(mem, t["w_ih"], n_ih)
+    w_ih = _f32(mem, t["w_ih"], (L * D, G * H, in_w))
     w_hh = _f32(mem, t["w_hh"], (L * D, G * H, H))
     if kind == "gru":
         b_ih = _f32(mem, t["b_ih"], (L * D, G * H))

@@ -124,8 +124,8 @@ fn bsx(op: &Op, s: &Shape, x: &Shape, last: &Dim, what: &str) -> Result<()> {
 }
 
 fn selective_scan(op: &Op, inputs: &[&Shape]) -> Result<Shape> {
-    arity(op, inputs, 5)?;
-    all_float_same(op, inputs, &["x", "delta", "a", "b", "c"])?;
+    arity_range(op, inputs, 5, 6)?;
+    all_float_same(op, inputs, &["x", "delta", "a", "b", "c", "state"])?;
     let (x, delta, a, b, c) = (inputs[0], inputs[1], inputs[2], inputs[3], inputs[4]);
     rank_is(op, x, 3, "x")?;
     bsx(op, delta, x, &x.dims[2], "delta")?;
@@ -134,6 +134,12 @@ fn selective_scan(op: &Op, inputs: &[&Shape]) -> Result<Shape> {
     let n = &a.dims[1];
     bsx(op, b, x, n, "b")?;
     bsx(op, c, x, n, "c")?;
+    if let Some(state) = inputs.get(5) {
+        rank_is(op, state, 3, "state")?;
+        dims_equal(op, &state.dims[0], &x.dims[0], "state batch vs x batch")?;
+        dims_equal(op, &state.dims[1], &x.dims[2], "state dim 1 vs x channels")?;
+        dims_equal(op, &state.dims[2], n, "state dim 2 vs a's state size")?;
+    }
     Ok(x.clone())
 }
 
@@ -144,11 +150,11 @@ fn mamba2(
     head_dim: usize,
     state_size: usize,
 ) -> Result<Shape> {
-    arity(op, inputs, 5)?;
+    arity_range(op, inputs, 5, 6)?;
     positive(op, heads, "heads")?;
     positive(op, head_dim, "head_dim")?;
     positive(op, state_size, "state_size")?;
-    all_float_same(op, inputs, &["x", "dt", "a", "b", "c"])?;
+    all_float_same(op, inputs, &["x", "dt", "a", "b", "c", "state"])?;
     let (x, dt, a, b, c) = (inputs[0], inputs[1], inputs[2], inputs[3], inputs[4]);
     rank_is(op, x, 3, "x")?;
     let inner = checked_mul(op, heads, head_dim, "heads·head_dim")?;
@@ -158,6 +164,13 @@ fn mamba2(
     dim_is(op, &a.dims[0], heads, "a length (heads)")?;
     bsx(op, b, x, &Dim::Static(state_size), "b")?;
     bsx(op, c, x, &Dim::Static(state_size), "c")?;
+    if let Some(state) = inputs.get(5) {
+        rank_is(op, state, 4, "state")?;
+        dims_equal(op, &state.dims[0], &x.dims[0], "state batch vs x batch")?;
+        dim_is(op, &state.dims[1], heads, "state dim 1 (heads)")?;
+        dim_is(op, &state.dims[2], head_dim, "state dim 2 (head_dim)")?;
+        dim_is(op, &state.dims[3], state_size, "state dim 3 (state_size)")?;
+    }
     Ok(x.clone())
 }
 
@@ -210,7 +223,8 @@ impl Cell {
         }
     }
 
-    /// Final-state rows appended when `carry` is set.
+    /// Final-state rows appended per layer when `carry` is set (h, and c
+    /// for the LSTM).
     fn carry_rows(self) -> usize {
         match self {
             Cell::Lstm => 2,
@@ -296,7 +310,8 @@ fn recurrent(
     }
     let seq = if carry {
         let s = static_dim(op, &x.dims[1], "sequence length (carry appends rows)")?;
-        let rows = s.checked_add(cell.carry_rows()).ok_or_else(|| {
+        let extra = checked_mul(op, cell.carry_rows(), num_layers, "carry rows")?;
+        let rows = s.checked_add(extra).ok_or_else(|| {
             IrError::shape(op.name(), "sequence length plus carry rows overflows")
         })?;
         Dim::Static(rows)

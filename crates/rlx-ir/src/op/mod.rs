@@ -477,12 +477,21 @@ pub enum Op {
 
     // -------------------------------------------------------------- sequence
     /// Mamba selective scan (Gu & Dao 2023). Operands `[x [b, s, h],
-    /// delta [b, s, h], a [h, n], b_ [b, s, n], c [b, s, n]]` → `[b, s, h]`;
-    /// all operands share x's float dtype.
+    /// delta [b, s, h], a [h, n], b_ [b, s, n], c [b, s, n], (state [b, h, n])]`
+    /// → `[b, s, h]`; all operands share x's float dtype. Per channel
+    /// `h_t = exp(Δ_t·A) ⊙ h_{t−1} + (Δ_t·x_t)·B_t`, `y_t = h_t·C_t`.
+    ///
+    /// The optional 6th operand is the recurrent state (decode): the scan
+    /// starts from it and writes the final state back into it in place, so
+    /// the verifier requires a `State` leaf. Without it the initial state is
+    /// zero and nothing is written.
     SelectiveScan,
     /// Mamba-2 SSD scan (Dao & Gu 2024). Operands `[x [b, s, heads·p], dt [b, s, heads],
-    /// a [heads], b_ [b, s, n], c [b, s, n]]` → `[b, s, heads·p]`, one shared
-    /// float dtype, one B/C group (`n = state_size`).
+    /// a [heads], b_ [b, s, n], c [b, s, n], (state [b, heads, p, n])]` →
+    /// `[b, s, heads·p]`, one shared float dtype, one B/C group
+    /// (`n = state_size`). Per head `h_t = exp(dt_t·a)·h_{t−1} + dt_t·x_t ⊗ B_t`,
+    /// `y_t = h_t·C_t`. The optional state works as on
+    /// [`Op::SelectiveScan`] (a `State` leaf, read then written in place).
     Mamba2 {
         /// Heads.
         heads: usize,
@@ -504,15 +513,29 @@ pub enum Op {
     /// LSTM (PyTorch gate order i, f, g, o), batch-first. Operands
     /// `[x [b, s, in], w_ih, w_hh, bias, h0, c0]` → `[b, s, dirs·hidden]`.
     ///
-    /// Packed weights (shared by `Gru` and `Rnn`, with `G` gates: 4, 3, 1):
-    /// slot `l·dirs + d` holds layer `l`, direction `d` (0 forward, 1 reverse).
-    /// * `w_ih [layers·dirs, G·hidden, in_w]` where `in_w = in` for one layer,
+    /// **The recurrent-net layout** (the one definition; shared by `Gru` and
+    /// `Rnn` with `G` gates: LSTM 4 = i, f, g, o; GRU 3 = r, z, n; RNN 1).
+    /// `dirs = 2` if bidirectional else 1, `L = num_layers`; slot `l·dirs + d`
+    /// holds layer `l`, direction `d` (0 forward, 1 reverse):
+    /// * `w_ih [L·dirs, G·hidden, in_w]` where `in_w = in` for one layer,
     ///   else `max(in, dirs·hidden)`; layer 0 reads the first `in` columns,
     ///   later layers the first `dirs·hidden` (the rest is ignored padding).
-    /// * `w_hh [layers·dirs, G·hidden, hidden]`.
-    /// * `bias [layers·dirs, G·hidden]` = PyTorch's `b_ih + b_hh` (exact for
+    ///   Slot `l·dirs + d` is PyTorch's `weight_ih_l{l}{_reverse}`.
+    /// * `w_hh [L·dirs, G·hidden, hidden]` (`weight_hh_l{l}{_reverse}`).
+    /// * `bias [L·dirs, G·hidden]` = PyTorch's `b_ih + b_hh` (exact for
     ///   LSTM and Elman RNN, whose biases only ever add).
-    /// * `h0`, `c0 [layers·dirs, b, hidden]`.
+    /// * `h0`, `c0 [L·dirs, b, hidden]` (PyTorch's `h_0` / `c_0`).
+    /// * Output `[b, s, dirs·hidden]`: the last layer's hidden states,
+    ///   forward then reverse along the feature axis (PyTorch `output` with
+    ///   `batch_first=True`); layer `l > 0` consumes that concatenation
+    ///   from layer `l − 1`.
+    /// * `carry` appends rows along the sequence axis: `L` rows with each
+    ///   layer's final h (layer 0 first; directions concatenated as in the
+    ///   output, the reverse direction's final state being the one after
+    ///   step 0), then for the LSTM `L` rows with the final c. So row `s + l`,
+    ///   features `d·hidden..(d+1)·hidden` is PyTorch's `h_n[l·dirs + d]`
+    ///   (and row `s + L + l` is `c_n[l·dirs + d]`): `[b, s + 2L, ..]` for
+    ///   the LSTM, `[b, s + L, ..]` for GRU / RNN. Needs a static `s`.
     ///
     /// All operands share x's float dtype; `in` must be static.
     Lstm {
@@ -522,10 +545,8 @@ pub enum Op {
         num_layers: usize,
         /// Both directions.
         bidirectional: bool,
-        /// Append the final (h, c) rows to the output (`[b, s + 2, ..]`): row
-        /// `s` is the last layer's final h (directions concatenated as in the
-        /// output; the reverse direction's final state is the one after step
-        /// 0), row `s + 1` its final c. Needs a static `s`.
+        /// Append each layer's final h and c as `2·num_layers` rows (see the
+        /// layout above).
         carry: bool,
     },
     /// GRU (PyTorch gate order r, z, n). Operands `[x, w_ih, w_hh, b_ih, b_hh, h0]`,
@@ -538,7 +559,8 @@ pub enum Op {
         num_layers: usize,
         /// Both directions.
         bidirectional: bool,
-        /// Append the last layer's final h as one extra row (`[b, s + 1, ..]`).
+        /// Append each layer's final h as `num_layers` rows (`[b, s + L, ..]`,
+        /// layout on [`Op::Lstm`]).
         carry: bool,
     },
     /// Elman RNN (tanh or relu). Operands `[x, w_ih, w_hh, bias, h0]`, packed
@@ -550,7 +572,8 @@ pub enum Op {
         num_layers: usize,
         /// Both directions.
         bidirectional: bool,
-        /// Append the last layer's final h as one extra row (`[b, s + 1, ..]`).
+        /// Append each layer's final h as `num_layers` rows (`[b, s + L, ..]`,
+        /// layout on [`Op::Lstm`]).
         carry: bool,
         /// ReLU instead of tanh.
         relu: bool,

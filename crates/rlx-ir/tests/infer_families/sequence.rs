@@ -21,7 +21,15 @@ fn selective_scan() {
     let mut bad = ins.clone();
     bad[3] = shp(&[sym("b"), sym("s"), st(8)], DType::F16);
     err(&op, &bad, "must have the dtype of x");
-    err(&op, &ins[..4], "expects 5 input(s), got 4");
+    err(&op, &ins[..4], "expects 5 to 6 input(s), got 4");
+    // the optional recurrent state [b, h, n]
+    let mut with = ins.to_vec();
+    with.push(shp(&[sym("b"), st(4), st(8)], DType::F32));
+    assert_eq!(ok(&op, &with), bs(st(4)));
+    with[5] = shp(&[sym("b"), st(4), st(7)], DType::F32);
+    err(&op, &with, "state dim 2 vs a's state size");
+    with[5] = shp(&[sym("b"), st(4), st(8)], DType::F16);
+    err(&op, &with, "state must have the dtype of x");
 }
 
 #[test]
@@ -51,6 +59,12 @@ fn mamba2() {
         state_size: 4,
     };
     err(&zero, &ins, "heads must be >= 1");
+    // the optional recurrent state [b, heads, head_dim, n]
+    let mut with = ins.to_vec();
+    with.push(f32s(&[1, 2, 3, 4]));
+    assert_eq!(ok(&op, &with), f32s(&[1, 5, 6]));
+    with[5] = f32s(&[1, 2, 4, 3]);
+    err(&op, &with, "state dim 2 (head_dim)");
 }
 
 #[test]
@@ -98,7 +112,8 @@ fn lstm_packed_weights() {
         f32s(&[4, 2, 5]),
         f32s(&[4, 2, 5]),
     ];
-    assert_eq!(ok(&lstm(2, true, true), &ins), f32s(&[2, 9, 10]));
+    // carry: 2 layers × (h, c) = 4 extra rows
+    assert_eq!(ok(&lstm(2, true, true), &ins), f32s(&[2, 11, 10]));
     assert_eq!(ok(&lstm(2, true, false), &ins), f32s(&[2, 7, 10]));
     // one layer: w_ih columns are the input size
     let one = [

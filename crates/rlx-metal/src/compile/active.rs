@@ -123,6 +123,32 @@ fn scale(t: &Thunk, full: u32, a: u32) -> Result<Thunk, String> {
             }
             x.seq = sc(x.seq, full, a).ok_or_else(bad)?;
         }
+        // causal scans: the first `a` rows' outputs and the state after
+        // them depend on those rows only
+        Thunk::GatedDeltaNet(x) => {
+            one_batch(x.batch)?;
+            x.seq = sc(x.seq, full, a).ok_or_else(bad)?;
+        }
+        Thunk::SelectiveScan(x) => {
+            one_batch(x.batch)?;
+            x.seq = sc(x.seq, full, a).ok_or_else(bad)?;
+        }
+        Thunk::Mamba2(x) => {
+            one_batch(x.batch)?;
+            x.seq = sc(x.seq, full, a).ok_or_else(bad)?;
+        }
+        Thunk::Lstm(x) => {
+            causal_rnn(x.batch, x.bidirectional, x.carry)?;
+            x.seq = sc(x.seq, full, a).ok_or_else(bad)?;
+        }
+        Thunk::Gru(x) => {
+            causal_rnn(x.batch, x.bidirectional, x.carry)?;
+            x.seq = sc(x.seq, full, a).ok_or_else(bad)?;
+        }
+        Thunk::Rnn(x) => {
+            causal_rnn(x.batch, x.bidirectional, x.carry)?;
+            x.seq = sc(x.seq, full, a).ok_or_else(bad)?;
+        }
         Thunk::CpuIndexing(c) => match &mut c.thunk {
             IndexingThunk::ScatterNd {
                 data,
@@ -139,6 +165,29 @@ fn scale(t: &Thunk, full: u32, a: u32) -> Result<Thunk, String> {
         _ => return Err("no prefix form for this kind".into()),
     }
     Ok(t)
+}
+
+/// Scans have a prefix form only with one sequence (the token axis is
+/// the leading axis of the active extent).
+fn one_batch(batch: u32) -> Result<(), String> {
+    if batch == 1 {
+        Ok(())
+    } else {
+        Err(format!("batch {batch} (needs 1)"))
+    }
+}
+
+/// A recurrent net runs on a prefix when it is causal (one direction) and
+/// appends no final-state rows (those sit after the token rows).
+fn causal_rnn(batch: u32, bidirectional: bool, carry: bool) -> Result<(), String> {
+    one_batch(batch)?;
+    if bidirectional {
+        return Err("a bidirectional recurrence reads every row".into());
+    }
+    if carry {
+        return Err("carry rows follow the token rows".into());
+    }
+    Ok(())
 }
 
 /// True when `new` is `old` or its prefix in the ratio `a / full`.
@@ -237,9 +286,10 @@ impl ActivePlan {
                 let token = token_reads.contains(o);
                 prefix_of(o, n, full, 1) && !(token && n.len == o.len && o.len > 0 && full > 1)
             });
-            let to_state = io.writes.iter().all(|w| is_state(w.offset));
+            // a write into a state (KV cache, recurrent state) keeps its
+            // range; any other write is token-major and must shrink
             let writes_ok = io.writes.iter().zip(&sio.writes).all(|(o, n)| {
-                prefix_of(o, n, full, 1) && (to_state || n.len < o.len || o.len == 0)
+                prefix_of(o, n, full, 1) && (is_state(o.offset) || n.len < o.len || o.len == 0)
             });
             if !(same_shape && reads_ok && writes_ok) {
                 return Err(unsupported(
@@ -249,7 +299,7 @@ impl ActivePlan {
             roles.push(Role::Scale);
             for w in &io.writes {
                 taint.overwrite(w);
-                if !to_state {
+                if !is_state(w.offset) {
                     taint.add(w);
                 }
             }

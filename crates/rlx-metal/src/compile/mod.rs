@@ -45,6 +45,7 @@ pub fn compile_without(
             known: known.join(", "),
         });
     }
+    check_compilable(graph, opts)?;
     let (fused, graph_passes) = fuse::run_fusions(graph, &opts.dims, disabled)?;
     let mut c = lower(&fused, opts)?;
     let cx = PassContext {
@@ -53,4 +54,33 @@ pub fn compile_without(
     c.passes = run_passes(&mut c.schedule, &cx, PIPELINE, disabled);
     c.passes.graph_passes = graph_passes;
     Ok(c)
+}
+
+/// What compiling needs beyond a verified graph: every node's shape, with
+/// the symbols bound by `opts`, fits [`rlx_ir::shape::MAX_TENSOR_BYTES`]
+/// (checked arithmetic; the error names the node and the dim), so lowering
+/// and planning never see a size that overflows; and no two outputs share a
+/// name (a run returns its outputs by name). Scan bodies may repeat an
+/// output (carry and result), so the latter is checked here, not by the IR.
+fn check_compilable(graph: &Graph, opts: &CompileOptions) -> Result<(), CompileError> {
+    let bind = |s: &str| opts.dims.get(s).copied();
+    for node in &graph.nodes {
+        node.shape
+            .check_bytes("compile", &format!("node '{}'", node.name), &bind)?;
+    }
+    for (k, &o) in graph.outputs.iter().enumerate() {
+        let name = &graph.node_checked("compile", o)?.name;
+        let earlier = &graph.outputs[..k];
+        if earlier
+            .iter()
+            .any(|&j| graph.nodes.get(j).is_some_and(|n| n.name == *name))
+        {
+            return Err(rlx_ir::IrError::attr(
+                "compile",
+                format!("two outputs are named '{name}': a run returns its outputs by name"),
+            )
+            .into());
+        }
+    }
+    Ok(())
 }

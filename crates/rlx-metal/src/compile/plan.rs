@@ -90,6 +90,17 @@ pub enum PlanError {
         /// Parent size.
         size: usize,
     },
+    /// The arena would pass the addressable limit (offsets are tagged from
+    /// bit 62 on).
+    #[error("[plan] value {value} of {size} bytes takes the arena past {limit} bytes")]
+    TooLarge {
+        /// The value being placed.
+        value: usize,
+        /// Its size in bytes.
+        size: usize,
+        /// The most bytes an arena may span.
+        limit: usize,
+    },
     /// A value whose interval ends before it starts.
     #[error("[plan] value {value} ends at step {end} before it starts at step {start}")]
     BadInterval {
@@ -101,6 +112,10 @@ pub enum PlanError {
         end: usize,
     },
 }
+
+/// The most bytes an arena may span: arena offsets must stay below the
+/// state tag (bit 62, see [`crate::thunk::offsets`]).
+pub const ARENA_LIMIT: usize = 1 << 62;
 
 fn align_up(x: usize, a: usize) -> usize {
     x.div_ceil(a).saturating_mul(a)
@@ -191,7 +206,8 @@ pub fn plan(values: &[Value], align: usize) -> Result<MemoryPlan, PlanError> {
                     });
                 }
                 root[i] = root[parent];
-                root_off[i] = root_off[parent] + byte_offset;
+                // within the parent (checked above), hence within its root
+                root_off[i] = root_off[parent].saturating_add(byte_offset);
             }
             _ => {
                 root[i] = i;
@@ -234,18 +250,30 @@ pub fn plan(values: &[Value], align: usize) -> Result<MemoryPlan, PlanError> {
             free.insert(off, size);
         }
         let size = align_up(v.size.max(1), align);
+        let too_large = PlanError::TooLarge {
+            value: i,
+            size: v.size,
+            limit: ARENA_LIMIT,
+        };
         let off = if let Some((off, block)) = free.best_fit(size) {
             free.take(off, block, size);
             off
         } else if let Some((off, block)) = free.tail(top) {
             free.take(off, block, block);
-            top = off + size;
+            top = off.checked_add(size).ok_or(too_large)?;
             off
         } else {
             let off = top;
-            top += size;
+            top = top.checked_add(size).ok_or(too_large)?;
             off
         };
+        if top > ARENA_LIMIT {
+            return Err(PlanError::TooLarge {
+                value: i,
+                size: v.size,
+                limit: ARENA_LIMIT,
+            });
+        }
         offsets[i] = off;
         live.insert((end[i], i), (off, size));
     }

@@ -10,22 +10,68 @@
 
 use crate::thunk::{buffer_of, is_weight, raw_offset, Buf};
 
-#[derive(Clone, Copy)]
-#[repr(C, align(64))]
-struct Line([u8; 64]);
+/// Alignment of an [`AlignedBuf`]: every planned offset is a multiple.
+const ALIGN: usize = 64;
 
-/// A zero-initialised, 64-byte-aligned byte buffer.
+/// A 64-byte-aligned unit (what an empty buffer's dangling pointer points
+/// to; never constructed, only its alignment is used).
+#[allow(dead_code)]
+#[repr(C, align(64))]
+struct Line([u8; ALIGN]);
+
+/// A zero-initialised, 64-byte-aligned byte buffer. Allocated zeroed by
+/// the system allocator (pages untouched until written, as with `calloc`),
+/// and fallibly: [`AlignedBuf::try_zeroed`] reports a size the machine
+/// cannot provide instead of aborting the process.
 pub struct AlignedBuf {
-    lines: Vec<Line>,
+    ptr: std::ptr::NonNull<u8>,
     len: usize,
+    /// Bytes allocated (`len` rounded up to [`ALIGN`]); 0 = nothing allocated.
+    cap: usize,
+}
+
+// SAFETY: the buffer owns plain bytes; shared access only reads them and
+// mutation needs `&mut self`.
+unsafe impl Send for AlignedBuf {}
+unsafe impl Sync for AlignedBuf {}
+
+/// An allocation the machine cannot provide.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("[alloc] cannot allocate {bytes} bytes (out of memory or past the address space)")]
+pub struct AllocError {
+    /// The bytes asked for.
+    pub bytes: usize,
 }
 
 impl AlignedBuf {
-    /// `len` zero bytes.
+    /// `len` zero bytes, or an error when they cannot be allocated.
+    pub fn try_zeroed(len: usize) -> Result<Self, AllocError> {
+        let err = AllocError { bytes: len };
+        let cap = len
+            .checked_next_multiple_of(ALIGN)
+            .filter(|&c| c <= isize::MAX as usize)
+            .ok_or(err.clone())?;
+        if cap == 0 {
+            return Ok(AlignedBuf {
+                ptr: std::ptr::NonNull::<Line>::dangling().cast(),
+                len,
+                cap,
+            });
+        }
+        let layout = std::alloc::Layout::from_size_align(cap, ALIGN).map_err(|_| err.clone())?;
+        // SAFETY: `layout` has a non-zero size.
+        let raw = unsafe { std::alloc::alloc_zeroed(layout) };
+        let ptr = std::ptr::NonNull::new(raw).ok_or(err)?;
+        Ok(AlignedBuf { ptr, len, cap })
+    }
+
+    /// `len` zero bytes. Panics when they cannot be allocated (tests and
+    /// small internal buffers; user-sized buffers go through
+    /// [`AlignedBuf::try_zeroed`]).
     pub fn zeroed(len: usize) -> Self {
-        AlignedBuf {
-            lines: vec![Line([0; 64]); len.div_ceil(64)],
-            len,
+        match Self::try_zeroed(len) {
+            Ok(b) => b,
+            Err(e) => panic!("{e}"),
         }
     }
 
@@ -41,19 +87,34 @@ impl AlignedBuf {
 
     /// The bytes.
     pub fn as_slice(&self) -> &[u8] {
-        // SAFETY: `lines` holds at least `len` initialised bytes.
-        unsafe { std::slice::from_raw_parts(self.lines.as_ptr().cast::<u8>(), self.len) }
+        // SAFETY: `ptr` holds `len` initialised (zeroed or written) bytes,
+        // or is a dangling aligned pointer when `len` is 0.
+        unsafe { std::slice::from_raw_parts(self.ptr.as_ptr(), self.len) }
     }
 
     /// The bytes, mutably.
     pub fn as_mut_slice(&mut self) -> &mut [u8] {
         // SAFETY: as above, and we hold `&mut self`.
-        unsafe { std::slice::from_raw_parts_mut(self.lines.as_mut_ptr().cast::<u8>(), self.len) }
+        unsafe { std::slice::from_raw_parts_mut(self.ptr.as_ptr(), self.len) }
     }
 
     /// Raw pointer to the first byte.
     pub fn as_mut_ptr(&mut self) -> *mut u8 {
-        self.lines.as_mut_ptr().cast::<u8>()
+        self.ptr.as_ptr()
+    }
+}
+
+impl Drop for AlignedBuf {
+    fn drop(&mut self) {
+        if self.cap > 0 {
+            // SAFETY: allocated in `try_zeroed` with exactly this layout.
+            unsafe {
+                std::alloc::dealloc(
+                    self.ptr.as_ptr(),
+                    std::alloc::Layout::from_size_align_unchecked(self.cap, ALIGN),
+                )
+            }
+        }
     }
 }
 
@@ -261,6 +322,19 @@ impl Plain for u64 {}
 mod tests {
     use super::*;
     use crate::thunk::{tag_segment, tag_state, tag_weight};
+
+    #[test]
+    fn allocation_is_fallible_and_aligned() {
+        let e = AlignedBuf::try_zeroed(usize::MAX - 3).err().unwrap();
+        assert_eq!(e.bytes, usize::MAX - 3);
+        assert!(AlignedBuf::try_zeroed(1 << 62).is_err());
+        let mut b = AlignedBuf::try_zeroed(100).unwrap();
+        assert_eq!(b.len(), 100);
+        assert!((b.as_mut_ptr() as usize).is_multiple_of(64));
+        assert!(b.as_slice().iter().all(|&x| x == 0));
+        let mut z = AlignedBuf::try_zeroed(0).unwrap();
+        assert!(z.is_empty() && (z.as_mut_ptr() as usize).is_multiple_of(64));
+    }
 
     #[test]
     fn per_buffer_bounds_and_writes() {

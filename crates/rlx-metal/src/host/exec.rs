@@ -90,14 +90,13 @@ pub struct HostExecutor {
 }
 
 /// Size rayon's global pool from `RLX_NUM_THREADS` (0 or unset: one
-/// worker per core), once per process. Later calls do nothing; a pool some
+/// worker per core; at most [`rlx_ir::env::max_threads`]), once per process. Later calls do nothing; a pool some
 /// other code built first is kept.
 pub fn init_threads() {
     static ONCE: std::sync::Once = std::sync::Once::new();
     ONCE.call_once(|| {
-        let n = rlx_ir::env::get("RLX_NUM_THREADS")
-            .and_then(|v| v.trim().parse::<usize>().ok())
-            .unwrap_or(0);
+        // one per core when unset; clamped to four per core (with a warning)
+        let n = rlx_ir::env::threads("RLX_NUM_THREADS");
         if n > 0 {
             // An error only means a global pool exists already.
             let _ = rayon::ThreadPoolBuilder::new()

@@ -81,21 +81,15 @@ thread_local! {
 static NOOP: fn(usize) = |_| {};
 
 fn threads_wanted() -> usize {
-    let n = rlx_ir::env::get("RLX_NUM_THREADS")
-        .and_then(|v| v.trim().parse::<usize>().ok())
-        .unwrap_or(0);
-    if n > 0 {
-        n
-    } else {
-        std::thread::available_parallelism().map_or(1, |n| n.get())
-    }
+    // 0 / unset = one per core; clamped to four per core (with a warning)
+    rlx_ir::env::threads("RLX_NUM_THREADS")
 }
 
 fn spin_budget() -> Duration {
-    let us = rlx_ir::env::get("RLX_SPIN_US")
-        .and_then(|v| v.trim().parse::<u64>().ok())
-        .unwrap_or(1000);
-    Duration::from_micros(us)
+    Duration::from_micros(rlx_ir::env::int_at_most(
+        "RLX_SPIN_US",
+        rlx_ir::env::MAX_SPIN_US,
+    ))
 }
 
 impl Team {

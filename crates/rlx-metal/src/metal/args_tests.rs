@@ -54,6 +54,10 @@ fn header_and_rust_assert_the_same_layouts() {
         ("TopKArgs", size_of::<TopKArgs>()),
         ("ModNormArgs", size_of::<ModNormArgs>()),
         ("GroupNormArgs", size_of::<GroupNormArgs>()),
+        ("GdnArgs", size_of::<GdnArgs>()),
+        ("SsmArgs", size_of::<SsmArgs>()),
+        ("Mamba2Args", size_of::<Mamba2Args>()),
+        ("RnnArgs", size_of::<RnnArgs>()),
     ];
     let header = header_sizes();
     assert_eq!(header.len(), rust.len(), "{header:?}");

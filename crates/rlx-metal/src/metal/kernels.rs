@@ -46,6 +46,12 @@ pub enum Family {
     NormFused,
     /// Depthwise causal 1-D convolution (BSC layout).
     Conv,
+    /// Gated DeltaNet recurrence.
+    Gdn,
+    /// Mamba selective scan and Mamba-2 SSD.
+    Ssm,
+    /// LSTM, GRU, Elman RNN.
+    Recurrent,
 }
 
 /// Every family.
@@ -64,6 +70,9 @@ pub const ALL_FAMILIES: &[Family] = &[
     Family::Reduce,
     Family::NormFused,
     Family::Conv,
+    Family::Gdn,
+    Family::Ssm,
+    Family::Recurrent,
 ];
 
 impl Family {
@@ -84,6 +93,9 @@ impl Family {
             Family::Reduce => "reduce.metal",
             Family::NormFused => "norm_fused.metal",
             Family::Conv => "conv.metal",
+            Family::Gdn => "gdn.metal",
+            Family::Ssm => "ssm.metal",
+            Family::Recurrent => "recurrent.metal",
         }
     }
 
@@ -104,6 +116,9 @@ impl Family {
             Family::Reduce => include_str!("../../kernels/reduce.metal"),
             Family::NormFused => include_str!("../../kernels/norm_fused.metal"),
             Family::Conv => include_str!("../../kernels/conv.metal"),
+            Family::Gdn => include_str!("../../kernels/gdn.metal"),
+            Family::Ssm => include_str!("../../kernels/ssm.metal"),
+            Family::Recurrent => include_str!("../../kernels/recurrent.metal"),
         }
     }
 }

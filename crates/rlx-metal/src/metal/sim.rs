@@ -255,3 +255,7 @@ mod tests_norm_fused;
 #[cfg(test)]
 #[path = "sim_tests_conv.rs"]
 mod tests_conv;
+
+#[cfg(test)]
+#[path = "sim_tests_sequence.rs"]
+mod tests_sequence;

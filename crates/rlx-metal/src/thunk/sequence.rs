@@ -1,20 +1,21 @@
 //! Recurrences and scans: gated DeltaNet, Mamba selective scan, Mamba-2
 //! SSD, LSTM, GRU and Elman RNN.
 //!
-//! # Recurrent weight layout (decided here)
+//! # Recurrent weight layout
 //!
-//! With `dirs = 2` if bidirectional else 1, `G` gates (LSTM 4, GRU 3,
-//! RNN 1) and `L = num_layers`, every layer and direction is packed
-//! back to back, PyTorch style:
+//! LSTM / GRU / RNN operands use the layout documented once on
+//! `rlx_ir::Op::Lstm` (padded `w_ih [L·dirs, G·hidden, in_w]`, `w_hh
+//! [L·dirs, G·hidden, hidden]`, biases `[L·dirs, G·hidden]`, `h0` / `c0
+//! [L·dirs, batch, hidden]`, output `[batch, seq + extra, dirs·hidden]` with
+//! `extra = carry rows · L` when `carry`); [`recurrent_sizes`] computes it.
 //!
-//! * `w_ih`: layer 0 `[dirs, G·hidden, input_size]`, later layers
-//!   `[dirs, G·hidden, dirs·hidden]`;
-//! * `w_hh`: `[L, dirs, G·hidden, hidden]`;
-//! * each bias: `[L, dirs, G·hidden]` (LSTM / RNN one combined bias; GRU
-//!   `b_ih` and `b_hh`);
-//! * `h0` / `c0`: `[L, dirs, batch, hidden]`;
-//! * output `[batch, seq + extra, dirs·hidden]`, `extra` = the final-state
-//!   rows appended with `carry` (LSTM 2: h and c; GRU / RNN 1: h).
+//! # Recurrent state of the SSM scans
+//!
+//! `SelectiveScan::state` (`[batch, hidden, state_size]`) and
+//! `Mamba2::state` (`[batch, heads, head_dim, state_size]`), when set, hold
+//! the initial state and receive the final state in place (like
+//! `GatedDeltaNet::state`); unset, the scan starts from zero and writes no
+//! state.
 //!
 //! All f32 except GatedDeltaNet with `f16`.
 
@@ -27,6 +28,9 @@ use std::fmt;
 /// Element counts of a recurrent cell's operands (see the module docs).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct RecurrentSizes {
+    /// Columns of each `w_ih` slot: `in` for one layer, else
+    /// `max(in, dirs·hidden)`.
+    pub in_w: usize,
     /// `w_ih` elements.
     pub w_ih: usize,
     /// `w_hh` elements.
@@ -35,12 +39,14 @@ pub struct RecurrentSizes {
     pub bias: usize,
     /// `h0` (and `c0`) elements.
     pub state: usize,
+    /// Output rows per batch entry (`seq` plus the carry rows).
+    pub rows: usize,
     /// Output elements.
     pub out: usize,
 }
 
-/// Sizes for a recurrence with `gates` gates; `extra_rows` final-state rows
-/// are appended to the output when `carry` is set.
+/// Sizes for a recurrence with `gates` gates; with `carry`,
+/// `rows_per_layer · num_layers` final-state rows are appended to the output.
 #[allow(clippy::too_many_arguments)]
 pub fn recurrent_sizes(
     gates: usize,
@@ -51,22 +57,30 @@ pub fn recurrent_sizes(
     num_layers: u32,
     bidirectional: bool,
     carry: bool,
-    extra_rows: usize,
+    rows_per_layer: usize,
 ) -> RecurrentSizes {
     let dirs: usize = if bidirectional { 2 } else { 1 };
     let (h, l, b) = (hidden as usize, num_layers as usize, batch as usize);
     let gh = gates.saturating_mul(h);
-    let layer_in = if l == 0 {
-        0
+    let slots = l.saturating_mul(dirs);
+    let in_w = if l <= 1 {
+        input_size as usize
     } else {
-        (input_size as usize).saturating_add((l - 1).saturating_mul(dirs.saturating_mul(h)))
+        (input_size as usize).max(dirs.saturating_mul(h))
     };
-    let rows = (seq as usize).saturating_add(if carry { extra_rows } else { 0 });
+    let extra = if carry {
+        rows_per_layer.saturating_mul(l)
+    } else {
+        0
+    };
+    let rows = (seq as usize).saturating_add(extra);
     RecurrentSizes {
-        w_ih: dirs.saturating_mul(gh).saturating_mul(layer_in),
-        w_hh: l.saturating_mul(dirs).saturating_mul(gh).saturating_mul(h),
-        bias: l.saturating_mul(dirs).saturating_mul(gh),
-        state: l.saturating_mul(dirs).saturating_mul(b).saturating_mul(h),
+        in_w,
+        w_ih: slots.saturating_mul(gh).saturating_mul(in_w),
+        w_hh: slots.saturating_mul(gh).saturating_mul(h),
+        bias: slots.saturating_mul(gh),
+        state: slots.saturating_mul(b).saturating_mul(h),
+        rows,
         out: b
             .saturating_mul(rows)
             .saturating_mul(dirs.saturating_mul(h)),
@@ -139,7 +153,8 @@ impl ThunkOp for GatedDeltaNet {
 }
 
 /// Mamba selective scan: x / delta / dst `[batch, seq, hidden]`, a
-/// `[hidden, state_size]`, b / c `[batch, seq, state_size]`.
+/// `[hidden, state_size]`, b / c `[batch, seq, state_size]`, optional
+/// `state [batch, hidden, state_size]` read then written in place.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct SelectiveScan {
     /// Input.
@@ -152,6 +167,10 @@ pub struct SelectiveScan {
     pub b: usize,
     /// Output projection.
     pub c: usize,
+    /// Recurrent state (initial in, final out), or zero-initialised and
+    /// discarded when `None`.
+    #[serde(default)]
+    pub state: Option<usize>,
     /// Output.
     pub dst: usize,
     /// Batch.
@@ -170,13 +189,17 @@ impl ThunkOp for SelectiveScan {
         let (b, s, h, n) = (self.batch, self.seq, self.hidden, self.state_size);
         let x = bytes(&[b, s, h], F32);
         let bc = bytes(&[b, s, n], F32);
-        ThunkIo::new()
+        let io = ThunkIo::new()
             .read(self.x, x)
             .read(self.delta, x)
             .read(self.a, bytes(&[h, n], F32))
             .read(self.b, bc)
-            .read(self.c, bc)
-            .write(self.dst, x)
+            .read(self.c, bc);
+        let io = match self.state {
+            Some(st) => io.update(st, bytes(&[b, h, n], F32)),
+            None => io,
+        };
+        io.write(self.dst, x)
     }
     fn safe_for_active_extent(&self) -> bool {
         true
@@ -184,19 +207,22 @@ impl ThunkOp for SelectiveScan {
     fn fmt_fields(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(
             f,
-            "b={} s={} hidden={} n={} x={} dst={}",
+            "b={} s={} hidden={} n={} x={}{} dst={}",
             self.batch,
             self.seq,
             self.hidden,
             self.state_size,
             Off(self.x),
+            StateField(self.state),
             Off(self.dst)
         )
     }
 }
 
 /// Mamba-2 SSD scan: x / dst `[batch, seq, heads · head_dim]`, dt
-/// `[batch, seq, heads]`, a `[heads]`, b / c `[batch, seq, state_size]`.
+/// `[batch, seq, heads]`, a `[heads]`, b / c `[batch, seq, state_size]`,
+/// optional `state [batch, heads, head_dim, state_size]` read then written
+/// in place.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Mamba2 {
     /// Input.
@@ -209,6 +235,10 @@ pub struct Mamba2 {
     pub b: usize,
     /// Output projection.
     pub c: usize,
+    /// Recurrent state (initial in, final out), or zero-initialised and
+    /// discarded when `None`.
+    #[serde(default)]
+    pub state: Option<usize>,
     /// Output.
     pub dst: usize,
     /// Batch.
@@ -235,13 +265,17 @@ impl ThunkOp for Mamba2 {
         );
         let x = bytes(&[b, s, h, p], F32);
         let bc = bytes(&[b, s, n], F32);
-        ThunkIo::new()
+        let io = ThunkIo::new()
             .read(self.x, x)
             .read(self.dt, bytes(&[b, s, h], F32))
             .read(self.a, bytes(&[h], F32))
             .read(self.b, bc)
-            .read(self.c, bc)
-            .write(self.dst, x)
+            .read(self.c, bc);
+        let io = match self.state {
+            Some(st) => io.update(st, bytes(&[b, h, p, n], F32)),
+            None => io,
+        };
+        io.write(self.dst, x)
     }
     fn safe_for_active_extent(&self) -> bool {
         true
@@ -249,15 +283,28 @@ impl ThunkOp for Mamba2 {
     fn fmt_fields(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(
             f,
-            "b={} s={} heads={} p={} n={} x={} dst={}",
+            "b={} s={} heads={} p={} n={} x={}{} dst={}",
             self.batch,
             self.seq,
             self.heads,
             self.head_dim,
             self.state_size,
             Off(self.x),
+            StateField(self.state),
             Off(self.dst)
         )
+    }
+}
+
+/// ` state=<off>` when a scan carries a recurrent state, else nothing.
+struct StateField(Option<usize>);
+
+impl fmt::Display for StateField {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.0 {
+            Some(o) => write!(f, " state={}", Off(o)),
+            None => Ok(()),
+        }
     }
 }
 
@@ -519,13 +566,19 @@ mod tests {
 
     #[test]
     fn lstm_two_layer_bidir() {
-        // in=3, H=2, L=2, dirs=2, gates 4: w_ih = 2*8*(3 + 1*4) = 112
+        // in=3, H=2, L=2, dirs=2, gates 4: w_ih [4, 8, max(3, 4)]
         let z = recurrent_sizes(4, 5, 7, 3, 2, 2, true, true, 2);
-        assert_eq!(z.w_ih, 112);
+        assert_eq!(z.in_w, 4);
+        assert_eq!(z.w_ih, 4 * 8 * 4);
         assert_eq!(z.w_hh, 2 * 2 * 8 * 2);
         assert_eq!(z.bias, 2 * 2 * 8);
         assert_eq!(z.state, 2 * 2 * 5 * 2);
-        assert_eq!(z.out, 5 * 9 * 4);
+        // carry: 2 layers × (h, c)
+        assert_eq!(z.rows, 7 + 4);
+        assert_eq!(z.out, 5 * 11 * 4);
+        // one layer: in_w is the input size even when smaller than dirs·H
+        let one = recurrent_sizes(3, 1, 2, 3, 4, 1, true, true, 1);
+        assert_eq!((one.in_w, one.w_ih, one.rows), (3, 2 * 12 * 3, 3));
         let none = recurrent_sizes(4, 5, 7, 3, 2, 0, false, false, 2);
         assert_eq!((none.w_ih, none.w_hh), (0, 0));
     }

@@ -22,6 +22,7 @@ mod elementwise;
 mod matmul;
 mod norm;
 mod reduce;
+mod sequence;
 mod shape;
 
 use super::error::CompileError;
@@ -346,6 +347,7 @@ fn lower_node(ctx: &mut Ctx<'_>) -> Result<(), CompileError> {
         OpFamily::Shape => shape::lower(ctx, &op),
         OpFamily::Reduce => reduce::lower(ctx, &op),
         OpFamily::Conv => conv::lower(ctx, &op),
+        OpFamily::Sequence => sequence::lower(ctx, &op),
         OpFamily::Misc if matches!(op, Op::Custom { .. }) => shape::lower_custom(ctx, &op),
         _ => Err(ctx.unsupported(format!(
             "lowering of the {:?} family is not implemented yet",
@@ -612,3 +614,6 @@ mod tests;
 
 #[cfg(test)]
 mod layout_tests;
+
+#[cfg(test)]
+mod sequence_tests;

@@ -15,6 +15,7 @@ mod norm_fused;
 mod quant;
 mod reduce;
 mod region;
+mod sequence;
 mod shape;
 mod softmax;
 
@@ -129,6 +130,7 @@ const FAMILIES: &[fn(usize, &Thunk) -> Option<Lowered>] = &[
     reduce::lower,
     norm_fused::lower,
     conv::lower,
+    sequence::lower,
 ];
 
 /// The command of thunk `i`: a dispatch, `Host` when no kernel covers it,

@@ -167,7 +167,12 @@ pub(super) fn expect(t: &Thunk) -> Expect {
             &[(X5, 4 * 64 * 4), (X6, 256)],
             true,
         ),
-        T::SelectiveScan(_) => e(&[(X0, 96), (X1, 96), (W0, 128), (X2, 48), (X3, 48)], &[(X4, 96)], true),
+        // with the state [1, 8, 4] read and written in place
+        T::SelectiveScan(_) => e(
+            &[(X0, 96), (X1, 96), (W0, 128), (X2, 48), (X3, 48), (X5, 128)],
+            &[(X5, 128), (X4, 96)],
+            true,
+        ),
         T::Mamba2(_) => e(&[(X0, 96), (X1, 24), (W0, 8), (X2, 60), (X3, 60)], &[(X4, 96)], true),
         // H=4, 4 gates, in=5, 1 layer, batch 2
         T::Lstm(_) => e(
@@ -175,10 +180,11 @@ pub(super) fn expect(t: &Thunk) -> Expect {
             &[(X3, 2 * 3 * 4 * 4)],
             true,
         ),
-        // H=2, 3 gates, 2 layers, bidir, carry: w_ih 2*6*(3+4), w_hh 2*2*6*2, bias 2*2*6
+        // H=2, 3 gates, 2 layers, bidir, carry: w_ih [4, 6, max(3, 4)], w_hh 2*2*6*2,
+        // bias 2*2*6, output seq 2 + 2 carry rows
         T::Gru(_) => e(
-            &[(X0, 6 * 4), (W0, 84 * 4), (W1, 48 * 4), (W2, 24 * 4), (W3, 24 * 4), (X1, 8 * 4)],
-            &[(X2, 3 * 4 * 4)],
+            &[(X0, 6 * 4), (W0, 96 * 4), (W1, 48 * 4), (W2, 24 * 4), (W3, 24 * 4), (X1, 8 * 4)],
+            &[(X2, 4 * 4 * 4)],
             true,
         ),
         T::Rnn(_) => e(&[(X0, 12 * 4), (W0, 15 * 4), (W1, 25 * 4), (W2, 5 * 4), (X1, 5 * 4)], &[(X2, 5 * 5 * 4)], true),

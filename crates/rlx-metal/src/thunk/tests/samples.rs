@@ -241,8 +241,8 @@ fn sequence_signal_backward() -> Vec<Thunk> {
         GatedDeltaNet {
             q: X0, k: X1, v: X2, g: X3, beta: X4, state: X5, dst: X6, batch: 1, seq: 2, heads: 4, state_size: 8, f16: false,
         }.into(),
-        SelectiveScan { x: X0, delta: X1, a: W0, b: X2, c: X3, dst: X4, batch: 1, seq: 3, hidden: 8, state_size: 4 }.into(),
-        Mamba2 { x: X0, dt: X1, a: W0, b: X2, c: X3, dst: X4, batch: 1, seq: 3, heads: 2, head_dim: 4, state_size: 5 }.into(),
+        SelectiveScan { x: X0, delta: X1, a: W0, b: X2, c: X3, state: Some(X5), dst: X4, batch: 1, seq: 3, hidden: 8, state_size: 4 }.into(),
+        Mamba2 { x: X0, dt: X1, a: W0, b: X2, c: X3, state: None, dst: X4, batch: 1, seq: 3, heads: 2, head_dim: 4, state_size: 5 }.into(),
         Lstm {
             x: X0, w_ih: W0, w_hh: W1, bias: W2, h0: X1, c0: X2, dst: X3, batch: 2, seq: 3, input_size: 5, hidden: 4,
             num_layers: 1, bidirectional: false, carry: false,
