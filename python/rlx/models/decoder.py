@@ -209,7 +209,8 @@ class DecoderModel:
             return s, c, self._runner(s, c, False).exe
 
     def reset(self, capacity: int) -> None:
-        """Empty the KV cache, sized for ``capacity`` tokens."""
+        """Empty the KV cache, sized for ``capacity`` tokens, and zero the
+        mixers' recurrent states (the short-conv rings)."""
         ctx = self.config.ctx
         if capacity > ctx:
             raise RlxError(f"[generate] {capacity} tokens exceed the context of {ctx}")
