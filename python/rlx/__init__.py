@@ -29,12 +29,16 @@ def load(
     device: str = "host",
     progress: bool = False,
     inplace: Optional[bool] = None,
+    half_weights: str = "native",
 ) -> "DecoderModel":
-    """Load a GGUF decoder LLM (a path or a packaged name such as ``"smollm2"``);
-    see :func:`rlx.models.load`."""
+    """Load a decoder LLM: a GGUF file, a Hugging Face directory or a packaged
+    name such as ``"smollm2"``; see :func:`rlx.models.load`."""
     from rlx.models import load as _load
 
-    return _load(path_or_name, device=device, progress=progress, inplace=inplace)
+    return _load(
+        path_or_name, device=device, progress=progress, inplace=inplace,
+        half_weights=half_weights,
+    )  # fmt: skip
 
 
 __all__ = [

