@@ -103,6 +103,9 @@ class Config:
     #: conv layers carry biases.
     conv_kernel: int = 0
     conv_bias: bool = False
+    #: mixture-of-experts FFN (:class:`rlx.models.moe.MoeSpec`; None = dense
+    #: SwiGLU on every layer)
+    moe: Optional[Any] = None
 
     def mixer(self, i: int) -> str:
         """The mixer kind of layer ``i``."""
@@ -280,6 +283,8 @@ class ArchSpec:
 
     qkv_bias: bool = False
     qk_norm: bool = False
+    #: q / k RMSNorm over the whole projection width (OLMoE), not per head
+    qk_norm_full: bool = False
     post_norms: bool = False
     act: str = "silu"  # or "gelu_approx"
     embed_scale: float = 1.0

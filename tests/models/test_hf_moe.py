@@ -1,0 +1,86 @@
+"""Mixture-of-experts families from Hugging Face directories against
+transformers: the tiny random models ``tests/fixtures/hf/{mixtral,
+qwen2_moe, qwen3_moe, olmoe}`` (4 experts, top-2, noise on every 1-D
+parameter, routers balanced so every expert is chosen; see their
+meta.json ``routing`` and scripts/make_moe_fixtures.py).
+
+Per model and device: teacher-forced logits of the 24-token sequence, a
+16-token prefill + 8 ``next_logits`` decode steps, the 80-token sequence.
+Tolerance: max |rlx − transformers| ≤ 1e-4 of the largest |logit| (f32
+summation order only). A routing-sensitive check makes sure the tests can
+fail: without the top-k renormalisation (or with it where the model has
+none) the logits move far beyond the tolerance.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+import pytest
+import rlx
+from hf_util import copy_fixture, expected, fixture, rel
+from rlx.graph import Graph
+from rlx.models import moe
+from rlx.models.base import Weights
+from rlx.node import Node
+
+TOL = 1e-4
+MODELS = ("mixtral", "qwen2_moe", "qwen3_moe", "olmoe")
+DEVICES = ("host", "reference")
+
+
+def _three_checks(model: rlx.DecoderModel, e: dict[str, np.ndarray]) -> tuple[float, ...]:
+    ids24 = [int(t) for t in e["ids24"]]
+    full = model.logits(ids24)
+    model.reset(24)
+    pre = model._feed(ids24[:16], all_rows=True)
+    dec = [model.next_logits([t]) for t in ids24[16:]]
+    step = np.concatenate([pre, np.stack(dec)])
+    long = model.logits([int(t) for t in e["ids80"]])
+    return (
+        rel(full, e["logits24"]),
+        rel(step, e["prefill16_decode8"]),
+        rel(long, e["logits80"]),
+    )
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("name", MODELS)
+def test_moe_logits_match_transformers(name: str, device: str) -> None:
+    d = fixture(name)
+    e = expected(d)
+    model = rlx.load(str(d), device=device)
+    assert model.config.moe is not None and model.config.moe.n_experts == 4
+    errs = _three_checks(model, e)
+    assert max(errs) < TOL, f"{name} on {device}: full / prefill+decode / 80 = {errs}"
+
+
+@pytest.mark.parametrize("name", ["mixtral", "olmoe"])
+def test_wrong_normalisation_is_caught(name: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Flipping norm_topk (mixtral renormalises, olmoe does not) breaks parity."""
+    d = fixture(name)
+    orig = moe.moe_ffn
+
+    def flipped(g: Graph, w: Weights, x: Node, prefix: str, spec: moe.MoeSpec) -> Node:
+        return orig(g, w, x, prefix, replace(spec, norm_topk=not spec.norm_topk))
+
+    monkeypatch.setattr("rlx.models.blocks.moe_ffn", flipped)
+    model = rlx.load(str(d))
+    ids24 = [int(t) for t in expected(d)["ids24"]]
+    assert rel(model.logits(ids24), expected(d)["logits24"]) > 100 * TOL
+
+
+def test_mlp_only_layers_are_dense(tmp_path: Path) -> None:
+    """qwen2_moe ``mlp_only_layers`` make a layer dense: rlx then asks for the
+    dense MLP tensors (absent from this checkpoint) and says which."""
+    d = copy_fixture(fixture("qwen2_moe"), tmp_path / "q", lambda c: c.update(mlp_only_layers=[1]))
+    with pytest.raises(rlx.RlxError, match=r"blk\.1\.ffn_gate\.weight"):
+        rlx.load(str(d)).logits([1, 2, 3])
+
+
+def test_bad_moe_config_is_refused(tmp_path: Path) -> None:
+    d = copy_fixture(fixture("mixtral"), tmp_path / "m", lambda c: c.update(num_experts_per_tok=5))
+    with pytest.raises(rlx.RlxError, match="top_k 5"):
+        rlx.load(str(d))
