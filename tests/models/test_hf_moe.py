@@ -4,7 +4,7 @@ qwen2_moe, qwen3_moe, olmoe}`` (4 experts, top-2, noise on every 1-D
 parameter, routers balanced so every expert is chosen; see their
 meta.json ``routing`` and scripts/make_moe_fixtures.py).
 
-Per model and device: teacher-forced logits of the 24-token sequence, a
+Per model and device (host, reference, metal-sim): teacher-forced logits of the 24-token sequence, a
 16-token prefill + 8 ``next_logits`` decode steps, the 80-token sequence.
 Tolerance: max |rlx − transformers| ≤ 1e-4 of the largest |logit| (f32
 summation order only). A routing-sensitive check makes sure the tests can
@@ -28,7 +28,8 @@ from rlx.node import Node
 
 TOL = 1e-4
 MODELS = ("mixtral", "qwen2_moe", "qwen3_moe", "olmoe")
-DEVICES = ("host", "reference")
+#: metal-sim runs the grouped matmuls as host commands (no Metal kernel yet, issue 16 point 3)
+DEVICES = ("host", "reference", "metal-sim")
 
 
 def _three_checks(model: rlx.DecoderModel, e: dict[str, np.ndarray]) -> tuple[float, ...]:
@@ -123,3 +124,40 @@ def test_moe_gguf_q8_0(tmp_path: Path, name: str) -> None:
     assert (host.argmax(-1) == e["logits80"].argmax(-1)).mean() >= 0.9
     per_token = np.abs(host - e["logits80"]).max(-1) / np.abs(e["logits80"]).max()
     assert np.median(per_token) < 0.05
+
+
+def test_expert_dispatch_is_grouped() -> None:
+    """Prefill and decode graphs run the experts as three native
+    ``grouped_matmul`` thunks per MoE layer (rows sorted by expert, one
+    GEMM per chosen expert), never through the numpy fallback."""
+    model = rlx.load(str(fixture("qwen2_moe")))
+    model.reset(24)
+    model._feed(list(range(1, 17)), all_rows=True)
+    model.next_logits([17])
+    runners = list(model._runners.values())
+    assert len(runners) >= 2  # a prefill graph and a one-token decode graph
+    for r in runners:
+        st = r.exe.stats
+        assert st["by_thunk"].get("grouped_matmul", 0) == 3 * model.config.n_layers, st
+        assert not st["fallback_by_thunk"], st["fallback_by_thunk"]
+
+
+def test_grouped_matmul_reads_only_chosen_experts() -> None:
+    """What makes a decode step cheap: the host kernel touches only the
+    experts some row chose. Experts 1 and 3 are NaN; rows routed to 0 and 2
+    come out finite and equal to numpy (were they read, NaN would spread)."""
+    rng = np.random.default_rng(0)
+    g = rlx.Graph("moe_nan")
+    x = g.input("x", [2, 8])
+    idx = g.input("idx", [2], "i32")
+    g.outputs(g.grouped_matmul(x, g.param("w", [4, 8, 5]), idx, name="y"))
+    xv = rng.standard_normal((2, 8)).astype(np.float32)
+    wv = rng.standard_normal((4, 8, 5)).astype(np.float32)
+    wv[[1, 3]] = np.nan
+    iv = np.array([2, 0], np.int32)
+    exe = rlx.compile(g, device="host")
+    exe.set_param("w", wv)
+    y = exe.run(x=xv, idx=iv)["y"]
+    want = np.einsum("mk,mkn->mn", xv.astype(np.float64), wv[iv].astype(np.float64))
+    assert np.isfinite(y).all()
+    np.testing.assert_allclose(y, want, rtol=1e-5, atol=1e-5)
