@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Any, Callable, Optional, Union
+from typing import TYPE_CHECKING, Any, Callable, Optional, Union
 
 import numpy as np
 
@@ -26,6 +26,9 @@ from rlx.graph import Graph
 from rlx.io.gguf import GGUFFile
 from rlx.models.source import GGUFSource, NameMap, TensorSource, to_f32
 from rlx.node import Node
+
+if TYPE_CHECKING:
+    from rlx.models.moe import MoeSpec
 
 #: GGUF storage types the host executor multiplies packed (``dequant_matmul``).
 PACKED_TYPES = frozenset(
@@ -105,7 +108,7 @@ class Config:
     conv_bias: bool = False
     #: mixture-of-experts FFN (:class:`rlx.models.moe.MoeSpec`; None = dense
     #: SwiGLU on every layer)
-    moe: Optional[Any] = None
+    moe: Optional[MoeSpec] = None
 
     def mixer(self, i: int) -> str:
         """The mixer kind of layer ``i``."""
