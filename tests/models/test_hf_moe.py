@@ -142,23 +142,32 @@ def test_expert_dispatch_is_grouped() -> None:
         assert not st["fallback_by_thunk"], st["fallback_by_thunk"]
 
 
-def test_grouped_matmul_reads_only_chosen_experts() -> None:
-    """What makes a decode step cheap: the host kernel touches only the
+@pytest.mark.parametrize("packed", [False, True])
+def test_grouped_matmul_reads_only_chosen_experts(packed: bool) -> None:
+    """What makes a decode step cheap: the host kernels (``grouped_matmul``
+    and ``dequant_grouped_mat_mul``, here its F32 row format) touch only the
     experts some row chose. Experts 1 and 3 are NaN; rows routed to 0 and 2
     come out finite and equal to numpy (were they read, NaN would spread)."""
     rng = np.random.default_rng(0)
     g = rlx.Graph("moe_nan")
     x = g.input("x", [2, 8])
     idx = g.input("idx", [2], "i32")
-    g.outputs(g.grouped_matmul(x, g.param("w", [4, 8, 5]), idx, name="y"))
-    xv = rng.standard_normal((2, 8)).astype(np.float32)
-    wv = rng.standard_normal((4, 8, 5)).astype(np.float32)
+    wv = rng.standard_normal((4, 5, 8)).astype(np.float32)  # [E, n, k]
     wv[[1, 3]] = np.nan
+    if packed:
+        wq = g.param("w", [4, 5, 32], "u8")
+        y_node = g.dequant_grouped_matmul(x, wq, idx, scheme="f32", num_experts=4, n=5)
+        value = wv.view(np.uint8).reshape(4, 5, 32)
+    else:
+        y_node = g.grouped_matmul(x, g.param("w", [4, 8, 5]), idx)
+        value = np.ascontiguousarray(wv.transpose(0, 2, 1))
+    g.outputs(g.apply({"op": "reshape", "dims": [2, 5]}, y_node, name="y"))
+    xv = rng.standard_normal((2, 8)).astype(np.float32)
     iv = np.array([2, 0], np.int32)
     exe = rlx.compile(g, device="host")
-    exe.set_param("w", wv)
+    exe.set_param("w", value)
     y = exe.run(x=xv, idx=iv)["y"]
-    want = np.einsum("mk,mkn->mn", xv.astype(np.float64), wv[iv].astype(np.float64))
+    want = np.einsum("mk,mnk->mn", xv.astype(np.float64), wv[iv].astype(np.float64))
     assert np.isfinite(y).all()
     np.testing.assert_allclose(y, want, rtol=1e-5, atol=1e-5)
 
