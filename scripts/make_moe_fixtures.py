@@ -24,7 +24,9 @@ into ``meta.json`` (``routing``).
 
     /work/peer-venv/bin/python scripts/make_moe_fixtures.py [--models mixtral ...]
     /work/peer-venv/bin/python scripts/make_moe_fixtures.py --what gguf \\
-        --converter $SDIST/vendor/llama.cpp/convert_hf_to_gguf.py   # tests/fixtures/gguf/<name>-q8_0.gguf
+        --converter $SDIST/vendor/llama.cpp/convert_hf_to_gguf.py
+
+(``--what gguf`` writes ``tests/fixtures/gguf/<name>-q8_0.gguf``.)
 """
 
 from __future__ import annotations
