@@ -1,7 +1,8 @@
 """The decoder graph every architecture shares (:func:`build_decoder`): a
 stack of pre-norm layers, each ``norm → mixer → [post norm] → +residual →
-norm → gated MLP → [post norm] → +residual``, where the mixer is the one of
-the layer's kind (``cfg.mixer(i)``: attention, short conv, … from
+norm → gated MLP → [post norm] → +residual`` (the MLP is the mixture of
+experts of :mod:`rlx.models.moe` on the layers ``cfg.moe`` names), where the
+mixer is the one of the layer's kind (``cfg.mixer(i)``: attention, short conv, … from
 :mod:`rlx.models.mixers`).
 
 One graph runs ``S`` new tokens against ``C`` cached ones:
@@ -38,6 +39,7 @@ from rlx.errors import UnsupportedOpError
 from rlx.graph import Graph
 from rlx.models.base import ArchSpec, Config, Weights
 from rlx.models.mixers import MIXERS, LayerCtx
+from rlx.models.moe import moe_ffn
 
 #: most new tokens one graph takes (the largest prompt bucket); sizes the
 #: short-conv state rings, so every graph of a model declares the same states
@@ -74,10 +76,13 @@ def build_decoder(
             a = g.rms_norm(a, w.vector(g, p + "post_attention_norm.weight"), eps=cfg.eps)
         h = g.add(h, a)
         x = g.rms_norm(h, w.vector(g, p + "ffn_norm.weight"), eps=cfg.eps)
-        gate = w.linear(g, x, p + "ffn_gate.weight")
-        up = w.linear(g, x, p + "ffn_up.weight")
-        act = g.gelu_approx(gate) if spec.act == "gelu_approx" else g.silu(gate)
-        f = w.linear(g, g.mul(act, up), p + "ffn_down.weight")
+        if cfg.moe is not None and cfg.moe.is_moe(i):
+            f = moe_ffn(g, w, x, p, cfg.moe)
+        else:
+            gate = w.linear(g, x, p + "ffn_gate.weight")
+            up = w.linear(g, x, p + "ffn_up.weight")
+            act = g.gelu_approx(gate) if spec.act == "gelu_approx" else g.silu(gate)
+            f = w.linear(g, g.mul(act, up), p + "ffn_down.weight")
         if spec.post_norms:
             f = g.rms_norm(f, w.vector(g, p + "post_ffw_norm.weight"), eps=cfg.eps)
         h = g.add(h, f)
