@@ -286,7 +286,10 @@ mod tests {
             // without the state operand no State leaf is needed
             let mut g2 = Graph::new("ss0");
             let ids: Vec<usize> = (0..5)
-                .map(|i| g2.add(g.nodes[i].op.clone(), &[], &format!("v{i}")).unwrap())
+                .map(|i| {
+                    g2.add(g.nodes[i].op.clone(), &[], &format!("v{i}"))
+                        .unwrap()
+                })
                 .collect();
             let y = g2.add(Op::SelectiveScan, &ids, "y").unwrap();
             g2.set_outputs(&[y]).unwrap();

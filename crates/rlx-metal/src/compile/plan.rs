@@ -419,11 +419,18 @@ mod tests {
         let huge = 1usize << 61;
         let ok = vec![planned(huge - 64, 0, 2), planned(huge - 64, 1, 2)];
         assert!(plan(&ok, 64).is_ok());
-        let vals = vec![planned(huge, 0, 3), planned(huge, 1, 3), planned(huge, 2, 3)];
+        let vals = vec![
+            planned(huge, 0, 3),
+            planned(huge, 1, 3),
+            planned(huge, 2, 3),
+        ];
         let e = plan(&vals, 64).unwrap_err();
         assert!(matches!(e, PlanError::TooLarge { value: 2, .. }), "{e}");
         // sizes near usize::MAX never wrap
-        let vals = vec![planned(usize::MAX - 10, 0, 1), planned(usize::MAX - 10, 0, 1)];
+        let vals = vec![
+            planned(usize::MAX - 10, 0, 1),
+            planned(usize::MAX - 10, 0, 1),
+        ];
         assert!(matches!(plan(&vals, 64), Err(PlanError::TooLarge { .. })));
     }
 
