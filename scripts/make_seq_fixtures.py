@@ -28,12 +28,18 @@ What it writes (all under ``tests/fixtures/``):
   ``x``, ``h0`` / ``c0`` (when given), ``output``, ``h_n`` (and ``c_n`` for LSTM), plus
   0-d ``num_layers``, ``bidirectional``, ``batch_first``, ``hidden_size``.
 
-* ``gguf/<name>-{f32,f16,q8_0}.gguf`` (``--what gguf``): the ``hf/<name>`` models
+* ``gguf/<name>-<type>.gguf`` (``--what gguf``; ``--gguf-types`` among f32, f16, q8_0;
+  only q8_0 is committed: F32 GGUFs would double the fixtures' size, and the Q8_0 files
+  keep their 1-D tensors in F32 and their 2-D ones within Q8_0 error of the
+  safetensors): the ``hf/<name>`` models
   converted by llama.cpp's ``convert_hf_to_gguf.py`` (``--converter PATH``; it is
   vendored in the llama-cpp-python sdist, not in this repo). The converter refuses a
   BPE tokenizer whose pre-tokenizer hash it does not know; ours uses the GPT-2
   pre-tokenizer regex, so this script patches the converter's
-  ``get_vocab_base_pre`` to answer ``"gpt-2"``.
+  ``get_vocab_base_pre`` to answer ``"gpt-2"``, and makes Jamba's converter (which wants
+  a sentencepiece vocabulary) write the same BPE through its GPT-2 path. Qwen3-Next and
+  Qwen3.5 are converted with ``--no-mtp``. A model the converter refuses is reported and
+  skipped (llama.cpp's Qwen3-Next has no dense-MLP layers: ``qwen3_next_dense`` fails).
 
 Run it with the peer python (torch + transformers live outside the repo's .venv, see
 ``scripts/setup_peers.sh``)::
@@ -325,8 +331,12 @@ def spec(name: str) -> tuple[str, str, dict[str, Any], str]:
                 ssm_in_multiplier=1.2,
                 ssm_out_multiplier=0.9,
                 ssm_multipliers=[1.0, 1.1, 0.9, 1.2, 0.8],
+                # llama.cpp's converter folds embedding_multiplier into token_embd and
+                # lm_head_multiplier into output: a tied head would come out wrong there
+                tie_word_embeddings=False,
             ),
-            "parallel attention + mamba2 per layer; every muP multiplier != 1",
+            "parallel attention + mamba2 per layer; every muP multiplier != 1; untied head "
+            "(the GGUF converter folds the multipliers into the weights)",
         ),
         "granitemoehybrid": (
             "GraniteMoeHybridConfig",
@@ -613,19 +623,23 @@ sys.path[:0] = [conv.rsplit('/', 1)[0] + '/gguf-py', conv.rsplit('/', 1)[0]]
 import conversion.base as base
 # our tokenizer uses the GPT-2 pre-tokenizer regex (tokenizers' ByteLevel(use_regex=True))
 base.TextModel.get_vocab_base_pre = lambda self, tokenizer: 'gpt-2'
+# Jamba's converter wants a sentencepiece / Llama-HF vocabulary; ours is a byte-level BPE
+# in tokenizer.json, which the generic GPT-2 path writes (the same ids as the HF fixture)
+import conversion.jamba as jamba
+jamba.JambaModel.set_vocab = lambda self: self._set_vocab_gpt2()
 import runpy
 sys.argv = [conv] + sys.argv[2:]
 runpy.run_path(conv, run_name='__main__')
 """
 
 
-def make_gguf(names: list[str], converter: Path) -> dict[str, str]:
-    """Convert each hf/<name> to f32 / f16 / q8_0 GGUF; returns name -> status."""
+def make_gguf(names: list[str], converter: Path, ftypes: list[str]) -> dict[str, str]:
+    """Convert each hf/<name> to GGUF in each of ``ftypes``; returns file stem -> status."""
     GGUF_DIR.mkdir(parents=True, exist_ok=True)
     status = {}
     for name in names:
         src = HF_DIR / name
-        for ftype in ("f32", "f16", "q8_0"):
+        for ftype in ftypes:
             dst = GGUF_DIR / f"{name}-{ftype}.gguf"
             cmd = [
                 sys.executable,
@@ -638,8 +652,8 @@ def make_gguf(names: list[str], converter: Path) -> dict[str, str]:
                 "--outtype",
                 ftype,
             ]
-            if name.startswith("qwen3_next"):
-                cmd.append("--no-mtp")
+            if name.startswith(("qwen3_next", "qwen3_5")):
+                cmd.append("--no-mtp")  # the tiny models have no multi-token-prediction layers
             env = dict(os.environ, NO_LOCAL_GGUF="1", HF_HUB_OFFLINE="1")
             r = subprocess.run(cmd, capture_output=True, text=True, env=env)
             if r.returncode != 0:
@@ -658,6 +672,13 @@ def main() -> None:
         "--models", nargs="+", default=ALL_MODELS, help="fixture names, or groups a b d e"
     )
     ap.add_argument("--converter", type=Path, help="llama.cpp convert_hf_to_gguf.py")
+    ap.add_argument(
+        "--gguf-types",
+        nargs="+",
+        default=["q8_0"],
+        choices=["f32", "f16", "q8_0"],
+        help="GGUF types to write (committed: q8_0 only, to keep the repo small)",
+    )
     args = ap.parse_args()
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     names: list[str] = []
@@ -675,7 +696,7 @@ def main() -> None:
     if "gguf" in args.what:
         if args.converter is None:
             ap.error("--what gguf needs --converter PATH/convert_hf_to_gguf.py")
-        for k, v in make_gguf(names, args.converter.resolve()).items():
+        for k, v in make_gguf(names, args.converter.resolve(), args.gguf_types).items():
             print(k, v)
 
 

@@ -128,9 +128,56 @@ def test_rnn_fixture(fname: str) -> None:
     np.testing.assert_array_equal(last[:, :hid], a["h_n"][(layers - 1) * dirs])
 
 
-def test_gguf_fixtures() -> None:
-    """The converted GGUF files (if any were committed) start with the magic and version 3."""
-    for fname in GGUF_FILES:
-        with open(GGUF / fname, "rb") as f:
-            head = f.read(8)
-        assert head[:4] == b"GGUF" and struct.unpack("<I", head[4:8])[0] == 3, fname
+def _safetensors(path: Path) -> dict[str, np.ndarray]:
+    """The F32 tensors of a safetensors file (numpy only)."""
+    raw = path.read_bytes()
+    (hlen,) = struct.unpack("<Q", raw[:8])
+    header = json.loads(raw[8 : 8 + hlen])
+    out = {}
+    for k, v in header.items():
+        if k != "__metadata__":
+            a, b = v["data_offsets"]
+            out[k] = np.frombuffer(raw[8 + hlen + a : 8 + hlen + b], dtype="<f4").reshape(
+                v["shape"]
+            )
+    return out
+
+
+def test_gguf_fixture_set() -> None:
+    """Every HF fixture the converter supports has its Q8_0 GGUF (qwen3_next_dense: refused)."""
+    convertible = set(HF_NAMES) - {"qwen3_next_dense"}
+    assert {f.removesuffix("-q8_0.gguf") for f in GGUF_FILES} == convertible
+
+
+@pytest.mark.parametrize("fname", GGUF_FILES)
+def test_gguf_fixture(fname: str) -> None:
+    """A converted GGUF: header, vocabulary = tokenizer.json's, and the token embedding
+    within Q8_0 error of the safetensors one (rows in the same order)."""
+    from gguf import GGUFReader
+    from gguf.quants import dequantize
+
+    name = fname.removesuffix("-q8_0.gguf")
+    with open(GGUF / fname, "rb") as f:
+        head = f.read(8)
+    assert head[:4] == b"GGUF" and struct.unpack("<I", head[4:8])[0] == 3
+    r = GGUFReader(GGUF / fname)
+    tokens = r.fields["tokenizer.ggml.tokens"].contents()
+    tok = json.loads((HF / name / "tokenizer.json").read_text())
+    by_id = {i: t for t, i in tok["model"]["vocab"].items()}
+    by_id.update({t["id"]: t["content"] for t in tok["added_tokens"]})
+    assert tokens[: len(by_id)] == [by_id[i] for i in range(len(by_id))]
+    assert r.fields["tokenizer.ggml.pre"].contents() == "gpt-2"
+    emb = next(t for t in r.tensors if t.name == "token_embd.weight")
+    got = dequantize(emb.data, emb.tensor_type).reshape(VOCAB, -1)
+    st = _safetensors(HF / name / "model.safetensors")
+    hf = [v for k, v in st.items() if "embed" in k and v.shape == (VOCAB, 64)]
+    assert len(hf) == 1
+    config = json.loads((HF / name / "config.json").read_text())
+    # Falcon-H1: the converter folds embedding_multiplier into token_embd
+    mult = config["embedding_multiplier"] if name == "falcon_h1" else 1.0
+    want = hf[0] * np.float32(mult)
+    # Q8_0: blocks of 32, scale max|x| / 127 stored as f16: error <= half a step plus the
+    # scale's f16 rounding (127 * 2**-11 of a step)
+    step = np.abs(want.reshape(VOCAB, -1, 32)).max(axis=-1, keepdims=True) / 127
+    err = np.abs(got.reshape(VOCAB, -1, 32) - want.reshape(VOCAB, -1, 32))
+    assert (err <= 0.57 * step + 1e-7).all()
