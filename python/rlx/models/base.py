@@ -108,6 +108,21 @@ class Config:
     #: conv layers carry biases.
     conv_kernel: int = 0
     conv_bias: bool = False
+    #: SSM mixers (Mamba / Mamba-2, :mod:`rlx.models.mixers_ssm`): inner
+    #: width, state size, heads (Mamba-2; Mamba-1: 0), head dim, B/C groups,
+    #: dt rank (Mamba-1), in/out projection biases
+    ssm_inner: int = 0
+    ssm_state: int = 0
+    ssm_heads: int = 0
+    ssm_head_dim: int = 0
+    ssm_groups: int = 1
+    ssm_dt_rank: int = 0
+    ssm_bias: bool = False
+    #: Gated DeltaNet mixers: key / value heads and head dims
+    gdn_k_heads: int = 0
+    gdn_v_heads: int = 0
+    gdn_k_dim: int = 0
+    gdn_v_dim: int = 0
 
     def mixer(self, i: int) -> str:
         """The mixer kind of layer ``i``."""
@@ -300,6 +315,8 @@ class ArchSpec:
     post_norms: bool = False
     act: str = "silu"  # or "gelu_approx"
     embed_scale: float = 1.0
+    #: whether each layer has the gated MLP after its mixer (Mamba: none)
+    mlp: bool = True
 
 
 def embed_scale_sqrt(hidden: int) -> float:

@@ -36,6 +36,7 @@ from __future__ import annotations
 
 from rlx.errors import UnsupportedOpError
 from rlx.graph import Graph
+from rlx.models import mixers_ssm  # noqa: F401  (registers the SSM mixers)
 from rlx.models.base import ArchSpec, Config, Weights
 from rlx.models.mixers import MIXERS, LayerCtx
 
@@ -73,6 +74,8 @@ def build_decoder(
         if spec.post_norms:
             a = g.rms_norm(a, w.vector(g, p + "post_attention_norm.weight"), eps=cfg.eps)
         h = g.add(h, a)
+        if not spec.mlp:
+            continue
         x = g.rms_norm(h, w.vector(g, p + "ffn_norm.weight"), eps=cfg.eps)
         gate = w.linear(g, x, p + "ffn_gate.weight")
         up = w.linear(g, x, p + "ffn_up.weight")
