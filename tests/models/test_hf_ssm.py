@@ -31,6 +31,7 @@ GDN_PASS = "fuse_gdn_gated_norm"
 MODELS: dict[str, list[str]] = {
     "mamba2": ["mamba2", "mamba2"],
     "mamba2_g2": ["mamba2", "mamba2"],
+    "mamba": ["mamba", "mamba"],
 }
 DEVICES = ("host", "reference", "metal-sim")
 
@@ -134,6 +135,7 @@ def _patched(tmp_path: Path, name: str, patch: dict) -> Path:
         ("mamba2", {"time_step_limit": [0.0, 0.1]}, "time_step_limit"),
         ("mamba2", {"n_groups": 3}, "n_groups"),
         ("mamba2", {"hidden_act": "gelu"}, "hidden_act"),
+        ("mamba", {"hidden_act": "relu"}, "hidden_act"),
     ],
 )
 def test_unsupported_config_fields_are_named(

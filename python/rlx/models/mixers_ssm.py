@@ -122,3 +122,29 @@ def _mamba2_states(cfg: Config, i: int) -> list[str]:
 
 
 MIXERS["mamba2"] = MixerKind("mamba2", mamba2, _mamba2_states, conv_feeds, pads_ok=False)
+
+
+# ---------------------------------------------------------------- Mamba-1
+def mamba(ctx: LayerCtx, i: int, x: Node) -> Node:
+    """Mamba-1 mixer of layer ``i`` (names ``blk.{i}.ssm_*``)."""
+    g, w, cfg = ctx.g, ctx.w, ctx.cfg
+    inner, n, rank = cfg.ssm_inner, cfg.ssm_state, cfg.ssm_dt_rank
+    p = f"blk.{i}."
+    xz = _lin(ctx, x, p + "ssm_in")
+    xs, z = g.narrow(xz, 2, 0, inner), g.narrow(xz, 2, inner, inner)
+    bias = p + "ssm_conv1d.bias" if cfg.conv_bias else None
+    xs = g.silu(causal_conv(ctx, i, xs, p + "ssm_conv1d.weight", bias))
+    dbc = w.linear(g, xs, p + "ssm_x.weight")
+    dt = w.linear(g, g.narrow(dbc, 2, 0, rank), p + "ssm_dt.weight")
+    dt = softplus(g, g.add(dt, w.vector(g, p + "ssm_dt.bias")))
+    b, c = g.narrow(dbc, 2, rank, n), g.narrow(dbc, 2, rank + n, n)
+    a = neg_exp(g, matrix_f32(g, w, p + "ssm_a_log", [inner, n]))
+    st = g.state(f"ssm{i}", [1, inner, n])
+    y = g.selective_scan(xs, dt, a, b, c, state=st)
+    y = g.add(y, g.mul(xs, w.vector(g, p + "ssm_d")))
+    return _lin(ctx, g.mul(y, g.silu(z)), p + "ssm_out")
+
+
+MIXERS["mamba"] = MixerKind(
+    "mamba", mamba, lambda cfg, i: [f"conv{i}", f"ssm{i}"], conv_feeds, pads_ok=False
+)
