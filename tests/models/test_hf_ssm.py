@@ -32,6 +32,7 @@ MODELS: dict[str, list[str]] = {
     "mamba2": ["mamba2", "mamba2"],
     "mamba2_g2": ["mamba2", "mamba2"],
     "mamba": ["mamba", "mamba"],
+    "qwen3_next_dense": ["gdn", "gdn", "gdn", "attention"],
 }
 DEVICES = ("host", "reference", "metal-sim")
 
@@ -136,6 +137,9 @@ def _patched(tmp_path: Path, name: str, patch: dict) -> Path:
         ("mamba2", {"n_groups": 3}, "n_groups"),
         ("mamba2", {"hidden_act": "gelu"}, "hidden_act"),
         ("mamba", {"hidden_act": "relu"}, "hidden_act"),
+        ("qwen3_next", {}, "num_experts"),
+        ("qwen3_next_dense", {"linear_value_head_dim": 32}, "linear_value_head_dim"),
+        ("qwen3_next_dense", {"linear_num_value_heads": 3}, "linear_num_value_heads"),
     ],
 )
 def test_unsupported_config_fields_are_named(

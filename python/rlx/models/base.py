@@ -244,9 +244,9 @@ class Weights:
         n, k = t.shape
         if t.kind in ("F16", "BF16") and self.half_weights == "f32":
             if name not in self.values:
-                self.values[name] = np.ascontiguousarray(
-                    to_f32(self.src.array(name), t.kind)
-                ).view(np.uint8)
+                self.values[name] = np.ascontiguousarray(to_f32(self.src.array(name), t.kind)).view(
+                    np.uint8
+                )
             w = g.param(name, [n, 4 * k], "u8")
             return g.dequant_matmul(x, w, scheme="f32", n=n, k=k)
         if t.kind in PACKED_TYPES or t.kind == "F32":
@@ -258,6 +258,30 @@ class Weights:
             f"[weights] {self.path}: tensor {name!r} has type {t.kind}, which rlx "
             f"cannot multiply (supported: F32, {', '.join(sorted(PACKED_TYPES))})"
         )
+
+    def linear_rows(self, g: Graph, x: Node, name: str, perm: np.ndarray) -> Node:
+        """:meth:`linear` with the weight's rows reordered (``W[perm]``, one
+        copy at load): undoes checkpoint layouts that interleave several
+        projections per head (Qwen3-Next's ``in_proj_qkvz``, its gated
+        ``q_proj``), so the outputs split with contiguous narrows."""
+        t = self.src.meta(name)
+        if len(t.shape) != 2 or sorted(perm.tolist()) != list(range(t.shape[0])):
+            raise WeightFormatError(
+                f"[weights] {self.path}: tensor {name!r} has shape {list(t.shape)}; "
+                f"expected 2-D with {len(perm)} rows"
+            )
+        n, k = t.shape
+        if t.kind in ("F16", "BF16") and self.half_weights == "f32":
+            if name not in self.values:
+                f = np.ascontiguousarray(to_f32(self.src.array(name), t.kind)[perm])
+                self.values[name] = f.view(np.uint8)
+            return g.dequant_matmul(x, g.param(name, [n, 4 * k], "u8"), scheme="f32", n=n, k=k)
+        if t.kind not in PACKED_TYPES and t.kind != "F32":
+            return self.linear(g, x, name)  # raises the unsupported-type error
+        if name not in self.values:
+            self.values[name] = np.ascontiguousarray(self.src.rows(name)[perm])
+        w = g.param(name, [n, t.row_bytes], "u8")
+        return g.dequant_matmul(x, w, scheme=t.kind.lower(), n=n, k=k)
 
     def embedding_rows(self, name: str, ids: np.ndarray) -> np.ndarray:
         """Rows ``ids`` of the embedding table ``name``, dequantized to f32."""
@@ -317,6 +341,9 @@ class ArchSpec:
     embed_scale: float = 1.0
     #: whether each layer has the gated MLP after its mixer (Mamba: none)
     mlp: bool = True
+    #: gated attention (Qwen3-Next / 3.5): ``q_proj`` yields per head the
+    #: query then a gate; the attention output is multiplied by sigmoid(gate)
+    attn_gate: bool = False
 
 
 def embed_scale_sqrt(hidden: int) -> float:

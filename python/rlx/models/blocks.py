@@ -36,7 +36,7 @@ from __future__ import annotations
 
 from rlx.errors import UnsupportedOpError
 from rlx.graph import Graph
-from rlx.models import mixers_ssm  # noqa: F401  (registers the SSM mixers)
+from rlx.models import mixers_gdn, mixers_ssm  # noqa: F401  (register their mixers)
 from rlx.models.base import ArchSpec, Config, Weights
 from rlx.models.mixers import MIXERS, LayerCtx
 

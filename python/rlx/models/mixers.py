@@ -113,7 +113,15 @@ def attention(ctx: LayerCtx, i: int, x: Node) -> Node:
     """GQA self-attention of layer ``i`` (names ``blk.{i}.attn_*``)."""
     g, w, cfg, spec, s, c = ctx.g, ctx.w, ctx.cfg, ctx.spec, ctx.s, ctx.c
     p = f"blk.{i}."
-    q = w.linear(g, x, p + "attn_q.weight")
+    gate = None
+    if spec.attn_gate:  # rows per head: query, then gate → all queries, all gates
+        hd, nh = cfg.head_dim, cfg.heads
+        perm = (np.arange(nh)[None, :, None] * 2 * hd + np.arange(2)[:, None, None] * hd
+                + np.arange(hd)[None, None, :]).reshape(-1)  # fmt: skip
+        qg = w.linear_rows(g, x, p + "attn_q.weight", perm)
+        q, gate = g.narrow(qg, 2, 0, cfg.q_dim), g.narrow(qg, 2, cfg.q_dim, cfg.q_dim)
+    else:
+        q = w.linear(g, x, p + "attn_q.weight")
     k = w.linear(g, x, p + "attn_k.weight")
     v = w.linear(g, x, p + "attn_v.weight")
     if spec.qkv_bias:
@@ -165,6 +173,8 @@ def attention(ctx: LayerCtx, i: int, x: Node) -> Node:
             mask_input=ctx.input(f"mask_{win}", [1, s, c + s]),
             score_scale=cfg.score_scale,
         )
+    if gate is not None:
+        a = g.mul(a, g.sigmoid(gate))
     return w.linear(g, a, p + "attn_output.weight")
 
 

@@ -63,6 +63,9 @@ class NameMap:
     hf_prefix: str = "model."
     gguf: dict[str, str] = field(default_factory=dict)
     norm_plus_one: bool = False
+    #: builder-name suffixes ``norm_plus_one`` leaves alone (Qwen3-Next's
+    #: gated GDN norm ``ssm_norm.weight`` is applied as ``x·w``)
+    plain_norms: tuple[str, ...] = ()
 
 
 #: Tensor names of the llama-style decoder (llama, qwen2, qwen3, gemma3 base).
@@ -256,6 +259,10 @@ class HFSource(TensorSource):
 
     def vector(self, name: str) -> np.ndarray:
         v = super().vector(name)
-        if self.names.norm_plus_one and "norm" in name:
+        if (
+            self.names.norm_plus_one
+            and "norm" in name
+            and not name.endswith(self.names.plain_norms or ("\0",))
+        ):
             v = v + np.float32(1.0)
         return v
