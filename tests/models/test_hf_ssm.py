@@ -33,6 +33,7 @@ MODELS: dict[str, list[str]] = {
     "mamba2_g2": ["mamba2", "mamba2"],
     "mamba": ["mamba", "mamba"],
     "qwen3_next_dense": ["gdn", "gdn", "gdn", "attention"],
+    "qwen3_5": ["gdn", "gdn", "gdn", "attention"],
 }
 DEVICES = ("host", "reference", "metal-sim")
 
@@ -58,11 +59,12 @@ def test_logits_match_transformers(name: str, device: str) -> None:
 
 
 @pytest.mark.parametrize("name", MODELS)
-@pytest.mark.parametrize("n_new", [1, 16])
+@pytest.mark.parametrize("n_new", [1, 13, 64])
 def test_passes_fire_on_every_layer(name: str, n_new: int) -> None:
+    """In the graphs the runtime runs (exact prompt lengths)."""
     model = rlx.load(str(fixture(name)))
     model.reset(n_new + 1)
-    _, _, exe = model.compiled(n_new, n_new == 1)
+    exe = model._runner(n_new, model._cap, False).exe
     conv = sum(m in ("mamba", "mamba2", "gdn") for m in model.config.mixers)
     assert exe.stats["pass_matches"][CONV_PASS] == conv
     assert exe.stats["pass_matches"][GDN_PASS] == _has(model, "gdn")
@@ -140,6 +142,8 @@ def _patched(tmp_path: Path, name: str, patch: dict) -> Path:
         ("qwen3_next", {}, "num_experts"),
         ("qwen3_next_dense", {"linear_value_head_dim": 32}, "linear_value_head_dim"),
         ("qwen3_next_dense", {"linear_num_value_heads": 3}, "linear_num_value_heads"),
+        ("qwen3_5_moe", {}, "num_experts"),
+        ("qwen3_5", {"text_config": {}}, "text decoder"),
     ],
 )
 def test_unsupported_config_fields_are_named(

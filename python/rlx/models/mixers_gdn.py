@@ -104,7 +104,7 @@ def gdn(ctx: LayerCtx, i: int, x: Node) -> Node:
     # keep the rule's output alive to the end (as conv_keep in causal_conv):
     # else the planner may put the gated norm's output over it, and
     # fuse_gdn_gated_norm must refuse (measured: 2/3 layers fused at S=1)
-    ctx.outputs.append(g.narrow(o, 2, 0, 1, name=f"gdn_keep{i}"))
+    ctx.outputs.append(g.narrow(o, 1, 0, 1, name=f"gdn_keep{i}"))
     on = g.rms_norm(g.reshape(o, [1, s, hv, dv]), w.vector(g, p + "ssm_norm.weight"), eps=cfg.eps)
     y = g.mul(on, g.silu(g.reshape(z, [1, s, hv, dv])))
     return w.linear(g, g.reshape(y, [1, s, vd]), p + "ssm_out.weight")
