@@ -35,7 +35,7 @@ from typing import Any, Optional, Union
 from rlx.errors import UnsupportedOpError, WeightFormatError
 from rlx.io.gguf import GGUFFile
 
-__all__ = ["StreamDecoder", "Tokenizer"]
+__all__ = ["StreamDecoder", "Tokenizer", "TokenizerBase"]
 
 # llama.cpp token types (tokenizer.ggml.token_type).
 NORMAL, UNKNOWN, CONTROL, USER_DEFINED, UNUSED, BYTE = 1, 2, 3, 4, 5, 6
@@ -121,7 +121,7 @@ class StreamDecoder:
     """Turns token ids into text one at a time: bytes of a character split
     across tokens are held back until the character is complete."""
 
-    def __init__(self, tokenizer: Tokenizer, skip_special: bool = True) -> None:
+    def __init__(self, tokenizer: TokenizerBase, skip_special: bool = True) -> None:
         self._tok = tokenizer
         self._skip = skip_special
         self._utf8 = codecs.getincrementaldecoder("utf-8")(errors="replace")
@@ -135,7 +135,59 @@ class StreamDecoder:
         return self._utf8.decode(b"", final=True)
 
 
-class Tokenizer:
+class TokenizerBase:
+    """What the GGUF and the HF tokenizers share on top of their ``encode``,
+    ``decode_piece``, ``token_text``, ``bos_id`` / ``eos_id``,
+    ``chat_template`` and ``path``."""
+
+    path: Any
+    bos_id: Optional[int]
+    eos_id: Optional[int]
+    #: ids that end a generation (EOS, end of turn, …)
+    eos_ids: frozenset[int]
+    chat_template: Optional[str]
+
+    def encode(self, text: str, add_special: bool = True, parse_special: bool = True) -> list[int]:
+        """Token ids of ``text`` (see the subclasses)."""
+        raise NotImplementedError
+
+    def decode_piece(self, token_id: int, skip_special: bool = False) -> bytes:
+        """The bytes token ``token_id`` stands for (see the subclasses)."""
+        raise NotImplementedError
+
+    def token_text(self, token_id: int) -> str:
+        """The vocabulary entry of ``token_id``."""
+        raise NotImplementedError
+
+    def encode_batch(self, texts: Sequence[str], add_special: bool = True) -> list[list[int]]:
+        """:meth:`encode` over several texts."""
+        return [self.encode(t, add_special) for t in texts]
+
+    def stream(self, skip_special: bool = True) -> StreamDecoder:
+        """A :class:`StreamDecoder` for detokenising generated ids one by one."""
+        return StreamDecoder(self, skip_special)
+
+    def apply_chat_template(
+        self,
+        messages: Sequence[dict[str, Any]],
+        add_generation_prompt: bool = True,
+        template: Optional[str] = None,
+        **kwargs: Any,
+    ) -> str:
+        """Render ``messages`` (``[{"role": ..., "content": ...}]``) with the
+        model's chat template in a sandboxed jinja2 environment, with the
+        helpers HF templates expect (``raise_exception``, ``strftime_now``,
+        ``tojson``, ``bos_token``, ``eos_token``). Encode the result with
+        ``add_special=False``: the template writes BOS."""
+        bos = self.token_text(self.bos_id) if self.bos_id is not None else ""
+        eos = self.token_text(self.eos_id) if self.eos_id is not None else ""
+        return render_chat_template(
+            self.path, template or self.chat_template, messages, bos, eos,
+            add_generation_prompt, **kwargs,
+        )  # fmt: skip
+
+
+class Tokenizer(TokenizerBase):
     """A tokenizer rebuilt from GGUF tokenizer metadata.
 
     >>> tok = Tokenizer.from_gguf(rlx.io.ensure_model("smollm2"))   # doctest: +SKIP
@@ -323,10 +375,6 @@ class Tokenizer:
             ids.append(self.eos_id)
         return ids
 
-    def encode_batch(self, texts: Sequence[str], add_special: bool = True) -> list[list[int]]:
-        """:meth:`encode` over several texts."""
-        return [self.encode(t, add_special) for t in texts]
-
     def _without_special(self) -> Any:
         """A twin pipeline whose control tokens are not matched in text. It
         shares the BPE model (no rebuild) and keeps the user-defined tokens."""
@@ -384,10 +432,6 @@ class Tokenizer:
             text = text[1:]
         return text
 
-    def stream(self, skip_special: bool = True) -> StreamDecoder:
-        """A :class:`StreamDecoder` for detokenising generated ids one by one."""
-        return StreamDecoder(self, skip_special)
-
     def token_text(self, token_id: int) -> str:
         """The vocabulary entry of ``token_id`` as the file spells it."""
         return self.tokens[token_id]
@@ -395,26 +439,6 @@ class Tokenizer:
     def token_id(self, text: str) -> Optional[int]:
         """The id of the vocabulary entry spelled ``text``, if any."""
         return self._hf.token_to_id(text)
-
-    # ------------------------------------------------------------------ chat
-    def apply_chat_template(
-        self,
-        messages: Sequence[dict[str, Any]],
-        add_generation_prompt: bool = True,
-        template: Optional[str] = None,
-        **kwargs: Any,
-    ) -> str:
-        """Render ``messages`` (``[{"role": ..., "content": ...}]``) with the
-        file's ``tokenizer.chat_template`` in a sandboxed jinja2 environment,
-        with the helpers HF templates expect (``raise_exception``,
-        ``strftime_now``, ``tojson``, ``bos_token``, ``eos_token``).
-        Encode the result with ``add_special=False``: the template writes BOS."""
-        bos = self.tokens[self.bos_id] if self.bos_id is not None else ""
-        eos = self.tokens[self.eos_id] if self.eos_id is not None else ""
-        return render_chat_template(
-            self.path, template or self.chat_template, messages, bos, eos,
-            add_generation_prompt, **kwargs,
-        )  # fmt: skip
 
     def __repr__(self) -> str:
         return (

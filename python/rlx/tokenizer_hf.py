@@ -14,12 +14,12 @@ byte-level BPE (GPT-2 alphabet) or SentencePiece style (``▁`` = space,
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any, Optional
 
 from rlx.errors import UnsupportedOpError, WeightFormatError
-from rlx.tokenizer import _EOG_TEXTS, StreamDecoder, byte_alphabet, render_chat_template
+from rlx.tokenizer import _EOG_TEXTS, TokenizerBase, byte_alphabet
 
 
 def _read_json(path: Path) -> dict[str, Any]:
@@ -59,7 +59,7 @@ def _decoder_kinds(spec: Any) -> set[str]:
     return out
 
 
-class HFTokenizer:
+class HFTokenizer(TokenizerBase):
     """A tokenizer read from an HF directory (see the module doc)."""
 
     def __init__(self, root: Path, model_config: Optional[dict[str, Any]] = None) -> None:
@@ -151,10 +151,6 @@ class HFTokenizer:
                     ids.pop(0)
         return ids
 
-    def encode_batch(self, texts: Sequence[str], add_special: bool = True) -> list[list[int]]:
-        """:meth:`encode` over several texts."""
-        return [self.encode(t, add_special) for t in texts]
-
     def _without_special(self) -> Any:
         if self._plain is None:
             from tokenizers import Tokenizer as Tok
@@ -200,10 +196,6 @@ class HFTokenizer:
         """The text of ``ids`` (tokenizer.json's decoder)."""
         return str(self._hf.decode([int(i) for i in ids], skip_special_tokens=skip_special))
 
-    def stream(self, skip_special: bool = True) -> StreamDecoder:
-        """A :class:`StreamDecoder` for detokenising generated ids one by one."""
-        return StreamDecoder(self, skip_special)  # type: ignore[arg-type]
-
     def token_text(self, token_id: int) -> str:
         """The vocabulary entry of ``token_id``."""
         return str(self._hf.id_to_token(token_id))
@@ -211,24 +203,6 @@ class HFTokenizer:
     def token_id(self, text: str) -> Optional[int]:
         """The id of the vocabulary entry spelled ``text``, if any."""
         return self._hf.token_to_id(text)
-
-    # ------------------------------------------------------------------ chat
-    def apply_chat_template(
-        self,
-        messages: Sequence[dict[str, Any]],
-        add_generation_prompt: bool = True,
-        template: Optional[str] = None,
-        **kwargs: Any,
-    ) -> str:
-        """Render ``messages`` with the directory's chat template (see
-        :meth:`rlx.tokenizer.Tokenizer.apply_chat_template`); encode the
-        result with ``add_special=False``."""
-        bos = self.token_text(self.bos_id) if self.bos_id is not None else ""
-        eos = self.token_text(self.eos_id) if self.eos_id is not None else ""
-        return render_chat_template(
-            self.path, template or self.chat_template, messages, bos, eos,
-            add_generation_prompt, **kwargs,
-        )  # fmt: skip
 
     def __repr__(self) -> str:
         return f"HFTokenizer({str(self.path.parent)!r}, model={self.model}, vocab={self._n})"

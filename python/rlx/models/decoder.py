@@ -47,7 +47,7 @@ from rlx.models.mixers import MIXERS
 from rlx.models.registry import ARCHITECTURES, open_model
 from rlx.models.source import GGUFSource
 from rlx.sampling import SamplingParams, sample
-from rlx.tokenizer import Tokenizer
+from rlx.tokenizer import TokenizerBase
 
 __all__ = ["ARCHITECTURES", "BUCKETS", "DecoderModel", "load"]
 #: new-token buckets the prefill / decode graphs are compiled for.
@@ -148,7 +148,7 @@ class DecoderModel:
         self.gguf = src.f if isinstance(src, GGUFSource) else None
         self.weights = Weights(src, half_weights)
         #: :class:`rlx.tokenizer.Tokenizer` (GGUF) or :class:`rlx.tokenizer_hf.HFTokenizer`
-        self.tokenizer: Any = tok
+        self.tokenizer: TokenizerBase = tok
         kinds = {self.config.mixer(i) for i in range(self.config.n_layers)}
         for k in sorted(kinds):
             kind = MIXERS.get(k)
@@ -209,7 +209,8 @@ class DecoderModel:
             return s, c, self._runner(s, c, False).exe
 
     def reset(self, capacity: int) -> None:
-        """Empty the KV cache, sized for ``capacity`` tokens."""
+        """Empty the KV cache, sized for ``capacity`` tokens, and zero the
+        mixers' recurrent states (the short-conv rings)."""
         ctx = self.config.ctx
         if capacity > ctx:
             raise RlxError(f"[generate] {capacity} tokens exceed the context of {ctx}")
@@ -446,7 +447,7 @@ class DecoderModel:
         )
 
 
-def _stream_text(tok: Tokenizer, tokens: Iterator[int], stop: list[str]) -> Iterator[str]:
+def _stream_text(tok: TokenizerBase, tokens: Iterator[int], stop: list[str]) -> Iterator[str]:
     """Detokenize ``tokens`` incrementally, holding back text that could be
     the start of a stop string."""
     dec = tok.stream()
