@@ -19,10 +19,11 @@ from typing import Any, Optional
 import numpy as np
 import pytest
 import rlx
-from _harness2 import check, close, compile_both, one
+from _harness2 import assert_native, check, close, compile_both, one
 
 A = np.ndarray
-SEQ_THUNKS: list[str] = []  # phase 1: these thunks still run through the reference
+SCAN_NATIVE = ["scan_host"]
+SEQ_THUNKS = ["selective_scan", "mamba2", "gated_delta_net", "lstm", "gru", "rnn"]
 
 
 # ------------------------------------------------------------------ numpy
@@ -186,6 +187,7 @@ def test_selective_scan(s: int, n: int, with_state: bool) -> None:
     x, dt, a, bb, cc = _ssm_inputs(rng, b, s, h, h, n, (h, n))
     h0 = (rng.standard_normal((b, h, n)) * 0.5).astype(np.float32)
     host, ref = compile_both(_ss_graph(b, s, h, n, with_state))
+    assert_native(host, ["selective_scan"])
     if with_state:
         host.set_state("h", h0)
         ref.set_state("h", h0)
@@ -204,6 +206,7 @@ def test_mamba2(s: int, n: int) -> None:
     x, dt, a, bb, cc = _ssm_inputs(rng, b, s, heads * p, heads, n, (heads,))
     h0 = (rng.standard_normal((b, heads, p, n)) * 0.5).astype(np.float32)
     host, ref = compile_both(_m2_graph(b, s, heads, p, n, True))
+    assert_native(host, ["mamba2"])
     want, fin = np_mamba2(x, dt, a, bb, cc, heads, p, h0)
     for exe in (host, ref):
         exe.set_state("h", h0)
@@ -212,7 +215,7 @@ def test_mamba2(s: int, n: int) -> None:
     # without a state operand: zero start, same as numpy's zero state
     want0, _ = np_mamba2(x, dt, a, bb, cc, heads, p)
     check(_m2_graph(b, s, heads, p, n, False), dict(x=x, dt=dt, a=a, b=bb, c=cc),
-          native=SEQ_THUNKS, expect=want0)
+          native=["mamba2"], expect=want0)
 
 
 @pytest.mark.parametrize("dt", ["f32", "f16"])
@@ -224,6 +227,7 @@ def test_gated_delta_net(dt: str, s: int, n: int) -> None:
     ins = _gdn_inputs(rng, b, s, heads, n, npdt)
     s0 = (rng.standard_normal((b, heads, n, n)) * 0.1).astype(npdt)
     host, ref = compile_both(_gdn_graph(b, s, heads, n, dt))
+    assert_native(host, ["gated_delta_net"])
     want, fin = np_gdn(ins["q"], ins["k"], ins["v"], ins["g"], ins["beta"], s0, heads)
     tol = 1e-5 if dt == "f32" else 2e-2
     outs = {}
@@ -340,20 +344,25 @@ def test_recurrent(kind: str, layers: int, bidir: bool, carry: bool, s: int, nin
     used.update({"lstm": {"c0": c0}, "gru": {"b2": b2}}.get(base, {}))
     want = np_rnn(base, x, w_ih, w_hh, b1, b2, h0, c0 if base == "lstm" else None,
                   layers, bidir, carry, kind == "rnn_relu")
-    check(g, dict(x=x), used, native=SEQ_THUNKS, expect=want)
+    check(g, dict(x=x), used, native=[base], expect=want)
 
 
-def _scan_graph(reverse: bool) -> rlx.Graph:
+def _scan_body() -> rlx.Graph:
+    """carry c [4], slice xt [4] → (c·w + tanh(xt), new·xt), w a constant."""
     body = rlx.Graph("body")
     c = body.input("c", [4])
     xt = body.input("xt", [4])
     w = body.constant([0.5, -1.0, 0.25, 2.0])
     new = body.add(body.mul(c, w), body.tanh(xt))
     body.outputs(new, body.mul(new, xt))
+    return body
+
+
+def _scan_graph(reverse: bool) -> rlx.Graph:
     g = rlx.Graph("scan")
     c0 = g.input("c0", [4])
     xs = g.input("xs", [6, 4])
-    g.outputs(g.scan(body, [c0], [xs], reverse=reverse, name="y"))
+    g.outputs(g.scan(_scan_body(), [c0], [xs], reverse=reverse, name="y"))
     return g
 
 
@@ -368,4 +377,42 @@ def test_scan(reverse: bool) -> None:
     for t in range(5, -1, -1) if reverse else range(6):
         c = c * w + np.tanh(xs[t])
         ys[t] = c * xs[t]
-    check(_scan_graph(reverse), dict(c0=c0, xs=xs), native=SEQ_THUNKS, expect=ys)
+    check(_scan_graph(reverse), dict(c0=c0, xs=xs), native=SCAN_NATIVE, expect=ys)
+
+
+def test_no_sequence_thunk_falls_back() -> None:
+    """One graph with every sequence op: on host none of their thunks goes
+    through the numpy fallback (``stats["fallback_by_thunk"]``)."""
+    b, s, h, n, heads, p, hid = 1, 5, 3, 4, 2, 2, 3
+    g = rlx.Graph("all")
+    x = g.input("x", [b, s, h])
+    a = g.input("a", [h, n])
+    bb = g.input("b", [b, s, n])
+    ss = g.selective_scan(x, x, a, bb, bb, state=g.state("h1", [b, h, n]), name="ss")
+    xm = g.input("xm", [b, s, heads * p])
+    dt = g.input("dt", [b, s, heads])
+    am = g.input("am", [heads])
+    m2 = g.mamba2(xm, dt, am, bb, bb, heads=heads, state=g.state("h2", [b, heads, p, n]),
+                  name="m2")
+    q = g.input("q", [b, s, heads * n])
+    gd = g.gated_delta_net(q, q, q, dt, dt, g.state("S", [b, heads, n, n]), heads=heads,
+                           name="gdn")
+    w = {k: g.input(k, [1, G * hid, d]) for k, G, d in
+         [("wl", 4, h), ("wg", 3, h), ("wr", 1, h), ("ul", 4, hid), ("ug", 3, hid),
+          ("ur", 1, hid)]}
+    bias = {k: g.input(k, [1, G * hid]) for k, G in [("bl", 4), ("bg", 3), ("br", 1)]}
+    h0 = g.input("h0", [1, b, hid])
+    ls = g.lstm(x, w["wl"], w["ul"], bias["bl"], h0, h0, carry=True, name="lstm")
+    gr = g.gru(x, w["wg"], w["ug"], bias["bg"], bias["bg"], h0, name="gru")
+    rn = g.rnn(x, w["wr"], w["ur"], bias["br"], h0, name="rnn")
+    sc = g.scan(_scan_body(), [g.input("c0", [4])], [g.input("xs", [6, 4])], name="scan")
+    g.outputs(ss, m2, gd, ls, gr, rn, sc)
+    exe = rlx.compile(g, device="host")
+    rng = np.random.default_rng(0)
+    ins = {k: (rng.standard_normal(v.shape) * 0.3).astype(np.float32)
+           for k, v in exe.inputs.items()}
+    exe.run(**ins)
+    fb = exe.stats["fallback_by_thunk"]
+    names = SEQ_THUNKS + SCAN_NATIVE
+    assert all(exe.stats["by_thunk"].get(t, 0) == 1 for t in names), exe.stats["by_thunk"]
+    assert not any(fb.get(t, 0) for t in names), fb

@@ -28,6 +28,9 @@ pub mod matmul;
 pub mod norm;
 pub mod quant;
 pub mod reduce;
+pub mod sequence;
+pub mod sequence_gdn;
+pub mod sequence_rnn;
 pub mod shape;
 
 /// Errors from kernel precondition checks. Messages start with the kernel

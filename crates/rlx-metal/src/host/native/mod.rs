@@ -47,6 +47,8 @@ mod indexing;
 mod layout;
 mod linalg;
 mod quant;
+mod scan;
+mod sequence;
 
 use super::buffer::{Mem, Plain};
 use super::exec::{NativeError, Staging};
@@ -63,6 +65,8 @@ pub fn has_native(t: &Thunk) -> bool {
         || quant::handles(t)
         || fused_mlp::handles(t)
         || indexing::handles(t)
+        || sequence::handles(t)
+        || scan::handles(t)
 }
 
 /// Run `t` natively, or `None` if it has no native kernel.
@@ -84,6 +88,12 @@ pub(crate) fn run(t: &Thunk, mem: &Mem, st: &mut Staging, _s: &ThunkSchedule) ->
     }
     if indexing::handles(t) {
         return Some(indexing::run(t, mem, st));
+    }
+    if sequence::handles(t) {
+        return Some(sequence::run(t, mem));
+    }
+    if scan::handles(t) {
+        return Some(scan::run(t, mem));
     }
     None
 }

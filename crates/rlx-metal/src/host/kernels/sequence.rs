@@ -1,0 +1,315 @@
+//! State-space scans: Mamba's selective scan and the Mamba-2 SSD scan, in
+//! their recurrent form (see `rlx_ir::Op::SelectiveScan` / `Op::Mamba2` for
+//! the equations). Gated DeltaNet is in [`super::sequence_gdn`], the
+//! recurrent nets in [`super::sequence_rnn`].
+//!
+//! Work is split over independent recurrences (batch × channel blocks,
+//! batch × heads); each task keeps its state in a contiguous row block and
+//! writes its outputs into a task-local `[seq, width]` block of a scratch
+//! buffer, scattered into the `[batch, seq, ..]` output afterwards. The
+//! inner loops run over the state size `n`, contiguous in every operand.
+//! Nothing is allocated per time step.
+
+use super::{check_len, invalid, numel, Result};
+use rayon::prelude::*;
+
+/// Channels per selective-scan task.
+const CHANNEL_BLOCK: usize = 16;
+
+/// Dims of a selective scan.
+#[derive(Clone, Copy, Debug)]
+pub struct ScanDims {
+    /// Batch.
+    pub batch: usize,
+    /// Sequence length.
+    pub seq: usize,
+    /// Channels (selective scan) or heads (Mamba-2).
+    pub width: usize,
+    /// State size n.
+    pub n: usize,
+}
+
+/// One task: a block of `cols` columns starting at `col0` of batch entry
+/// `bi`, with its state rows and its output block.
+struct Task<'a> {
+    bi: usize,
+    col0: usize,
+    cols: usize,
+    state: &'a mut [f32],
+    out: &'a mut [f32],
+}
+
+#[allow(clippy::too_many_arguments)]
+/// Split `state` (`[batch, width, per_col]`) and `out` (scratch laid out
+/// `[batch, block][seq, cols·out_per_col]`) into per-block tasks.
+fn tasks<'a>(
+    state: &'a mut [f32],
+    out: &'a mut [f32],
+    batch: usize,
+    width: usize,
+    block: usize,
+    per_col: usize,
+    seq: usize,
+    out_per_col: usize,
+) -> Vec<Task<'a>> {
+    let mut v = Vec::with_capacity(batch * width.div_ceil(block.max(1)));
+    let (mut st, mut ot) = (state, out);
+    for bi in 0..batch {
+        let mut col0 = 0;
+        while col0 < width {
+            let cols = block.min(width - col0);
+            let (s, rest) = std::mem::take(&mut st).split_at_mut(cols * per_col);
+            st = rest;
+            let (o, rest) = std::mem::take(&mut ot).split_at_mut(seq * cols * out_per_col);
+            ot = rest;
+            v.push(Task {
+                bi,
+                col0,
+                cols,
+                state: s,
+                out: o,
+            });
+            col0 += cols;
+        }
+    }
+    v
+}
+
+/// Copy the task blocks of `scr` into `y [batch, seq, width·per_col]`.
+#[allow(clippy::too_many_arguments)]
+fn scatter(
+    scr: &[f32],
+    y: &mut [f32],
+    batch: usize,
+    seq: usize,
+    width: usize,
+    block: usize,
+    per_col: usize,
+) {
+    let row = width * per_col;
+    let mut at = 0;
+    for bi in 0..batch {
+        let mut col0 = 0;
+        while col0 < width {
+            let cols = block.min(width - col0);
+            let w = cols * per_col;
+            for t in 0..seq {
+                let dst = (bi * seq + t) * row + col0 * per_col;
+                y[dst..dst + w].copy_from_slice(&scr[at..at + w]);
+                at += w;
+            }
+            col0 += cols;
+        }
+    }
+}
+
+/// Run `f` over the tasks, in parallel when the work is worth it.
+fn run_tasks<'a>(tasks: Vec<Task<'a>>, work: usize, f: impl Fn(Task<'a>) + Sync + Send) {
+    if work < super::PAR_MIN || tasks.len() < 2 {
+        tasks.into_iter().for_each(f);
+    } else {
+        tasks.into_par_iter().for_each(f);
+    }
+}
+
+/// Mamba selective scan: x, delta, y `[batch, seq, width]`, a `[width, n]`,
+/// b, c `[batch, seq, n]`; `state [batch, width, n]` is the initial state
+/// and receives the final one (zero start, discarded, when `None`).
+#[allow(clippy::too_many_arguments)]
+pub fn selective_scan(
+    x: &[f32],
+    delta: &[f32],
+    a: &[f32],
+    b: &[f32],
+    c: &[f32],
+    state: Option<&mut [f32]>,
+    y: &mut [f32],
+    d: ScanDims,
+) -> Result<()> {
+    const K: &str = "selective_scan";
+    let ScanDims {
+        batch,
+        seq,
+        width,
+        n,
+    } = d;
+    let xs = numel(K, &[batch, seq, width])?;
+    let bs = numel(K, &[batch, seq, n])?;
+    let ss = numel(K, &[batch, width, n])?;
+    check_len(K, "x", x.len(), xs)?;
+    check_len(K, "delta", delta.len(), xs)?;
+    check_len(K, "a", a.len(), numel(K, &[width, n])?)?;
+    check_len(K, "b", b.len(), bs)?;
+    check_len(K, "c", c.len(), bs)?;
+    check_len(K, "y", y.len(), xs)?;
+    let mut zero;
+    let st: &mut [f32] = match state {
+        Some(s) => {
+            check_len(K, "state", s.len(), ss)?;
+            &mut s[..ss]
+        }
+        None => {
+            zero = vec![0f32; ss];
+            &mut zero
+        }
+    };
+    let mut scr = vec![0f32; xs];
+    let ts = tasks(st, &mut scr, batch, width, CHANNEL_BLOCK, n, seq, 1);
+    let work = xs.saturating_mul(n);
+    run_tasks(ts, work, |tk| {
+        let mut da = vec![0f32; n];
+        for t in 0..seq {
+            let row = (tk.bi * seq + t) * width;
+            let bt = &b[(tk.bi * seq + t) * n..][..n];
+            let ct = &c[(tk.bi * seq + t) * n..][..n];
+            for j in 0..tk.cols {
+                let ch = tk.col0 + j;
+                let dt = delta[row + ch];
+                let dx = dt * x[row + ch];
+                let ar = &a[ch * n..][..n];
+                let h = &mut tk.state[j * n..][..n];
+                for (e, &av) in da.iter_mut().zip(ar) {
+                    *e = (dt * av).exp();
+                }
+                let mut acc = 0f32;
+                for (((hv, &e), &bv), &cv) in h.iter_mut().zip(&da).zip(bt).zip(ct) {
+                    *hv = e * *hv + dx * bv;
+                    acc += *hv * cv;
+                }
+                tk.out[t * tk.cols + j] = acc;
+            }
+        }
+    });
+    scatter(&scr, y, batch, seq, width, CHANNEL_BLOCK, 1);
+    Ok(())
+}
+
+/// Mamba-2 SSD scan (recurrent form, one B/C group): x, y `[batch, seq,
+/// heads·p]`, dt `[batch, seq, heads]`, a `[heads]`, b, c `[batch, seq, n]`;
+/// `state [batch, heads, p, n]` as in [`selective_scan`]. `d.width` is the
+/// head count.
+#[allow(clippy::too_many_arguments)]
+pub fn mamba2(
+    x: &[f32],
+    dt: &[f32],
+    a: &[f32],
+    b: &[f32],
+    c: &[f32],
+    state: Option<&mut [f32]>,
+    y: &mut [f32],
+    d: ScanDims,
+    p: usize,
+) -> Result<()> {
+    const K: &str = "mamba2";
+    let ScanDims {
+        batch,
+        seq,
+        width: heads,
+        n,
+    } = d;
+    if p == 0 {
+        return Err(invalid(K, "head_dim must be >= 1"));
+    }
+    let xs = numel(K, &[batch, seq, heads, p])?;
+    let bs = numel(K, &[batch, seq, n])?;
+    let ss = numel(K, &[batch, heads, p, n])?;
+    check_len(K, "x", x.len(), xs)?;
+    check_len(K, "dt", dt.len(), numel(K, &[batch, seq, heads])?)?;
+    check_len(K, "a", a.len(), heads)?;
+    check_len(K, "b", b.len(), bs)?;
+    check_len(K, "c", c.len(), bs)?;
+    check_len(K, "y", y.len(), xs)?;
+    let mut zero;
+    let st: &mut [f32] = match state {
+        Some(s) => {
+            check_len(K, "state", s.len(), ss)?;
+            &mut s[..ss]
+        }
+        None => {
+            zero = vec![0f32; ss];
+            &mut zero
+        }
+    };
+    let mut scr = vec![0f32; xs];
+    let ts = tasks(st, &mut scr, batch, heads, 1, p * n, seq, p);
+    run_tasks(ts, xs.saturating_mul(n), |tk| {
+        let hd = tk.col0;
+        for t in 0..seq {
+            let bt = &b[(tk.bi * seq + t) * n..][..n];
+            let ct = &c[(tk.bi * seq + t) * n..][..n];
+            let step = dt[(tk.bi * seq + t) * heads + hd];
+            let decay = (step * a[hd]).exp();
+            let xt = &x[((tk.bi * seq + t) * heads + hd) * p..][..p];
+            let out = &mut tk.out[t * p..][..p];
+            for ((h, &xv), o) in tk.state.chunks_exact_mut(n).zip(xt).zip(out) {
+                let dx = step * xv;
+                let mut acc = 0f32;
+                for ((hv, &bv), &cv) in h.iter_mut().zip(bt).zip(ct) {
+                    *hv = decay * *hv + dx * bv;
+                    acc += *hv * cv;
+                }
+                *o = acc;
+            }
+        }
+    });
+    scatter(&scr, y, batch, seq, heads, 1, p);
+    Ok(())
+}
+
+/// `C[m, n] = keep·C + scale·A·B` (`keep = 0` overwrites) on the calling thread.
+/// A and B are `(slice, row stride, column stride)`, C `(slice, row stride)`
+/// with column stride 1. Bounds are checked before the call.
+#[allow(clippy::type_complexity)]
+pub(super) fn gemm_f32(
+    m: usize,
+    n: usize,
+    k: usize,
+    (a, a_rs, a_cs): (&[f32], usize, usize),
+    (b, b_rs, b_cs): (&[f32], usize, usize),
+    (c, c_rs): (&mut [f32], usize),
+    (keep, scale): (f32, f32),
+) {
+    if m == 0 || n == 0 {
+        return;
+    }
+    if k == 0 {
+        c.iter_mut().for_each(|x| *x *= keep);
+        return;
+    }
+    let last = |rs: usize, cs: usize, r: usize, cl: usize| (r - 1) * rs + (cl - 1) * cs;
+    assert!(
+        last(a_rs, a_cs, m, k) < a.len()
+            && last(b_rs, b_cs, k, n) < b.len()
+            && last(c_rs, 1, m, n) < c.len(),
+        "gemm_f32 operand out of bounds"
+    );
+    // SAFETY: the assert above bounds every element gemm reads or writes;
+    // `c` is exclusively borrowed and never aliases `a` or `b`.
+    unsafe {
+        gemm::gemm(
+            m,
+            n,
+            k,
+            c.as_mut_ptr(),
+            1,
+            c_rs as isize,
+            keep != 0.0,
+            a.as_ptr(),
+            a_cs as isize,
+            a_rs as isize,
+            b.as_ptr(),
+            b_cs as isize,
+            b_rs as isize,
+            keep,
+            scale,
+            false,
+            false,
+            false,
+            gemm::Parallelism::None,
+        )
+    }
+}
+
+#[cfg(test)]
+#[path = "sequence_tests.rs"]
+mod tests;
