@@ -1,7 +1,8 @@
 """State-space / linear-attention families (rlx.models.mixers_ssm,
 mixers_gdn) against the transformers fixtures of ``tests/fixtures/hf``
 (tiny random models, float32, made by scripts/make_seq_fixtures.py):
-Mamba-2 (n_groups 1 and 2), Mamba-1, Qwen3-Next (dense), Qwen3.5.
+Mamba-2 (n_groups 1 and 2), Mamba-1, Qwen3-Next (dense), Qwen3.5, Falcon-H1
+(parallel Mamba-2 + attention, muP multipliers).
 
 Per model and device: teacher-forced logits of 24 tokens, a 16-token
 prefill + 8 ``next_logits`` decode steps against transformers' cached
@@ -34,6 +35,7 @@ MODELS: dict[str, list[str]] = {
     "mamba": ["mamba", "mamba"],
     "qwen3_next_dense": ["gdn", "gdn", "gdn", "attention"],
     "qwen3_5": ["gdn", "gdn", "gdn", "attention"],
+    "falcon_h1": ["mamba2_attention", "mamba2_attention"],
 }
 DEVICES = ("host", "reference", "metal-sim")
 
@@ -65,7 +67,7 @@ def test_passes_fire_on_every_layer(name: str, n_new: int) -> None:
     model = rlx.load(str(fixture(name)))
     model.reset(n_new + 1)
     exe = model._runner(n_new, model._cap, False).exe
-    conv = sum(m in ("mamba", "mamba2", "gdn") for m in model.config.mixers)
+    conv = sum(m != "attention" for m in model.config.mixers)
     assert exe.stats["pass_matches"][CONV_PASS] == conv
     assert exe.stats["pass_matches"][GDN_PASS] == _has(model, "gdn")
     assert "conv2d" not in exe.schedule
@@ -144,6 +146,9 @@ def _patched(tmp_path: Path, name: str, patch: dict) -> Path:
         ("qwen3_next_dense", {"linear_num_value_heads": 3}, "linear_num_value_heads"),
         ("qwen3_5_moe", {}, "num_experts"),
         ("qwen3_5", {"text_config": {}}, "text decoder"),
+        ("falcon_h1", {"mlp_bias": True}, "mlp_bias"),
+        ("falcon_h1", {"mlp_multipliers": [1.0]}, "mlp_multipliers"),
+        ("falcon_h1", {"mamba_n_groups": 3}, "mamba_n_groups"),
     ],
 )
 def test_unsupported_config_fields_are_named(

@@ -118,6 +118,15 @@ class Config:
     ssm_groups: int = 1
     ssm_dt_rank: int = 0
     ssm_bias: bool = False
+    #: Mamba-2 output norm: ``gate_first`` (Mamba-2: norm(y·silu(z))·w),
+    #: ``norm_first`` (norm(y)·w·silu(z)) or ``none`` (y·silu(z))
+    ssm_norm: str = "gate_first"
+    #: Falcon-H1 muP: input multiplier of in_proj, multipliers of its z, x, B,
+    #: C, dt outputs (empty: none), and ``(attention in, attention out, ssm
+    #: out)`` of its parallel mixer
+    ssm_in_mult: float = 1.0
+    ssm_mults: list[float] = field(default_factory=list)
+    parallel_mults: tuple[float, float, float] = (1.0, 1.0, 1.0)
     #: Gated DeltaNet mixers: key / value heads and head dims
     gdn_k_heads: int = 0
     gdn_v_heads: int = 0
@@ -136,7 +145,7 @@ class Config:
     def rope_groups(self) -> list[tuple[float, RopeScaling]]:
         """Distinct RoPE groups of the attention layers, in input order
         (group ``j`` is fed as ``cos_j`` / ``sin_j``)."""
-        keys = {self.rope_key(i) for i in range(self.n_layers) if self.mixer(i) == "attention"}
+        keys = {self.rope_key(i) for i in range(self.n_layers) if "attention" in self.mixer(i)}
         return sorted(keys)
 
     @property
@@ -341,6 +350,10 @@ class ArchSpec:
     embed_scale: float = 1.0
     #: whether each layer has the gated MLP after its mixer (Mamba: none)
     mlp: bool = True
+    #: multipliers of the MLP's gate projection and down projection (Falcon-H1)
+    mlp_mults: tuple[float, float] = (1.0, 1.0)
+    #: multiplier of the logits (Falcon-H1 lm_head_multiplier, 1/Granite logits_scaling)
+    logit_scale: float = 1.0
     #: gated attention (Qwen3-Next / 3.5): ``q_proj`` yields per head the
     #: query then a gate; the attention output is multiplied by sigmoid(gate)
     attn_gate: bool = False

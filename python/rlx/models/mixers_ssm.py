@@ -59,9 +59,13 @@ def matrix_f32(g: Graph, w: Weights, name: str, shape: list[int]) -> Node:
     return g.param(name, shape)
 
 
-def _lin(ctx: LayerCtx, x: Node, name: str) -> Node:
-    y = ctx.w.linear(ctx.g, x, name + ".weight")
-    return ctx.g.add(y, ctx.w.vector(ctx.g, name + ".bias")) if ctx.cfg.ssm_bias else y
+def _lin(ctx: LayerCtx, x: Node, name: str, scale: float = 1.0) -> Node:
+    """``scale·(x @ Wᵀ) (+ bias when the source has one)``."""
+    g = ctx.g
+    y = ctx.w.linear(g, x, name + ".weight")
+    if scale != 1.0:
+        y = g.mul(y, g.constant(np.float32(scale)))
+    return g.add(y, ctx.w.vector(g, name + ".bias")) if ctx.w.has(name + ".bias") else y
 
 
 def gated_group_norm(g: Graph, w: Weights, y: Node, name: str, groups: int, eps: float) -> Node:
@@ -88,7 +92,12 @@ def mamba2(ctx: LayerCtx, i: int, x: Node) -> Node:
         )
     p = f"blk.{i}."
     conv_dim = inner + 2 * hg * n
-    zxbcdt = _lin(ctx, x, p + "ssm_in")
+    zxbcdt = _lin(ctx, x, p + "ssm_in", cfg.ssm_in_mult)
+    if cfg.ssm_mults:  # Falcon-H1's muP multipliers of z, x, B, C, dt
+        m = cfg.ssm_mults
+        parts = [(inner, m[0]), (inner, m[1]), (hg * n, m[2]), (hg * n, m[3]), (heads, m[4])]
+        mup = np.concatenate([np.full(k, v, np.float32) for k, v in parts])
+        zxbcdt = g.mul(zxbcdt, g.constant(mup))
     z = g.narrow(zxbcdt, 2, 0, inner)
     xbc = g.narrow(zxbcdt, 2, inner, conv_dim)
     dt = g.narrow(zxbcdt, 2, inner + conv_dim, heads)
@@ -112,7 +121,12 @@ def mamba2(ctx: LayerCtx, i: int, x: Node) -> Node:
     d = g.reshape(w.vector(g, p + "ssm_d"), [heads, 1])
     skip = g.mul(g.reshape(xs, [1, s, heads, p_dim]), d)
     y = g.add(y, g.reshape(skip, [1, s, inner]))
-    y = gated_group_norm(g, w, g.mul(y, g.silu(z)), p + "ssm_norm.weight", hg, cfg.eps)
+    if cfg.ssm_norm == "gate_first":  # Mamba-2: norm(y·silu(z))·w
+        y = gated_group_norm(g, w, g.mul(y, g.silu(z)), p + "ssm_norm.weight", hg, cfg.eps)
+    elif cfg.ssm_norm == "norm_first":  # Falcon-H1 norm_before_gate: norm(y)·w·silu(z)
+        y = g.mul(gated_group_norm(g, w, y, p + "ssm_norm.weight", hg, cfg.eps), g.silu(z))
+    else:  # no norm (Falcon-H1 mamba_rms_norm false)
+        y = g.mul(y, g.silu(z))
     return _lin(ctx, y, p + "ssm_out")
 
 
@@ -147,4 +161,26 @@ def mamba(ctx: LayerCtx, i: int, x: Node) -> Node:
 
 MIXERS["mamba"] = MixerKind(
     "mamba", mamba, lambda cfg, i: [f"conv{i}", f"ssm{i}"], conv_feeds, pads_ok=False
+)
+
+
+# ------------------------------------------------- Falcon-H1 parallel hybrid
+def mamba2_attention(ctx: LayerCtx, i: int, x: Node) -> Node:
+    """Falcon-H1 layer mixer: Mamba-2 and attention side by side on the same
+    normed input, ``ssm_out·mamba2(x) + attn_out·attention(attn_in·x)``
+    (``cfg.parallel_mults = (attn_in, attn_out, ssm_out)``)."""
+    from rlx.models.mixers import attention
+
+    g = ctx.g
+    attn_in, attn_out, ssm_out = ctx.cfg.parallel_mults
+
+    def scaled(t: Node, m: float) -> Node:
+        return t if m == 1.0 else g.mul(t, g.constant(np.float32(m)))
+
+    a = scaled(attention(ctx, i, scaled(x, attn_in)), attn_out)
+    return g.add(scaled(mamba2(ctx, i, x), ssm_out), a)
+
+
+MIXERS["mamba2_attention"] = MixerKind(
+    "mamba2_attention", mamba2_attention, _mamba2_states, conv_feeds, pads_ok=False
 )

@@ -9,13 +9,25 @@ from typing import Any, Union
 
 from rlx.errors import UnsupportedOpError, WeightFormatError
 from rlx.io.gguf import GGUFFile, open_gguf
-from rlx.models import gemma3, lfm2, llama, mamba, mamba2, qwen2, qwen3, qwen3_5, qwen3_next
+from rlx.models import (
+    falcon_h1,
+    gemma3,
+    lfm2,
+    llama,
+    mamba,
+    mamba2,
+    qwen2,
+    qwen3,
+    qwen3_5,
+    qwen3_next,
+)
 from rlx.models.base import ArchSpec, Config, Family
 from rlx.models.source import GGUFSource, HFSource, TensorSource
 
 #: the families, each under its GGUF architecture name
 FAMILIES: tuple[Family, ...] = tuple(
-    m.FAMILY for m in (gemma3, lfm2, llama, mamba, mamba2, qwen2, qwen3, qwen3_5, qwen3_next)
+    m.FAMILY
+    for m in (falcon_h1, gemma3, lfm2, llama, mamba, mamba2, qwen2, qwen3, qwen3_5, qwen3_next)
 )
 #: GGUF ``general.architecture`` / HF ``model_type`` → family
 ARCHITECTURES: dict[str, Family] = {
