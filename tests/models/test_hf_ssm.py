@@ -2,7 +2,8 @@
 mixers_gdn) against the transformers fixtures of ``tests/fixtures/hf``
 (tiny random models, float32, made by scripts/make_seq_fixtures.py):
 Mamba-2 (n_groups 1 and 2), Mamba-1, Qwen3-Next (dense), Qwen3.5, Falcon-H1
-(parallel Mamba-2 + attention, muP multipliers).
+(parallel Mamba-2 + attention, muP multipliers), GraniteMoeHybrid without
+experts (``granitemoehybrid_dense``, made by scripts/make_ssm_dense_fixtures.py).
 
 Per model and device: teacher-forced logits of 24 tokens, a 16-token
 prefill + 8 ``next_logits`` decode steps against transformers' cached
@@ -36,6 +37,7 @@ MODELS: dict[str, list[str]] = {
     "qwen3_next_dense": ["gdn", "gdn", "gdn", "attention"],
     "qwen3_5": ["gdn", "gdn", "gdn", "attention"],
     "falcon_h1": ["mamba2_attention", "mamba2_attention"],
+    "granitemoehybrid_dense": ["mamba2", "attention", "mamba2"],
 }
 DEVICES = ("host", "reference", "metal-sim")
 
@@ -149,6 +151,8 @@ def _patched(tmp_path: Path, name: str, patch: dict) -> Path:
         ("falcon_h1", {"mlp_bias": True}, "mlp_bias"),
         ("falcon_h1", {"mlp_multipliers": [1.0]}, "mlp_multipliers"),
         ("falcon_h1", {"mamba_n_groups": 3}, "mamba_n_groups"),
+        ("granitemoehybrid", {}, "num_local_experts"),
+        ("granitemoehybrid_dense", {"position_embedding_type": None}, "position_embedding"),
     ],
 )
 def test_unsupported_config_fields_are_named(

@@ -354,6 +354,11 @@ class ArchSpec:
     mlp_mults: tuple[float, float] = (1.0, 1.0)
     #: multiplier of the logits (Falcon-H1 lm_head_multiplier, 1/Granite logits_scaling)
     logit_scale: float = 1.0
+    #: multiplier of the mixer and MLP outputs before each residual add (Granite)
+    residual_scale: float = 1.0
+    #: the MLP's gate and up projections are one ``[2·ffn, hidden]`` matrix
+    #: ``ffn_gate_up.weight`` (gate rows first; Granite's ``input_linear``)
+    mlp_gate_up: bool = False
     #: gated attention (Qwen3-Next / 3.5): ``q_proj`` yields per head the
     #: query then a gate; the attention output is multiplied by sigmoid(gate)
     attn_gate: bool = False

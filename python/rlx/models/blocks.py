@@ -81,17 +81,22 @@ def build_decoder(
         a = kind.build(ctx, i, x)
         if spec.post_norms:
             a = g.rms_norm(a, w.vector(g, p + "post_attention_norm.weight"), eps=cfg.eps)
-        h = g.add(h, a)
+        h = g.add(h, _scaled(g, a, spec.residual_scale))
         if not spec.mlp:
             continue
         x = g.rms_norm(h, w.vector(g, p + "ffn_norm.weight"), eps=cfg.eps)
-        gate = _scaled(g, w.linear(g, x, p + "ffn_gate.weight"), spec.mlp_mults[0])
-        up = w.linear(g, x, p + "ffn_up.weight")
+        if spec.mlp_gate_up:
+            gu = w.linear(g, x, p + "ffn_gate_up.weight")
+            gate, up = g.narrow(gu, 2, 0, cfg.ffn), g.narrow(gu, 2, cfg.ffn, cfg.ffn)
+        else:
+            gate = w.linear(g, x, p + "ffn_gate.weight")
+            up = w.linear(g, x, p + "ffn_up.weight")
+        gate = _scaled(g, gate, spec.mlp_mults[0])
         act = g.gelu_approx(gate) if spec.act == "gelu_approx" else g.silu(gate)
         f = _scaled(g, w.linear(g, g.mul(act, up), p + "ffn_down.weight"), spec.mlp_mults[1])
         if spec.post_norms:
             f = g.rms_norm(f, w.vector(g, p + "post_ffw_norm.weight"), eps=cfg.eps)
-        h = g.add(h, f)
+        h = g.add(h, _scaled(g, f, spec.residual_scale))
     rows = g.reshape(h, [s, cfg.hidden])
     if not all_rows:
         rows = g.gather(rows, g.input("row", [1], "i32"))

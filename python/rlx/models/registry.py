@@ -12,6 +12,7 @@ from rlx.io.gguf import GGUFFile, open_gguf
 from rlx.models import (
     falcon_h1,
     gemma3,
+    granitemoehybrid,
     lfm2,
     llama,
     mamba,
@@ -27,8 +28,11 @@ from rlx.models.source import GGUFSource, HFSource, TensorSource
 #: the families, each under its GGUF architecture name
 FAMILIES: tuple[Family, ...] = tuple(
     m.FAMILY
-    for m in (falcon_h1, gemma3, lfm2, llama, mamba, mamba2, qwen2, qwen3, qwen3_5, qwen3_next)
-)
+    for m in (
+        falcon_h1, gemma3, granitemoehybrid, lfm2, llama, mamba, mamba2, qwen2, qwen3, qwen3_5,
+        qwen3_next,
+    )
+)  # fmt: skip
 #: GGUF ``general.architecture`` / HF ``model_type`` → family
 ARCHITECTURES: dict[str, Family] = {
     key: fam for fam in FAMILIES for key in (fam.name, *fam.model_types)
