@@ -3,7 +3,8 @@ mixers_gdn) against the transformers fixtures of ``tests/fixtures/hf``
 (tiny random models, float32, made by scripts/make_seq_fixtures.py):
 Mamba-2 (n_groups 1 and 2), Mamba-1, Qwen3-Next (dense), Qwen3.5, Falcon-H1
 (parallel Mamba-2 + attention, muP multipliers), GraniteMoeHybrid without
-experts (``granitemoehybrid_dense``, made by scripts/make_ssm_dense_fixtures.py).
+experts (``granitemoehybrid_dense``) and Jamba with one expert
+(``jamba_dense``; both made by scripts/make_ssm_dense_fixtures.py).
 
 Per model and device: teacher-forced logits of 24 tokens, a 16-token
 prefill + 8 ``next_logits`` decode steps against transformers' cached
@@ -38,6 +39,7 @@ MODELS: dict[str, list[str]] = {
     "qwen3_5": ["gdn", "gdn", "gdn", "attention"],
     "falcon_h1": ["mamba2_attention", "mamba2_attention"],
     "granitemoehybrid_dense": ["mamba2", "attention", "mamba2"],
+    "jamba_dense": ["mamba", "attention", "mamba", "attention"],
 }
 DEVICES = ("host", "reference", "metal-sim")
 
@@ -153,6 +155,8 @@ def _patched(tmp_path: Path, name: str, patch: dict) -> Path:
         ("falcon_h1", {"mamba_n_groups": 3}, "mamba_n_groups"),
         ("granitemoehybrid", {}, "num_local_experts"),
         ("granitemoehybrid_dense", {"position_embedding_type": None}, "position_embedding"),
+        ("jamba", {}, "num_experts"),
+        ("jamba_dense", {"attn_layer_offset": 2}, "attn_layer_offset"),
     ],
 )
 def test_unsupported_config_fields_are_named(

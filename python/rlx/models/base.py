@@ -359,6 +359,8 @@ class ArchSpec:
     #: the MLP's gate and up projections are one ``[2·ffn, hidden]`` matrix
     #: ``ffn_gate_up.weight`` (gate rows first; Granite's ``input_linear``)
     mlp_gate_up: bool = False
+    #: whether attention rotates q / k (Jamba's attention has no positions)
+    rope: bool = True
     #: gated attention (Qwen3-Next / 3.5): ``q_proj`` yields per head the
     #: query then a gate; the attention output is multiplied by sigmoid(gate)
     attn_gate: bool = False

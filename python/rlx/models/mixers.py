@@ -131,9 +131,11 @@ def attention(ctx: LayerCtx, i: int, x: Node) -> Node:
     if spec.qk_norm:
         q = head_norm(g, w, q, p + "attn_q_norm.weight", cfg.heads, cfg)
         k = head_norm(g, w, k, p + "attn_k_norm.weight", cfg.kv_heads, cfg)
-    cos, sin = ctx.rope(i)
+    cos, sin = ctx.rope(i) if spec.rope else (None, None)
 
     def rope(t: Node) -> Node:
+        if cos is None:
+            return t
         return g.rope(t, cos, sin, head_dim=cfg.head_dim, n_rot=cfg.rope_dims, kind=cfg.rope_kind)
 
     q = rope(q)

@@ -149,9 +149,12 @@ def mamba(ctx: LayerCtx, i: int, x: Node) -> Node:
     bias = p + "ssm_conv1d.bias" if cfg.conv_bias else None
     xs = g.silu(causal_conv(ctx, i, xs, p + "ssm_conv1d.weight", bias))
     dbc = w.linear(g, xs, p + "ssm_x.weight")
-    dt = w.linear(g, g.narrow(dbc, 2, 0, rank), p + "ssm_dt.weight")
+    dt, b, c = g.narrow(dbc, 2, 0, rank), g.narrow(dbc, 2, rank, n), g.narrow(dbc, 2, rank + n, n)
+    if w.has(p + "ssm_dt_norm.weight"):  # Jamba: RMSNorms on dt, B, C
+        dt, b, c = (g.rms_norm(t, w.vector(g, f"{p}ssm_{k}_norm.weight"), eps=cfg.eps)
+                    for t, k in ((dt, "dt"), (b, "b"), (c, "c")))  # fmt: skip
+    dt = w.linear(g, dt, p + "ssm_dt.weight")
     dt = softplus(g, g.add(dt, w.vector(g, p + "ssm_dt.bias")))
-    b, c = g.narrow(dbc, 2, rank, n), g.narrow(dbc, 2, rank + n, n)
     a = neg_exp(g, matrix_f32(g, w, p + "ssm_a_log", [inner, n]))
     st = g.state(f"ssm{i}", [1, inner, n])
     y = g.selective_scan(xs, dt, a, b, c, state=st)

@@ -13,6 +13,7 @@ from rlx.models import (
     falcon_h1,
     gemma3,
     granitemoehybrid,
+    jamba,
     lfm2,
     llama,
     mamba,
@@ -29,8 +30,8 @@ from rlx.models.source import GGUFSource, HFSource, TensorSource
 FAMILIES: tuple[Family, ...] = tuple(
     m.FAMILY
     for m in (
-        falcon_h1, gemma3, granitemoehybrid, lfm2, llama, mamba, mamba2, qwen2, qwen3, qwen3_5,
-        qwen3_next,
+        falcon_h1, gemma3, granitemoehybrid, jamba, lfm2, llama, mamba, mamba2, qwen2, qwen3,
+        qwen3_5, qwen3_next,
     )
 )  # fmt: skip
 #: GGUF ``general.architecture`` / HF ``model_type`` → family
