@@ -54,6 +54,7 @@ _LLAMA3_SPLIT = (
 _PRE_SPLITS: dict[str, tuple[tuple[str, ...], bool]] = {
     "default": ((_GPT2_SPLIT,), False),
     "gpt2": ((_GPT2_SPLIT,), False),
+    "gpt-2": ((_GPT2_SPLIT,), False),  # llama.cpp's spelling (convert_hf_to_gguf.py)
     "smollm": ((r"\p{N}", _GPT2_SPLIT), False),
     "starcoder": ((r"\p{N}", _GPT2_SPLIT), False),
     "qwen2": ((_QWEN2_SPLIT,), False),

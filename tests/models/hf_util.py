@@ -6,6 +6,7 @@ config or re-encoded weights, and a safetensors writer."""
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import struct
 from pathlib import Path
@@ -100,12 +101,14 @@ def hf_to_gguf(src: Path, path: Path, qtype: str = "F32") -> Path:
     convert_hf_to_gguf.py does (tensor names from gguf-py's own
     ``TensorNameMap``; llama's Q/K rows permuted for its rope mode, Gemma's
     norms stored as ``1 + w``, LFM2's conv taps squeezed to 2-D and its KV
-    head count given per layer); matrices stored as ``qtype``."""
+    head count given per layer; MoE experts stacked ``[E, n, k]`` per layer,
+    Mixtral written as ``llama``); matrices stored as ``qtype``."""
     import gguf
 
     c = json.loads((src / "config.json").read_text())
     mt = c["model_type"]
-    arch = {"gemma3_text": "gemma3"}.get(mt, mt)
+    arch = {"gemma3_text": "gemma3", "mixtral": "llama", "qwen2_moe": "qwen2moe",
+            "qwen3_moe": "qwen3moe"}.get(mt, mt)  # fmt: skip
     n = c["num_hidden_layers"]
     heads, kvh = c["num_attention_heads"], c["num_key_value_heads"]
     hidden = c["hidden_size"]
@@ -126,6 +129,15 @@ def hf_to_gguf(src: Path, path: Path, qtype: str = "F32") -> Path:
         w.add_uint32(f"{arch}.attention.head_count_kv", kvh)
     w.add_uint32(f"{arch}.attention.key_length", hd)
     w.add_uint32(f"{arch}.attention.value_length", hd)
+    n_exp = c.get("num_experts") or c.get("num_local_experts")
+    if n_exp:
+        w.add_uint32(f"{arch}.expert_count", n_exp)
+        w.add_uint32(f"{arch}.expert_used_count", c["num_experts_per_tok"])
+        if "moe_intermediate_size" in c:
+            w.add_uint32(f"{arch}.expert_feed_forward_length", c["moe_intermediate_size"])
+        if c.get("shared_expert_intermediate_size"):
+            w.add_uint32(f"{arch}.expert_shared_feed_forward_length",
+                         c["shared_expert_intermediate_size"])  # fmt: skip
     eps = c.get("rms_norm_eps", c.get("norm_eps"))
     w.add_float32(f"{arch}.attention.layer_norm_rms_epsilon", eps)
     rp = c["rope_parameters"]
@@ -151,7 +163,17 @@ def hf_to_gguf(src: Path, path: Path, qtype: str = "F32") -> Path:
     def permute(a: np.ndarray, h: int) -> np.ndarray:
         return a.reshape(h, 2, a.shape[0] // h // 2, *a.shape[1:]).swapaxes(1, 2).reshape(a.shape)
 
-    for name, (_, a) in read_tensors(src / "model.safetensors").items():
+    tensors = {k: a for k, (_, a) in read_tensors(src / "model.safetensors").items()}
+    experts: dict[str, list[tuple[int, np.ndarray]]] = {}
+    for name in [k for k in tensors if ".experts." in k]:
+        m = re.fullmatch(r"(.+\.experts)\.(\d+)\.(.+)", name)
+        assert m is not None, name
+        experts.setdefault(f"{m.group(1)}.{m.group(3)}", []).append(
+            (int(m.group(2)), tensors.pop(name))
+        )
+    for name, parts in experts.items():
+        tensors[name] = np.stack([a for _, a in sorted(parts, key=lambda t: t[0])])
+    for name, a in tensors.items():
         if name == "lm_head.weight" and c.get("tie_word_embeddings"):
             continue
         base, suffix = name.rsplit(".", 1)
@@ -167,7 +189,12 @@ def hf_to_gguf(src: Path, path: Path, qtype: str = "F32") -> Path:
         if arch == "lfm2" and base.endswith("conv.conv"):
             a = a.squeeze(1)
         full = f"{gname}.{suffix}"
-        if a.ndim == 2 and qtype != "F32" and not base.endswith("conv.conv"):
+        if qtype != "F32" and a.ndim >= 2 and a.shape[-1] % gguf.GGML_QUANT_SIZES[qt][0]:
+            # rows that are not whole blocks: F16, as llama.cpp's converter falls back
+            w.add_tensor(full, np.ascontiguousarray(a, np.float16))
+        elif a.ndim == 3 and qtype != "F32":
+            w.add_tensor(full, gguf.quants.quantize(a, qt), raw_dtype=qt)
+        elif a.ndim == 2 and qtype != "F32" and not base.endswith("conv.conv"):
             w.add_tensor(full, gguf.quants.quantize(a, qt), raw_dtype=qt)
         else:
             w.add_tensor(full, np.ascontiguousarray(a))

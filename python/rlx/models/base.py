@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Any, Callable, Optional, Union
+from typing import TYPE_CHECKING, Any, Callable, Optional, Union
 
 import numpy as np
 
@@ -29,6 +29,9 @@ from rlx.graph import Graph
 from rlx.io.gguf import GGUFFile
 from rlx.models.source import GGUFSource, NameMap, TensorSource, to_f32
 from rlx.node import Node
+
+if TYPE_CHECKING:
+    from rlx.models.moe import MoeSpec
 
 #: GGUF storage types the host executor multiplies packed (``dequant_matmul``).
 PACKED_TYPES = frozenset(
@@ -132,6 +135,9 @@ class Config:
     gdn_v_heads: int = 0
     gdn_k_dim: int = 0
     gdn_v_dim: int = 0
+    #: mixture-of-experts FFN (:class:`rlx.models.moe.MoeSpec`; None = dense
+    #: SwiGLU on every layer)
+    moe: Optional[MoeSpec] = None
 
     def mixer(self, i: int) -> str:
         """The mixer kind of layer ``i``."""
@@ -345,6 +351,8 @@ class ArchSpec:
 
     qkv_bias: bool = False
     qk_norm: bool = False
+    #: q / k RMSNorm over the whole projection width (OLMoE), not per head
+    qk_norm_full: bool = False
     post_norms: bool = False
     act: str = "silu"  # or "gelu_approx"
     embed_scale: float = 1.0

@@ -1,7 +1,8 @@
 """The decoder graph every architecture shares (:func:`build_decoder`): a
 stack of pre-norm layers, each ``norm → mixer → [post norm] → +residual →
-norm → gated MLP → [post norm] → +residual``, where the mixer is the one of
-the layer's kind (``cfg.mixer(i)``: attention, short conv, … from
+norm → gated MLP → [post norm] → +residual`` (the MLP is the mixture of
+experts of :mod:`rlx.models.moe` on the layers ``cfg.moe`` names), where the
+mixer is the one of the layer's kind (``cfg.mixer(i)``: attention, short conv, … from
 :mod:`rlx.models.mixers`).
 
 One graph runs ``S`` new tokens against ``C`` cached ones:
@@ -41,6 +42,7 @@ from rlx.graph import Graph
 from rlx.models import mixers_gdn, mixers_ssm  # noqa: F401  (register their mixers)
 from rlx.models.base import ArchSpec, Config, Weights
 from rlx.models.mixers import MIXERS, LayerCtx
+from rlx.models.moe import moe_ffn
 from rlx.node import Node
 
 #: most new tokens one graph takes (the largest prompt bucket); sizes the
@@ -85,15 +87,18 @@ def build_decoder(
         if not spec.mlp:
             continue
         x = g.rms_norm(h, w.vector(g, p + "ffn_norm.weight"), eps=cfg.eps)
-        if spec.mlp_gate_up:
-            gu = w.linear(g, x, p + "ffn_gate_up.weight")
-            gate, up = g.narrow(gu, 2, 0, cfg.ffn), g.narrow(gu, 2, cfg.ffn, cfg.ffn)
+        if cfg.moe is not None and cfg.moe.is_moe(i):
+            f = moe_ffn(g, w, x, p, cfg.moe)
         else:
-            gate = w.linear(g, x, p + "ffn_gate.weight")
-            up = w.linear(g, x, p + "ffn_up.weight")
-        gate = _scaled(g, gate, spec.mlp_mults[0])
-        act = g.gelu_approx(gate) if spec.act == "gelu_approx" else g.silu(gate)
-        f = _scaled(g, w.linear(g, g.mul(act, up), p + "ffn_down.weight"), spec.mlp_mults[1])
+            if spec.mlp_gate_up:
+                gu = w.linear(g, x, p + "ffn_gate_up.weight")
+                gate, up = g.narrow(gu, 2, 0, cfg.ffn), g.narrow(gu, 2, cfg.ffn, cfg.ffn)
+            else:
+                gate = w.linear(g, x, p + "ffn_gate.weight")
+                up = w.linear(g, x, p + "ffn_up.weight")
+            gate = _scaled(g, gate, spec.mlp_mults[0])
+            act = g.gelu_approx(gate) if spec.act == "gelu_approx" else g.silu(gate)
+            f = _scaled(g, w.linear(g, g.mul(act, up), p + "ffn_down.weight"), spec.mlp_mults[1])
         if spec.post_norms:
             f = g.rms_norm(f, w.vector(g, p + "post_ffw_norm.weight"), eps=cfg.eps)
         h = g.add(h, _scaled(g, f, spec.residual_scale))

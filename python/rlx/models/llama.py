@@ -12,12 +12,16 @@ from __future__ import annotations
 from rlx.io.gguf import GGUFFile
 from rlx.models.base import ArchSpec, Config, Family
 from rlx.models.hf_config import HFConfig, common_config
+from rlx.models.moe import gguf_moe_spec
 from rlx.models.source import LLAMA_NAMES
 
 
 def config(f: GGUFFile) -> tuple[Config, ArchSpec]:
     """Config and block spec of a GGUF ``llama`` file."""
-    return Config.from_gguf(f, rope_kind="interleaved"), ArchSpec()
+    cfg = Config.from_gguf(f, rope_kind="interleaved")
+    # llama.cpp converts Mixtral to ``llama`` with stacked experts
+    cfg.moe = gguf_moe_spec(f, norm_default=True)
+    return cfg, ArchSpec()
 
 
 def hf_config(c: HFConfig) -> tuple[Config, ArchSpec]:

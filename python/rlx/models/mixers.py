@@ -131,6 +131,9 @@ def attention(ctx: LayerCtx, i: int, x: Node) -> Node:
     if spec.qk_norm:
         q = head_norm(g, w, q, p + "attn_q_norm.weight", cfg.heads, cfg)
         k = head_norm(g, w, k, p + "attn_k_norm.weight", cfg.kv_heads, cfg)
+    elif spec.qk_norm_full:
+        q = g.rms_norm(q, w.vector(g, p + "attn_q_norm.weight"), eps=cfg.eps)
+        k = g.rms_norm(k, w.vector(g, p + "attn_k_norm.weight"), eps=cfg.eps)
     cos, sin = ctx.rope(i) if spec.rope else (None, None)
 
     def rope(t: Node) -> Node:

@@ -18,9 +18,13 @@ from rlx.models import (
     llama,
     mamba,
     mamba2,
+    mixtral,
+    olmoe,
     qwen2,
+    qwen2_moe,
     qwen3,
     qwen3_5,
+    qwen3_moe,
     qwen3_next,
 )
 from rlx.models.base import ArchSpec, Config, Family
@@ -30,8 +34,8 @@ from rlx.models.source import GGUFSource, HFSource, TensorSource
 FAMILIES: tuple[Family, ...] = tuple(
     m.FAMILY
     for m in (
-        falcon_h1, gemma3, granitemoehybrid, jamba, lfm2, llama, mamba, mamba2, qwen2, qwen3,
-        qwen3_5, qwen3_next,
+        falcon_h1, gemma3, granitemoehybrid, jamba, lfm2, llama, mamba, mamba2, mixtral, olmoe,
+        qwen2, qwen2_moe, qwen3, qwen3_5, qwen3_moe, qwen3_next,
     )
 )  # fmt: skip
 #: GGUF ``general.architecture`` / HF ``model_type`` → family
