@@ -1,7 +1,8 @@
 """State-space / linear-attention families (rlx.models.mixers_ssm,
 mixers_gdn) against the transformers fixtures of ``tests/fixtures/hf``
 (tiny random models, float32, made by scripts/make_seq_fixtures.py):
-Mamba-2 (n_groups 1 and 2), Mamba-1, Qwen3-Next (dense), Qwen3.5, Falcon-H1
+Mamba-2 (n_groups 1 and 2), Mamba-1, Qwen3-Next and Qwen3.5 (dense and MoE:
+the shared MoE FFN of rlx.models.moe), Falcon-H1
 (parallel Mamba-2 + attention, muP multipliers), GraniteMoeHybrid without
 experts (``granitemoehybrid_dense``) and Jamba with one expert
 (``jamba_dense``; both made by scripts/make_ssm_dense_fixtures.py).
@@ -37,6 +38,8 @@ MODELS: dict[str, list[str]] = {
     "mamba": ["mamba", "mamba"],
     "qwen3_next_dense": ["gdn", "gdn", "gdn", "attention"],
     "qwen3_5": ["gdn", "gdn", "gdn", "attention"],
+    "qwen3_next": ["gdn", "gdn", "gdn", "attention"],
+    "qwen3_5_moe": ["gdn", "gdn", "gdn", "attention"],
     "falcon_h1": ["mamba2_attention", "mamba2_attention"],
     "granitemoehybrid_dense": ["mamba2", "attention", "mamba2"],
     "jamba_dense": ["mamba", "attention", "mamba", "attention"],
@@ -145,10 +148,8 @@ def _patched(tmp_path: Path, name: str, patch: dict) -> Path:
         ("mamba2", {"n_groups": 3}, "n_groups"),
         ("mamba2", {"hidden_act": "gelu"}, "hidden_act"),
         ("mamba", {"hidden_act": "relu"}, "hidden_act"),
-        ("qwen3_next", {}, "num_experts"),
         ("qwen3_next_dense", {"linear_value_head_dim": 32}, "linear_value_head_dim"),
         ("qwen3_next_dense", {"linear_num_value_heads": 3}, "linear_num_value_heads"),
-        ("qwen3_5_moe", {}, "num_experts"),
         ("qwen3_5", {"text_config": {}}, "text decoder"),
         ("falcon_h1", {"mlp_bias": True}, "mlp_bias"),
         ("falcon_h1", {"mlp_multipliers": [1.0]}, "mlp_multipliers"),

@@ -6,9 +6,10 @@ projections stored separately (``in_proj_qkv``, ``in_proj_z``, ``in_proj_b``,
 
 RoPE: transformers builds multimodal RoPE (``mrope_section``) from three
 position grids; for text all three are the token position, so the rotation
-is plain partial NeoX RoPE. The MoE variant (``qwen3_5_moe_text``) is refused
-naming ``num_experts``; the multimodal ``qwen3_5`` (``text_config``) is not
-loaded. GGUF files are not read yet.
+is plain partial NeoX RoPE. The MoE variant (``qwen3_5_moe_text``: every
+layer MoE, top-k always renormalised, gated shared expert) uses the shared
+MoE FFN of :mod:`rlx.models.moe`; the multimodal ``qwen3_5`` (``text_config``)
+is not loaded. GGUF files are not read yet.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from rlx.errors import UnsupportedOpError
 from rlx.models.base import ArchSpec, Config, Family
 from rlx.models.hf_config import HFConfig
 from rlx.models.mamba2 import gguf_unsupported
+from rlx.models.moe import QWEN_MOE_LAYER
 from rlx.models.qwen3_next import GDN_LAYER, gdn_config
 from rlx.models.source import LLAMA_GLOBAL, LLAMA_LAYER, NameMap
 
@@ -35,6 +37,7 @@ NAMES = NameMap(
     hf_layer={
         **LLAMA_LAYER,
         **GDN_LAYER,
+        **QWEN_MOE_LAYER,
         "attn_qkv.weight": "linear_attn.in_proj_qkv.weight",
         "attn_gate.weight": "linear_attn.in_proj_z.weight",
         "ssm_beta.weight": "linear_attn.in_proj_b.weight",

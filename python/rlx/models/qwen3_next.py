@@ -9,8 +9,10 @@ MLP.
   ``rope_parameters``);
 * every RMSNorm applies ``x·(1 + w)`` (``NameMap.norm_plus_one``) except the
   GDN's gated output norm (``x·w``);
-* MoE layers (``num_experts > 0`` on a layer not in ``mlp_only_layers``) are
-  not implemented: UnsupportedOpError naming ``num_experts``.
+* MoE layers (``num_experts > 0`` on a layer not in ``mlp_only_layers``, every
+  ``decoder_sparse_step``-th): the shared MoE FFN (:mod:`rlx.models.moe`,
+  softmax router, top-k renormalised when ``norm_topk_prob``, a shared expert
+  scaled by ``sigmoid(shared_expert_gate(x))``), as qwen2_moe.
 
 GGUF files are not read yet (HF directories only).
 """
@@ -20,6 +22,7 @@ from __future__ import annotations
 from rlx.models.base import ArchSpec, Config, Family
 from rlx.models.hf_config import FULL, HFConfig, common_config
 from rlx.models.mamba2 import gguf_unsupported
+from rlx.models.moe import QWEN_MOE_LAYER, hf_moe_spec
 from rlx.models.source import LLAMA_GLOBAL, LLAMA_LAYER, NameMap
 
 LINEAR = "linear_attention"
@@ -41,11 +44,6 @@ def gdn_config(c: HFConfig, arch: str) -> tuple[Config, ArchSpec]:
     c.require_false("attention_bias")
     n = c.get_int("num_hidden_layers")
     moe = moe_layers(c, n)
-    if moe:
-        raise c.unsupported(
-            "num_experts", f"MoE layers {moe} are not implemented (dense configs: num_experts 0 "
-            "or every layer in mlp_only_layers)",
-        )  # fmt: skip
     rp = c.get("rope_parameters")
     if c.get("partial_rotary_factor") is None and isinstance(rp, dict):
         if rp.get("partial_rotary_factor") is not None:
@@ -55,6 +53,11 @@ def gdn_config(c: HFConfig, arch: str) -> tuple[Config, ArchSpec]:
     cfg = common_config(c, arch, rope_kind="neox", tied_default=False)
     c.data["layer_types"] = types
     cfg.mixers = ["attention" if t == FULL else "gdn" for t in types]
+    if moe:  # softmax router, top-k, shared expert gated by sigmoid (qwen2_moe's)
+        norm = True if c.model_type == "qwen3_5_moe_text" else None  # 3.5 always renormalises
+        cfg.moe = hf_moe_spec(
+            c, "moe_intermediate_size", norm_topk=norm, shared=True, sparse_layers=True
+        )
     cfg.conv_kernel = c.get_int("linear_conv_kernel_dim", 4)
     cfg.gdn_k_heads = c.get_int("linear_num_key_heads")
     cfg.gdn_v_heads = c.get_int("linear_num_value_heads")
@@ -89,6 +92,7 @@ NAMES = NameMap(
     hf_layer={
         **LLAMA_LAYER,
         **GDN_LAYER,
+        **QWEN_MOE_LAYER,
         "ssm_in.weight": "linear_attn.in_proj_qkvz.weight",
         "ssm_ba.weight": "linear_attn.in_proj_ba.weight",
     },
