@@ -1,13 +1,11 @@
-"""Jamba (``JambaForCausalLM``), dense configs: Mamba-1 layers
+"""Jamba (``JambaForCausalLM``): Mamba-1 layers
 (:func:`rlx.models.mixers_ssm.mamba` with RMSNorms on dt, B and C) and GQA
 attention layers without positional encoding (``ArchSpec.rope=False``),
 every ``attn_layer_period``-th layer from ``attn_layer_offset``; each layer
-then a SwiGLU MLP (``feed_forward``).
-
-A layer with experts (``num_experts > 1`` on the layers of
-``expert_layer_period`` / ``expert_layer_offset``) is refused naming
-``num_experts``: the MoE FFN is not built for this family yet. GGUF files
-are not read yet.
+then a SwiGLU MLP (``feed_forward``), or on the layers of
+``expert_layer_period`` / ``expert_layer_offset`` when ``num_experts > 1`` the
+shared MoE FFN (:mod:`rlx.models.moe`: softmax router, top-k weights not
+renormalised, no shared expert). GGUF files are not read yet.
 """
 
 from __future__ import annotations
@@ -18,6 +16,7 @@ from rlx.models.base import ArchSpec, Config, Family
 from rlx.models.hf_config import FULL, HFConfig, common_config
 from rlx.models.mamba import MAMBA_LAYER
 from rlx.models.mamba2 import gguf_unsupported
+from rlx.models.moe import MoeSpec
 from rlx.models.source import LLAMA_LAYER, NameMap
 
 
@@ -34,11 +33,6 @@ def hf_config(c: HFConfig) -> tuple[Config, ArchSpec]:
     n = c.get_int("num_hidden_layers")
     attn = _periodic(c, n, "attn_layer_period", "attn_layer_offset")
     experts = _periodic(c, n, "expert_layer_period", "expert_layer_offset")
-    if c.get_int("num_experts", 1) > 1 and any(experts):
-        moe = [i for i in range(n) if experts[i]]
-        raise c.unsupported(
-            "num_experts", f"MoE layers {moe} are not implemented for jamba (dense: num_experts 1)"
-        )
     c.data.pop("layer_types", None)
     cfg = common_config(c, "jamba", rope_kind="neox", layer_types=(FULL,), tied_default=True)
     cfg.mixers = ["attention" if a else "mamba" for a in attn]
@@ -50,6 +44,15 @@ def hf_config(c: HFConfig) -> tuple[Config, ArchSpec]:
     cfg.ssm_bias = bool(c.get("mamba_proj_bias", False))
     cfg.conv_kernel = c.get_int("mamba_d_conv", 4)
     cfg.conv_bias = bool(c.get("mamba_conv_bias", True))
+    if c.get_int("num_experts", 1) > 1 and any(experts):
+        # softmax router, top-k weights not renormalised, no shared expert
+        cfg.moe = MoeSpec(
+            n_experts=c.get_int("num_experts"),
+            top_k=c.get_int("num_experts_per_tok"),
+            expert_ffn=cfg.ffn,
+            norm_topk=False,
+            layers=tuple(experts),
+        )
     return cfg, ArchSpec(rope=False)
 
 
@@ -64,6 +67,10 @@ NAMES = NameMap(
         "ssm_dt_norm.weight": "mamba.dt_layernorm.weight",
         "ssm_b_norm.weight": "mamba.b_layernorm.weight",
         "ssm_c_norm.weight": "mamba.c_layernorm.weight",
+        "ffn_gate_inp.weight": "feed_forward.router.weight",
+        "ffn_gate_exps.weight": "feed_forward.experts.{e}.gate_proj.weight",
+        "ffn_up_exps.weight": "feed_forward.experts.{e}.up_proj.weight",
+        "ffn_down_exps.weight": "feed_forward.experts.{e}.down_proj.weight",
     },
     hf_global={
         "token_embd.weight": "model.embed_tokens.weight",
