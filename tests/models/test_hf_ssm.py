@@ -179,3 +179,22 @@ def test_config_read() -> None:
         raw["num_heads"], raw["head_dim"], raw["n_groups"],
     )  # fmt: skip
     assert cfg.ssm_inner == raw["expand"] * raw["hidden_size"]
+
+
+@pytest.mark.parametrize("name", ["mamba2", "qwen3_next_dense", "jamba"])
+def test_long_prompts_across_chunks_and_the_conv_ring(name: str) -> None:
+    """Prompts past the largest bucket (several 256-row chunks) and past the
+    conv ring: one chunking (256, 256, 48) equals another (7, 256, 250, 40,
+    then 7 decode steps) within 1e-5 (the GDN runs chunked and recurrent)."""
+    model = rlx.load(str(fixture(name)))
+    model.config.ctx = 600  # default RoPE: the context limit is no model change
+    ids = [int(t) for t in np.random.default_rng(5).integers(0, model.config.vocab, 560)]
+    full = model.logits(ids)
+    model.reset(len(ids))
+    cuts = (7, 256, 250, 40, 1, 1, 1, 1, 1, 1, 1)
+    rows, at = [], 0
+    for n in cuts:
+        rows.append(model.next_logits(ids[at : at + n]))
+        at += n
+    assert at == len(ids)
+    assert rel(np.stack(rows), full[np.cumsum(cuts) - 1]) < 1e-5
