@@ -13,6 +13,23 @@
 use super::{check_len, invalid, numel, Result};
 use rayon::prelude::*;
 
+/// Which form of a scan to run (Gated DeltaNet, Mamba-2).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ScanForm {
+    /// Chunked when `seq ≥ CHUNKED_FROM`, else recurrent.
+    Auto,
+    /// One state update per token.
+    Recurrent,
+    /// Chunks of [`SSD_CHUNK`] (Mamba-2) / `sequence_gdn::CHUNK` (GDN) tokens.
+    Chunked,
+}
+
+/// Sequence length from which [`ScanForm::Auto`] runs the chunked form.
+pub const CHUNKED_FROM: usize = 16;
+
+/// Tokens per chunk of the Mamba-2 chunked (SSD) form.
+pub const SSD_CHUNK: usize = 64;
+
 /// Channels per selective-scan task.
 const CHANNEL_BLOCK: usize = 16;
 
@@ -184,10 +201,20 @@ pub fn selective_scan(
     Ok(())
 }
 
-/// Mamba-2 SSD scan (recurrent form, one B/C group): x, y `[batch, seq,
-/// heads·p]`, dt `[batch, seq, heads]`, a `[heads]`, b, c `[batch, seq, n]`;
-/// `state [batch, heads, p, n]` as in [`selective_scan`]. `d.width` is the
-/// head count.
+/// Mamba-2 SSD scan (one B/C group): x, y `[batch, seq, heads·p]`, dt
+/// `[batch, seq, heads]`, a `[heads]`, b, c `[batch, seq, n]`; `state
+/// [batch, heads, p, n]` as in [`selective_scan`]. `d.width` is the head
+/// count.
+///
+/// Two forms that agree to rounding: the recurrent one (a rank-1 update
+/// per token) and the chunked SSD form (chunks of [`SSD_CHUNK`] tokens,
+/// the last one partial). With `G_t` the within-chunk cumulative sum of
+/// `dt·a`, `γ_t = e^{G_t}` and the chunk's start state `h_0 [p, n]`:
+/// `Y = diag(γ)·C h_0ᵀ + (L ⊙ C Bᵀ)·diag(dt) X` with
+/// `L[t, r] = e^{G_t − G_r}` for `r ≤ t` (else 0), and
+/// `h_L = γ_L h_0 + Xᵀ diag(dt ⊙ e^{G_L − G})·B` — four small GEMMs per
+/// chunk. `form` picks one ([`ScanForm::Auto`]: chunked from
+/// [`CHUNKED_FROM`] tokens).
 #[allow(clippy::too_many_arguments)]
 pub fn mamba2(
     x: &[f32],
@@ -199,6 +226,7 @@ pub fn mamba2(
     y: &mut [f32],
     d: ScanDims,
     p: usize,
+    form: ScanForm,
 ) -> Result<()> {
     const K: &str = "mamba2";
     let ScanDims {
@@ -232,7 +260,25 @@ pub fn mamba2(
     };
     let mut scr = vec![0f32; xs];
     let ts = tasks(st, &mut scr, batch, heads, 1, p * n, seq, p);
+    let chunked = match form {
+        ScanForm::Auto => seq >= CHUNKED_FROM,
+        ScanForm::Recurrent => false,
+        ScanForm::Chunked => true,
+    };
+    let ops = M2 {
+        x,
+        dt,
+        a,
+        b,
+        c,
+        d,
+        p,
+    };
     run_tasks(ts, xs.saturating_mul(n), |tk| {
+        if chunked {
+            ops.chunked(tk);
+            return;
+        }
         let hd = tk.col0;
         for t in 0..seq {
             let bt = &b[(tk.bi * seq + t) * n..][..n];
@@ -256,7 +302,107 @@ pub fn mamba2(
     Ok(())
 }
 
-/// `C[m, n] = keep·C + scale·A·B` (`keep = 0` overwrites) on the calling thread.
+/// The operands of one Mamba-2 call.
+struct M2<'a> {
+    x: &'a [f32],
+    dt: &'a [f32],
+    a: &'a [f32],
+    b: &'a [f32],
+    c: &'a [f32],
+    d: ScanDims,
+    p: usize,
+}
+
+impl M2<'_> {
+    /// The chunked SSD form for one (batch, head) task (see [`mamba2`]).
+    fn chunked(&self, tk: Task<'_>) {
+        let ScanDims {
+            seq,
+            width: heads,
+            n,
+            ..
+        } = self.d;
+        let (p, bi, hd) = (self.p, tk.bi, tk.col0);
+        let cl = SSD_CHUNK.min(seq);
+        let mut buf = vec![0f32; cl * p + cl * cl + 2 * cl];
+        let (xw, rest) = buf.split_at_mut(cl * p);
+        let (m, rest) = rest.split_at_mut(cl * cl);
+        let (cum, w) = rest.split_at_mut(cl);
+        let h0 = tk.state;
+        let mut t0 = 0;
+        while t0 < seq {
+            let l = cl.min(seq - t0);
+            let row = bi * seq + t0;
+            let (bc, cc) = (&self.b[row * n..][..l * n], &self.c[row * n..][..l * n]);
+            // dt-scaled x rows and the cumulative log-decay
+            let mut acc = 0f32;
+            for i in 0..l {
+                let step = self.dt[(row + i) * heads + hd];
+                acc += step * self.a[hd];
+                cum[i] = acc;
+                w[i] = step;
+                let xr = &self.x[((row + i) * heads + hd) * p..][..p];
+                xw[i * p..][..p]
+                    .iter_mut()
+                    .zip(xr)
+                    .for_each(|(d, &v)| *d = step * v);
+            }
+            // M = L ⊙ C Bᵀ
+            gemm_f32(l, l, n, (cc, n, 1), (bc, 1, n), (m, l), (0.0, 1.0));
+            for i in 0..l {
+                for r in 0..l {
+                    let v = &mut m[i * l + r];
+                    *v = if r <= i {
+                        (cum[i] - cum[r]).exp() * *v
+                    } else {
+                        0.0
+                    };
+                }
+            }
+            // Y = diag(γ) C h_0ᵀ + M (dt ⊙ X)
+            let yc = &mut tk.out[t0 * p..][..l * p];
+            gemm_f32(l, p, n, (cc, n, 1), (h0, 1, n), (yc, p), (0.0, 1.0));
+            for i in 0..l {
+                let g = cum[i].exp();
+                yc[i * p..][..p].iter_mut().for_each(|v| *v *= g);
+            }
+            gemm_f32(l, p, l, (m, l, 1), (xw, p, 1), (yc, p), (1.0, 1.0));
+            // h = γ_L h_0 + (e^{G_L − G} ⊙ dt X)ᵀ B
+            let last = cum[l - 1];
+            for i in 0..l {
+                let f = (last - cum[i]).exp();
+                xw[i * p..][..p].iter_mut().for_each(|v| *v *= f);
+            }
+            let gl = last.exp();
+            h0.iter_mut().for_each(|v| *v *= gl);
+            gemm_f32(p, n, l, (xw, 1, p), (bc, n, 1), (h0, n), (1.0, 1.0));
+            t0 += l;
+        }
+    }
+}
+
+/// Multiply-adds from which [`gemm_f32`] splits over threads.
+const GEMM_PAR_FLOPS: usize = 1 << 20;
+
+/// `x·y` with eight independent partial sums (vectorisable, unlike a
+/// sequential fold).
+#[inline]
+pub(super) fn dot(x: &[f32], y: &[f32]) -> f32 {
+    let n = x.len().min(y.len());
+    let (xc, yc) = (x[..n].chunks_exact(8), y[..n].chunks_exact(8));
+    let (xr, yr) = (xc.remainder(), yc.remainder());
+    let mut acc = [0f32; 8];
+    for (a, b) in xc.zip(yc) {
+        for i in 0..8 {
+            acc[i] += a[i] * b[i];
+        }
+    }
+    let tail: f32 = xr.iter().zip(yr).map(|(a, b)| a * b).sum();
+    acc.iter().sum::<f32>() + tail
+}
+
+/// `C[m, n] = keep·C + scale·A·B` (`keep = 0` overwrites), on the calling
+/// thread unless the product is large.
 /// A and B are `(slice, row stride, column stride)`, C `(slice, row stride)`
 /// with column stride 1. Bounds are checked before the call.
 #[allow(clippy::type_complexity)]
@@ -305,7 +451,11 @@ pub(super) fn gemm_f32(
             false,
             false,
             false,
-            gemm::Parallelism::None,
+            if m.saturating_mul(n).saturating_mul(k) >= GEMM_PAR_FLOPS {
+                gemm::Parallelism::Rayon(0)
+            } else {
+                gemm::Parallelism::None
+            },
         )
     }
 }

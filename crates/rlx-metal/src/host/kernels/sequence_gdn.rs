@@ -19,7 +19,7 @@
 //! [`gated_delta_net`] runs the chunked form when `seq ≥` [`CHUNKED_FROM`],
 //! else the recurrent one.
 
-use super::sequence::gemm_f32;
+use super::sequence::{dot, gemm_f32, ScanForm};
 use super::{check_len, numel, Elem, Result};
 use rayon::prelude::*;
 
@@ -27,18 +27,7 @@ use rayon::prelude::*;
 pub const CHUNK: usize = 64;
 
 /// Sequence length from which [`gated_delta_net`] uses the chunked form.
-pub const CHUNKED_FROM: usize = 16;
-
-/// Which form to run.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum GdnForm {
-    /// Chunked when `seq ≥ CHUNKED_FROM`, else recurrent.
-    Auto,
-    /// One rank-1 update per token.
-    Recurrent,
-    /// Chunks of [`CHUNK`] tokens.
-    Chunked,
-}
+pub const CHUNKED_FROM: usize = super::sequence::CHUNKED_FROM;
 
 /// Dims of a Gated DeltaNet scan.
 #[derive(Clone, Copy, Debug)]
@@ -66,7 +55,7 @@ pub fn gated_delta_net<T: Elem>(
     state: &mut [T],
     o: &mut [T],
     d: GdnDims,
-    form: GdnForm,
+    form: ScanForm,
 ) -> Result<()> {
     const K: &str = "gated_delta_net";
     let GdnDims {
@@ -89,9 +78,9 @@ pub fn gated_delta_net<T: Elem>(
         return Ok(());
     }
     let chunked = match form {
-        GdnForm::Auto => seq >= CHUNKED_FROM,
-        GdnForm::Recurrent => false,
-        GdnForm::Chunked => true,
+        ScanForm::Auto => seq >= CHUNKED_FROM,
+        ScanForm::Recurrent => false,
+        ScanForm::Chunked => true,
     };
     let mut scr = vec![0f32; qs];
     let ops = Ops {
@@ -153,10 +142,6 @@ struct Ops<'a, T> {
     d: GdnDims,
 }
 
-fn dot(a: &[f32], b: &[f32]) -> f32 {
-    a.iter().zip(b).map(|(x, y)| x * y).sum()
-}
-
 impl<T: Elem> Ops<'_, T> {
     /// Row `(bi, t, hd)` of a `[b, s, heads·n]` operand into `dst`.
     fn row(&self, src: &[T], bi: usize, t: usize, hd: usize, dst: &mut [f32]) {
@@ -187,12 +172,10 @@ impl<T: Elem> Ops<'_, T> {
             let ot = &mut out[t * n..][..n];
             for ((srow, &vi), oi) in s.chunks_exact_mut(n).zip(vt.iter()).zip(ot) {
                 let u = be * (vi - al * dot(srow, kt));
-                let mut acc = 0f32;
-                for ((sv, &kv), &qv) in srow.iter_mut().zip(kt.iter()).zip(qt.iter()) {
+                for (sv, &kv) in srow.iter_mut().zip(kt.iter()) {
                     *sv = al * *sv + u * kv;
-                    acc += *sv * qv;
                 }
-                *oi = acc;
+                *oi = dot(srow, qt);
             }
         }
     }

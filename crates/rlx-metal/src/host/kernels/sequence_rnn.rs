@@ -9,8 +9,9 @@
 //! small GEMM (`h W_hhᵀ`) and the gate update per step, over buffers
 //! allocated once per call. The two directions of a layer run in parallel.
 
-use super::sequence::gemm_f32;
+use super::sequence::{dot, gemm_f32};
 use super::{check_len, invalid, numel, Result};
+use rayon::prelude::*;
 
 /// The cell.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -124,34 +125,35 @@ impl Pass<'_> {
             Some(c) => c[..batch * h].to_vec(),
             None => Vec::new(),
         };
-        let mut hw = vec![0f32; batch * gh];
+        // hw [G·H, b]: one W_hh row against every batch entry's h
+        let mut hw = vec![0f32; gh * batch];
+        let par = gh * h >= super::PAR_MIN;
         for step in 0..seq {
             let t = if self.reverse { seq - 1 - step } else { step };
-            // hw = h · W_hhᵀ (+ b_hh for the GRU)
-            match self.b_hh {
-                Some(bh) => hw
-                    .chunks_exact_mut(gh)
-                    .for_each(|r| r.copy_from_slice(&bh[..gh])),
-                None => hw.iter_mut().for_each(|x| *x = 0.0),
+            let row = |(j, out): (usize, &mut [f32])| {
+                let w = &self.w_hh[j * h..][..h];
+                let bias = self.b_hh.map_or(0.0, |b| b[j]);
+                for (bi, o) in out.iter_mut().enumerate() {
+                    *o = bias + dot(w, &hs[bi * h..][..h]);
+                }
+            };
+            if par {
+                hw.par_chunks_mut(batch)
+                    .enumerate()
+                    .with_min_len(64)
+                    .for_each(row);
+            } else {
+                hw.chunks_mut(batch).enumerate().for_each(row);
             }
-            gemm_f32(
-                batch,
-                gh,
-                h,
-                (&hs, h, 1),
-                (self.w_hh, 1, h),
-                (&mut hw, gh),
-                (1.0, 1.0),
-            );
             for bi in 0..batch {
                 let xr = &xw[(bi * seq + t) * gh..][..gh];
-                let hr = &hw[bi * gh..][..gh];
+                let hr = |q: usize| hw[q * batch + bi];
                 let hv = &mut hs[bi * h..][..h];
                 match self.cell {
                     Cell::Lstm => {
                         let cv = &mut cs[bi * h..][..h];
                         for j in 0..h {
-                            let z = |q: usize| xr[q * h + j] + hr[q * h + j];
+                            let z = |q: usize| xr[q * h + j] + hr(q * h + j);
                             let c = sig(z(1)) * cv[j] + sig(z(0)) * z(2).tanh();
                             cv[j] = c;
                             hv[j] = sig(z(3)) * c.tanh();
@@ -159,15 +161,15 @@ impl Pass<'_> {
                     }
                     Cell::Gru => {
                         for j in 0..h {
-                            let r = sig(xr[j] + hr[j]);
-                            let z = sig(xr[h + j] + hr[h + j]);
-                            let nn = (xr[2 * h + j] + r * hr[2 * h + j]).tanh();
+                            let r = sig(xr[j] + hr(j));
+                            let z = sig(xr[h + j] + hr(h + j));
+                            let nn = (xr[2 * h + j] + r * hr(2 * h + j)).tanh();
                             hv[j] = (1.0 - z) * nn + z * hv[j];
                         }
                     }
                     Cell::Rnn { relu } => {
                         for j in 0..h {
-                            let p = xr[j] + hr[j];
+                            let p = xr[j] + hr(j);
                             hv[j] = if relu { p.max(0.0) } else { p.tanh() };
                         }
                     }

@@ -4,8 +4,9 @@
 //! steps of O(1) values); chunked vs recurrent GDN agree to 2e-5 (a
 //! different summation order over ≤ 64-token chunks); f16 2e-2.
 
-use super::{mamba2, selective_scan, ScanDims};
-use crate::host::kernels::sequence_gdn::{gated_delta_net, GdnDims, GdnForm, CHUNK};
+use super::ScanForm;
+use super::{mamba2, selective_scan, ScanDims, SSD_CHUNK};
+use crate::host::kernels::sequence_gdn::{gated_delta_net, GdnDims, CHUNK};
 use crate::host::kernels::testutil::{assert_close, back, rand_vec, to};
 use half::f16;
 
@@ -101,7 +102,7 @@ fn case(batch: usize, seq: usize, heads: usize, n: usize, seed: u64) -> Case {
     }
 }
 
-fn run_f32(c: &Case, form: GdnForm) -> (Vec<f32>, Vec<f32>) {
+fn run_f32(c: &Case, form: ScanForm) -> (Vec<f32>, Vec<f32>) {
     let mut s = c.s0.clone();
     let mut o = vec![0f32; c.q.len()];
     gated_delta_net(&c.q, &c.k, &c.v, &c.g, &c.be, &mut s, &mut o, c.d, form).unwrap();
@@ -114,8 +115,8 @@ fn gdn_chunked_and_recurrent_agree_with_f64() {
     for (seq, n) in [(7, 5), (CHUNK, 16), (CHUNK + 1, 8), (2 * CHUNK + 2, 16)] {
         let c = case(2, seq, 3, n, seq as u64);
         let (want_o, want_s) = gdn_f64(&c.q, &c.k, &c.v, &c.g, &c.be, &c.s0, c.d);
-        let (ro, rs) = run_f32(&c, GdnForm::Recurrent);
-        let (co, cs) = run_f32(&c, GdnForm::Chunked);
+        let (ro, rs) = run_f32(&c, ScanForm::Recurrent);
+        let (co, cs) = run_f32(&c, ScanForm::Chunked);
         assert_close(&ro, &want_o, 1e-5);
         assert_close(&rs, &want_s, 1e-5);
         assert_close(&co, &want_o, 2e-5);
@@ -128,7 +129,7 @@ fn gdn_chunked_and_recurrent_agree_with_f64() {
 fn gdn_f16_keeps_f32_accumulation() {
     let c = case(1, 70, 2, 16, 9);
     let (want_o, want_s) = gdn_f64(&c.q, &c.k, &c.v, &c.g, &c.be, &c.s0, c.d);
-    for form in [GdnForm::Recurrent, GdnForm::Chunked] {
+    for form in [ScanForm::Recurrent, ScanForm::Chunked] {
         let mut s = to::<f16>(&c.s0);
         let mut o = vec![f16::ZERO; c.q.len()];
         let h = |x: &[f32]| to::<f16>(x);
@@ -163,7 +164,7 @@ fn gdn_rejects_short_operands() {
         &mut s,
         &mut o,
         c.d,
-        GdnForm::Auto,
+        ScanForm::Auto,
     )
     .unwrap_err();
     assert!(e.to_string().starts_with("[gated_delta_net] o"), "{e}");
@@ -173,7 +174,11 @@ fn gdn_rejects_short_operands() {
 fn ssm_scans_resume_from_their_state() {
     // s steps at once == s1 steps then s − s1 from the state; and vs f64
     let (b, s, w, n, p) = (2, 9, 19, 5, 3);
-    for m2 in [false, true] {
+    for (m2, form) in [
+        (false, ScanForm::Auto),
+        (true, ScanForm::Recurrent),
+        (true, ScanForm::Chunked),
+    ] {
         let cols = if m2 { w * p } else { w };
         let gates = w;
         let x = rand_vec(b * s * cols, 1);
@@ -213,6 +218,7 @@ fn ssm_scans_resume_from_their_state() {
                     &mut y,
                     d,
                     p,
+                    form,
                 )
                 .unwrap();
             } else {
@@ -276,4 +282,38 @@ fn ssm_scans_resume_from_their_state() {
             }
         }
     }
+}
+
+#[test]
+fn mamba2_chunked_matches_recurrent_across_chunks() {
+    // two full chunks and a partial one, starting from a non-zero state
+    let (b, s, heads, p, n) = (2, 2 * SSD_CHUNK + 3, 3, 4, 16);
+    let x = rand_vec(b * s * heads * p, 11);
+    let dt: Vec<f32> = rand_vec(b * s * heads, 12)
+        .iter()
+        .map(|v| 0.1 + 0.08 * v)
+        .collect();
+    let a: Vec<f32> = rand_vec(heads, 13).iter().map(|v| -1.0 + 0.5 * v).collect();
+    let bb = rand_vec(b * s * n, 14);
+    let cc = rand_vec(b * s * n, 15);
+    let s0: Vec<f32> = rand_vec(b * heads * p * n, 16)
+        .iter()
+        .map(|v| 0.5 * v)
+        .collect();
+    let d = ScanDims {
+        batch: b,
+        seq: s,
+        width: heads,
+        n,
+    };
+    let run = |form| {
+        let mut st = s0.clone();
+        let mut y = vec![0f32; x.len()];
+        mamba2(&x, &dt, &a, &bb, &cc, Some(&mut st), &mut y, d, p, form).unwrap();
+        (y, st)
+    };
+    let (ry, rs) = run(ScanForm::Recurrent);
+    let (cy, cs) = run(ScanForm::Chunked);
+    assert_close(&cy, &ry, 2e-5);
+    assert_close(&cs, &rs, 2e-5);
 }

@@ -7,8 +7,8 @@
 use super::NResult;
 use crate::host::buffer::Mem;
 use crate::host::kernels::invalid;
-use crate::host::kernels::sequence::{self as ssm, ScanDims};
-use crate::host::kernels::sequence_gdn::{self as gdn, GdnDims, GdnForm};
+use crate::host::kernels::sequence::{self as ssm, ScanDims, ScanForm};
+use crate::host::kernels::sequence_gdn::{self as gdn, GdnDims};
 use crate::host::kernels::sequence_rnn::{self as rnn, Cell, RnnDims, RnnOperands};
 use crate::thunk::sequence::recurrent_sizes;
 use crate::thunk::Thunk;
@@ -48,7 +48,7 @@ pub(super) fn run(t: &Thunk, mem: &Mem) -> NResult {
                     mem.get_mut("state", x.state, sn)?,
                     mem.get_mut("dst", x.dst, qn)?,
                     d,
-                    GdnForm::Auto,
+                    ScanForm::Auto,
                 )?;
             } else {
                 gdn::gated_delta_net::<f32>(
@@ -60,7 +60,7 @@ pub(super) fn run(t: &Thunk, mem: &Mem) -> NResult {
                     mem.get_mut("state", x.state, sn)?,
                     mem.get_mut("dst", x.dst, qn)?,
                     d,
-                    GdnForm::Auto,
+                    ScanForm::Auto,
                 )?;
             }
             Ok(())
@@ -122,6 +122,7 @@ pub(super) fn run(t: &Thunk, mem: &Mem) -> NResult {
                 mem.get_mut("dst", x.dst, xn)?,
                 d,
                 p,
+                ScanForm::Auto,
             )?;
             Ok(())
         }
