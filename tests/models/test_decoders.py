@@ -154,7 +154,7 @@ def test_unsupported_architecture(tmp_path: Path) -> None:
     w.write_kv_data_to_file()
     w.write_tensors_to_file()
     w.close()
-    supported = "gemma3, .*lfm2, llama, .*qwen2, .*qwen3"
+    supported = "gemma3, .*lfm2, llama, .*mixtral, olmoe, qwen2, qwen2moe, qwen3, .*qwen3moe"
     with pytest.raises(rlx.WeightFormatError, match=rf"rwkv6\.gguf.*'rwkv6'.*{supported}"):
         rlx.load(str(path))
 

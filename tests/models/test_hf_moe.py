@@ -231,3 +231,30 @@ def test_moe_ffn_against_numpy(gating: str, norm_topk: bool, top_k: int) -> None
     t = {k: a.astype(np.float64) for k, (_, a) in read_tensors(d / "model.safetensors").items()}
     want = _np_moe(xv.astype(np.float64), t, "model.layers.0.", spec)
     assert rel(y, want) < 1e-5
+
+
+@pytest.mark.parametrize("dtype", ["F16", "BF16"])
+def test_half_experts_stay_half(tmp_path: Path, dtype: str) -> None:
+    """An F16 / BF16 checkpoint keeps its experts in that dtype (stacked
+    rows, ``dequant_grouped_mat_mul``), with the same logits as the F32
+    checkpoint of the same rounded values."""
+    from hf_util import bf16_bits, bf16_value, read_tensors, write_safetensors
+
+    src = fixture("qwen2_moe")
+    half_dir = copy_fixture(src, tmp_path / "half", skip=("model.safetensors",))
+    f32_dir = copy_fixture(src, tmp_path / "f32", skip=("model.safetensors",))
+    low, f32 = {}, {}
+    for name, (_, a) in read_tensors(src / "model.safetensors").items():
+        if dtype == "BF16":
+            bits = bf16_bits(a)
+            low[name], f32[name] = ("BF16", bits), ("F32", bf16_value(bits))
+        else:
+            h = a.astype(np.float16)
+            low[name], f32[name] = ("F16", h), ("F32", h.astype(np.float32))
+    write_safetensors(half_dir / "model.safetensors", low)
+    write_safetensors(f32_dir / "model.safetensors", f32)
+    ids = [int(t) for t in expected(src)["ids24"]]
+    half, ref = rlx.load(str(half_dir)), rlx.load(str(f32_dir))
+    assert rel(half.logits(ids), ref.logits(ids)) < 1e-5
+    w = half.weights.values["blk.0.ffn_up_exps.weight"]
+    assert w.dtype == np.uint8 and w.shape == (4, 32, 64 * 2)

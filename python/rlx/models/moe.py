@@ -11,8 +11,9 @@ For ``S`` token rows ``x [S, hidden]`` of one layer::
     y      = Σ_k w · (h @ down[idx])              [S, hidden]
     (+ sigmoid(x @ shared_gateᵀ) ·) shared SwiGLU(x)        (qwen2_moe)
 
-The three expert matmuls are ``grouped_mat_mul`` (float experts, ``[E, k, n]``)
-or ``dequant_grouped_mat_mul`` (packed GGUF experts, ``[E, n, row_bytes]``)
+The three expert matmuls are ``grouped_mat_mul`` (F32 experts, copied once to
+``[E, k, n]``) or ``dequant_grouped_mat_mul`` (GGUF-packed, F16 and BF16
+experts as their stored rows ``[E, n, row_bytes]``)
 indexed by the chosen expert of each row: the host kernels sort the ``S·k``
 rows by expert and run one GEMM per expert that was chosen at all, so a
 decode step (``S = 1``) reads ``k`` experts' weights and a prefill reads each
@@ -39,7 +40,7 @@ from rlx.graph import Graph
 from rlx.io.gguf import GGUFFile
 from rlx.models.base import PACKED_TYPES, Weights
 from rlx.models.hf_config import HFConfig
-from rlx.models.source import HFSource, to_f32
+from rlx.models.source import HFSource, TensorMeta
 from rlx.node import Node
 
 GATINGS = ("softmax", "sigmoid")
@@ -82,8 +83,10 @@ class MoeSpec:
 
 
 def _stacked(w: Weights, name: str, n_experts: int) -> tuple[str, np.ndarray]:
-    """Kind and ``[E, n, k]`` array (float types) of the stacked experts ``name``,
-    read either stacked or from one tensor per expert (HF)."""
+    """Kind and experts of the stacked tensor ``name``: F32 as f32 ``[E, n, k]``,
+    every other type as its raw rows ``u8 [E, n, row_bytes]`` (a view of the
+    file when stored stacked; one copy, in the stored dtype, when an HF
+    checkpoint keeps one tensor per expert)."""
     src = w.src
     if src.has(name):
         m = src.meta(name)
@@ -92,20 +95,32 @@ def _stacked(w: Weights, name: str, n_experts: int) -> tuple[str, np.ndarray]:
                 f"[weights] {w.path}: tensor {name!r} has shape {list(m.shape)}, "
                 f"expected [{n_experts}, n, k]"
             )
-        if m.kind in PACKED_TYPES:
-            return m.kind, src.rows(name).reshape(m.shape[0], m.shape[1], -1)
-        return m.kind, to_f32(src.array(name), m.kind).reshape(m.shape)
+        if m.kind == "F32":
+            return m.kind, src.array(name).reshape(m.shape)
+        if m.kind not in PACKED_TYPES:
+            raise WeightFormatError(
+                f"[weights] {w.path}: experts {name!r} have type {m.kind}, which rlx "
+                f"cannot multiply (supported: F32, {', '.join(sorted(PACKED_TYPES))})"
+            )
+        return m.kind, src.rows(name).reshape(m.shape[0], m.shape[1], -1)
     stored = src.stored_name(name)
     if "{e}" not in stored or not isinstance(src, HFSource):
         raise WeightFormatError(f"[weights] {w.path}: missing tensor {name!r} ({stored!r})")
-    parts = []
+    metas: list[TensorMeta] = []
     for e in range(n_experts):
         ename = stored.replace("{e}", str(e))
         em = src._lookup(ename, name)
         if em is None:
             raise WeightFormatError(f"[weights] {w.path}: missing tensor {ename!r} ({name})")
-        parts.append(to_f32(src._array(em), em.kind).reshape(em.shape))
-    return "F32", np.stack(parts)
+        if len(em.shape) != 2 or (metas and (em.kind, em.shape) != (metas[0].kind, metas[0].shape)):
+            raise WeightFormatError(
+                f"[weights] {w.path}: expert tensor {ename!r} is {em.kind}{list(em.shape)}; "
+                "every expert must be one 2-D tensor of the same type and shape"
+            )
+        metas.append(em)
+    if metas[0].kind == "F32":
+        return "F32", np.stack([src._array(em).reshape(em.shape) for em in metas])
+    return metas[0].kind, np.stack([src._rows(em) for em in metas])
 
 
 def _grouped(
@@ -121,7 +136,7 @@ def _grouped(
             x, wq, idx, scheme=kind.lower(), num_experts=e, n=n
         )
     if name not in w.values:
-        w.values[name] = np.ascontiguousarray(arr.transpose(0, 2, 1), np.float32)
+        w.values[name] = np.ascontiguousarray(arr.transpose(0, 2, 1), np.float32)  # one copy
     wt = g.param(name, [e, arr.shape[2], n])
     return lambda x, idx: g.grouped_matmul(x, wt, idx)
 
