@@ -3,8 +3,8 @@ mixers_gdn) against the transformers fixtures of ``tests/fixtures/hf``
 (tiny random models, float32, made by scripts/make_seq_fixtures.py):
 Mamba-2 (n_groups 1 and 2), Mamba-1, Qwen3-Next and Qwen3.5 (dense and MoE:
 the shared MoE FFN of rlx.models.moe), Falcon-H1
-(parallel Mamba-2 + attention, muP multipliers), GraniteMoeHybrid without
-experts (``granitemoehybrid_dense``), Jamba with one expert (``jamba_dense``;
+(parallel Mamba-2 + attention, muP multipliers), GraniteMoeHybrid with and
+without experts (``granitemoehybrid_dense``), Jamba with one expert (``jamba_dense``;
 both made by scripts/make_ssm_dense_fixtures.py) and with MoE layers.
 
 Per model and device: teacher-forced logits of 24 tokens, a 16-token
@@ -42,6 +42,7 @@ MODELS: dict[str, list[str]] = {
     "qwen3_5_moe": ["gdn", "gdn", "gdn", "attention"],
     "falcon_h1": ["mamba2_attention", "mamba2_attention"],
     "granitemoehybrid_dense": ["mamba2", "attention", "mamba2"],
+    "granitemoehybrid": ["mamba2", "attention", "mamba2"],
     "jamba_dense": ["mamba", "attention", "mamba", "attention"],
     "jamba": ["mamba", "attention", "mamba", "attention"],
 }
@@ -155,7 +156,6 @@ def _patched(tmp_path: Path, name: str, patch: dict) -> Path:
         ("falcon_h1", {"mlp_bias": True}, "mlp_bias"),
         ("falcon_h1", {"mlp_multipliers": [1.0]}, "mlp_multipliers"),
         ("falcon_h1", {"mamba_n_groups": 3}, "mamba_n_groups"),
-        ("granitemoehybrid", {}, "num_local_experts"),
         ("granitemoehybrid_dense", {"position_embedding_type": None}, "position_embedding"),
         ("jamba_dense", {"attn_layer_offset": 2}, "attn_layer_offset"),
     ],
