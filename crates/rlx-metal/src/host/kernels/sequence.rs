@@ -120,6 +120,26 @@ fn scatter(
     }
 }
 
+/// The caller's state (checked to hold `len` elements), or `len` zeros in
+/// `zero` when there is none.
+fn state_or_zero<'a>(
+    k: &'static str,
+    state: Option<&'a mut [f32]>,
+    len: usize,
+    zero: &'a mut Vec<f32>,
+) -> Result<&'a mut [f32]> {
+    match state {
+        Some(s) => {
+            check_len(k, "state", s.len(), len)?;
+            Ok(&mut s[..len])
+        }
+        None => {
+            zero.resize(len, 0.0);
+            Ok(zero)
+        }
+    }
+}
+
 /// Run `f` over the tasks, in parallel when the work is worth it.
 fn run_tasks<'a>(tasks: Vec<Task<'a>>, work: usize, f: impl Fn(Task<'a>) + Sync + Send) {
     if work < super::PAR_MIN || tasks.len() < 2 {
@@ -159,17 +179,8 @@ pub fn selective_scan(
     check_len(K, "b", b.len(), bs)?;
     check_len(K, "c", c.len(), bs)?;
     check_len(K, "y", y.len(), xs)?;
-    let mut zero;
-    let st: &mut [f32] = match state {
-        Some(s) => {
-            check_len(K, "state", s.len(), ss)?;
-            &mut s[..ss]
-        }
-        None => {
-            zero = vec![0f32; ss];
-            &mut zero
-        }
-    };
+    let mut zero = Vec::new();
+    let st = state_or_zero(K, state, ss, &mut zero)?;
     let mut scr = vec![0f32; xs];
     let ts = tasks(st, &mut scr, batch, width, CHANNEL_BLOCK, n, seq, 1);
     let work = xs.saturating_mul(n);
@@ -247,17 +258,8 @@ pub fn mamba2(
     check_len(K, "b", b.len(), bs)?;
     check_len(K, "c", c.len(), bs)?;
     check_len(K, "y", y.len(), xs)?;
-    let mut zero;
-    let st: &mut [f32] = match state {
-        Some(s) => {
-            check_len(K, "state", s.len(), ss)?;
-            &mut s[..ss]
-        }
-        None => {
-            zero = vec![0f32; ss];
-            &mut zero
-        }
-    };
+    let mut zero = Vec::new();
+    let st = state_or_zero(K, state, ss, &mut zero)?;
     let mut scr = vec![0f32; xs];
     let ts = tasks(st, &mut scr, batch, heads, 1, p * n, seq, p);
     let chunked = match form {

@@ -5,12 +5,14 @@
 //! operand aliases the output.
 
 use super::NResult;
-use crate::host::buffer::Mem;
+use crate::host::buffer::{Mem, Plain};
 use crate::host::kernels::invalid;
 use crate::host::kernels::sequence::{self as ssm, ScanDims, ScanForm};
 use crate::host::kernels::sequence_gdn::{self as gdn, GdnDims};
 use crate::host::kernels::sequence_rnn::{self as rnn, Cell, RnnDims, RnnOperands};
+use crate::host::kernels::Elem;
 use crate::thunk::sequence::recurrent_sizes;
+use crate::thunk::sequence::GatedDeltaNet;
 use crate::thunk::Thunk;
 use half::f16;
 
@@ -28,43 +30,8 @@ pub(super) fn handles(t: &Thunk) -> bool {
 
 pub(super) fn run(t: &Thunk, mem: &Mem) -> NResult {
     match t {
-        Thunk::GatedDeltaNet(x) => {
-            let d = GdnDims {
-                batch: x.batch as usize,
-                seq: x.seq as usize,
-                heads: x.heads as usize,
-                n: x.state_size as usize,
-            };
-            let qn = prod(&[x.batch, x.seq, x.heads, x.state_size]);
-            let gn = prod(&[x.batch, x.seq, x.heads]);
-            let sn = prod(&[x.batch, x.heads, x.state_size, x.state_size]);
-            if x.f16 {
-                gdn::gated_delta_net::<f16>(
-                    mem.get("q", x.q, qn)?,
-                    mem.get("k", x.k, qn)?,
-                    mem.get("v", x.v, qn)?,
-                    mem.get("g", x.g, gn)?,
-                    mem.get("beta", x.beta, gn)?,
-                    mem.get_mut("state", x.state, sn)?,
-                    mem.get_mut("dst", x.dst, qn)?,
-                    d,
-                    ScanForm::Auto,
-                )?;
-            } else {
-                gdn::gated_delta_net::<f32>(
-                    mem.get("q", x.q, qn)?,
-                    mem.get("k", x.k, qn)?,
-                    mem.get("v", x.v, qn)?,
-                    mem.get("g", x.g, gn)?,
-                    mem.get("beta", x.beta, gn)?,
-                    mem.get_mut("state", x.state, sn)?,
-                    mem.get_mut("dst", x.dst, qn)?,
-                    d,
-                    ScanForm::Auto,
-                )?;
-            }
-            Ok(())
-        }
+        Thunk::GatedDeltaNet(x) if x.f16 => run_gdn::<f16>(mem, x),
+        Thunk::GatedDeltaNet(x) => run_gdn::<f32>(mem, x),
         Thunk::SelectiveScan(x) => {
             let d = ScanDims {
                 batch: x.batch as usize,
@@ -126,9 +93,10 @@ pub(super) fn run(t: &Thunk, mem: &Mem) -> NResult {
             )?;
             Ok(())
         }
-        Thunk::Lstm(x) => {
-            let z = recurrent_sizes(
-                4,
+        Thunk::Lstm(x) => run_rnn(
+            mem,
+            Cell::Lstm,
+            dims(
                 x.batch,
                 x.seq,
                 x.input_size,
@@ -136,28 +104,15 @@ pub(super) fn run(t: &Thunk, mem: &Mem) -> NResult {
                 x.num_layers,
                 x.bidirectional,
                 x.carry,
-                2,
-            );
-            let ops = RnnOperands {
-                x: mem.get("x", x.x, prod(&[x.batch, x.seq, x.input_size]))?,
-                w_ih: mem.get("w_ih", x.w_ih, z.w_ih)?,
-                w_hh: mem.get("w_hh", x.w_hh, z.w_hh)?,
-                b_ih: mem.get("bias", x.bias, z.bias)?,
-                b_hh: None,
-                h0: mem.get("h0", x.h0, z.state)?,
-                c0: Some(mem.get("c0", x.c0, z.state)?),
-            };
-            let d = RnnDims {
-                bidirectional: x.bidirectional,
-                carry: x.carry,
-                ..dims(x.batch, x.seq, x.input_size, x.hidden, x.num_layers)
-            };
-            rnn::recurrent(Cell::Lstm, ops, mem.get_mut("dst", x.dst, z.out)?, d)?;
-            Ok(())
-        }
-        Thunk::Gru(x) => {
-            let z = recurrent_sizes(
-                3,
+            ),
+            [x.x, x.w_ih, x.w_hh, x.h0, x.dst],
+            (x.bias, None),
+            Some(x.c0),
+        ),
+        Thunk::Gru(x) => run_rnn(
+            mem,
+            Cell::Gru,
+            dims(
                 x.batch,
                 x.seq,
                 x.input_size,
@@ -165,28 +120,15 @@ pub(super) fn run(t: &Thunk, mem: &Mem) -> NResult {
                 x.num_layers,
                 x.bidirectional,
                 x.carry,
-                1,
-            );
-            let ops = RnnOperands {
-                x: mem.get("x", x.x, prod(&[x.batch, x.seq, x.input_size]))?,
-                w_ih: mem.get("w_ih", x.w_ih, z.w_ih)?,
-                w_hh: mem.get("w_hh", x.w_hh, z.w_hh)?,
-                b_ih: mem.get("b_ih", x.b_ih, z.bias)?,
-                b_hh: Some(mem.get("b_hh", x.b_hh, z.bias)?),
-                h0: mem.get("h0", x.h0, z.state)?,
-                c0: None,
-            };
-            let d = RnnDims {
-                bidirectional: x.bidirectional,
-                carry: x.carry,
-                ..dims(x.batch, x.seq, x.input_size, x.hidden, x.num_layers)
-            };
-            rnn::recurrent(Cell::Gru, ops, mem.get_mut("dst", x.dst, z.out)?, d)?;
-            Ok(())
-        }
-        Thunk::Rnn(x) => {
-            let z = recurrent_sizes(
-                1,
+            ),
+            [x.x, x.w_ih, x.w_hh, x.h0, x.dst],
+            (x.b_ih, Some(x.b_hh)),
+            None,
+        ),
+        Thunk::Rnn(x) => run_rnn(
+            mem,
+            Cell::Rnn { relu: x.relu },
+            dims(
                 x.batch,
                 x.seq,
                 x.input_size,
@@ -194,39 +136,103 @@ pub(super) fn run(t: &Thunk, mem: &Mem) -> NResult {
                 x.num_layers,
                 x.bidirectional,
                 x.carry,
-                1,
-            );
-            let ops = RnnOperands {
-                x: mem.get("x", x.x, prod(&[x.batch, x.seq, x.input_size]))?,
-                w_ih: mem.get("w_ih", x.w_ih, z.w_ih)?,
-                w_hh: mem.get("w_hh", x.w_hh, z.w_hh)?,
-                b_ih: mem.get("bias", x.bias, z.bias)?,
-                b_hh: None,
-                h0: mem.get("h0", x.h0, z.state)?,
-                c0: None,
-            };
-            let d = RnnDims {
-                bidirectional: x.bidirectional,
-                carry: x.carry,
-                ..dims(x.batch, x.seq, x.input_size, x.hidden, x.num_layers)
-            };
-            let cell = Cell::Rnn { relu: x.relu };
-            rnn::recurrent(cell, ops, mem.get_mut("dst", x.dst, z.out)?, d)?;
-            Ok(())
-        }
+            ),
+            [x.x, x.w_ih, x.w_hh, x.h0, x.dst],
+            (x.bias, None),
+            None,
+        ),
         _ => Err(invalid("native", format!("no sequence kernel for {}", t.name())).into()),
     }
 }
 
-fn dims(batch: u32, seq: u32, input: u32, hidden: u32, layers: u32) -> RnnDims {
+/// Gated DeltaNet with elements `T` (the chunked form from
+/// `CHUNKED_FROM` tokens, else the recurrent one).
+fn run_gdn<T: Elem + Plain>(mem: &Mem, x: &GatedDeltaNet) -> NResult {
+    let d = GdnDims {
+        batch: x.batch as usize,
+        seq: x.seq as usize,
+        heads: x.heads as usize,
+        n: x.state_size as usize,
+    };
+    let qn = prod(&[x.batch, x.seq, x.heads, x.state_size]);
+    let gn = prod(&[x.batch, x.seq, x.heads]);
+    let sn = prod(&[x.batch, x.heads, x.state_size, x.state_size]);
+    gdn::gated_delta_net::<T>(
+        mem.get("q", x.q, qn)?,
+        mem.get("k", x.k, qn)?,
+        mem.get("v", x.v, qn)?,
+        mem.get("g", x.g, gn)?,
+        mem.get("beta", x.beta, gn)?,
+        mem.get_mut("state", x.state, sn)?,
+        mem.get_mut("dst", x.dst, qn)?,
+        d,
+        ScanForm::Auto,
+    )?;
+    Ok(())
+}
+
+/// Run a recurrent net: `offs` = x, w_ih, w_hh, h0, dst; `bias` = b_ih (or
+/// the combined bias) and the GRU's b_hh; `c0` for the LSTM.
+fn run_rnn(
+    mem: &Mem,
+    cell: Cell,
+    d: RnnDims,
+    [x, w_ih, w_hh, h0, dst]: [usize; 5],
+    (b_ih, b_hh): (usize, Option<usize>),
+    c0: Option<usize>,
+) -> NResult {
+    let u = |v: usize| u32::try_from(v).unwrap_or(u32::MAX);
+    let gates = match cell {
+        Cell::Lstm => 4,
+        Cell::Gru => 3,
+        Cell::Rnn { .. } => 1,
+    };
+    let z = recurrent_sizes(
+        gates,
+        u(d.batch),
+        u(d.seq),
+        u(d.input),
+        u(d.hidden),
+        u(d.layers),
+        d.bidirectional,
+        d.carry,
+        if cell == Cell::Lstm { 2 } else { 1 },
+    );
+    let ops = RnnOperands {
+        x: mem.get(
+            "x",
+            x,
+            d.batch.saturating_mul(d.seq).saturating_mul(d.input),
+        )?,
+        w_ih: mem.get("w_ih", w_ih, z.w_ih)?,
+        w_hh: mem.get("w_hh", w_hh, z.w_hh)?,
+        b_ih: mem.get("bias", b_ih, z.bias)?,
+        b_hh: b_hh.map(|o| mem.get("b_hh", o, z.bias)).transpose()?,
+        h0: mem.get("h0", h0, z.state)?,
+        c0: c0.map(|o| mem.get("c0", o, z.state)).transpose()?,
+    };
+    rnn::recurrent(cell, ops, mem.get_mut("dst", dst, z.out)?, d)?;
+    Ok(())
+}
+
+#[allow(clippy::too_many_arguments)]
+fn dims(
+    batch: u32,
+    seq: u32,
+    input: u32,
+    hidden: u32,
+    layers: u32,
+    bidirectional: bool,
+    carry: bool,
+) -> RnnDims {
     RnnDims {
         batch: batch as usize,
         seq: seq as usize,
         input: input as usize,
         hidden: hidden as usize,
         layers: layers as usize,
-        bidirectional: false,
-        carry: false,
+        bidirectional,
+        carry,
     }
 }
 
