@@ -25,6 +25,8 @@ into ``meta.json`` (``routing``).
     /work/peer-venv/bin/python scripts/make_moe_fixtures.py [--models mixtral ...]
     /work/peer-venv/bin/python scripts/make_moe_fixtures.py --what gguf \\
         --converter $SDIST/vendor/llama.cpp/convert_hf_to_gguf.py
+
+(``--what gguf`` writes ``tests/fixtures/gguf/<name>-q8_0.gguf``.)
 """
 
 from __future__ import annotations
@@ -171,7 +173,7 @@ def main() -> None:
     if "gguf" in args.what:
         if args.converter is None:
             ap.error("--what gguf needs --converter PATH/convert_hf_to_gguf.py")
-        for k, v in seq.make_gguf(args.models, args.converter.resolve()).items():
+        for k, v in seq.make_gguf(args.models, args.converter.resolve(), ["q8_0"]).items():
             print(k, v)
 
 

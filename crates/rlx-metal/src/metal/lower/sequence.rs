@@ -231,5 +231,13 @@ fn recurrent(i: usize, t: &Thunk) -> Option<Lowered> {
     let grid = [c.batch, dirs, 1];
     let f = c.function.to_string();
     let threads = row_threads(c.hidden);
-    Some(dispatch(i, Family::Recurrent, f, &args, &offs, grid, threads))
+    Some(dispatch(
+        i,
+        Family::Recurrent,
+        f,
+        &args,
+        &offs,
+        grid,
+        threads,
+    ))
 }
