@@ -148,7 +148,9 @@ def _safetensors(path: Path) -> dict[str, np.ndarray]:
 def test_gguf_fixture_set() -> None:
     """Every HF fixture the converter supports has its Q8_0 GGUF (qwen3_next_dense: refused)."""
     convertible = SEQ_NAMES - {"qwen3_next_dense"}
-    assert {f.removesuffix("-q8_0.gguf") for f in GGUF_FILES} == convertible
+    gguf_names = {f.removesuffix("-q8_0.gguf") for f in GGUF_FILES}
+    # every GGUF converts an HF fixture (the MoE ones come from make_moe_fixtures.py)
+    assert convertible <= gguf_names <= set(HF_NAMES)
 
 
 @pytest.mark.parametrize("fname", GGUF_FILES)
