@@ -250,7 +250,7 @@ def _edit(name: str, tmp_path: Path, **fields: Any) -> Path:
 @pytest.mark.parametrize(
     ("name", "fields", "error", "pattern"),
     [
-        ("llama", {"model_type": "mamba"}, rlx.WeightFormatError, r"model_type 'mamba'.*lfm2"),
+        ("llama", {"model_type": "rwkv7"}, rlx.WeightFormatError, r"model_type 'rwkv7'.*lfm2"),
         ("llama", {"hidden_size": None}, rlx.WeightFormatError, r"'hidden_size' is missing"),
         ("llama", {"attention_bias": True}, rlx.UnsupportedOpError, r"'attention_bias'"),
         ("llama", {"hidden_act": "gelu"}, rlx.UnsupportedOpError, r"'hidden_act'"),

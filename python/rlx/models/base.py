@@ -111,6 +111,30 @@ class Config:
     #: conv layers carry biases.
     conv_kernel: int = 0
     conv_bias: bool = False
+    #: SSM mixers (Mamba / Mamba-2, :mod:`rlx.models.mixers_ssm`): inner
+    #: width, state size, heads (Mamba-2; Mamba-1: 0), head dim, B/C groups,
+    #: dt rank (Mamba-1), in/out projection biases
+    ssm_inner: int = 0
+    ssm_state: int = 0
+    ssm_heads: int = 0
+    ssm_head_dim: int = 0
+    ssm_groups: int = 1
+    ssm_dt_rank: int = 0
+    ssm_bias: bool = False
+    #: Mamba-2 output norm: ``gate_first`` (Mamba-2: norm(y·silu(z))·w),
+    #: ``norm_first`` (norm(y)·w·silu(z)) or ``none`` (y·silu(z))
+    ssm_norm: str = "gate_first"
+    #: Falcon-H1 muP: input multiplier of in_proj, multipliers of its z, x, B,
+    #: C, dt outputs (empty: none), and ``(attention in, attention out, ssm
+    #: out)`` of its parallel mixer
+    ssm_in_mult: float = 1.0
+    ssm_mults: list[float] = field(default_factory=list)
+    parallel_mults: tuple[float, float, float] = (1.0, 1.0, 1.0)
+    #: Gated DeltaNet mixers: key / value heads and head dims
+    gdn_k_heads: int = 0
+    gdn_v_heads: int = 0
+    gdn_k_dim: int = 0
+    gdn_v_dim: int = 0
     #: mixture-of-experts FFN (:class:`rlx.models.moe.MoeSpec`; None = dense
     #: SwiGLU on every layer)
     moe: Optional[MoeSpec] = None
@@ -127,7 +151,7 @@ class Config:
     def rope_groups(self) -> list[tuple[float, RopeScaling]]:
         """Distinct RoPE groups of the attention layers, in input order
         (group ``j`` is fed as ``cos_j`` / ``sin_j``)."""
-        keys = {self.rope_key(i) for i in range(self.n_layers) if self.mixer(i) == "attention"}
+        keys = {self.rope_key(i) for i in range(self.n_layers) if "attention" in self.mixer(i)}
         return sorted(keys)
 
     @property
@@ -235,9 +259,9 @@ class Weights:
         n, k = t.shape
         if t.kind in ("F16", "BF16") and self.half_weights == "f32":
             if name not in self.values:
-                self.values[name] = np.ascontiguousarray(
-                    to_f32(self.src.array(name), t.kind)
-                ).view(np.uint8)
+                self.values[name] = np.ascontiguousarray(to_f32(self.src.array(name), t.kind)).view(
+                    np.uint8
+                )
             w = g.param(name, [n, 4 * k], "u8")
             return g.dequant_matmul(x, w, scheme="f32", n=n, k=k)
         if t.kind in PACKED_TYPES or t.kind == "F32":
@@ -249,6 +273,30 @@ class Weights:
             f"[weights] {self.path}: tensor {name!r} has type {t.kind}, which rlx "
             f"cannot multiply (supported: F32, {', '.join(sorted(PACKED_TYPES))})"
         )
+
+    def linear_rows(self, g: Graph, x: Node, name: str, perm: np.ndarray) -> Node:
+        """:meth:`linear` with the weight's rows reordered (``W[perm]``, one
+        copy at load): undoes checkpoint layouts that interleave several
+        projections per head (Qwen3-Next's ``in_proj_qkvz``, its gated
+        ``q_proj``), so the outputs split with contiguous narrows."""
+        t = self.src.meta(name)
+        if len(t.shape) != 2 or sorted(perm.tolist()) != list(range(t.shape[0])):
+            raise WeightFormatError(
+                f"[weights] {self.path}: tensor {name!r} has shape {list(t.shape)}; "
+                f"expected 2-D with {len(perm)} rows"
+            )
+        n, k = t.shape
+        if t.kind in ("F16", "BF16") and self.half_weights == "f32":
+            if name not in self.values:
+                f = np.ascontiguousarray(to_f32(self.src.array(name), t.kind)[perm])
+                self.values[name] = f.view(np.uint8)
+            return g.dequant_matmul(x, g.param(name, [n, 4 * k], "u8"), scheme="f32", n=n, k=k)
+        if t.kind not in PACKED_TYPES and t.kind != "F32":
+            return self.linear(g, x, name)  # raises the unsupported-type error
+        if name not in self.values:
+            self.values[name] = np.ascontiguousarray(self.src.rows(name)[perm])
+        w = g.param(name, [n, t.row_bytes], "u8")
+        return g.dequant_matmul(x, w, scheme=t.kind.lower(), n=n, k=k)
 
     def embedding_rows(self, name: str, ids: np.ndarray) -> np.ndarray:
         """Rows ``ids`` of the embedding table ``name``, dequantized to f32."""
@@ -308,6 +356,22 @@ class ArchSpec:
     post_norms: bool = False
     act: str = "silu"  # or "gelu_approx"
     embed_scale: float = 1.0
+    #: whether each layer has the gated MLP after its mixer (Mamba: none)
+    mlp: bool = True
+    #: multipliers of the MLP's gate projection and down projection (Falcon-H1)
+    mlp_mults: tuple[float, float] = (1.0, 1.0)
+    #: multiplier of the logits (Falcon-H1 lm_head_multiplier, 1/Granite logits_scaling)
+    logit_scale: float = 1.0
+    #: multiplier of the mixer and MLP outputs before each residual add (Granite)
+    residual_scale: float = 1.0
+    #: the MLP's gate and up projections are one ``[2·ffn, hidden]`` matrix
+    #: ``ffn_gate_up.weight`` (gate rows first; Granite's ``input_linear``)
+    mlp_gate_up: bool = False
+    #: whether attention rotates q / k (Jamba's attention has no positions)
+    rope: bool = True
+    #: gated attention (Qwen3-Next / 3.5): ``q_proj`` yields per head the
+    #: query then a gate; the attention output is multiplied by sigmoid(gate)
+    attn_gate: bool = False
 
 
 def embed_scale_sqrt(hidden: int) -> float:

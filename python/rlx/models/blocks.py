@@ -35,15 +35,24 @@ output is ``logits``. Non-attention mixers add their own inputs and states
 
 from __future__ import annotations
 
+import numpy as np
+
 from rlx.errors import UnsupportedOpError
 from rlx.graph import Graph
+from rlx.models import mixers_gdn, mixers_ssm  # noqa: F401  (register their mixers)
 from rlx.models.base import ArchSpec, Config, Weights
 from rlx.models.mixers import MIXERS, LayerCtx
 from rlx.models.moe import moe_ffn
+from rlx.node import Node
 
 #: most new tokens one graph takes (the largest prompt bucket); sizes the
 #: short-conv state rings, so every graph of a model declares the same states
 MAX_TOKENS = 256
+
+
+def _scaled(g: Graph, x: Node, m: float) -> Node:
+    """``x·m`` (``x`` itself when ``m`` is 1)."""
+    return x if m == 1.0 else g.mul(x, g.constant(np.float32(m)))
 
 
 def build_decoder(
@@ -74,24 +83,31 @@ def build_decoder(
         a = kind.build(ctx, i, x)
         if spec.post_norms:
             a = g.rms_norm(a, w.vector(g, p + "post_attention_norm.weight"), eps=cfg.eps)
-        h = g.add(h, a)
+        h = g.add(h, _scaled(g, a, spec.residual_scale))
+        if not spec.mlp:
+            continue
         x = g.rms_norm(h, w.vector(g, p + "ffn_norm.weight"), eps=cfg.eps)
         if cfg.moe is not None and cfg.moe.is_moe(i):
             f = moe_ffn(g, w, x, p, cfg.moe)
         else:
-            gate = w.linear(g, x, p + "ffn_gate.weight")
-            up = w.linear(g, x, p + "ffn_up.weight")
+            if spec.mlp_gate_up:
+                gu = w.linear(g, x, p + "ffn_gate_up.weight")
+                gate, up = g.narrow(gu, 2, 0, cfg.ffn), g.narrow(gu, 2, cfg.ffn, cfg.ffn)
+            else:
+                gate = w.linear(g, x, p + "ffn_gate.weight")
+                up = w.linear(g, x, p + "ffn_up.weight")
+            gate = _scaled(g, gate, spec.mlp_mults[0])
             act = g.gelu_approx(gate) if spec.act == "gelu_approx" else g.silu(gate)
-            f = w.linear(g, g.mul(act, up), p + "ffn_down.weight")
+            f = _scaled(g, w.linear(g, g.mul(act, up), p + "ffn_down.weight"), spec.mlp_mults[1])
         if spec.post_norms:
             f = g.rms_norm(f, w.vector(g, p + "post_ffw_norm.weight"), eps=cfg.eps)
-        h = g.add(h, f)
+        h = g.add(h, _scaled(g, f, spec.residual_scale))
     rows = g.reshape(h, [s, cfg.hidden])
     if not all_rows:
         rows = g.gather(rows, g.input("row", [1], "i32"))
     x = g.rms_norm(rows, w.vector(g, "output_norm.weight"), eps=cfg.eps)
     out_name = "token_embd.weight" if cfg.tied_output else "output.weight"
-    logits = g.apply({"op": "reshape", "dims": [rows.shape[0], cfg.vocab]},
-                     w.linear(g, x, out_name), name="logits")  # fmt: skip
+    out = _scaled(g, w.linear(g, x, out_name), spec.logit_scale)
+    logits = g.apply({"op": "reshape", "dims": [rows.shape[0], cfg.vocab]}, out, name="logits")
     g.outputs(logits, *ctx.outputs)
     return g

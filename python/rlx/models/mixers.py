@@ -28,7 +28,7 @@ window of a call intact while its own rows are written.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable
+from typing import Callable, Optional
 
 import numpy as np
 
@@ -113,7 +113,15 @@ def attention(ctx: LayerCtx, i: int, x: Node) -> Node:
     """GQA self-attention of layer ``i`` (names ``blk.{i}.attn_*``)."""
     g, w, cfg, spec, s, c = ctx.g, ctx.w, ctx.cfg, ctx.spec, ctx.s, ctx.c
     p = f"blk.{i}."
-    q = w.linear(g, x, p + "attn_q.weight")
+    gate = None
+    if spec.attn_gate:  # rows per head: query, then gate → all queries, all gates
+        hd, nh = cfg.head_dim, cfg.heads
+        perm = (np.arange(nh)[None, :, None] * 2 * hd + np.arange(2)[:, None, None] * hd
+                + np.arange(hd)[None, None, :]).reshape(-1)  # fmt: skip
+        qg = w.linear_rows(g, x, p + "attn_q.weight", perm)
+        q, gate = g.narrow(qg, 2, 0, cfg.q_dim), g.narrow(qg, 2, cfg.q_dim, cfg.q_dim)
+    else:
+        q = w.linear(g, x, p + "attn_q.weight")
     k = w.linear(g, x, p + "attn_k.weight")
     v = w.linear(g, x, p + "attn_v.weight")
     if spec.qkv_bias:
@@ -126,9 +134,11 @@ def attention(ctx: LayerCtx, i: int, x: Node) -> Node:
     elif spec.qk_norm_full:
         q = g.rms_norm(q, w.vector(g, p + "attn_q_norm.weight"), eps=cfg.eps)
         k = g.rms_norm(k, w.vector(g, p + "attn_k_norm.weight"), eps=cfg.eps)
-    cos, sin = ctx.rope(i)
+    cos, sin = ctx.rope(i) if spec.rope else (None, None)
 
     def rope(t: Node) -> Node:
+        if cos is None:
+            return t
         return g.rope(t, cos, sin, head_dim=cfg.head_dim, n_rot=cfg.rope_dims, kind=cfg.rope_kind)
 
     q = rope(q)
@@ -168,6 +178,8 @@ def attention(ctx: LayerCtx, i: int, x: Node) -> Node:
             mask_input=ctx.input(f"mask_{win}", [1, s, c + s]),
             score_scale=cfg.score_scale,
         )
+    if gate is not None:
+        a = g.mul(a, g.sigmoid(gate))
     return w.linear(g, a, p + "attn_output.weight")
 
 
@@ -186,15 +198,8 @@ def conv_ring(cfg: Config, max_tokens: int) -> int:
 def short_conv(ctx: LayerCtx, i: int, x: Node) -> Node:
     """LFM2 short conv of layer ``i`` (names ``blk.{i}.shortconv.*``):
     ``B, C, x = in_proj(x)``; ``y = C · conv(B · x)``; ``out_proj(y)``."""
-    g, w, cfg, s = ctx.g, ctx.w, ctx.cfg, ctx.s
-    if not ctx.inplace:
-        raise UnsupportedOpError(
-            f"[{cfg.arch}] layer {i}: the short-conv state needs the in-place cache "
-            "(load with inplace=True)"
-        )
-    h, taps = cfg.hidden, cfg.conv_kernel
-    if taps < 2:
-        raise UnsupportedOpError(f"[{cfg.arch}] conv kernel of {taps} taps (need >= 2)")
+    g, w, cfg = ctx.g, ctx.w, ctx.cfg
+    h = cfg.hidden
     p = f"blk.{i}.shortconv."
 
     def lin(t: Node, name: str) -> Node:
@@ -203,10 +208,31 @@ def short_conv(ctx: LayerCtx, i: int, x: Node) -> Node:
 
     bcx = lin(x, "in_proj")
     b, gate, xx = (g.narrow(bcx, 2, j * h, h) for j in range(3))
-    bx = g.reshape(g.mul(b, xx), [s, h])
+    conv = causal_conv(ctx, i, g.mul(b, xx), p + "conv.weight",
+                       p + "conv.bias" if cfg.conv_bias else None)  # fmt: skip
+    return lin(g.mul(gate, conv), "out_proj")
+
+
+def causal_conv(ctx: LayerCtx, i: int, x: Node, weight: str, bias: Optional[str]) -> Node:
+    """Causal depthwise conv of ``cfg.conv_kernel`` taps over ``x [1, S, ch]``
+    (``→ [1, S, ch]``, bias added, no activation) continuing the rows before
+    (state ``conv{i}``: ring of :func:`conv_ring` rows + one zero row; inputs
+    ``conv_slots`` / ``conv_rows`` from :func:`conv_feeds`). Shared by the
+    short conv and the SSM / GDN mixers."""
+    g, w, cfg, s = ctx.g, ctx.w, ctx.cfg, ctx.s
+    if not ctx.inplace:
+        raise UnsupportedOpError(
+            f"[{cfg.arch}] layer {i}: the conv state needs the in-place cache "
+            "(load with inplace=True)"
+        )
+    taps, h = cfg.conv_kernel, x.shape[2]
+    if taps < 2:
+        raise UnsupportedOpError(f"[{cfg.arch}] conv kernel of {taps} taps (need >= 2)")
     ring = conv_ring(cfg, ctx.max_tokens)
     full = g.scatter_nd(
-        g.state(f"conv{i}", [ring + 1, h]), ctx.input("conv_slots", [s, 1], "i32"), bx
+        g.state(f"conv{i}", [ring + 1, h]),
+        ctx.input("conv_slots", [s, 1], "i32"),
+        g.reshape(x, [s, h]),
     )
     width = s + taps - 1
     win = g.gather(full, ctx.input("conv_rows", [width], "i32"))
@@ -215,14 +241,14 @@ def short_conv(ctx: LayerCtx, i: int, x: Node) -> Node:
     # fuse_depthwise_conv1d_bsc must refuse a fused kernel writing its source
     ctx.outputs.append(g.narrow(win, 0, 0, 1, name=f"conv_keep{i}"))
     bcw = g.reshape(g.transpose(g.reshape(win, [1, width, h]), [0, 2, 1]), [1, h, 1, width])
-    y = g.conv2d(bcw, w.conv_taps(g, p + "conv.weight", h, taps), groups=h)
+    y = g.conv2d(bcw, w.conv_taps(g, weight, h, taps), groups=h)
     conv = g.transpose(g.reshape(y, [1, h, s]), [0, 2, 1])
-    if cfg.conv_bias:
-        conv = g.add(conv, w.vector(g, p + "conv.bias"))
-    return lin(g.mul(gate, conv), "out_proj")
+    return conv if bias is None else g.add(conv, w.vector(g, bias))
 
 
-def _conv_feeds(cfg: Config, n: int, n_new: int, s: int, max_tokens: int) -> dict:
+def conv_feeds(cfg: Config, n: int, n_new: int, s: int, max_tokens: int) -> dict:
+    """``conv_slots`` / ``conv_rows`` of :func:`causal_conv` (every conv layer
+    of a model shares them: one kernel length per model)."""
     ring = conv_ring(cfg, max_tokens)
     pos = n - (cfg.conv_kernel - 1) + np.arange(s + cfg.conv_kernel - 1)
     rows = np.where(pos < 0, ring, pos % ring).astype(np.int32)
@@ -231,8 +257,6 @@ def _conv_feeds(cfg: Config, n: int, n_new: int, s: int, max_tokens: int) -> dic
 
 
 MIXERS: dict[str, MixerKind] = {
-    "attention": MixerKind(
-        "attention", attention, lambda cfg, i: [], _no_feeds, copy_mode=True
-    ),
-    "short_conv": MixerKind("short_conv", short_conv, lambda cfg, i: [f"conv{i}"], _conv_feeds),
+    "attention": MixerKind("attention", attention, lambda cfg, i: [], _no_feeds, copy_mode=True),
+    "short_conv": MixerKind("short_conv", short_conv, lambda cfg, i: [f"conv{i}"], conv_feeds),
 }

@@ -9,14 +9,35 @@ from typing import Any, Union
 
 from rlx.errors import UnsupportedOpError, WeightFormatError
 from rlx.io.gguf import GGUFFile, open_gguf
-from rlx.models import gemma3, lfm2, llama, mixtral, olmoe, qwen2, qwen2_moe, qwen3, qwen3_moe
+from rlx.models import (
+    falcon_h1,
+    gemma3,
+    granitemoehybrid,
+    jamba,
+    lfm2,
+    llama,
+    mamba,
+    mamba2,
+    mixtral,
+    olmoe,
+    qwen2,
+    qwen2_moe,
+    qwen3,
+    qwen3_5,
+    qwen3_moe,
+    qwen3_next,
+)
 from rlx.models.base import ArchSpec, Config, Family
 from rlx.models.source import GGUFSource, HFSource, TensorSource
 
 #: the families, each under its GGUF architecture name
 FAMILIES: tuple[Family, ...] = tuple(
-    m.FAMILY for m in (gemma3, lfm2, llama, mixtral, olmoe, qwen2, qwen2_moe, qwen3, qwen3_moe)
-)
+    m.FAMILY
+    for m in (
+        falcon_h1, gemma3, granitemoehybrid, jamba, lfm2, llama, mamba, mamba2, mixtral, olmoe,
+        qwen2, qwen2_moe, qwen3, qwen3_5, qwen3_moe, qwen3_next,
+    )
+)  # fmt: skip
 #: GGUF ``general.architecture`` / HF ``model_type`` → family
 ARCHITECTURES: dict[str, Family] = {
     key: fam for fam in FAMILIES for key in (fam.name, *fam.model_types)

@@ -53,7 +53,8 @@ class NameMap:
     """How a family's builder names map onto stored names.
 
     ``hf_layer`` maps the part after ``blk.{i}.`` to the part after
-    ``{hf_prefix}layers.{i}.``; ``hf_global`` maps whole names (embeddings,
+    ``{hf_prefix}layers.{i}.`` (``"stored#i/n"``: part ``i`` of ``n`` of the
+    rows of each matrix of a stored tensor); ``hf_global`` maps whole names (embeddings,
     final norm, output). ``gguf`` renames builder names on the GGUF side
     (most families: nothing). ``norm_plus_one``: 1-D vectors whose builder
     name contains ``norm`` get ``+1`` when read from an HF checkpoint."""
@@ -63,6 +64,9 @@ class NameMap:
     hf_prefix: str = "model."
     gguf: dict[str, str] = field(default_factory=dict)
     norm_plus_one: bool = False
+    #: builder-name suffixes ``norm_plus_one`` leaves alone (Qwen3-Next's
+    #: gated GDN norm ``ssm_norm.weight`` is applied as ``x·w``)
+    plain_norms: tuple[str, ...] = ()
 
 
 #: Tensor names of the llama-style decoder (llama, qwen2, qwen3, gemma3 base).
@@ -146,6 +150,17 @@ class TensorSource:
                 "expected a 1-D F32/F16/BF16 vector"
             )
         return to_f32(self._array(m), m.kind)
+
+
+def _split_part(stored: str) -> tuple[str, Optional[tuple[int, int]]]:
+    """``"name#i/n"`` → (``name``, (i, n)): an HF name map may point a builder
+    name at part ``i`` of ``n`` of the rows of each matrix of a stored tensor
+    (Granite's ``input_linear`` stacks the gate rows then the up rows)."""
+    base, sep, frac = stored.partition("#")
+    if not sep:
+        return stored, None
+    i, _, n = frac.partition("/")
+    return base, (int(i), int(n))
 
 
 def to_f32(a: np.ndarray, kind: str) -> np.ndarray:
@@ -234,6 +249,18 @@ class HFSource(TensorSource):
         return list(self._where)
 
     def _lookup(self, stored: str, name: str) -> Optional[TensorMeta]:
+        base, part = _split_part(stored)
+        if part is not None:  # "name#i/n": part i of n along the rows of each matrix
+            m = self._lookup(base, name)
+            if m is None:
+                return None
+            i, n = part
+            if len(m.shape) < 2 or m.shape[-2] % n or not 0 <= i < n:
+                raise WeightFormatError(
+                    f"[weights] {self.path}: tensor {base!r} {list(m.shape)} has no part {i}/{n}"
+                )
+            shape = (*m.shape[:-2], m.shape[-2] // n, m.shape[-1])
+            return TensorMeta(name, stored, m.kind, shape, m.row_bytes)
         fname = self._where.get(stored)
         if fname is None:
             return None
@@ -249,13 +276,28 @@ class HFSource(TensorSource):
         return TensorMeta(name, stored, kind, shape, row)
 
     def _array(self, meta: TensorMeta) -> np.ndarray:
-        return self._file(self._where[meta.stored]).tensor(meta.stored)
+        base, part = _split_part(meta.stored)
+        a = self._file(self._where[base]).tensor(base)
+        if part is None:
+            return a
+        k = meta.shape[-2]
+        return a[..., part[0] * k : (part[0] + 1) * k, :]
 
     def _rows(self, meta: TensorMeta) -> np.ndarray:
-        return self._file(self._where[meta.stored]).raw(meta.stored)
+        base, part = _split_part(meta.stored)
+        r = self._file(self._where[base]).raw(base)
+        if part is None:
+            return r
+        k, rb = meta.shape[-2], meta.row_bytes
+        blocks = r.reshape(-1, part[1] * k, rb)[:, part[0] * k : (part[0] + 1) * k, :]
+        return np.ascontiguousarray(blocks).reshape(-1, rb)
 
     def vector(self, name: str) -> np.ndarray:
         v = super().vector(name)
-        if self.names.norm_plus_one and "norm" in name:
+        if (
+            self.names.norm_plus_one
+            and "norm" in name
+            and not name.endswith(self.names.plain_norms or ("\0",))
+        ):
             v = v + np.float32(1.0)
         return v
