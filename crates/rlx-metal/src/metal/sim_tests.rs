@@ -357,11 +357,13 @@ fn layer_norm_casts_and_host_commands_match_host() {
     }
     assert_same(&c, &plan, DType::F32);
     // fused: the bias add and sigmoid run as a region (the f32 bias param
-    // is staged into the arena by a host copy: region inputs are arena
-    // element indices)
+    // is staged into the arena by a same-dtype cast, lowered to a copy
+    // dispatch: region inputs are arena element indices)
     let c = compiled(&g);
     let plan = MetalPlan::build(&c.schedule);
     assert!(plan.to_string().contains("region_f32"), "{plan}");
+    assert!(plan.to_string().contains("copy_u"), "{plan}");
+    assert_eq!(plan.stats().host, 0, "{plan}");
     assert_same(&c, &plan, DType::F32);
 }
 

@@ -130,11 +130,21 @@ fn recurrent_nets_read_the_ir_layout() {
     let mut outs = Vec::new();
     let mut operands = Vec::new();
     for (gates, name) in [(4, "lstm"), (3, "gru"), (1, "rnn")] {
-        let w_ih = leaf(&mut g, "w_ih", &[slots, gates * hid, in_w], f);
-        let w_hh = leaf(&mut g, "w_hh", &[slots, gates * hid, hid], f);
-        let b1 = leaf(&mut g, "b1", &[slots, gates * hid], f);
-        let b2 = leaf(&mut g, "b2", &[slots, gates * hid], f);
-        let h0 = leaf(&mut g, "h0", &[slots, b, hid], f);
+        let w_ih = leaf(
+            &mut g,
+            &format!("w_ih_{name}"),
+            &[slots, gates * hid, in_w],
+            f,
+        );
+        let w_hh = leaf(
+            &mut g,
+            &format!("w_hh_{name}"),
+            &[slots, gates * hid, hid],
+            f,
+        );
+        let b1 = leaf(&mut g, &format!("b1_{name}"), &[slots, gates * hid], f);
+        let b2 = leaf(&mut g, &format!("b2_{name}"), &[slots, gates * hid], f);
+        let h0 = leaf(&mut g, &format!("h0_{name}"), &[slots, b, hid], f);
         let (op, ins) = match name {
             "lstm" => (
                 Op::Lstm {
@@ -144,7 +154,7 @@ fn recurrent_nets_read_the_ir_layout() {
                     carry: true,
                 },
                 {
-                    let c0 = leaf(&mut g, "c0", &[slots, b, hid], f);
+                    let c0 = leaf(&mut g, &format!("c0_{name}"), &[slots, b, hid], f);
                     vec![x, w_ih, w_hh, b1, h0, c0]
                 },
             ),

@@ -6,7 +6,8 @@ use crate::metal::kernels::Family;
 use crate::thunk::Thunk;
 use rlx_ir::op::Activation;
 
-/// `unary_*` for activations, `cast_*` for f32 ↔ f16 casts.
+/// `unary_*` for activations, `cast_*` for f32 ↔ f16 casts, `copy_*`
+/// (shape family) for same-dtype casts.
 pub(super) fn lower(i: usize, t: &Thunk) -> Option<Lowered> {
     let fam = Family::Elementwise;
     let unary = |act: Activation, len: u32, src: usize, dst: usize, dt| {
@@ -44,6 +45,11 @@ pub(super) fn lower(i: usize, t: &Thunk) -> Option<Lowered> {
             Lowered::Skip
         }
         Thunk::Cast(_) if t.io().writes.is_empty() => Lowered::Skip,
+        // a same-dtype cast (e.g. a weight copied into the arena) is a copy
+        Thunk::Cast(c) if c.len > 0 && c.src_dt == c.dst_dt && !aliased(t) => {
+            let bytes = c.len as u64 * c.src_dt.size() as u64;
+            Lowered::Dispatch(super::shape::copy(i, c.src, c.dst, bytes)?)
+        }
         _ => return None,
     })
 }

@@ -67,6 +67,15 @@ fn pieces(
     }
 }
 
+/// A `copy_*` dispatch of `bytes` from `src` to `dst` in the widest word
+/// both offsets allow (also a same-dtype cast: a plain copy).
+pub(super) fn copy(i: usize, src: usize, dst: usize, bytes: u64) -> Option<Dispatch> {
+    let (w, sfx) = word(&[bytes], &[src, dst]);
+    let len = u32_of(bytes / w)?;
+    let k = kernel(Family::Shape, format!("copy_{sfx}"));
+    Some(elementwise(i, k, &CopyArgs { len }, &[src, dst], len))
+}
+
 /// `copy_*`, `narrow_*`, `split_*`, `concat_*`, `transpose_u32`, `reverse_*`.
 pub(super) fn lower(i: usize, t: &Thunk) -> Option<Lowered> {
     let kinds = matches!(
@@ -89,13 +98,7 @@ pub(super) fn lower(i: usize, t: &Thunk) -> Option<Lowered> {
     }
     let el = |e: u32, es: usize| e as u64 * es as u64;
     let d = match t {
-        Thunk::Copy(c) => {
-            let bytes = el(c.len, c.dt.size());
-            let (w, sfx) = word(&[bytes], &[c.src, c.dst]);
-            let len = u32_of(bytes / w)?;
-            let k = kernel(Family::Shape, format!("copy_{sfx}"));
-            elementwise(i, k, &CopyArgs { len }, &[c.src, c.dst], len)
-        }
+        Thunk::Copy(c) => copy(i, c.src, c.dst, el(c.len, c.dt.size()))?,
         Thunk::Narrow(n) => {
             if n.start as u64 + n.len as u64 > n.src_axis as u64 {
                 return None;
