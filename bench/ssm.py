@@ -17,6 +17,11 @@ engines round by round (llama.cpp first in odd rounds, rlx first in even ones):
 
 Peak RSS is each engine process's own (``wait4``: load and every test of the round).
 
+What rlx needs (2026-12-03): the converter names the pre-tokenizer ``gpt-2``, which
+rlx's GGUF tokenizer accepts from branch wt-moe / wt-ssm on (main's refuses it); the
+``mamba2`` GGUF architecture has no reader yet (wt-ssm loads Mamba2 HF directories
+only), so the Mamba2 rlx cells read n/a, with rlx's error in the notes.
+
 Each round's machine load and the CPU the *other* processes took during it are
 recorded (bench/loadmon.py); rounds where others took more than 0.2 cores are dropped
 from the medians (all are kept, and the table says so, if every round was busy).
