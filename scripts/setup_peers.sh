@@ -21,7 +21,7 @@
 #   directory ($BUILD/llama-bench-build: Ninja, Release, static libraries so the binaries
 #   are self-contained, tools only: no tests / examples / server / OpenSSL), copied to
 #   $RLX_PEER_VENV/bin/. It does not need the wheel (NO_LLAMA_CPP_PYTHON=1 skips that):
-#   138 build steps, ~25 min at `nice -n 19` on a 2-core machine at load 12. bench/ssm.py
+#   138 build steps, 22.6 min wall at `nice -n 19` on a 2-core machine at load 12. bench/ssm.py
 #   needs llama-bench; without it bench/compare.py times llama-cpp-python instead.
 # The wheel build links libllama/libggml before it compiles llama.cpp's "common" and
 # "mtmd" (multimodal) libraries, which llama-cpp-python only loads on demand; at that point
