@@ -8,10 +8,10 @@ shapes of the real small models, then converted with llama.cpp's
 
 * ``lfm2``: LFM2-350M's shape: hidden 1024, 16 layers (10 short-conv with L_cache 3,
   6 GQA attention layers at 2, 5, 8, 10, 12, 14 with 16 heads / 8 KV heads), FFN 6656
-  auto-adjusted to 4608, vocab 65536, tied embedding. ~354M parameters, ~376 MB Q8_0.
+  auto-adjusted to 4608, vocab 65536, tied embedding. 354.5M parameters, 360.7 MiB Q8_0.
 * ``mamba2``: Mamba2-370m's shape: hidden 1024, 48 layers, expand 2 (d_inner 2048),
   head_dim 64 (32 heads), state 128, 1 group, conv 4, vocab 50288, tied embedding.
-  ~368M parameters, ~390 MB Q8_0.
+  368.3M parameters, 376.3 MiB Q8_0.
 
 Random weights give meaningless text but the same bytes per token and the same work
 per token as the real models, which is all a tokens/s comparison needs (both engines
