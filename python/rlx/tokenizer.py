@@ -27,6 +27,7 @@ from __future__ import annotations
 import codecs
 import json
 import os
+from abc import ABC, abstractmethod
 from collections.abc import Iterable, Sequence
 from datetime import datetime
 from pathlib import Path
@@ -136,7 +137,7 @@ class StreamDecoder:
         return self._utf8.decode(b"", final=True)
 
 
-class TokenizerBase:
+class TokenizerBase(ABC):
     """What the GGUF and the HF tokenizers share on top of their ``encode``,
     ``decode_piece``, ``token_text``, ``bos_id`` / ``eos_id``,
     ``chat_template`` and ``path``."""
@@ -148,17 +149,17 @@ class TokenizerBase:
     eos_ids: frozenset[int]
     chat_template: Optional[str]
 
+    @abstractmethod
     def encode(self, text: str, add_special: bool = True, parse_special: bool = True) -> list[int]:
         """Token ids of ``text`` (see the subclasses)."""
-        raise NotImplementedError
 
+    @abstractmethod
     def decode_piece(self, token_id: int, skip_special: bool = False) -> bytes:
         """The bytes token ``token_id`` stands for (see the subclasses)."""
-        raise NotImplementedError
 
+    @abstractmethod
     def token_text(self, token_id: int) -> str:
         """The vocabulary entry of ``token_id``."""
-        raise NotImplementedError
 
     def encode_batch(self, texts: Sequence[str], add_special: bool = True) -> list[list[int]]:
         """:meth:`encode` over several texts."""
@@ -313,9 +314,7 @@ class Tokenizer(TokenizerBase):
         vocab = {t: i for i, t in enumerate(tokens)}
         key = self._merge_key(gguf)
         mergeable = [
-            i
-            for i, ty in enumerate(self.token_types)
-            if ty == NORMAL and len(tokens[i]) > 1
+            i for i, ty in enumerate(self.token_types) if ty == NORMAL and len(tokens[i]) > 1
         ]
         # Best first; every split of a token into two vocabulary pieces is a
         # merge at that token's rank (SentencePiece's BPE joins any adjacent

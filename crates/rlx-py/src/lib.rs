@@ -6,6 +6,7 @@
 
 mod errors;
 mod exec;
+mod exec_util;
 mod gguf;
 mod graph;
 

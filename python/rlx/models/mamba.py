@@ -9,8 +9,7 @@ import math
 
 from rlx.models.base import ArchSpec, Config, Family
 from rlx.models.hf_config import HFConfig
-from rlx.models.mamba2 import gguf_unsupported, ssm_config
-from rlx.models.source import NameMap
+from rlx.models.mamba2 import backbone_names, gguf_unsupported, ssm_config
 
 
 def hf_config(c: HFConfig) -> tuple[Config, ArchSpec]:
@@ -45,17 +44,6 @@ MAMBA_LAYER = {
     "ssm_out.bias": "out_proj.bias",
 }
 
-NAMES = NameMap(
-    hf_layer={
-        "attn_norm.weight": "norm.weight",
-        **{k: f"mixer.{v}" for k, v in MAMBA_LAYER.items()},
-    },
-    hf_global={
-        "token_embd.weight": "backbone.embeddings.weight",
-        "output_norm.weight": "backbone.norm_f.weight",
-        "output.weight": "lm_head.weight",
-    },
-    hf_prefix="backbone.",
-)
+NAMES = backbone_names(MAMBA_LAYER)
 
 FAMILY = Family("mamba", gguf_unsupported("mamba"), hf_config, NAMES, model_types=("mamba",))

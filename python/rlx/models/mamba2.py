@@ -100,17 +100,25 @@ MAMBA2_LAYER = {
     "ssm_out.bias": "out_proj.bias",
 }
 
-NAMES = NameMap(
-    hf_layer={
-        "attn_norm.weight": "norm.weight",
-        **{k: f"mixer.{v}" for k, v in MAMBA2_LAYER.items()},
-    },
-    hf_global={
-        "token_embd.weight": "backbone.embeddings.weight",
-        "output_norm.weight": "backbone.norm_f.weight",
-        "output.weight": "lm_head.weight",
-    },
-    hf_prefix="backbone.",
-)
+
+def backbone_names(mixer: dict[str, str]) -> NameMap:
+    """The HF names of a ``backbone.``-rooted SSM stack (Mamba, Mamba-2):
+    ``layers.{i}.norm``, ``layers.{i}.mixer.*`` per ``mixer`` (builder →
+    HF name inside the mixer), embeddings, ``norm_f`` and ``lm_head``."""
+    return NameMap(
+        hf_layer={
+            "attn_norm.weight": "norm.weight",
+            **{k: f"mixer.{v}" for k, v in mixer.items()},
+        },
+        hf_global={
+            "token_embd.weight": "backbone.embeddings.weight",
+            "output_norm.weight": "backbone.norm_f.weight",
+            "output.weight": "lm_head.weight",
+        },
+        hf_prefix="backbone.",
+    )
+
+
+NAMES = backbone_names(MAMBA2_LAYER)
 
 FAMILY = Family("mamba2", gguf_unsupported("mamba2"), hf_config, NAMES, model_types=("mamba2",))

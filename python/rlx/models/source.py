@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import json
 import re
+from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional
@@ -96,7 +97,7 @@ LLAMA_NAMES = NameMap(hf_layer=LLAMA_LAYER, hf_global=LLAMA_GLOBAL)
 _BLK = re.compile(r"blk\.(\d+)\.(.+)")
 
 
-class TensorSource:
+class TensorSource(ABC):
     """Tensors by builder name. Subclasses implement :meth:`_lookup`,
     :meth:`_array` and :meth:`_rows` on stored names."""
 
@@ -105,18 +106,21 @@ class TensorSource:
     arch: str
     names: NameMap
 
+    @abstractmethod
     def stored_name(self, name: str) -> str:
         """The stored name of builder name ``name``."""
-        raise NotImplementedError
 
+    @abstractmethod
     def _lookup(self, stored: str, name: str) -> Optional[TensorMeta]:
-        raise NotImplementedError
+        """Implemented per storage format (see the class doc)."""
 
+    @abstractmethod
     def _array(self, meta: TensorMeta) -> np.ndarray:
-        raise NotImplementedError
+        """Implemented per storage format (see the class doc)."""
 
+    @abstractmethod
     def _rows(self, meta: TensorMeta) -> np.ndarray:
-        raise NotImplementedError
+        """Implemented per storage format (see the class doc)."""
 
     def has(self, name: str) -> bool:
         """Whether the source holds builder tensor ``name``."""

@@ -1,0 +1,75 @@
+//! Helpers of the native executable (`exec.rs`): a thunk as the JSON the
+//! numpy reference protocol reads, and CPython memoryviews over the arena,
+//! state buffer and weights segments.
+
+use pyo3::prelude::*;
+
+/// The thunk as the reference protocol wants it: its fields plus `name`.
+/// A custom op's own `name` field becomes `kernel` (the seed's field name),
+/// and an indexing thunk's variant is flattened into `kind` + fields.
+pub(crate) fn thunk_to_json(t: &rlx_metal::thunk::Thunk) -> String {
+    use serde_json::Value;
+    let mut v = serde_json::to_value(t).unwrap_or(Value::Null);
+    let mut fields = match v.as_object_mut().and_then(|o| o.values_mut().next()) {
+        Some(Value::Object(m)) => std::mem::take(m),
+        _ => serde_json::Map::new(),
+    };
+    if let Some(kernel) = fields.remove("name") {
+        fields.insert("kernel".into(), kernel);
+    }
+    if let Some(Value::Object(inner)) = fields.remove("thunk") {
+        // CpuIndexing { thunk: IndexingThunk::Variant { .. } }
+        if let Some((variant, Value::Object(body))) = inner.into_iter().next() {
+            let kind = variant
+                .chars()
+                .enumerate()
+                .flat_map(|(i, c)| {
+                    let lower = c.to_ascii_lowercase();
+                    if c.is_ascii_uppercase() && i > 0 {
+                        vec!['_', lower]
+                    } else {
+                        vec![lower]
+                    }
+                })
+                .collect::<String>();
+            fields.insert("kind".into(), Value::String(kind));
+            for (k, val) in body {
+                fields.insert(if k == "dtype" { "dt".into() } else { k }, val);
+            }
+        }
+    }
+    fields.insert("name".into(), Value::String(t.name().into()));
+    Value::Object(fields).to_string()
+}
+
+/// `PyBUF_WRITE` of CPython's buffer API (not exported by pyo3::ffi).
+const PYBUF_WRITE: std::os::raw::c_int = 0x200;
+
+pub(crate) fn memview(py: Python<'_>, ptr: *mut u8, len: usize) -> PyResult<PyObject> {
+    // SAFETY: the memory belongs to the executable, which the Python wrapper
+    // keeps alive as long as any view of it (it holds both).
+    unsafe {
+        let raw = pyo3::ffi::PyMemoryView_FromMemory(
+            ptr.cast::<std::os::raw::c_char>(),
+            len as pyo3::ffi::Py_ssize_t,
+            PYBUF_WRITE,
+        );
+        Ok(Bound::from_owned_ptr_or_err(py, raw)?.unbind())
+    }
+}
+
+/// `PyBUF_READ` of CPython's buffer API.
+const PYBUF_READ: std::os::raw::c_int = 0x100;
+
+pub(crate) fn readonly_memview(py: Python<'_>, ptr: *const u8, len: usize) -> PyResult<PyObject> {
+    // SAFETY: the memory belongs to an owner the segment keeps alive; the
+    // Python wrapper drops its view before rebinding the segment.
+    unsafe {
+        let raw = pyo3::ffi::PyMemoryView_FromMemory(
+            ptr.cast_mut().cast::<std::os::raw::c_char>(),
+            len as pyo3::ffi::Py_ssize_t,
+            PYBUF_READ,
+        );
+        Ok(Bound::from_owned_ptr_or_err(py, raw)?.unbind())
+    }
+}
