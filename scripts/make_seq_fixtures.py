@@ -29,15 +29,18 @@ What it writes (all under ``tests/fixtures/``):
   0-d ``num_layers``, ``bidirectional``, ``batch_first``, ``hidden_size``.
 
 * ``gguf/<name>-<type>.gguf`` (``--what gguf``; ``--gguf-types`` among f32, f16, q8_0;
-  only q8_0 is committed: F32 GGUFs would double the fixtures' size, and the Q8_0 files
-  keep their 1-D tensors in F32 and their 2-D ones within Q8_0 error of the
-  safetensors): the ``hf/<name>`` models
+  committed: q8_0 for every convertible model, and f32 for the SSM / linear-attention ones
+  (``--models ssm_gguf --gguf-types f32``, ~0.4-1.3 MB each: the exact-logits oracle of
+  tests/models/test_gguf_ssm.py); the Q8_0 files keep their 1-D tensors in F32 and their
+  2-D ones within Q8_0 error of the safetensors): the ``hf/<name>`` models
   converted by llama.cpp's ``convert_hf_to_gguf.py`` (``--converter PATH``; it is
   vendored in the llama-cpp-python sdist, not in this repo). The converter refuses a
   BPE tokenizer whose pre-tokenizer hash it does not know; ours uses the GPT-2
   pre-tokenizer regex, so this script patches the converter's
   ``get_vocab_base_pre`` to answer ``"gpt-2"``, and makes Jamba's converter (which wants
-  a sentencepiece vocabulary) write the same BPE through its GPT-2 path. Qwen3-Next and
+  a sentencepiece vocabulary) write the same BPE through its GPT-2 path, and makes
+  GraniteMoeHybrid's converter read our ``layer_types`` names and keep RoPE (see
+  ``_CONVERT_SHIM``). Qwen3-Next and
   Qwen3.5 are converted with ``--no-mtp``. A model the converter refuses is reported and
   skipped (llama.cpp's Qwen3-Next has no dense-MLP layers: ``qwen3_next_dense`` fails).
 
@@ -408,6 +411,17 @@ GROUPS = {
         "qwen3_5_moe",
     ],
     "e": ["falcon_h1", "granitemoehybrid", "jamba"],
+    # the GGUF F32 fixtures (SSM / linear-attention families llama.cpp converts)
+    "ssm_gguf": [
+        "mamba2",
+        "mamba2_g2",
+        "mamba",
+        "qwen3_next",
+        "qwen3_5",
+        "falcon_h1",
+        "granitemoehybrid",
+        "jamba",
+    ],
 }
 ALL_MODELS = [m for g in "abde" for m in GROUPS[g]]
 
@@ -627,6 +641,25 @@ base.TextModel.get_vocab_base_pre = lambda self, tokenizer: 'gpt-2'
 # in tokenizer.json, which the generic GPT-2 path writes (the same ids as the HF fixture)
 import conversion.jamba as jamba
 jamba.JambaModel.set_vocab = lambda self: self._set_vocab_gpt2()
+# GraniteMoeHybrid: transformers 5 saves layer_types as 'linear_attention' / 'full_attention',
+# the converter looks for 'attention' only (it would write every layer as Mamba: head_count_kv
+# all 0, the attention layer's Q/K rows not permuted for llama.cpp's normal RoPE); and it
+# writes rope.scaling.finetuned = false (no RoPE) for every non-Bamba hybrid, as the released
+# Granite 4 checkpoints use position_embedding_type 'nope' - ours uses 'rope'
+import conversion.granite as granite
+_GH = granite.GraniteHybridModel
+_attn_layers, _set_params = _GH.get_attn_layers, _GH.set_gguf_parameters
+def _granite_attn_layers(self):
+    types = self.hparams.get('layer_types')
+    if types:
+        return [i for i, t in enumerate(types) if t in ('attention', 'full_attention')]
+    return _attn_layers(self)
+def _granite_params(self):
+    _set_params(self)
+    if self.hparams.get('position_embedding_type') == 'rope':
+        self.gguf_writer.add_rope_scaling_finetuned(True)
+_GH.get_attn_layers = _granite_attn_layers
+_GH.set_gguf_parameters = _granite_params
 import runpy
 sys.argv = [conv] + sys.argv[2:]
 runpy.run_path(conv, run_name='__main__')

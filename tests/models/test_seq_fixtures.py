@@ -24,7 +24,7 @@ RNN = FIXTURES / "rnn"
 GGUF = FIXTURES / "gguf"
 HF_NAMES = sorted(p.name for p in HF.iterdir() if p.is_dir()) if HF.is_dir() else []
 RNN_FILES = sorted(p.name for p in RNN.glob("*.npz")) if RNN.is_dir() else []
-GGUF_FILES = sorted(p.name for p in GGUF.glob("*.gguf")) if GGUF.is_dir() else []
+GGUF_FILES = sorted(p.name for p in GGUF.glob("*-q8_0.gguf")) if GGUF.is_dir() else []
 VOCAB = 512
 #: the HF fixtures scripts/make_seq_fixtures.py writes (other scripts add more)
 SEQ_NAMES = {

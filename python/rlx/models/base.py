@@ -135,6 +135,9 @@ class Config:
     gdn_v_heads: int = 0
     gdn_k_dim: int = 0
     gdn_v_dim: int = 0
+    #: value heads in llama.cpp's tiled order (Qwen3.5 GGUF: value head ``t``
+    #: reads key head ``t % k_heads``) instead of grouped (``t // rep``)
+    gdn_v_tiled: bool = False
     #: mixture-of-experts FFN (:class:`rlx.models.moe.MoeSpec`; None = dense
     #: SwiGLU on every layer)
     moe: Optional[MoeSpec] = None

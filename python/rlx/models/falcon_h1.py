@@ -13,17 +13,32 @@ multipliers everywhere (transformers ``modeling_falcon_h1.py``):
 * the Mamba-2 output norm is optional (``mamba_rms_norm``) and gates after
   the norm when ``mamba_norm_before_gate``.
 
-GGUF files are not read yet (llama.cpp's converter folds the multipliers into
-the weights).
+GGUF (llama.cpp ``falcon-h1``): the converter folds every multiplier into
+the weights (``embedding_multiplier`` into ``token_embd``, ``lm_head_multiplier``
+into ``output``, ``attention_in_multiplier`` into q / k / v,
+``key_multiplier`` into k, ``attention_out_multiplier`` into ``attn_output``,
+``ssm_in_multiplier`` and the z / x / B / C / dt ``ssm_multipliers`` into the
+rows of ``ssm_in``, ``ssm_out_multiplier`` into ``ssm_out``, the MLP ones into
+``ffn_gate`` / ``ffn_down``), so a GGUF Falcon-H1 runs with every multiplier
+1. Mamba-2 keys and tensors as in :mod:`rlx.models.mamba2`; the pre-MLP norm
+is stored as ``blk.{i}.ffn_norm`` (no ``.weight``); the optional ``ssm_norm``
+is applied after the gate (llama.cpp's Mamba-2 layer).
 """
 
 from __future__ import annotations
 
 import math
 
+from rlx.io.gguf import GGUFFile
 from rlx.models.base import ArchSpec, Config, Family
 from rlx.models.hf_config import HFConfig, common_config
-from rlx.models.mamba2 import MAMBA2_LAYER, check_dt_limit, gguf_unsupported
+from rlx.models.mamba2 import (
+    MAMBA2_LAYER,
+    check_dt_limit,
+    gguf_hybrid_config,
+    gguf_mamba2_fields,
+    head_count_kv,
+)
 from rlx.models.source import LLAMA_LAYER, NameMap
 
 
@@ -87,6 +102,15 @@ def hf_config(c: HFConfig) -> tuple[Config, ArchSpec]:
     return cfg, spec
 
 
+def gguf_config(f: GGUFFile) -> tuple[Config, ArchSpec]:
+    """Config and block spec of a GGUF ``falcon-h1`` file."""
+    n = f.arch_int("block_count")
+    cfg = gguf_hybrid_config(f, "falcon_h1", "neox", head_count_kv(f, n))
+    cfg.mixers = ["mamba2_attention"] * n
+    gguf_mamba2_fields(f, cfg)
+    return cfg, ArchSpec()
+
+
 NAMES = NameMap(
     hf_layer={
         **LLAMA_LAYER,
@@ -101,8 +125,7 @@ NAMES = NameMap(
         "output_norm.weight": "model.final_layernorm.weight",
         "output.weight": "lm_head.weight",
     },
+    gguf={"ffn_norm.weight": "ffn_norm"},
 )
 
-FAMILY = Family(
-    "falcon_h1", gguf_unsupported("falcon_h1"), hf_config, NAMES, model_types=("falcon_h1",)
-)
+FAMILY = Family("falcon-h1", gguf_config, hf_config, NAMES, model_types=("falcon_h1",))

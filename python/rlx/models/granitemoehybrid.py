@@ -11,16 +11,33 @@ Granite multipliers: embeddings ``·embedding_multiplier``, scores
 ``·attention_multiplier`` (instead of 1/sqrt(head_dim)), mixer and MLP
 outputs ``·residual_multiplier`` before each residual add, logits
 ``/logits_scaling``. ``position_embedding_type`` other than ``rope`` is
-refused naming the field. GGUF files are not read yet.
+refused naming the field.
+
+GGUF (llama.cpp ``granitehybrid``): ``attention.head_count_kv`` per layer (0 =
+a Mamba-2 layer), the Mamba-2 keys and tensors of :mod:`rlx.models.mamba2`,
+the multipliers as ``embedding_scale``, ``residual_scale``,
+``attention.scale`` and ``logit_scale`` (logits divided by it); the
+converter permutes the attention Q/K rows for llama.cpp's normal RoPE
+(``rope_kind="interleaved"``), and ``rope.scaling.finetuned`` switches RoPE
+on or off (default on; the converter writes off for Granite 4's NoPE
+hybrids). Experts stacked as ``ffn_*_exps``, the shared MLP as
+``ffn_*_shexp`` (dense files: ``ffn_gate`` / ``ffn_up`` / ``ffn_down``).
 """
 
 from __future__ import annotations
 
+from rlx.io.gguf import GGUFFile
 from rlx.models.base import ArchSpec, Config, Family
 from rlx.models.falcon_h1 import mamba2_fields
 from rlx.models.hf_config import FULL, HFConfig, common_config
-from rlx.models.mamba2 import MAMBA2_LAYER, gguf_unsupported
-from rlx.models.moe import MoeSpec
+from rlx.models.mamba2 import (
+    MAMBA2_LAYER,
+    gguf_fail,
+    gguf_hybrid_config,
+    gguf_mamba2_fields,
+    head_count_kv,
+)
+from rlx.models.moe import MoeSpec, gguf_moe_spec
 from rlx.models.source import LLAMA_GLOBAL, LLAMA_LAYER, NameMap
 
 #: layer types as the config class takes them and as it saves them
@@ -63,6 +80,27 @@ def hf_config(c: HFConfig) -> tuple[Config, ArchSpec]:
     return cfg, spec
 
 
+def gguf_config(f: GGUFFile) -> tuple[Config, ArchSpec]:
+    """Config and block spec of a GGUF ``granitehybrid`` file."""
+    kv = head_count_kv(f, f.arch_int("block_count"))
+    cfg = gguf_hybrid_config(f, "granitemoehybrid", "interleaved", kv)
+    cfg.mixers = ["attention" if k > 0 else "mamba2" for k in kv]
+    gguf_mamba2_fields(f, cfg)
+    scale = f.arch_float("attention.scale", 0.0)
+    cfg.score_scale = scale if scale != 0.0 else None
+    cfg.moe = gguf_moe_spec(f, norm_default=True)
+    logit = f.arch_float("logit_scale", 1.0)
+    if logit == 0.0:
+        raise gguf_fail(f, f"{f.architecture}.logit_scale is 0")
+    spec = ArchSpec(
+        embed_scale=f.arch_float("embedding_scale", 1.0),
+        residual_scale=f.arch_float("residual_scale", 1.0),
+        logit_scale=1.0 / logit,
+        rope=f.get_bool(f"{f.architecture}.rope.scaling.finetuned", True),
+    )
+    return cfg, spec
+
+
 NAMES = NameMap(
     hf_layer={
         **LLAMA_LAYER,
@@ -81,8 +119,8 @@ NAMES = NameMap(
 )
 
 FAMILY = Family(
-    "granitemoehybrid",
-    gguf_unsupported("granitemoehybrid"),
+    "granitehybrid",
+    gguf_config,
     hf_config,
     NAMES,
     model_types=("granitemoehybrid",),

@@ -5,18 +5,26 @@ every ``attn_layer_period``-th layer from ``attn_layer_offset``; each layer
 then a SwiGLU MLP (``feed_forward``), or on the layers of
 ``expert_layer_period`` / ``expert_layer_offset`` when ``num_experts > 1`` the
 shared MoE FFN (:mod:`rlx.models.moe`: softmax router, top-k weights not
-renormalised, no shared expert). GGUF files are not read yet.
+renormalised, no shared expert).
+
+GGUF (llama.cpp ``jamba``): ``attention.head_count_kv`` per layer (0 = a
+Mamba layer), the Mamba-1 keys and tensors of :mod:`rlx.models.mamba` (plus
+``ssm_{dt,b,c}_norm``), MoE layers where ``ffn_gate_inp`` is present
+(``expert_count`` / ``expert_used_count``; llama.cpp does not renormalise
+Jamba's top-k weights either). No RoPE, as in HF.
 """
 
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
+from rlx.io.gguf import GGUFFile
 from rlx.models.base import ArchSpec, Config, Family
 from rlx.models.hf_config import FULL, HFConfig, common_config
-from rlx.models.mamba import MAMBA_LAYER
-from rlx.models.mamba2 import gguf_unsupported
-from rlx.models.moe import MoeSpec
+from rlx.models.mamba import MAMBA_LAYER, gguf_mamba_fields
+from rlx.models.mamba2 import gguf_hybrid_config, head_count_kv, tensor_names
+from rlx.models.moe import MoeSpec, gguf_moe_spec
 from rlx.models.source import LLAMA_LAYER, NameMap
 
 
@@ -56,6 +64,20 @@ def hf_config(c: HFConfig) -> tuple[Config, ArchSpec]:
     return cfg, ArchSpec(rope=False)
 
 
+def gguf_config(f: GGUFFile) -> tuple[Config, ArchSpec]:
+    """Config and block spec of a GGUF ``jamba`` file."""
+    kv = head_count_kv(f, f.arch_int("block_count"))
+    cfg = gguf_hybrid_config(f, "jamba", "neox", kv)
+    cfg.mixers = ["attention" if k > 0 else "mamba" for k in kv]
+    gguf_mamba_fields(f, cfg)
+    moe = gguf_moe_spec(f, norm_default=False)
+    if moe is not None:
+        names = tensor_names(f)
+        layers = tuple(f"blk.{i}.ffn_gate_inp.weight" in names for i in range(cfg.n_layers))
+        cfg.moe = replace(moe, layers=layers)
+    return cfg, ArchSpec(rope=False)
+
+
 NAMES = NameMap(
     hf_layer={
         **LLAMA_LAYER,
@@ -79,4 +101,4 @@ NAMES = NameMap(
     },
 )
 
-FAMILY = Family("jamba", gguf_unsupported("jamba"), hf_config, NAMES, model_types=("jamba",))
+FAMILY = Family("jamba", gguf_config, hf_config, NAMES, model_types=("jamba",))

@@ -4,16 +4,28 @@ mixer is :func:`rlx.models.mixers_ssm.mamba2`.
 
 HF names live under ``backbone.``: ``embeddings``, ``layers.{i}.norm``,
 ``layers.{i}.mixer.{in_proj, conv1d, dt_bias, A_log, D, norm, out_proj}``,
-``norm_f``. GGUF files (llama.cpp stores ``A`` instead of ``A_log``) are not
-read yet.
+``norm_f``.
+
+GGUF (llama.cpp ``mamba2``, written by its ``convert_hf_to_gguf.py``): keys
+``mamba2.ssm.{conv_kernel, inner_size, state_size, time_step_rank (= the
+heads), group_count}``, ``block_count``, ``embedding_length``,
+``attention.layer_norm_rms_epsilon``; tensors ``blk.{i}.{attn_norm, ssm_in,
+ssm_conv1d (+ .bias), ssm_dt.bias, ssm_a, ssm_d, ssm_norm, ssm_out}``. The
+converter stores ``ssm_a = −exp(A_log)`` (the mixer reads it as ``A``), the
+conv taps squeezed to ``[channels, k]``, ``ssm_a`` / ``ssm_d`` as ``[heads, 1]``
+and ``ssm_norm`` as ``[groups, inner/groups]``; llama.cpp gates before the
+grouped norm and skips it when a file has no ``ssm_norm``. Every SSM tensor's
+shape is checked against the metadata at load (:func:`expect_tensors`).
 """
 
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import Any, Optional, Union
 
-from rlx.errors import UnsupportedOpError
+import numpy as np
+
+from rlx.errors import WeightFormatError
 from rlx.io.gguf import GGUFFile
 from rlx.models.base import ArchSpec, Config, Family
 from rlx.models.hf_config import HFConfig
@@ -23,27 +35,168 @@ from rlx.models.source import NameMap
 SSM_CTX = 1 << 20
 
 
-def gguf_unsupported(arch: str) -> Any:
-    """The GGUF reader of an HF-only family: refuses with a clear error."""
-
-    def read(f: GGUFFile) -> tuple[Config, ArchSpec]:
-        raise UnsupportedOpError(
-            f"[{arch}] {f.path}: GGUF {arch} files are not supported yet; load the "
-            "Hugging Face directory"
-        )
-
-    return read
+def _ssm_base(arch: str, n_layers: int, hidden: int, eps: float, vocab: int, tied: bool) -> Config:
+    return Config(
+        arch=arch, n_layers=n_layers, hidden=hidden, heads=1, kv_heads=1, head_dim=2,
+        ffn=0, eps=eps, rope_base=10000.0, rope_dims=2, ctx=SSM_CTX, vocab=vocab,
+        tied_output=tied, windows=[0] * n_layers, rope_bases=[10000.0] * n_layers,
+    )  # fmt: skip
 
 
 def ssm_config(c: HFConfig, arch: str, n_layers: int, hidden: int, eps: float) -> Config:
     """A :class:`Config` for a model without attention layers (the
     attention fields get harmless placeholders)."""
-    return Config(
-        arch=arch, n_layers=n_layers, hidden=hidden, heads=1, kv_heads=1, head_dim=2,
-        ffn=0, eps=eps, rope_base=10000.0, rope_dims=2, ctx=SSM_CTX,
-        vocab=c.get_int("vocab_size"), tied_output=bool(c.get("tie_word_embeddings", True)),
-        windows=[0] * n_layers, rope_bases=[10000.0] * n_layers,
+    vocab = c.get_int("vocab_size")
+    return _ssm_base(arch, n_layers, hidden, eps, vocab, bool(c.get("tie_word_embeddings", True)))
+
+
+# ------------------------------------------------------------------ GGUF
+def gguf_fail(f: GGUFFile, what: str) -> WeightFormatError:
+    """A load error naming the file's architecture, path and ``what``."""
+    return WeightFormatError(f"[{f.architecture}] {f.path}: {what}")
+
+
+def tensor_names(f: GGUFFile) -> set[str]:
+    """Every tensor name of ``f``."""
+    return {t.name for t in f.tensors}
+
+
+def _vocab(f: GGUFFile) -> int:
+    if "token_embd.weight" not in tensor_names(f):
+        raise gguf_fail(f, "missing tensor 'token_embd.weight'")
+    return f.tensor("token_embd.weight").shape[0]
+
+
+def gguf_ssm_config(f: GGUFFile, arch: str, mixer: str) -> Config:
+    """The :class:`Config` of a GGUF SSM-only model (Mamba, Mamba-2)."""
+    n_layers = f.arch_int("block_count")
+    cfg = _ssm_base(
+        arch, n_layers, f.arch_int("embedding_length"),
+        f.arch_float("attention.layer_norm_rms_epsilon", 1e-5), _vocab(f),
+        "output.weight" not in tensor_names(f),
     )  # fmt: skip
+    cfg.mixers = [mixer] * n_layers
+    return cfg
+
+
+def head_count_kv(f: GGUFFile, n_layers: int) -> list[int]:
+    """``{arch}.attention.head_count_kv`` per layer (one number or one per
+    layer; 0 marks a recurrent layer in llama.cpp's hybrids)."""
+    key = f"{f.architecture}.attention.head_count_kv"
+    kv = f.get(key)
+    if kv is None:
+        return [f.arch_int("attention.head_count")] * n_layers
+    if isinstance(kv, list):
+        if len(kv) != n_layers:
+            raise gguf_fail(f, f"metadata key {key!r} has {len(kv)} entries for {n_layers} layers")
+        return [int(x) for x in kv]
+    return [f.get_int(key)] * n_layers
+
+
+def gguf_hybrid_config(f: GGUFFile, arch: str, rope_kind: str, kv: list[int]) -> Config:
+    """The attention fields of a GGUF hybrid (attention + recurrent
+    layers): ``Config.from_gguf``'s keys, with ``head_count_kv`` per layer
+    (``kv``; the attention layers must agree)."""
+    n_layers = f.arch_int("block_count")
+    attn = sorted({k for k in kv if k > 0})
+    if len(attn) > 1:
+        raise gguf_fail(f, f"attention layers differ in attention.head_count_kv {kv}")
+    hidden = f.arch_int("embedding_length")
+    heads = f.arch_int("attention.head_count")
+    if heads <= 0 or hidden <= 0 or n_layers <= 0:
+        raise gguf_fail(f, "embedding_length / attention.head_count / block_count must be positive")
+    head_dim = f.arch_int("attention.key_length", hidden // heads)
+    base = f.arch_float("rope.freq_base", 10000.0)
+    return Config(
+        arch=arch, n_layers=n_layers, hidden=hidden, heads=heads,
+        kv_heads=attn[0] if attn else heads, head_dim=head_dim,
+        ffn=f.arch_int("feed_forward_length", 0),
+        eps=f.arch_float("attention.layer_norm_rms_epsilon", 1e-6), rope_base=base,
+        rope_dims=f.arch_int("rope.dimension_count", head_dim),
+        ctx=f.arch_int("context_length", 4096), vocab=_vocab(f),
+        tied_output="output.weight" not in tensor_names(f), rope_kind=rope_kind,
+        windows=[0] * n_layers, rope_bases=[base] * n_layers,
+    )  # fmt: skip
+
+
+def gguf_mamba2_fields(f: GGUFFile, cfg: Config) -> None:
+    """The Mamba-2 fields of ``cfg`` from ``{arch}.ssm.*`` (heads =
+    ``time_step_rank``), conv bias / output norm from the first Mamba-2
+    layer's tensors, and every Mamba-2 layer's tensor shapes checked."""
+    a = f.architecture
+    cfg.ssm_inner = f.arch_int("ssm.inner_size")
+    cfg.ssm_state = f.arch_int("ssm.state_size")
+    cfg.ssm_heads = f.arch_int("ssm.time_step_rank")
+    cfg.ssm_groups = f.arch_int("ssm.group_count", 1)
+    cfg.conv_kernel = f.arch_int("ssm.conv_kernel")
+    if cfg.ssm_heads <= 0 or cfg.ssm_inner <= 0 or cfg.ssm_inner % cfg.ssm_heads:
+        raise gguf_fail(
+            f, f"{a}.ssm.time_step_rank {cfg.ssm_heads} (the heads) must divide "
+            f"{a}.ssm.inner_size {cfg.ssm_inner}"
+        )  # fmt: skip
+    if cfg.ssm_groups <= 0 or cfg.ssm_heads % cfg.ssm_groups:
+        raise gguf_fail(
+            f, f"{a}.ssm.group_count {cfg.ssm_groups} must divide the {cfg.ssm_heads} heads"
+        )
+    if cfg.ssm_state <= 0 or cfg.conv_kernel <= 0:
+        raise gguf_fail(f, f"{a}.ssm.state_size / {a}.ssm.conv_kernel must be positive")
+    cfg.ssm_head_dim = cfg.ssm_inner // cfg.ssm_heads
+    layers = [i for i, m in enumerate(cfg.mixers) if m.startswith("mamba2")]
+    names = tensor_names(f)
+    first = layers[0] if layers else 0
+    cfg.conv_bias = f"blk.{first}.ssm_conv1d.bias" in names
+    cfg.ssm_norm = "gate_first" if f"blk.{first}.ssm_norm.weight" in names else "none"
+    inner, g, n, h, hid = cfg.ssm_inner, cfg.ssm_groups, cfg.ssm_state, cfg.ssm_heads, cfg.hidden
+    conv = inner + 2 * g * n
+    for i in layers:
+        p = f"blk.{i}."
+        want: dict[str, Any] = {
+            "ssm_in.weight": (2 * inner + 2 * g * n + h, hid),
+            "ssm_conv1d.weight": [conv, cfg.conv_kernel],
+            "ssm_dt.bias": (h,),
+            "ssm_a": [h],
+            "ssm_d": [h],
+            "ssm_out.weight": (hid, inner),
+        }
+        if cfg.conv_bias:
+            want["ssm_conv1d.bias"] = (conv,)
+        if cfg.ssm_norm != "none":
+            want["ssm_norm.weight"] = [inner]
+        expect_tensors(f, {p + k: v for k, v in want.items()})
+
+
+#: an expected shape: a tuple must match exactly (row-major), a list only in
+#: its element count (llama.cpp reshapes those vectors)
+Shape = Union[tuple[int, ...], list[int]]
+
+
+def expect_tensors(
+    f: GGUFFile, want: dict[str, Shape], optional: Optional[set[str]] = None
+) -> None:
+    """Check the tensors ``want`` of ``f``: a missing one (unless in
+    ``optional``) or one of the wrong shape is a WeightFormatError naming it."""
+    names = tensor_names(f)
+    for name, shape in want.items():
+        if name not in names:
+            if optional and name in optional:
+                continue
+            raise gguf_fail(f, f"missing tensor {name!r}")
+        got = tuple(f.tensor(name).shape)
+        ok = (
+            got == shape if isinstance(shape, tuple)
+            else int(np.prod(got)) == int(np.prod(shape))
+        )  # fmt: skip
+        if not ok:
+            raise gguf_fail(
+                f, f"tensor {name!r} has shape {list(got)}; the metadata gives {list(shape)}"
+            )
+
+
+def gguf_config(f: GGUFFile) -> tuple[Config, ArchSpec]:
+    """Config and block spec of a GGUF ``mamba2`` file."""
+    cfg = gguf_ssm_config(f, "mamba2", "mamba2")
+    gguf_mamba2_fields(f, cfg)
+    return cfg, ArchSpec(mlp=False)
 
 
 def check_dt_limit(c: HFConfig, key: str = "time_step_limit") -> None:
@@ -121,4 +274,4 @@ def backbone_names(mixer: dict[str, str]) -> NameMap:
 
 NAMES = backbone_names(MAMBA2_LAYER)
 
-FAMILY = Family("mamba2", gguf_unsupported("mamba2"), hf_config, NAMES, model_types=("mamba2",))
+FAMILY = Family("mamba2", gguf_config, hf_config, NAMES, model_types=("mamba2",))

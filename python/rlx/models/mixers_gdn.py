@@ -14,7 +14,13 @@ Formulas (transformers ``modeling_qwen3_next.py``, ``Qwen3NextGatedDeltaNet``):
   ``1/sqrt(head_k_dim)``, both repeated to the value heads
   (``repeat_interleave``); the L2 norm is an RMSNorm:
   ``x·rsqrt(Σx² + ε) = rmsnorm(x, ε/d)/sqrt(d)``, the scales folded into gamma;
-* ``β = sigmoid(b)``, ``g = −exp(A_log)·softplus(a + dt_bias)`` (the log decay);
+* ``β = sigmoid(b)``, ``g = −exp(A_log)·softplus(a + dt_bias)`` (the log decay;
+  GGUF files store ``A = −exp(A_log)``);
+* GGUF (llama.cpp's converter): Qwen3-Next's ``in_proj_qkvz`` is split into
+  ``attn_qkv`` / ``attn_gate`` (rows regrouped), ``in_proj_ba`` kept as
+  ``ssm_ba``; Qwen3.5 with fewer key than value heads has its value heads
+  reordered to the tiled order (``Config.gdn_v_tiled``): ``q`` / ``k`` are then
+  repeated whole instead of interleaved;
 * the gated delta rule, state ``gdn{i} [1, v_heads, d, d]`` updated in place
   (:meth:`rlx.graph.Graph.gated_delta_net`; needs ``head_k_dim == head_v_dim``);
 * ``y = rmsnorm(o)·w · silu(z)`` per value head (norm before gate: the shape
@@ -33,7 +39,7 @@ from rlx.errors import UnsupportedOpError
 from rlx.graph import Graph
 from rlx.models.base import Config
 from rlx.models.mixers import MIXERS, LayerCtx, MixerKind, causal_conv, conv_feeds
-from rlx.models.mixers_ssm import neg_exp, softplus
+from rlx.models.mixers_ssm import softplus, ssm_a
 from rlx.node import Node
 
 
@@ -56,12 +62,16 @@ def _heads_norm(g: Graph, x: Node, heads: int, d: int, scale: float) -> Node:
     return g.reshape(y, [1, s, heads * d])
 
 
-def _repeat_heads(g: Graph, x: Node, heads: int, rep: int, d: int) -> Node:
-    """``repeat_interleave(rep)`` over the heads of ``x [1, S, heads·d]``."""
+def _repeat_heads(g: Graph, x: Node, heads: int, rep: int, d: int, tiled: bool = False) -> Node:
+    """``repeat_interleave(rep)`` over the heads of ``x [1, S, heads·d]``
+    (``tiled``: ``repeat`` — all heads, ``rep`` times)."""
     if rep == 1:
         return x
     s = x.shape[1]
-    e = g.expand(g.reshape(x, [1, s, heads, 1, d]), [1, s, heads, rep, d])
+    if tiled:
+        e = g.expand(g.reshape(x, [1, s, 1, heads, d]), [1, s, rep, heads, d])
+    else:
+        e = g.expand(g.reshape(x, [1, s, heads, 1, d]), [1, s, heads, rep, d])
     return g.reshape(e, [1, s, heads * rep * d])
 
 
@@ -84,22 +94,24 @@ def gdn(ctx: LayerCtx, i: int, x: Node) -> Node:
     p = f"blk.{i}."
     if w.has(p + "ssm_in.weight"):  # Qwen3-Next: interleaved per key head
         qkvz = w.linear_rows(g, x, p + "ssm_in.weight", _grouped([dk, dk, rep * dv, rep * dv], hk))
-        ba = w.linear_rows(g, x, p + "ssm_ba.weight", _grouped([rep, rep], hk))
         qkv, z = g.narrow(qkvz, 2, 0, 2 * kd + vd), g.narrow(qkvz, 2, 2 * kd + vd, vd)
-        b, a = g.narrow(ba, 2, 0, hv), g.narrow(ba, 2, hv, hv)
-    else:  # Qwen3.5: separate projections
+    else:  # Qwen3.5, and Qwen3-Next GGUF (the converter splits in_proj_qkvz)
         qkv = w.linear(g, x, p + "attn_qkv.weight")
         z = w.linear(g, x, p + "attn_gate.weight")
+    if w.has(p + "ssm_ba.weight"):  # Qwen3-Next: [b, a] interleaved per key head
+        ba = w.linear_rows(g, x, p + "ssm_ba.weight", _grouped([rep, rep], hk))
+        b, a = g.narrow(ba, 2, 0, hv), g.narrow(ba, 2, hv, hv)
+    else:
         b = w.linear(g, x, p + "ssm_beta.weight")
         a = w.linear(g, x, p + "ssm_alpha.weight")
     qkv = g.silu(causal_conv(ctx, i, qkv, p + "ssm_conv1d.weight", None))
     q = _heads_norm(g, g.narrow(qkv, 2, 0, kd), hk, dk, 1.0 / math.sqrt(dk))
     k = _heads_norm(g, g.narrow(qkv, 2, kd, kd), hk, dk, 1.0)
     v = g.narrow(qkv, 2, 2 * kd, vd)
-    q, k = _repeat_heads(g, q, hk, rep, dk), _repeat_heads(g, k, hk, rep, dk)
+    tiled = cfg.gdn_v_tiled
+    q, k = _repeat_heads(g, q, hk, rep, dk, tiled), _repeat_heads(g, k, hk, rep, dk, tiled)
     beta = g.sigmoid(b)
-    decay = g.mul(neg_exp(g, w.vector(g, p + "ssm_a_log")),
-                  softplus(g, g.add(a, w.vector(g, p + "ssm_dt.bias"))))  # fmt: skip
+    decay = g.mul(ssm_a(g, w, p), softplus(g, g.add(a, w.vector(g, p + "ssm_dt.bias"))))
     o = g.gated_delta_net(q, k, v, decay, beta, g.state(f"gdn{i}", [1, hv, dv, dv]), heads=hv)
     # keep the rule's output alive to the end (as conv_keep in causal_conv):
     # else the planner may put the gated norm's output over it, and

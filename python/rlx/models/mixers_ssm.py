@@ -12,15 +12,18 @@ every row of a call into their state, so padded rows would corrupt it:
 Formulas (transformers ``modeling_mamba2.py`` / ``modeling_mamba.py``):
 
 * Mamba-2: ``z, xBC, dt = in_proj(x)``; ``xBC = silu(conv(xBC))``;
-  ``x, B, C = xBC``; ``dt = softplus(dt + dt_bias)``; ``A = −exp(A_log)``;
-  ``h = exp(dt·A)·h + dt·x⊗B``, ``y = h·C + D·x`` (heads of group ``j`` read
-  B / C of group ``j``); ``y = rmsnorm_groups(y·silu(z))·w``; ``out_proj``.
+  ``x, B, C = xBC``; ``dt = softplus(dt + dt_bias)``; ``A = −exp(A_log)``
+  (GGUF stores ``A``: :func:`ssm_a`); ``h = exp(dt·A)·h + dt·x⊗B``,
+  ``y = h·C + D·x`` (heads of group ``j`` read B / C of group ``j``);
+  ``y = rmsnorm_groups(y·silu(z))·w``; ``out_proj``.
 * Mamba-1: ``x, z = in_proj(x)``; ``x = silu(conv(x))``; ``dt, B, C =
   x_proj(x)``; ``dt = softplus(dt_proj(dt))`` (with bias); ``A = −exp(A_log)``
   ``[inner, state]``; selective scan ``+ D·x``; ``y·silu(z)``; ``out_proj``.
 """
 
 from __future__ import annotations
+
+from typing import Optional
 
 import numpy as np
 
@@ -42,6 +45,20 @@ def softplus(g: Graph, x: Node) -> Node:
 def neg_exp(g: Graph, t: Node) -> Node:
     """``A = −exp(A_log)``."""
     return g.neg(g.exp(t))
+
+
+def ssm_a(g: Graph, w: Weights, p: str, shape: Optional[list[int]] = None) -> Node:
+    """``A`` of the layer with prefix ``p``: a GGUF file stores it as
+    ``{p}ssm_a`` (llama.cpp's converter writes ``−exp(A_log)``), an HF
+    checkpoint as ``A_log`` (builder name ``{p}ssm_a_log``). ``shape``: read
+    as an f32 matrix of that shape (Mamba-1), else as a vector."""
+
+    def read(name: str) -> Node:
+        return w.vector(g, name) if shape is None else matrix_f32(g, w, name, shape)
+
+    if w.has(p + "ssm_a"):
+        return read(p + "ssm_a")
+    return neg_exp(g, read(p + "ssm_a_log"))
 
 
 def matrix_f32(g: Graph, w: Weights, name: str, shape: list[int]) -> Node:
@@ -105,7 +122,7 @@ def mamba2(ctx: LayerCtx, i: int, x: Node) -> Node:
     xbc = g.silu(causal_conv(ctx, i, xbc, p + "ssm_conv1d.weight", bias))
     xs = g.narrow(xbc, 2, 0, inner)
     dt = softplus(g, g.add(dt, w.vector(g, p + "ssm_dt.bias")))
-    a = neg_exp(g, w.vector(g, p + "ssm_a_log"))
+    a = ssm_a(g, w, p)
     per = heads // hg
     outs = []
     for j in range(hg):
@@ -155,7 +172,7 @@ def mamba(ctx: LayerCtx, i: int, x: Node) -> Node:
                     for t, k in ((dt, "dt"), (b, "b"), (c, "c")))  # fmt: skip
     dt = w.linear(g, dt, p + "ssm_dt.weight")
     dt = softplus(g, g.add(dt, w.vector(g, p + "ssm_dt.bias")))
-    a = neg_exp(g, matrix_f32(g, w, p + "ssm_a_log", [inner, n]))
+    a = ssm_a(g, w, p, [inner, n])
     st = g.state(f"ssm{i}", [1, inner, n])
     y = g.selective_scan(xs, dt, a, b, c, state=st)
     y = g.add(y, g.mul(xs, w.vector(g, p + "ssm_d")))

@@ -37,7 +37,7 @@ FAMILIES: tuple[Family, ...] = tuple(
         falcon_h1, gemma3, granitemoehybrid, jamba, lfm2, llama, mamba, mamba2, mixtral, olmoe,
         qwen2, qwen2_moe, qwen3, qwen3_5, qwen3_moe, qwen3_next,
     )
-)  # fmt: skip
+) + (qwen3_5.FAMILY_MOE,)  # fmt: skip
 #: GGUF ``general.architecture`` / HF ``model_type`` → family
 ARCHITECTURES: dict[str, Family] = {
     key: fam for fam in FAMILIES for key in (fam.name, *fam.model_types)

@@ -186,7 +186,27 @@ class GGUFSource(TensorSource):
         self._names = {t.name for t in f.tensors}
 
     def stored_name(self, name: str) -> str:
-        return self.names.gguf.get(name, name)
+        """``NameMap.gguf`` renames whole names (``output_norm.weight``) or the
+        part after ``blk.{i}.`` (``ffn_norm.weight``); a renamed tensor the
+        file lacks falls back to the builder name when the file has that."""
+        gg = self.names.gguf
+        stored = gg.get(name)
+        m = _BLK.fullmatch(name) if stored is None else None
+        if m is not None and m.group(2) in gg:
+            stored = f"blk.{m.group(1)}.{gg[m.group(2)]}"
+        if stored is None or (stored not in self._names and name in self._names):
+            return name
+        return stored
+
+    def vector(self, name: str) -> np.ndarray:
+        """As :meth:`TensorSource.vector`, but a float tensor of any rank is
+        read flat: llama.cpp's converter stores Mamba-2's ``ssm_a`` / ``ssm_d``
+        as ``[heads, 1]`` and its grouped ``ssm_norm`` as ``[groups,
+        inner/groups]`` (the families check the element counts)."""
+        m = self.meta(name)
+        if m.kind not in ("F32", "F16", "BF16") or not m.shape:
+            return super().vector(name)
+        return to_f32(self._array(m), m.kind).reshape(-1)
 
     def _lookup(self, stored: str, name: str) -> Optional[TensorMeta]:
         if stored not in self._names:
