@@ -418,6 +418,7 @@ GROUPS = {
         "mamba",
         "qwen3_next",
         "qwen3_5",
+        "qwen3_5_moe",
         "falcon_h1",
         "granitemoehybrid",
         "jamba",
