@@ -22,6 +22,8 @@ permuted Q/K rows) are llama.cpp's, not ours.
   agree on ≥ 75% of 80 positions (measured 78.75% qwen3_next, 85% qwen3_5_moe,
   90% qwen3_5, 95-100% the others) and the median per-token error is < 10% of
   the largest |logit| (measured 0.4-7.4%).
+* Prefill and decode of the Q8_0 files run native kernels only, with the
+  conv / gated-norm fusions on every layer they apply to.
 * A bad file (missing ``ssm`` key, a tensor of the wrong shape, a missing
   tensor) is a RlxError naming the key or tensor.
 """
@@ -110,6 +112,21 @@ def test_gguf_config_equals_hf_config(name: str) -> None:
         for f in ("heads", "kv_heads", "head_dim", "rope_dims", "rope_base"):
             assert getattr(g, f) == getattr(h, f), f
     assert (g.moe is None) == (h.moe is None)
+
+
+@pytest.mark.parametrize("name", MODELS)
+@pytest.mark.parametrize("n_new", [13, 1])
+def test_q8_0_native_kernels_and_passes(name: str, n_new: int) -> None:
+    """Prefill and decode graphs of the Q8_0 file: no thunk through the numpy
+    fallback, the depthwise-conv pass on every conv (SSM / GDN) layer and the
+    gated-norm pass on every GDN layer."""
+    model = rlx.load(str(_gguf(name, "q8_0")))
+    model.reset(n_new + 1)
+    stats = model._runner(n_new, model._cap, False).exe.stats
+    assert stats["fallback_by_thunk"] == {}
+    mixers, fired = model.config.mixers, stats["pass_matches"]
+    assert fired["fuse_depthwise_conv1d_bsc"] == sum(m != "attention" for m in mixers)
+    assert fired["fuse_gdn_gated_norm"] == mixers.count("gdn")
 
 
 # ------------------------------------------------------------------ Q8_0
