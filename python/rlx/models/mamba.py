@@ -20,6 +20,7 @@ from rlx.io.gguf import GGUFFile
 from rlx.models.base import ArchSpec, Config, Family
 from rlx.models.hf_config import HFConfig
 from rlx.models.mamba2 import (
+    Shape,
     backbone_names,
     expect_tensors,
     gguf_fail,
@@ -53,7 +54,7 @@ def gguf_mamba_fields(f: GGUFFile, cfg: Config) -> None:
     inner, n, r, hid = cfg.ssm_inner, cfg.ssm_state, cfg.ssm_dt_rank, cfg.hidden
     for i in layers:
         p = f"blk.{i}."
-        want = {
+        want: dict[str, Shape] = {
             "ssm_in.weight": (2 * inner, hid),
             "ssm_conv1d.weight": [inner, cfg.conv_kernel],
             "ssm_x.weight": (r + 2 * n, inner),

@@ -21,7 +21,7 @@ shape is checked against the metadata at load (:func:`expect_tensors`).
 from __future__ import annotations
 
 import math
-from typing import Any, Optional, Union
+from typing import Union
 
 import numpy as np
 
@@ -51,6 +51,11 @@ def ssm_config(c: HFConfig, arch: str, n_layers: int, hidden: int, eps: float) -
 
 
 # ------------------------------------------------------------------ GGUF
+#: an expected shape: a tuple must match exactly (row-major), a list only in
+#: its element count (llama.cpp reshapes those vectors)
+Shape = Union[tuple[int, ...], list[int]]
+
+
 def gguf_fail(f: GGUFFile, what: str) -> WeightFormatError:
     """A load error naming the file's architecture, path and ``what``."""
     return WeightFormatError(f"[{f.architecture}] {f.path}: {what}")
@@ -150,7 +155,7 @@ def gguf_mamba2_fields(f: GGUFFile, cfg: Config) -> None:
     conv = inner + 2 * g * n
     for i in layers:
         p = f"blk.{i}."
-        want: dict[str, Any] = {
+        want: dict[str, Shape] = {
             "ssm_in.weight": (2 * inner + 2 * g * n + h, hid),
             "ssm_conv1d.weight": [conv, cfg.conv_kernel],
             "ssm_dt.bias": (h,),
@@ -165,21 +170,12 @@ def gguf_mamba2_fields(f: GGUFFile, cfg: Config) -> None:
         expect_tensors(f, {p + k: v for k, v in want.items()})
 
 
-#: an expected shape: a tuple must match exactly (row-major), a list only in
-#: its element count (llama.cpp reshapes those vectors)
-Shape = Union[tuple[int, ...], list[int]]
-
-
-def expect_tensors(
-    f: GGUFFile, want: dict[str, Shape], optional: Optional[set[str]] = None
-) -> None:
-    """Check the tensors ``want`` of ``f``: a missing one (unless in
-    ``optional``) or one of the wrong shape is a WeightFormatError naming it."""
+def expect_tensors(f: GGUFFile, want: dict[str, Shape]) -> None:
+    """Check the tensors ``want`` of ``f``: a missing one or one of the wrong
+    shape is a WeightFormatError naming it."""
     names = tensor_names(f)
     for name, shape in want.items():
         if name not in names:
-            if optional and name in optional:
-                continue
             raise gguf_fail(f, f"missing tensor {name!r}")
         got = tuple(f.tensor(name).shape)
         ok = (

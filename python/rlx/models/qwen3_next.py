@@ -33,6 +33,7 @@ from rlx.io.gguf import GGUFFile
 from rlx.models.base import ArchSpec, Config, Family
 from rlx.models.hf_config import FULL, HFConfig, common_config
 from rlx.models.mamba2 import (
+    Shape,
     expect_tensors,
     gguf_fail,
     gguf_hybrid_config,
@@ -143,7 +144,7 @@ def gguf_gdn_config(f: GGUFFile, arch: str) -> tuple[Config, ArchSpec]:
     kd, vd, hid = hk * dk, inner, cfg.hidden
     for i in (i for i, r in enumerate(rec) if r):
         p = f"blk.{i}."
-        want = {
+        want: dict[str, Shape] = {
             "attn_qkv.weight": (2 * kd + vd, hid),
             "attn_gate.weight": (vd, hid),
             "ssm_conv1d.weight": [2 * kd + vd, cfg.conv_kernel],
