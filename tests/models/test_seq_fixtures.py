@@ -24,7 +24,8 @@ RNN = FIXTURES / "rnn"
 GGUF = FIXTURES / "gguf"
 HF_NAMES = sorted(p.name for p in HF.iterdir() if p.is_dir()) if HF.is_dir() else []
 RNN_FILES = sorted(p.name for p in RNN.glob("*.npz")) if RNN.is_dir() else []
-GGUF_FILES = sorted(p.name for p in GGUF.glob("*-q8_0.gguf")) if GGUF.is_dir() else []
+#: <name>-q8_0.gguf for every convertible fixture, <name>-f32.gguf for the SSM / GDN ones
+GGUF_FILES = sorted(p.name for p in GGUF.glob("*.gguf")) if GGUF.is_dir() else []
 VOCAB = 512
 #: the HF fixtures scripts/make_seq_fixtures.py writes (other scripts add more)
 SEQ_NAMES = {
@@ -148,7 +149,12 @@ def _safetensors(path: Path) -> dict[str, np.ndarray]:
 def test_gguf_fixture_set() -> None:
     """Every HF fixture the converter supports has its Q8_0 GGUF (qwen3_next_dense: refused)."""
     convertible = SEQ_NAMES - {"qwen3_next_dense"}
-    gguf_names = {f.removesuffix("-q8_0.gguf") for f in GGUF_FILES}
+    gguf_names = {f.removesuffix("-q8_0.gguf") for f in GGUF_FILES if f.endswith("-q8_0.gguf")}
+    f32_names = {f.removesuffix("-f32.gguf") for f in GGUF_FILES if f.endswith("-f32.gguf")}
+    assert f32_names <= gguf_names
+    assert set(GGUF_FILES) == {f"{n}-q8_0.gguf" for n in gguf_names} | {
+        f"{n}-f32.gguf" for n in f32_names
+    }
     # every GGUF converts an HF fixture (the MoE ones come from make_moe_fixtures.py)
     assert convertible <= gguf_names <= set(HF_NAMES)
 
@@ -156,11 +162,11 @@ def test_gguf_fixture_set() -> None:
 @pytest.mark.parametrize("fname", GGUF_FILES)
 def test_gguf_fixture(fname: str) -> None:
     """A converted GGUF: header, vocabulary = tokenizer.json's, and the token embedding
-    within Q8_0 error of the safetensors one (rows in the same order)."""
+    within Q8_0 error of the safetensors one (rows in the same order; F32: equal)."""
     from gguf import GGUFReader
     from gguf.quants import dequantize
 
-    name = fname.removesuffix("-q8_0.gguf")
+    name, _, kind = fname.removesuffix(".gguf").rpartition("-")
     with open(GGUF / fname, "rb") as f:
         head = f.read(8)
     assert head[:4] == b"GGUF" and struct.unpack("<I", head[4:8])[0] == 3
@@ -180,6 +186,9 @@ def test_gguf_fixture(fname: str) -> None:
     # Falcon-H1: the converter folds embedding_multiplier into token_embd
     mult = config["embedding_multiplier"] if name == "falcon_h1" else 1.0
     want = hf[0] * np.float32(mult)
+    if kind == "f32":  # the same float32 values
+        assert emb.tensor_type.name == "F32" and np.array_equal(got, want)
+        return
     # Q8_0: blocks of 32, scale max|x| / 127 stored as f16: error <= half a step plus the
     # scale's f16 rounding (127 * 2**-11 of a step)
     step = np.abs(want.reshape(VOCAB, -1, 32)).max(axis=-1, keepdims=True) / 127
