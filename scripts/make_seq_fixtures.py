@@ -422,6 +422,9 @@ GROUPS = {
         "falcon_h1",
         "granitemoehybrid",
         "jamba",
+        # made by scripts/make_ssm_dense_fixtures.py
+        "granitemoehybrid_dense",
+        "jamba_dense",
     ],
 }
 ALL_MODELS = [m for g in "abde" for m in GROUPS[g]]

@@ -70,11 +70,11 @@ def gguf_config(f: GGUFFile) -> tuple[Config, ArchSpec]:
     cfg = gguf_hybrid_config(f, "jamba", "neox", kv)
     cfg.mixers = ["attention" if k > 0 else "mamba" for k in kv]
     gguf_mamba_fields(f, cfg)
-    moe = gguf_moe_spec(f, norm_default=False)
-    if moe is not None:
-        names = tensor_names(f)
-        layers = tuple(f"blk.{i}.ffn_gate_inp.weight" in names for i in range(cfg.n_layers))
-        cfg.moe = replace(moe, layers=layers)
+    names = tensor_names(f)
+    layers = tuple(f"blk.{i}.ffn_gate_inp.weight" in names for i in range(cfg.n_layers))
+    if any(layers):  # a one-expert Jamba has no router: dense MLPs (expert_count 1)
+        moe = gguf_moe_spec(f, norm_default=False)
+        cfg.moe = None if moe is None else replace(moe, layers=layers)
     return cfg, ArchSpec(rope=False)
 
 
