@@ -179,7 +179,12 @@ fn check_type(ty: GgmlType) {
         w[UNUSED * n * rb..(UNUSED + 1) * n * rb].fill(0xFF); // NaN scales / values
         let x = uniform(50 + c as u64, m * k, -1.0, 1.0);
         let idx = routing(m, e, 60 + c as u64);
-        let want = reference(|ex, j, kk| wd[(ex * n + j) * k + kk], &x, &idx, (m, k, n, e));
+        let want = reference(
+            |ex, j, kk| wd[(ex * n + j) * k + kk],
+            &x,
+            &idx,
+            (m, k, n, e),
+        );
         let a = MoeArgs {
             m: m as u32,
             k: k as u32,
@@ -219,4 +224,3 @@ type_tests! {
     gguf_q1_0 => Q1_0,
     gguf_q2_0 => Q2_0,
 }
-

@@ -139,9 +139,7 @@ pub(super) fn lower(i: usize, t: &Thunk) -> Option<Lowered> {
         thunk: i,
         kernel: kernel(Family::Moe, kernel_name(ty, g.m)),
         args: args.as_bytes().to_vec(),
-        bindings: [g.x, g.w, g.idx, g.dst]
-            .map(BufferBinding::of)
-            .to_vec(),
+        bindings: [g.x, g.w, g.idx, g.dst].map(BufferBinding::of).to_vec(),
         grid,
         threadgroup: [threads, 1, 1],
         threadgroup_memory: Vec::new(),
