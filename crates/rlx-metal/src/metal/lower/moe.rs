@@ -145,3 +145,84 @@ pub(super) fn lower(i: usize, t: &Thunk) -> Option<Lowered> {
         threadgroup_memory: Vec::new(),
     }))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::thunk::matmul::GroupedMatMul;
+    use crate::thunk::quant::DequantGroupedMatMulGguf;
+
+    fn f32_thunk(m: u32, x: usize) -> Thunk {
+        Thunk::GroupedMatMul(GroupedMatMul {
+            input: x,
+            weight: 1 << 20,
+            expert_idx: 2 << 20,
+            dst: 3 << 20,
+            m,
+            k_dim: 37,
+            n: 70,
+            num_experts: 5,
+        })
+    }
+
+    fn gguf_thunk(m: u32, k: u32, scheme: QuantScheme, experts: u32) -> Thunk {
+        Thunk::DequantGroupedMatMulGguf(DequantGroupedMatMulGguf {
+            input: 0,
+            w_q: (1 << 20) + 3, // packed rows need no alignment
+            expert_idx: 2 << 20,
+            dst: 3 << 20,
+            m,
+            k_dim: k,
+            n: 33,
+            num_experts: experts,
+            scheme,
+        })
+    }
+
+    fn dispatch(l: Option<Lowered>) -> Dispatch {
+        match l {
+            Some(Lowered::Dispatch(d)) => d,
+            _ => panic!("not a dispatch"),
+        }
+    }
+
+    #[test]
+    fn decode_takes_the_gemv_and_prefill_the_per_expert_gemm() {
+        let d = dispatch(lower(0, &f32_thunk(2, 0)));
+        assert_eq!(d.kernel.function, "grouped_gemv_f32");
+        assert_eq!((d.grid, d.threadgroup), ([1, 2, 1], [256, 1, 1]));
+        let d = dispatch(lower(0, &f32_thunk(40, 0)));
+        assert_eq!(d.kernel.function, "grouped_gemm_f32");
+        assert_eq!((d.grid, d.threadgroup), ([3, 5, 1], [128, 1, 1]));
+        let q4k = QuantScheme::Gguf(GgmlType::Q4K);
+        let d = dispatch(lower(0, &gguf_thunk(1, 512, q4k, 4)));
+        assert_eq!(d.kernel.function, "grouped_gemv_q4_k");
+        assert_eq!(d.grid, [9, 1, 1]);
+        let want = MoeArgs {
+            m: 1,
+            k: 512,
+            n: 33,
+            num_experts: 4,
+            row_bytes: 288,
+        };
+        assert_eq!(d.args, want.as_bytes());
+        let f16 = QuantScheme::Gguf(GgmlType::F16);
+        let d = dispatch(lower(0, &gguf_thunk(9, 7, f16, 4)));
+        assert_eq!(d.kernel.function, "grouped_gemm_gguf_f16");
+    }
+
+    #[test]
+    fn what_the_kernels_cannot_do_stays_on_the_host() {
+        assert!(lower(0, &f32_thunk(2, 2)).is_none(), "misaligned x");
+        let q8 = QuantScheme::Gguf(GgmlType::Q8_0);
+        assert!(
+            lower(0, &gguf_thunk(2, 48, q8, 4)).is_none(),
+            "partial block"
+        );
+        assert!(lower(0, &gguf_thunk(2, 64, q8, 0)).is_none(), "no experts");
+        assert!(matches!(
+            lower(0, &gguf_thunk(0, 64, q8, 4)),
+            Some(Lowered::Skip)
+        ));
+    }
+}
