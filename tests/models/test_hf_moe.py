@@ -6,6 +6,10 @@ meta.json ``routing`` and scripts/make_moe_fixtures.py).
 
 Per model and device (host, reference, metal-sim): teacher-forced logits of the 24-token sequence, a
 16-token prefill + 8 ``next_logits`` decode steps, the 80-token sequence.
+On metal-sim every plan (prefill and decode) is kernel dispatches only: the
+grouped expert matmuls run as ``moe.metal`` kernels (per-expert GEMMs for
+prefill, GEMVs over the chosen experts for decode), the router gather as
+``gather_elements``; no host command is left.
 Tolerance: max |rlx − transformers| ≤ 1e-4 of the largest |logit| (f32
 summation order only). A routing-sensitive check makes sure the tests can
 fail: without the top-k renormalisation (or with it where the model has
@@ -30,7 +34,6 @@ from test_hf_loading import _reencode
 
 TOL = 1e-4
 MODELS = ("mixtral", "qwen2_moe", "qwen3_moe", "olmoe")
-#: metal-sim runs the grouped matmuls as host commands (no Metal kernel yet, issue 16 point 3)
 DEVICES = ("host", "reference", "metal-sim")
 
 
@@ -43,6 +46,21 @@ def test_moe_logits_match_transformers(name: str, device: str) -> None:
     assert model.config.moe is not None and model.config.moe.n_experts == 4
     errs = _three_checks(model, e)
     assert max(errs) < TOL, f"{name} on {device}: full / prefill+decode / 80 = {errs}"
+    if device == "metal-sim":
+        _assert_all_kernels(model)
+
+
+def _assert_all_kernels(model: rlx.DecoderModel) -> None:
+    """Every compiled plan (prefill graphs and the one-token decode graph)
+    of a metal-sim model is kernel dispatches only, the expert matmuls
+    among them."""
+    runners = list(model._runners.values())
+    assert any(k[0] == 1 for k in model._runners) and any(k[0] > 1 for k in model._runners)
+    for r in runners:
+        st = r.exe.stats
+        assert (st["metal_host"], st["metal_host_by_thunk"]) == (0, {}), r.exe.report()
+        grouped = sum(v for k, v in st["by_thunk"].items() if "grouped_matmul" in k)
+        assert grouped == 3 * model.config.n_layers, st["by_thunk"]
 
 
 @pytest.mark.parametrize("name", ["mixtral", "olmoe"])
@@ -251,7 +269,21 @@ def test_llama_cpp_q8_0_gguf(name: str) -> None:
     try:
         host = rlx.load(str(path)).logits(ids)
         ref = rlx.load(str(path), device="reference").logits(ids)
+        # metal-sim: the Q8_0 experts through moe.metal's grouped_*_q8_0
+        # (80 tokens: prefill GEMMs; then a prefill + 2 decode steps)
+        sim = rlx.load(str(path), device="metal-sim")
+        sim_full = sim.logits(ids)
+        sim.reset(24)
+        sim_step = [sim._feed(ids[:16], all_rows=True)[-1]]
+        sim_step += [sim.next_logits([t]) for t in ids[16:18]]
+        host_m = rlx.load(str(path))
+        host_m.reset(24)
+        host_step = [host_m._feed(ids[:16], all_rows=True)[-1]]
+        host_step += [host_m.next_logits([t]) for t in ids[16:18]]
     finally:
         rlx.set_int8_activations(before)
     assert rel(host, ref) < TOL
+    assert rel(sim_full, host) < TOL
+    assert rel(np.stack(sim_step), np.stack(host_step)) < TOL
+    _assert_all_kernels(sim)
     assert (host.argmax(-1) == e["logits80"].argmax(-1)).mean() >= 0.9

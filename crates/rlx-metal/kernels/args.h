@@ -138,6 +138,17 @@ struct MlpArgs {
     uint op;
 };
 
+// moe.metal grouped_*: row i of x [m, k] (f32) times expert idx[i] (i32)
+// of a stack of num_experts experts (f32 [E, k, n], or GGUF rows
+// [E, n, row_bytes]) into dst [m, n] (f32).
+struct MoeArgs {
+    uint m;
+    uint k;
+    uint n;
+    uint num_experts;
+    uint row_bytes;  // GGUF kernels only
+};
+
 // matmul.metal gemm_* / gemv_*: c[z] = act(a[z] @ b[z] + bias), z < batch;
 // a[z] starts a_batch_stride elements after a[z-1] (0 = one shared
 // matrix), likewise b; c[z] is dense [m, n].
@@ -348,6 +359,19 @@ struct ScatterNdArgs {
     uint dims[RLX_MAX_RANK];
 };
 
+// indexing.metal gather_elements_*: ONNX GatherElements over `rank` dims:
+// dst[p] (p < len, dense over idx_dims) = data element p with the `axis`
+// coordinate replaced by idx[p] (negative counts from the end; data
+// elements data_strides apart per dim).
+struct GatherElemArgs {
+    uint len;
+    uint rank;
+    uint axis;
+    uint axis_dim;
+    uint idx_dims[RLX_MAX_RANK];
+    uint data_strides[RLX_MAX_RANK];
+};
+
 // reduce.metal reduce_*: dst [outer, inner] = op over the middle axis of
 // src [outer, reduced, inner].
 struct ReduceArgs {
@@ -474,6 +498,7 @@ static_assert(sizeof(RowNormArgs) == 16 && alignof(RowNormArgs) == 4, "RowNormAr
 static_assert(sizeof(SoftmaxArgs) == 8 && alignof(SoftmaxArgs) == 4, "SoftmaxArgs layout");
 static_assert(sizeof(QuantArgs) == 24 && alignof(QuantArgs) == 4, "QuantArgs layout");
 static_assert(sizeof(MlpArgs) == 28 && alignof(MlpArgs) == 4, "MlpArgs layout");
+static_assert(sizeof(MoeArgs) == 20 && alignof(MoeArgs) == 4, "MoeArgs layout");
 static_assert(sizeof(MatmulArgs) == 36 && alignof(MatmulArgs) == 4, "MatmulArgs layout");
 static_assert(sizeof(BiasAddArgs) == 8 && alignof(BiasAddArgs) == 4, "BiasAddArgs layout");
 static_assert(sizeof(RegionArgs) == 856 && alignof(RegionArgs) == 4, "RegionArgs layout");
@@ -492,6 +517,7 @@ static_assert(sizeof(ReverseArgs) == 48 && alignof(ReverseArgs) == 4, "ReverseAr
 static_assert(sizeof(GatherArgs) == 32 && alignof(GatherArgs) == 4, "GatherArgs layout");
 static_assert(sizeof(ScatterAddArgs) == 12 && alignof(ScatterAddArgs) == 4, "ScatterAddArgs layout");
 static_assert(sizeof(ScatterNdArgs) == 48 && alignof(ScatterNdArgs) == 4, "ScatterNdArgs layout");
+static_assert(sizeof(GatherElemArgs) == 80 && alignof(GatherElemArgs) == 4, "GatherElemArgs layout");
 static_assert(sizeof(ReduceArgs) == 16 && alignof(ReduceArgs) == 4, "ReduceArgs layout");
 static_assert(sizeof(ArgReduceArgs) == 16 && alignof(ArgReduceArgs) == 4, "ArgReduceArgs layout");
 static_assert(sizeof(CumsumArgs) == 12 && alignof(CumsumArgs) == 4, "CumsumArgs layout");

@@ -19,6 +19,9 @@
 //   per index tuple; the threads first look for a later tuple addressing
 //   the same block (the later one wins, as on the host), then copy the
 //   block word by word.
+// gather_elements_{u8,u16,u32,u64}  args GatherElemArgs: buffer(1) data,
+//   buffer(2) idx, buffer(3) dst. 1-D grid over dst elements (ONNX
+//   GatherElements: the MoE router's chosen-probability gather).
 #include <metal_stdlib>
 #include "args.h"
 using namespace metal;
@@ -125,6 +128,45 @@ kernel void scatter_nd(constant ScatterNdArgs& a   [[buffer(0)]],
         out[j] = in[j];
     }
 }
+
+// dst[p] = data[p's coordinates over idx_dims, `axis` one replaced by idx[p]]
+template <typename W>
+kernel void gather_elements(constant GatherElemArgs& a [[buffer(0)]],
+                            device const W*   data [[buffer(1)]],
+                            device const int* idx  [[buffer(2)]],
+                            device W*         dst  [[buffer(3)]],
+                            uint gid [[thread_position_in_grid]])
+{
+    if (gid >= a.len) {
+        return;
+    }
+    long i = idx[gid];
+    if (i < 0) {
+        i += a.axis_dim;
+    }
+    if (i < 0 || i >= (long)a.axis_dim) {
+        dst[gid] = W(0);
+        return;
+    }
+    ulong off = 0;
+    uint p = gid;
+    for (uint d = a.rank; d-- > 0;) {
+        const uint c = p % a.idx_dims[d];
+        p /= a.idx_dims[d];
+        off += (ulong)(d == a.axis ? uint(i) : c) * a.data_strides[d];
+    }
+    dst[gid] = data[off];
+}
+
+#define RLX_GATHER_ELEMENTS(name, W)                                         \
+template [[host_name(name)]] kernel void gather_elements<W>(                 \
+    constant GatherElemArgs& a [[buffer(0)]], device const W* data [[buffer(1)]],\
+    device const int* idx [[buffer(2)]], device W* dst [[buffer(3)]],        \
+    uint gid [[thread_position_in_grid]]);
+RLX_GATHER_ELEMENTS("gather_elements_u8", uchar)
+RLX_GATHER_ELEMENTS("gather_elements_u16", ushort)
+RLX_GATHER_ELEMENTS("gather_elements_u32", uint)
+RLX_GATHER_ELEMENTS("gather_elements_u64", uint2)
 
 #define RLX_INDEXING(gather_n, scatter_n, W)                                 \
 template [[host_name(gather_n)]] kernel void gather<W>(                      \

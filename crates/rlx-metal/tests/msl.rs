@@ -10,9 +10,11 @@ mod msl {
     pub mod conv;
     pub mod elementwise;
     pub mod fused_mlp;
+    pub mod gather_elements;
     pub mod gdn;
     pub mod indexing;
     pub mod matmul;
+    pub mod moe;
     pub mod norm;
     pub mod norm_fused;
     pub mod quant;

@@ -123,6 +123,22 @@ pub struct QuantArgs {
     pub dst_f16: u32,
 }
 
+/// `MoeArgs`: the grouped (mixture-of-experts) matmuls of `moe.metal`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct MoeArgs {
+    /// Rows of `x`.
+    pub m: u32,
+    /// Reduction length.
+    pub k: u32,
+    /// Output features.
+    pub n: u32,
+    /// Experts in the stack.
+    pub num_experts: u32,
+    /// Bytes of one packed expert row (GGUF kernels; 0 for f32).
+    pub row_bytes: u32,
+}
+
 /// `MlpArgs`: the fused decode-MLP GEMVs (`gate_up_*`, `down_residual_*`).
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
@@ -488,6 +504,24 @@ pub struct ScatterAddArgs {
     pub trailing: u32,
 }
 
+/// `GatherElemArgs`: ONNX GatherElements of `rank`-D data.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct GatherElemArgs {
+    /// Elements of `dst` (and of the indices).
+    pub len: u32,
+    /// Dims of data and indices.
+    pub rank: u32,
+    /// The gathered axis.
+    pub axis: u32,
+    /// Data's extent along `axis`.
+    pub axis_dim: u32,
+    /// The indices' dims (= dst's).
+    pub idx_dims: [u32; MAX_RANK],
+    /// Data's element strides.
+    pub data_strides: [u32; MAX_RANK],
+}
+
 /// `ScatterNdArgs`: in-place ScatterND of `block`-word blocks.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
@@ -713,6 +747,7 @@ kernel_args! {
     SoftmaxArgs = 8,
     QuantArgs = 24,
     MlpArgs = 28,
+    MoeArgs = 20,
     MatmulArgs = 36,
     BiasAddArgs = 8,
     RegionArgs = 856,
@@ -731,6 +766,7 @@ kernel_args! {
     GatherArgs = 32,
     ScatterAddArgs = 12,
     ScatterNdArgs = 48,
+    GatherElemArgs = 80,
     ReduceArgs = 16,
     ArgReduceArgs = 16,
     CumsumArgs = 12,

@@ -11,8 +11,16 @@ pub const ARGS_H: &str = include_str!("../../kernels/args.h");
 /// `kernels/act.h`, the shared activation / binary-op helpers.
 pub const ACT_H: &str = include_str!("../../kernels/act.h");
 
+/// `kernels/gguf_blocks.h`, the GGUF block decoders (`quant.metal`,
+/// `moe.metal`).
+pub const GGUF_BLOCKS_H: &str = include_str!("../../kernels/gguf_blocks.h");
+
 /// The headers [`source`] inlines: `#include` name and text.
-const HEADERS: [(&str, &str); 2] = [("args.h", ARGS_H), ("act.h", ACT_H)];
+const HEADERS: [(&str, &str); 3] = [
+    ("args.h", ARGS_H),
+    ("act.h", ACT_H),
+    ("gguf_blocks.h", GGUF_BLOCKS_H),
+];
 
 /// A kernel family: one `.metal` file.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -52,6 +60,8 @@ pub enum Family {
     Ssm,
     /// LSTM, GRU, Elman RNN.
     Recurrent,
+    /// Mixture-of-experts grouped matmuls (f32 and GGUF expert stacks).
+    Moe,
 }
 
 /// Every family.
@@ -73,6 +83,7 @@ pub const ALL_FAMILIES: &[Family] = &[
     Family::Gdn,
     Family::Ssm,
     Family::Recurrent,
+    Family::Moe,
 ];
 
 impl Family {
@@ -96,6 +107,7 @@ impl Family {
             Family::Gdn => "gdn.metal",
             Family::Ssm => "ssm.metal",
             Family::Recurrent => "recurrent.metal",
+            Family::Moe => "moe.metal",
         }
     }
 
@@ -119,12 +131,14 @@ impl Family {
             Family::Gdn => include_str!("../../kernels/gdn.metal"),
             Family::Ssm => include_str!("../../kernels/ssm.metal"),
             Family::Recurrent => include_str!("../../kernels/recurrent.metal"),
+            Family::Moe => include_str!("../../kernels/moe.metal"),
         }
     }
 }
 
-/// Self-contained source of a family: `args.h` and `act.h` inlined, line
-/// numbers of the `.metal` file kept for diagnostics.
+/// Self-contained source of a family: the headers (`args.h`, `act.h`,
+/// `gguf_blocks.h`) inlined, line numbers of the `.metal` file kept for
+/// diagnostics.
 pub fn source(family: Family) -> String {
     let file = family.file();
     let mut out = String::new();

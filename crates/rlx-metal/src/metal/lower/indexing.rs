@@ -1,7 +1,10 @@
 //! Gathers, scatter-add and the in-place ScatterND → `indexing.metal`.
 //!
 //! Gathers move the widest word dividing the row and the offsets (as the
-//! layout moves do). ScatterND is claimed only in place (`data == dst`, a
+//! layout moves do). GatherElements (the MoE router's gather of the chosen
+//! probabilities) moves one element per thread, for 1-, 2-, 4- and 8-byte
+//! elements at offsets aligned to their size; shapes the host rejects stay
+//! on the host (it reports them). ScatterND is claimed only in place (`data == dst`, a
 //! write into a State leaf: the decoders' KV-cache row write); the
 //! out-of-place form, which first copies all of `data`, stays on the host,
 //! as do the other ONNX indexing kinds. On an out-of-range index the host
@@ -10,10 +13,10 @@
 
 use super::shape::{u32_of, word};
 use super::{aliased, elementwise, kernel, rows, Lowered};
-use crate::metal::args::{GatherArgs, ScatterAddArgs, ScatterNdArgs, MAX_RANK};
+use crate::metal::args::{GatherArgs, GatherElemArgs, ScatterAddArgs, ScatterNdArgs, MAX_RANK};
 use crate::metal::kernels::Family;
 use crate::thunk::indexing::IndexingThunk;
-use crate::thunk::Thunk;
+use crate::thunk::{raw_offset, Thunk};
 
 /// `gather_*` dispatch over `[outer, num_idx, trailing_bytes]`.
 #[allow(clippy::too_many_arguments)]
@@ -44,6 +47,11 @@ fn gather(
 pub(super) fn lower(i: usize, t: &Thunk) -> Option<Lowered> {
     let nd_in_place = matches!(t, Thunk::CpuIndexing(c)
         if matches!(&c.thunk, IndexingThunk::ScatterNd { data, dst, .. } if data == dst));
+    if let Thunk::CpuIndexing(c) = t {
+        if let IndexingThunk::GatherElements { .. } = c.thunk {
+            return gather_elements(i, t, &c.thunk);
+        }
+    }
     if !matches!(
         t,
         Thunk::Gather(_) | Thunk::GatherAxis(_) | Thunk::ScatterAdd(_)
@@ -128,4 +136,63 @@ pub(super) fn lower(i: usize, t: &Thunk) -> Option<Lowered> {
         }
         _ => None,
     }
+}
+
+/// `gather_elements_*` (see the module docs), `None` for what the host
+/// must check or report.
+fn gather_elements(i: usize, t: &Thunk, g: &IndexingThunk) -> Option<Lowered> {
+    let IndexingThunk::GatherElements {
+        data,
+        indices,
+        dst,
+        data_dims,
+        indices_dims,
+        axis,
+        dtype,
+    } = g
+    else {
+        return None;
+    };
+    let (r, es) = (data_dims.len(), dtype.size_bytes());
+    let fits = indices_dims.len() == r
+        && (1..=MAX_RANK).contains(&r)
+        && *axis < r
+        && (0..r).all(|d| d == *axis || indices_dims[d] <= data_dims[d]);
+    if !fits || aliased(t) {
+        return None;
+    }
+    let sfx = match es {
+        1 => "u8",
+        2 => "u16",
+        4 => "u32",
+        8 => "u64",
+        _ => return None,
+    };
+    let len = indices_dims
+        .iter()
+        .try_fold(1u64, |a, &d| a.checked_mul(d as u64))?;
+    if len == 0 {
+        return Some(Lowered::Skip);
+    }
+    let aligned = |off: usize, n: usize| raw_offset(off).is_multiple_of(n);
+    if !aligned(*data, es) || !aligned(*dst, es) || !aligned(*indices, 4) {
+        return None;
+    }
+    let mut args = GatherElemArgs {
+        len: u32_of(len)?,
+        rank: r as u32,
+        axis: *axis as u32,
+        axis_dim: u32::try_from(data_dims[*axis]).ok()?,
+        ..Default::default()
+    };
+    let mut stride = 1u64;
+    for d in (0..r).rev() {
+        args.idx_dims[d] = u32::try_from(indices_dims[d]).ok()?;
+        args.data_strides[d] = u32_of(stride)?;
+        stride = stride.checked_mul(data_dims[d] as u64)?;
+    }
+    u32_of(stride)?; // every data offset fits the kernel's u32 strides
+    let k = kernel(Family::Indexing, format!("gather_elements_{sfx}"));
+    let offs = [*data, *indices, *dst];
+    Some(Lowered::Dispatch(elementwise(i, k, &args, &offs, args.len)))
 }

@@ -10,6 +10,7 @@ mod conv;
 mod elementwise;
 mod indexing;
 mod matmul;
+mod moe;
 mod norm;
 mod norm_fused;
 mod quant;
@@ -122,6 +123,7 @@ const FAMILIES: &[fn(usize, &Thunk) -> Option<Lowered>] = &[
     norm::lower,
     softmax::lower,
     quant::lower,
+    moe::lower,
     matmul::lower,
     region::lower,
     attention::lower,
