@@ -78,6 +78,17 @@ pub struct Staging {
     pub c: Vec<u64>,
 }
 
+/// One thunk of a traced run ([`HostExecutor::set_tracing`]).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct ThunkSlice {
+    /// Thunk index in the schedule.
+    pub index: usize,
+    /// Seconds from the start of its run to the thunk's start.
+    pub start: f64,
+    /// Seconds the thunk took (native kernel or fallback call).
+    pub seconds: f64,
+}
+
 /// Runs schedules on the CPU.
 pub struct HostExecutor {
     mode: Mode,
@@ -87,6 +98,9 @@ pub struct HostExecutor {
     /// Per-thunk wall time of every run since profiling was switched on
     /// (`None` = off): seconds and calls by thunk index.
     profile: Option<Vec<(f64, u64)>>,
+    /// One slice per thunk run since tracing was switched on (`None` = off:
+    /// no clock is read).
+    trace: Option<Vec<ThunkSlice>>,
 }
 
 /// Size rayon's global pool from `RLX_NUM_THREADS` (0 or unset: one
@@ -120,7 +134,19 @@ impl HostExecutor {
             staging: Staging::default(),
             last_fallbacks: 0,
             profile: None,
+            trace: None,
         }
+    }
+
+    /// Switch per-thunk tracing on (clearing earlier slices) or off.
+    pub fn set_tracing(&mut self, on: bool) {
+        self.trace = on.then(Vec::new);
+    }
+
+    /// The slices recorded since tracing was switched on or last taken
+    /// (empty when off); tracing stays on.
+    pub fn take_trace(&mut self) -> Vec<ThunkSlice> {
+        self.trace.as_mut().map(std::mem::take).unwrap_or_default()
     }
 
     /// Switch per-thunk timing on (clearing what was gathered) or off.
@@ -165,6 +191,8 @@ impl HostExecutor {
         fallback: &mut dyn FnMut(usize, &Thunk) -> Result<(), E>,
     ) -> Result<(), RunError<E>> {
         self.last_fallbacks = 0;
+        let run_start = self.trace.is_some().then(std::time::Instant::now);
+        let timed = run_start.is_some() || self.profile.is_some();
         let mut replaced = overlay.iter().peekable();
         for (index, t) in schedule.thunks.iter().enumerate() {
             let t = match replaced.next_if(|(i, _)| *i == index) {
@@ -174,14 +202,25 @@ impl HostExecutor {
             if matches!(t, Thunk::Nop) {
                 continue;
             }
-            let started = self.profile.is_some().then(std::time::Instant::now);
+            let started = timed.then(std::time::Instant::now);
             let result = self.run_one(index, t, mem, schedule, fallback);
-            if let (Some(t0), Some(p)) = (started, self.profile.as_mut()) {
-                if p.len() < schedule.thunks.len() {
-                    p.resize(schedule.thunks.len(), (0.0, 0));
+            if let Some(t0) = started {
+                let seconds = t0.elapsed().as_secs_f64();
+                if let Some(p) = self.profile.as_mut() {
+                    if p.len() < schedule.thunks.len() {
+                        p.resize(schedule.thunks.len(), (0.0, 0));
+                    }
+                    p[index].0 += seconds;
+                    p[index].1 += 1;
                 }
-                p[index].0 += t0.elapsed().as_secs_f64();
-                p[index].1 += 1;
+                if let (Some(r0), Some(tr)) = (run_start, self.trace.as_mut()) {
+                    let start = t0.duration_since(r0).as_secs_f64();
+                    tr.push(ThunkSlice {
+                        index,
+                        start,
+                        seconds,
+                    });
+                }
             }
             result?;
         }
