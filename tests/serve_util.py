@@ -18,7 +18,6 @@ class ServerThread:
 
     def __init__(self, models: list[Any]) -> None:
         import uvicorn
-
         from rlx.serve import bind, create_app
 
         self.models = models

@@ -194,6 +194,37 @@ def test_chat_uses_the_template(srv: ServerThread, ref: Any) -> None:
     assert chunks[-1].choices[0].finish_reason == "length"
 
 
+Times = list[float]
+
+
+def _at_once(client: Any, batch: list[dict[str, Any]]) -> tuple[list[str], Times, Times]:
+    """Stream every request of ``batch`` from its own thread, all started
+    together: texts, and when each got its first and its last chunk."""
+    n = len(batch)
+    got = [""] * n
+    first = [0.0] * n
+    last = [0.0] * n
+    gate = threading.Barrier(n)
+
+    def run(i: int) -> None:
+        gate.wait()
+        stream = client.completions.create(
+            model=MODEL, stream=True, extra_body={"ignore_eos": True}, **batch[i]
+        )
+        for chunk in stream:
+            if not first[i]:
+                first[i] = time.monotonic()
+            got[i] += "".join(c.text for c in chunk.choices)
+        last[i] = time.monotonic()
+
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(n)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    return got, first, last
+
+
 def test_concurrent_streams_are_isolated(srv: ServerThread) -> None:
     """4 simultaneous streams (one per slot) give exactly what each request
     gives served alone, greedy and seeded; they really overlap in time."""
@@ -205,31 +236,8 @@ def test_concurrent_streams_are_isolated(srv: ServerThread) -> None:
     ]
     alone = [_stream_text(client, **r)[0] for r in reqs]  # also warms every slot
     for batch in (reqs[0::2], reqs[1::2]):  # greedy, then seeded: 4 streams at once
-        want = [alone[reqs.index(r)] for r in batch]
-        got: list[Any] = [None] * 4
-        first: list[float] = [0.0] * 4
-        last: list[float] = [0.0] * 4
-        gate = threading.Barrier(4)
-
-        def run(i: int, r: dict[str, Any]) -> None:
-            text = ""
-            gate.wait()
-            stream = client.completions.create(
-                model=MODEL, stream=True, extra_body={"ignore_eos": True}, **r
-            )
-            for chunk in stream:
-                if not first[i]:
-                    first[i] = time.monotonic()
-                text += "".join(c.text for c in chunk.choices)
-            last[i] = time.monotonic()
-            got[i] = text
-
-        threads = [threading.Thread(target=run, args=(i, r)) for i, r in enumerate(batch)]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join(60)
-        assert got == want
+        got, first, last = _at_once(client, batch)
+        assert got == [alone[reqs.index(r)] for r in batch]
         assert max(first) < min(last), "the four streams did not overlap"
 
 
@@ -348,7 +356,7 @@ def test_wrong_kind_of_model_and_bad_messages(srv: ServerThread) -> None:
         (b"", 400),
         (b"[1, 2]", 400),
         (b'{"prompt": "hi"}', 400),
-        ('{"model": "llama-q8_0", "prompt": "\\ud800"}'.encode(), 400),
+        (b'{"model": "llama-q8_0", "prompt": "\\ud800"}', 400),
     ],
 )
 def test_malformed_bodies(srv: ServerThread, body: bytes, status: int) -> None:

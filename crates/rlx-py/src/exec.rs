@@ -231,7 +231,10 @@ impl PyExecutable {
     /// the last call (start: seconds after its run started).
     fn take_trace(&mut self) -> Vec<(usize, f64, f64)> {
         let slices = self.exec.take_trace();
-        slices.iter().map(|s| (s.index, s.start, s.seconds)).collect()
+        slices
+            .iter()
+            .map(|s| (s.index, s.start, s.seconds))
+            .collect()
     }
 
     /// Per thunk: `(name, bytes read, bytes written, native)` from `io()`.
