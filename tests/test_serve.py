@@ -375,3 +375,28 @@ def test_unknown_routes_are_json(srv: ServerThread) -> None:
     assert r.status_code == 404 and r.json()["error"]["message"]
     r = httpx.get(srv.url + "/v1/completions", timeout=10)
     assert r.status_code == 405 and r.json()["error"]["message"]
+
+
+def test_rlx_serve_command() -> None:
+    """``rlx serve MODEL --port 0`` prints where it listens, answers, and
+    stops cleanly (exit 0) on Ctrl-C."""
+    import signal
+    import subprocess
+    import sys
+
+    cmd = [sys.executable, "-m", "rlx.cli", "serve", f"tiny={LLAMA}", "--port", "0"]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        line = proc.stdout.readline() if proc.stdout else ""
+        assert "rlx serve: tiny on http://127.0.0.1:" in line, line
+        url = line.split(" on ", 1)[1].strip()
+        assert httpx.get(url + "/health", timeout=10).json()["models"] == ["tiny"]
+        c = openai.OpenAI(base_url=url + "/v1", api_key="none", max_retries=0)
+        r = c.completions.create(model="tiny", prompt="hi", max_tokens=3, temperature=0)
+        assert r.usage.completion_tokens <= 3
+        proc.send_signal(signal.SIGINT)
+        assert proc.wait(timeout=20) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()

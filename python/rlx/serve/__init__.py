@@ -131,8 +131,8 @@ def bind(host: str, port: int) -> socket.socket:
 def run(
     models: list[Any], host: str = "127.0.0.1", port: int = 8080, log_level: str = "warning"
 ) -> int:
-    """Serve ``models`` until interrupted; prints the address it listens on
-    (useful with ``port=0``)."""
+    """Serve ``models`` until Ctrl-C / SIGTERM (then returns 0); prints the
+    address it listens on first (useful with ``port=0``)."""
     _need_web_stack()
     import uvicorn
 
@@ -146,7 +146,18 @@ def run(
     print(f"rlx serve: {names} on http://{shown}:{sock.getsockname()[1]}", flush=True)
     logging.getLogger("rlx.serve").setLevel(log_level.upper())
     config = uvicorn.Config(app, log_level=log_level, lifespan="on", timeout_graceful_shutdown=2)
-    server = uvicorn.Server(config)
+
+    class _Server(uvicorn.Server):
+        """Ctrl-C / SIGTERM shut the server down gracefully and ``run`` returns
+        (uvicorn would re-raise the signal afterwards: a traceback, exit 130)."""
+
+        def handle_exit(self, sig: int, frame: Any) -> None:
+            super().handle_exit(sig, frame)
+            captured = getattr(self, "_captured_signals", None)
+            if isinstance(captured, list):
+                captured.clear()
+
+    server = _Server(config)
     try:
         server.run(sockets=[sock])
     finally:
