@@ -55,8 +55,6 @@ class Tracer:
         self._t0 = time.perf_counter()
         self._pid = os.getpid()
         self._tids: dict[int, int] = {}
-        #: per native executable: its thunk table (name, read, written, native)
-        self._tables: dict[int, list[tuple[str, int, int, bool]]] = {}
 
     # ------------------------------------------------------------ events
     def _tid(self) -> int:
@@ -64,17 +62,11 @@ class Tracer:
         ident = threading.get_ident()
         tid = self._tids.get(ident)
         if tid is None:
-            tid = self._tids[ident] = len(self._tids) + 1
             name = threading.current_thread().name
-            self._add(
-                {
-                    "ph": "M",
-                    "name": "thread_name",
-                    "pid": self._pid,
-                    "tid": tid,
-                    "args": {"name": name},
-                }
-            )
+            with self._lock:
+                tid = self._tids[ident] = len(self._tids) + 1
+                meta = {"ph": "M", "name": "thread_name", "pid": self._pid, "tid": tid}
+                self.events.append({**meta, "args": {"name": name}})
         return tid
 
     def _add(self, ev: dict[str, Any]) -> None:
@@ -114,9 +106,10 @@ class Tracer:
         """Run ``call`` (the native run of ``exe``) with thunk timing on and
         record the run slice and one slice per thunk."""
         native = exe._native
-        table = self._tables.get(id(native))
+        # per thunk (name, bytes read, bytes written, native), kept on the executable
+        table = getattr(exe, "_trace_table", None)
         if table is None:
-            table = self._tables[id(native)] = list(native.thunk_table())
+            table = exe._trace_table = list(native.thunk_table())
         native.set_tracing(True)
         t0 = time.perf_counter()
         try:

@@ -283,3 +283,92 @@ impl HostExecutor {
         Ok(())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::compile::{compile, CompileOptions};
+    use crate::host::buffer::{AlignedBuf, Segment};
+    use rlx_ir::op::{Activation, BinaryOp};
+    use rlx_ir::{DType, Graph, Op, Shape};
+
+    /// `relu(x + x)` over f32[4, 8]: two native thunks.
+    fn two_thunks() -> crate::compile::Compiled {
+        let mut g = Graph::new("t");
+        let shape = Shape::of(&[4, 8], DType::F32);
+        let x = g.add(Op::Input { shape }, &[], "x").unwrap();
+        let kind = BinaryOp::Add;
+        let s = g.add(Op::Binary { kind }, &[x, x], "s").unwrap();
+        let kind = Activation::Relu;
+        let r = g.add(Op::Activation { kind }, &[s], "r").unwrap();
+        g.set_outputs(&[r]).unwrap();
+        compile(&g, &CompileOptions::default()).unwrap()
+    }
+
+    fn run(exec: &mut HostExecutor, c: &crate::compile::Compiled) {
+        let mut arena = AlignedBuf::try_zeroed(c.arena_bytes).unwrap();
+        let mut seg0 = AlignedBuf::try_zeroed(c.segment_bytes[0]).unwrap();
+        let segs = [Segment {
+            ptr: seg0.as_mut_ptr(),
+            len: seg0.len(),
+        }];
+        // SAFETY: both buffers live for the call and are touched only here.
+        let mem = unsafe {
+            Mem::new(
+                arena.as_mut_ptr(),
+                arena.len(),
+                std::ptr::null_mut(),
+                0,
+                &segs,
+            )
+        };
+        let mut fb = |_: usize, t: &Thunk| -> Result<(), String> { Err(t.name().into()) };
+        exec.run(&c.schedule, &mem, &mut fb).unwrap();
+    }
+
+    #[test]
+    fn tracing_records_one_slice_per_thunk_only_when_on() {
+        let c = two_thunks();
+        let live = dispatches(&c);
+        assert!(live >= 1);
+        let mut exec = HostExecutor::new(Mode::Native);
+        run(&mut exec, &c);
+        assert!(exec.take_trace().is_empty(), "tracing is off by default");
+        exec.set_tracing(true);
+        run(&mut exec, &c);
+        run(&mut exec, &c);
+        let slices = exec.take_trace();
+        assert_eq!(slices.len(), 2 * live);
+        for run in slices.chunks(live) {
+            let mut prev_end = 0.0;
+            for s in run {
+                assert!(s.start >= prev_end && s.seconds >= 0.0, "{s:?}");
+                prev_end = s.start + s.seconds;
+            }
+        }
+        assert!(exec.take_trace().is_empty(), "taken");
+        exec.set_tracing(false);
+        run(&mut exec, &c);
+        assert!(exec.take_trace().is_empty());
+    }
+
+    #[test]
+    fn compile_reports_its_stages_in_order() {
+        let c = two_thunks();
+        let names: Vec<_> = c.stages.iter().map(|s| s.0).collect();
+        assert_eq!(names, ["check", "fuse", "lower + plan", "passes"]);
+        let mut prev_end = 0.0;
+        for &(_, start, secs) in &c.stages {
+            assert!(start >= prev_end && secs >= 0.0);
+            prev_end = start + secs;
+        }
+    }
+
+    fn dispatches(c: &crate::compile::Compiled) -> usize {
+        c.schedule
+            .thunks
+            .iter()
+            .filter(|t| !matches!(t, Thunk::Nop))
+            .count()
+    }
+}
