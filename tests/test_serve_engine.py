@@ -18,6 +18,7 @@ from rlx.sampling import SamplingParams
 from serve_util import LLAMA, ServerThread
 
 pytest.importorskip("starlette")
+pytest.importorskip("uvicorn")
 from rlx.serve.app import Served  # noqa: E402
 from rlx.serve.engine import Done, Engine, Job, Piece, StopText  # noqa: E402
 from rlx.serve.errors import APIError  # noqa: E402
@@ -226,3 +227,16 @@ def test_sessions_are_isolated() -> None:
     assert s1._runners and all(
         r1.exe is not r0.exe for r0, r1 in zip(m._runners.values(), s1._runners.values())
     )
+
+
+def test_missing_web_stack_is_one_line(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Without the ``rlx[serve]`` extra: one error line naming the pip command."""
+    import rlx.serve
+    from rlx.cli import main
+
+    monkeypatch.setattr(rlx.serve, "_importable", lambda name: name != "uvicorn")
+    assert main(["serve", str(LLAMA), "--port", "0"]) == 1
+    err = capsys.readouterr().err
+    assert "uvicorn not installed" in err and "rlx[serve]" in err and "Traceback" not in err

@@ -75,6 +75,7 @@ def load_models(
     """Load every model in ``specs`` (see :func:`model_id`) and wrap it for
     serving: decoder LLMs get an :class:`~rlx.serve.engine.Engine` with
     ``slots`` slots, encoders an :class:`~rlx.serve.engine.Embedder`."""
+    _need_web_stack()
     import rlx
     from rlx.models.decoder import DecoderModel
     from rlx.serve.app import Served
