@@ -24,6 +24,10 @@ Two cache modes:
   ``share_state`` (prefill and decode graphs on one cache) was not
   available to test.
 
+Sessions: :meth:`DecoderModel.session` gives another sequence over the same
+weights (own compiled graphs, arenas and cache), so that several generations
+run at once from different threads (``rlx serve`` keeps one per slot).
+
 Hybrid families (a layer mixer other than attention, e.g. LFM2's short
 conv) need the in-place mode: their recurrent states (:mod:`.mixers`) live
 in the same shared State buffer and are zeroed by :meth:`DecoderModel.reset`.
