@@ -119,6 +119,14 @@ class Executable:
         """Switch per-thunk timing of runs on (clearing earlier figures) or off."""
     def profile(self) -> list[tuple[int, str, float, int]]:
         """(index, thunk name, seconds, calls) per thunk that ran since profiling began."""
+    def set_tracing(self, on: bool) -> None:
+        """Switch per-thunk tracing of runs on (clearing earlier slices) or off."""
+    def take_trace(self) -> list[tuple[int, float, float]]:
+        """(index, start, seconds) per thunk run since tracing began or the last call."""
+    def thunk_table(self) -> list[tuple[str, int, int, bool]]:
+        """(name, bytes read, bytes written, native) per thunk, from its io() ranges."""
+    def compile_stages(self) -> list[tuple[str, float, float]]:
+        """(stage, start, seconds) of the compile, start after the compile began."""
     def pass_report(self) -> str:
         """The fusion-pass report (a line per pass, dispatches), then the Metal plan figures."""
     def verify(self) -> None:

@@ -1,7 +1,9 @@
 """The ``rlx`` command line: ``rlx generate`` / ``rlx chat`` run a GGUF LLM,
 ``rlx bench`` measures one, ``rlx inspect`` prints what the fusion passes
 did to its decode graph, ``rlx env`` lists the environment variables,
-``rlx demo`` builds and prints a small transformer graph.
+``rlx demo`` builds and prints a small transformer graph, ``rlx serve`` runs
+an OpenAI-compatible HTTP server (:mod:`rlx.serve`). ``--trace FILE`` on the
+model commands writes a Chrome / Perfetto trace (:mod:`rlx.trace`).
 
 User errors never end in a traceback: a bad argument is an argparse error
 (usage and ``rlx <cmd>: error: ...``, exit 2); a file, model or run problem
@@ -358,6 +360,78 @@ def _cmd_inspect(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_serve(args: argparse.Namespace) -> int:
+    from rlx import serve
+
+    _set_threads(args)
+    for m in args.model:
+        _check_model_path(m.partition("=")[2] if "=" in m and not os.path.exists(m) else m)
+    template = None
+    if args.chat_template:
+        with open(args.chat_template, encoding="utf-8") as fh:
+            template = fh.read()
+    models = serve.load_models(
+        args.model,
+        slots=args.slots,
+        max_queue=args.queue,
+        chat_template=template,
+        default_max_tokens=args.max_tokens,
+        progress=sys.stderr.isatty(),
+    )
+    return serve.run(models, host=args.host, port=args.port, log_level=args.log_level)
+
+
+def _serve_args(sub: Any) -> None:
+    srv = sub.add_parser(
+        "serve", help="OpenAI-compatible HTTP server (chat, completions, embeddings)"
+    )
+    srv.add_argument(
+        "model",
+        nargs="+",
+        help="models to serve: packaged names, GGUF files, HF directories, BERT .safetensors; "
+        "ID=PATH names one",
+    )
+    srv.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
+    srv.add_argument(
+        "--port",
+        type=_at_least(0),
+        default=8080,
+        help="port (default 8080; 0 = any free port, printed)",
+    )
+    srv.add_argument(
+        "--slots",
+        type=_at_least(1),
+        default=4,
+        help="generations at once per model, each with its own KV cache (default 4)",
+    )
+    srv.add_argument(
+        "--queue",
+        type=_at_least(0),
+        default=64,
+        help="requests that may wait for a slot; more get HTTP 503 (default 64)",
+    )
+    srv.add_argument(
+        "--max-tokens",
+        type=_at_least(1),
+        default=None,
+        help="completion budget of chat requests without max_tokens "
+        "(default: the rest of the context)",
+    )
+    srv.add_argument(
+        "--chat-template",
+        default=None,
+        help="jinja chat template file (default: the model's, else ChatML)",
+    )
+    srv.add_argument("--threads", type=_at_least(0), default=0, help="host threads (0 = per core)")
+    srv.add_argument(
+        "--log-level",
+        default="warning",
+        choices=["critical", "error", "warning", "info", "debug"],
+        help="server log level (default warning)",
+    )
+    srv.set_defaults(fn=_cmd_serve)
+
+
 def _model_args(p: argparse.ArgumentParser, sampling: bool = True) -> None:
     p.add_argument(
         "model",
@@ -371,6 +445,12 @@ def _model_args(p: argparse.ArgumentParser, sampling: bool = True) -> None:
         type=_at_least(0),
         default=0,
         help="host threads (RLX_NUM_THREADS; 0 = one per core, at most 4 per core)",
+    )
+    p.add_argument(
+        "--trace",
+        metavar="FILE",
+        default=None,
+        help="write a Chrome / Perfetto trace of the run (as RLX_TRACE=FILE)",
     )
     if sampling:
         p.add_argument("-n", type=_at_least(0), default=128, help="max new tokens (default 128)")
@@ -422,9 +502,10 @@ def main(argv: list[str] | None = None) -> int:
     )
     insp.add_argument("--json", action="store_true", help="print one JSON object")
     insp.set_defaults(fn=_cmd_inspect)
+    _serve_args(sub)
     try:
         args = p.parse_args(argv)
-        return int(args.fn(args))
+        return _traced(args) if getattr(args, "trace", None) else int(args.fn(args))
     except KeyboardInterrupt:
         _quiet_stderr("\nrlx: interrupted")
         return 130
@@ -440,6 +521,25 @@ def main(argv: list[str] | None = None) -> int:
         what = e.strerror or str(e)
         _quiet_stderr(f"rlx: error: {what}{where}{_cache_hint(e)}")
         return 1
+
+
+def _traced(args: argparse.Namespace) -> int:
+    """Run the command under ``--trace FILE``; the trace is written even when
+    the command fails or is interrupted."""
+    from rlx import trace
+
+    path = args.trace
+    parent = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(parent):
+        raise RlxError(f"[trace] {path}: directory {parent} does not exist")
+    tr = trace.start(path)
+    try:
+        return int(args.fn(args))
+    finally:
+        trace.stop()
+        _quiet_stderr(
+            f"rlx: trace of {len(tr.events)} events written to {path} (open it in ui.perfetto.dev)"
+        )
 
 
 def _cache_hint(e: OSError) -> str:

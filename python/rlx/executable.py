@@ -23,6 +23,7 @@ going meanwhile.
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any, Optional
@@ -30,6 +31,7 @@ from typing import Any, Optional
 import numpy as np
 
 from rlx import _rlx, reference
+from rlx import trace as _trace
 from rlx._types import check_dim
 from rlx.concurrency import GroupLock
 from rlx.errors import (
@@ -106,7 +108,12 @@ class Executable:
         #: serialises runs and buffer access; shared with the executables
         #: sharing this one's state buffer (see the module doc)
         self._lock = GroupLock()
+        #: the graph's name (trace slices carry it)
+        self.name = str(getattr(graph, "name", "graph"))
+        t0 = time.perf_counter()
         self._native = _rlx.Executable(native_graph, device, dims)
+        if _trace.TRACER is not None:
+            _trace.TRACER.compiled(self._native, self.name, t0, time.perf_counter())
         self._arena = np.frombuffer(self._native.arena_view(), dtype=np.uint8)
         segments = [self._segment_array(i) for i in range(self._native.segment_count())]
         state = np.frombuffer(self._native.state_view(), dtype=np.uint8)
@@ -338,7 +345,10 @@ class Executable:
             for name, value in inputs.items():
                 slot = self.inputs[name]
                 self._view(slot)[...] = self._check(slot, value, "run")
-            self._native.run(self._fallback, active)
+            if _trace.TRACER is None:
+                self._native.run(self._fallback, active)
+            else:
+                _trace.TRACER.run(self, lambda: self._native.run(self._fallback, active), active)
             out: dict[str, np.ndarray] = {}
             for slot in self.outputs:
                 out[slot.name] = self._view(slot).copy()

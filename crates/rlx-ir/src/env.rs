@@ -51,6 +51,12 @@ pub const VARS: &[EnvVar] = &[
         meaning: "log level: error, warn, info, debug",
     },
     EnvVar {
+        name: "RLX_TRACE",
+        default: "",
+        meaning: "file to write a Chrome / Perfetto trace of the process to at exit \
+                  (one slice per thunk run, compile stages, generation steps)",
+    },
+    EnvVar {
         name: "RLX_CACHE_DIR",
         default: "~/.cache/rlx",
         meaning: "where assembled model files and compiled kernels are cached",

@@ -37,7 +37,7 @@
 use crate::errors::{
     ir_err, GraphError, KernelError, RlxError, ShapeError, UnsupportedOpError, WeightFormatError,
 };
-use crate::exec_util::{memview, readonly_memview, thunk_to_json};
+use crate::exec_util::{memview, readonly_memview, thunk_table, thunk_to_json};
 use crate::graph::PyGraph;
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
@@ -220,6 +220,31 @@ impl PyExecutable {
                 Some((i, t.name(), p.0, p.1))
             })
             .collect()
+    }
+
+    /// Switch per-thunk tracing of runs on (clearing earlier slices) or off.
+    fn set_tracing(&mut self, on: bool) {
+        self.exec.set_tracing(on);
+    }
+
+    /// `(index, start, seconds)` of every thunk run since tracing began or
+    /// the last call (start: seconds after its run started).
+    fn take_trace(&mut self) -> Vec<(usize, f64, f64)> {
+        let slices = self.exec.take_trace();
+        slices
+            .iter()
+            .map(|s| (s.index, s.start, s.seconds))
+            .collect()
+    }
+
+    /// Per thunk: `(name, bytes read, bytes written, native)` from `io()`.
+    fn thunk_table(&self) -> Vec<(&'static str, usize, usize, bool)> {
+        thunk_table(&self.compiled.schedule.thunks, &self.exec)
+    }
+
+    /// The compile stages: `(name, start, seconds)`, start after the compile began.
+    fn compile_stages(&self) -> Vec<(&'static str, f64, f64)> {
+        self.compiled.stages.clone()
     }
 
     /// The fusion-pass report: one line per pass (matches, thunks before

@@ -73,3 +73,22 @@ pub(crate) fn readonly_memview(py: Python<'_>, ptr: *const u8, len: usize) -> Py
         Ok(Bound::from_owned_ptr_or_err(py, raw)?.unbind())
     }
 }
+
+/// Per thunk: `(name, bytes read, bytes written, runs natively)`, the byte
+/// counts summed over the ranges of its `io()` (what a trace slice shows).
+pub(crate) fn thunk_table(
+    thunks: &[rlx_metal::thunk::Thunk],
+    exec: &rlx_metal::host::exec::HostExecutor,
+) -> Vec<(&'static str, usize, usize, bool)> {
+    thunks
+        .iter()
+        .map(|t| {
+            let io = t.io();
+            let total = |rs: &[rlx_metal::thunk::ByteRange]| {
+                rs.iter().fold(0usize, |acc, r| acc.saturating_add(r.len))
+            };
+            let (read, written) = (total(&io.reads), total(&io.writes));
+            (t.name(), read, written, exec.is_native(t))
+        })
+        .collect()
+}

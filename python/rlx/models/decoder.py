@@ -24,6 +24,10 @@ Two cache modes:
   ``share_state`` (prefill and decode graphs on one cache) was not
   available to test.
 
+Sessions: :meth:`DecoderModel.session` gives another sequence over the same
+weights (own compiled graphs, arenas and cache), so that several generations
+run at once from different threads (``rlx serve`` keeps one per slot).
+
 Hybrid families (a layer mixer other than attention, e.g. LFM2's short
 conv) need the in-place mode: their recurrent states (:mod:`.mixers`) live
 in the same shared State buffer and are zeroed by :meth:`DecoderModel.reset`.
@@ -31,12 +35,15 @@ in the same shared State buffer and are zeroed by :meth:`DecoderModel.reset`.
 
 from __future__ import annotations
 
+import copy
+import threading
 import time
 from collections.abc import Iterator, Sequence
 from typing import Any, Optional, Union
 
 import numpy as np
 
+from rlx import progress, trace
 from rlx.concurrency import SequenceLock
 from rlx.errors import RlxError, UnsupportedOpError, WeightFormatError
 from rlx.executable import Executable
@@ -125,6 +132,8 @@ class DecoderModel:
     step to its end (exhausted, closed or collected). Within one thread a
     newer call displaces an unfinished generator, which then raises
     :class:`rlx.concurrency.SequenceInterrupted` (see :mod:`rlx.concurrency`).
+    For sequences that run at the same time, give each its own
+    :meth:`session`.
     """
 
     def __init__(
@@ -166,10 +175,18 @@ class DecoderModel:
         # unknown type fails here, at load, naming the tensor.
         build_decoder(self.config, self.spec, self.weights, 1, int(self.inplace), False,
                       self.inplace, max_tokens=BUCKETS[-1])  # fmt: skip
-        self._runners: dict[tuple[int, int, bool], _Runner] = {}
-        self._owners: dict[int, _Runner] = {}
         rd = self.config.rope_dims
         self._inv_freq = [sc.inv_freq(b, rd) for b, sc in self.config.rope_groups()]
+        #: serialises graph building across sessions (they share ``weights``)
+        self._build_lock = threading.Lock()
+        self._init_sequence()
+
+    def _init_sequence(self) -> None:
+        """The per-sequence state: compiled graphs (each with its own arena
+        and state buffer, i.e. KV cache), the cache's master copy, the
+        position and the sequence lock."""
+        self._runners: dict[tuple[int, int, bool], _Runner] = {}
+        self._owners: dict[int, _Runner] = {}
         self._cap = 0
         self._k = np.zeros((0,), np.float32)
         self._v = np.zeros((0,), np.float32)
@@ -180,13 +197,27 @@ class DecoderModel:
         #: serialises sequences across threads (see the class doc)
         self._lock = SequenceLock()
 
+    def session(self) -> DecoderModel:
+        """An independent sequence on the same model: shares the config,
+        tokenizer and weights (bound zero-copy, never duplicated) but has its
+        own compiled graphs, KV cache, position and lock. Several sessions
+        generate at the same time from different threads, each isolated from
+        the others (greedy output equals that of the model run alone); the
+        server (:mod:`rlx.serve`) keeps one per slot. Graphs are compiled on
+        the session's first use; memory per session is its arenas and KV
+        cache."""
+        s = copy.copy(self)
+        s._init_sequence()
+        return s
+
     # ------------------------------------------------------------ plumbing
     def _runner(self, s: int, c: int, all_rows: bool) -> _Runner:
         key = (s, c, all_rows)
         r = self._runners.get(key)
         if r is None:
             t0 = time.perf_counter()
-            r = self._runners[key] = _Runner(self, s, c, all_rows)
+            with self._build_lock, trace.span(f"graph s={s} c={c}", "compile"):
+                r = self._runners[key] = _Runner(self, s, c, all_rows)
             if self.inplace:  # one cache for every graph of this capacity
                 owner = self._owners.setdefault(c, r)
                 if owner is not r:
@@ -335,9 +366,15 @@ class DecoderModel:
         return logits[:n_new] if all_rows else logits[0]
 
     def _feed(self, ids: Sequence[int], all_rows: bool = False) -> np.ndarray:
-        """Run ``ids`` after the cache in chunks; last-row logits or all rows."""
+        """Run ``ids`` after the cache in chunks; last-row logits or all rows
+        (a progress bar on a terminal for long prompts)."""
         step = BUCKETS[-1]
-        parts = [self._chunk(ids[i : i + step], all_rows) for i in range(0, len(ids), step)]
+        bar = progress.prefill_bar(len(ids))
+        parts = []
+        for i in range(0, len(ids), step):
+            parts.append(self._chunk(ids[i : i + step], all_rows))
+            bar.update(min(step, len(ids) - i))
+        bar.close()
         return np.concatenate(parts, axis=0) if all_rows else parts[-1]
 
     # ----------------------------------------------------------------- API
@@ -392,7 +429,8 @@ class DecoderModel:
                 f"[generate] the prompt has {len(prompt)} tokens; the model's context is {ctx}"
             )
         budget = max(0, min(max_tokens, ctx - len(prompt)))
-        return self._lock.generator(self._gen_ids(prompt, budget, params, seed, ignore_eos))
+        gen = self._lock.generator(self._gen_ids(prompt, budget, params, seed, ignore_eos))
+        return trace.tokens(gen, len(prompt))
 
     def _gen_ids(
         self,

@@ -45,14 +45,26 @@ pub fn compile_without(
             known: known.join(", "),
         });
     }
+    let t0 = std::time::Instant::now();
+    let mut stages = Vec::with_capacity(4);
+    let mut stage = |name: &'static str, from: std::time::Instant| {
+        let start = from.duration_since(t0).as_secs_f64();
+        stages.push((name, start, from.elapsed().as_secs_f64()));
+        std::time::Instant::now()
+    };
     check_compilable(graph, opts)?;
+    let t = stage("check", t0);
     let (fused, graph_passes) = fuse::run_fusions(graph, &opts.dims, disabled)?;
+    let t = stage("fuse", t);
     let mut c = lower(&fused, opts)?;
+    let t = stage("lower + plan", t);
     let cx = PassContext {
         live_out: c.live_out(),
     };
     c.passes = run_passes(&mut c.schedule, &cx, PIPELINE, disabled);
     c.passes.graph_passes = graph_passes;
+    stage("passes", t);
+    c.stages = stages;
     Ok(c)
 }
 

@@ -78,6 +78,17 @@ pub struct Staging {
     pub c: Vec<u64>,
 }
 
+/// One thunk of a traced run ([`HostExecutor::set_tracing`]).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct ThunkSlice {
+    /// Thunk index in the schedule.
+    pub index: usize,
+    /// Seconds from the start of its run to the thunk's start.
+    pub start: f64,
+    /// Seconds the thunk took (native kernel or fallback call).
+    pub seconds: f64,
+}
+
 /// Runs schedules on the CPU.
 pub struct HostExecutor {
     mode: Mode,
@@ -87,6 +98,9 @@ pub struct HostExecutor {
     /// Per-thunk wall time of every run since profiling was switched on
     /// (`None` = off): seconds and calls by thunk index.
     profile: Option<Vec<(f64, u64)>>,
+    /// One slice per thunk run since tracing was switched on (`None` = off:
+    /// no clock is read).
+    trace: Option<Vec<ThunkSlice>>,
 }
 
 /// Size rayon's global pool from `RLX_NUM_THREADS` (0 or unset: one
@@ -120,7 +134,19 @@ impl HostExecutor {
             staging: Staging::default(),
             last_fallbacks: 0,
             profile: None,
+            trace: None,
         }
+    }
+
+    /// Switch per-thunk tracing on (clearing earlier slices) or off.
+    pub fn set_tracing(&mut self, on: bool) {
+        self.trace = on.then(Vec::new);
+    }
+
+    /// The slices recorded since tracing was switched on or last taken
+    /// (empty when off); tracing stays on.
+    pub fn take_trace(&mut self) -> Vec<ThunkSlice> {
+        self.trace.as_mut().map(std::mem::take).unwrap_or_default()
     }
 
     /// Switch per-thunk timing on (clearing what was gathered) or off.
@@ -165,6 +191,8 @@ impl HostExecutor {
         fallback: &mut dyn FnMut(usize, &Thunk) -> Result<(), E>,
     ) -> Result<(), RunError<E>> {
         self.last_fallbacks = 0;
+        let run_start = self.trace.is_some().then(std::time::Instant::now);
+        let timed = run_start.is_some() || self.profile.is_some();
         let mut replaced = overlay.iter().peekable();
         for (index, t) in schedule.thunks.iter().enumerate() {
             let t = match replaced.next_if(|(i, _)| *i == index) {
@@ -174,14 +202,25 @@ impl HostExecutor {
             if matches!(t, Thunk::Nop) {
                 continue;
             }
-            let started = self.profile.is_some().then(std::time::Instant::now);
+            let started = timed.then(std::time::Instant::now);
             let result = self.run_one(index, t, mem, schedule, fallback);
-            if let (Some(t0), Some(p)) = (started, self.profile.as_mut()) {
-                if p.len() < schedule.thunks.len() {
-                    p.resize(schedule.thunks.len(), (0.0, 0));
+            if let Some(t0) = started {
+                let seconds = t0.elapsed().as_secs_f64();
+                if let Some(p) = self.profile.as_mut() {
+                    if p.len() < schedule.thunks.len() {
+                        p.resize(schedule.thunks.len(), (0.0, 0));
+                    }
+                    p[index].0 += seconds;
+                    p[index].1 += 1;
                 }
-                p[index].0 += t0.elapsed().as_secs_f64();
-                p[index].1 += 1;
+                if let (Some(r0), Some(tr)) = (run_start, self.trace.as_mut()) {
+                    let start = t0.duration_since(r0).as_secs_f64();
+                    tr.push(ThunkSlice {
+                        index,
+                        start,
+                        seconds,
+                    });
+                }
             }
             result?;
         }
@@ -242,5 +281,94 @@ impl HostExecutor {
             })?;
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::compile::{compile, CompileOptions};
+    use crate::host::buffer::{AlignedBuf, Segment};
+    use rlx_ir::op::{Activation, BinaryOp};
+    use rlx_ir::{DType, Graph, Op, Shape};
+
+    /// `relu(x + x)` over f32[4, 8]: two native thunks.
+    fn two_thunks() -> crate::compile::Compiled {
+        let mut g = Graph::new("t");
+        let shape = Shape::of(&[4, 8], DType::F32);
+        let x = g.add(Op::Input { shape }, &[], "x").unwrap();
+        let kind = BinaryOp::Add;
+        let s = g.add(Op::Binary { kind }, &[x, x], "s").unwrap();
+        let kind = Activation::Relu;
+        let r = g.add(Op::Activation { kind }, &[s], "r").unwrap();
+        g.set_outputs(&[r]).unwrap();
+        compile(&g, &CompileOptions::default()).unwrap()
+    }
+
+    fn run(exec: &mut HostExecutor, c: &crate::compile::Compiled) {
+        let mut arena = AlignedBuf::try_zeroed(c.arena_bytes).unwrap();
+        let mut seg0 = AlignedBuf::try_zeroed(c.segment_bytes[0]).unwrap();
+        let segs = [Segment {
+            ptr: seg0.as_mut_ptr(),
+            len: seg0.len(),
+        }];
+        // SAFETY: both buffers live for the call and are touched only here.
+        let mem = unsafe {
+            Mem::new(
+                arena.as_mut_ptr(),
+                arena.len(),
+                std::ptr::null_mut(),
+                0,
+                &segs,
+            )
+        };
+        let mut fb = |_: usize, t: &Thunk| -> Result<(), String> { Err(t.name().into()) };
+        exec.run(&c.schedule, &mem, &mut fb).unwrap();
+    }
+
+    #[test]
+    fn tracing_records_one_slice_per_thunk_only_when_on() {
+        let c = two_thunks();
+        let live = dispatches(&c);
+        assert!(live >= 1);
+        let mut exec = HostExecutor::new(Mode::Native);
+        run(&mut exec, &c);
+        assert!(exec.take_trace().is_empty(), "tracing is off by default");
+        exec.set_tracing(true);
+        run(&mut exec, &c);
+        run(&mut exec, &c);
+        let slices = exec.take_trace();
+        assert_eq!(slices.len(), 2 * live);
+        for run in slices.chunks(live) {
+            let mut prev_end = 0.0;
+            for s in run {
+                assert!(s.start >= prev_end && s.seconds >= 0.0, "{s:?}");
+                prev_end = s.start + s.seconds;
+            }
+        }
+        assert!(exec.take_trace().is_empty(), "taken");
+        exec.set_tracing(false);
+        run(&mut exec, &c);
+        assert!(exec.take_trace().is_empty());
+    }
+
+    #[test]
+    fn compile_reports_its_stages_in_order() {
+        let c = two_thunks();
+        let names: Vec<_> = c.stages.iter().map(|s| s.0).collect();
+        assert_eq!(names, ["check", "fuse", "lower + plan", "passes"]);
+        let mut prev_end = 0.0;
+        for &(_, start, secs) in &c.stages {
+            assert!(start >= prev_end && secs >= 0.0);
+            prev_end = start + secs;
+        }
+    }
+
+    fn dispatches(c: &crate::compile::Compiled) -> usize {
+        c.schedule
+            .thunks
+            .iter()
+            .filter(|t| !matches!(t, Thunk::Nop))
+            .count()
     }
 }

@@ -84,6 +84,9 @@ pub struct Compiled {
     pub offsets: Vec<usize>,
     /// What the fusion passes did (empty straight out of [`lower`]).
     pub passes: PassReport,
+    /// Compile stages as `(name, start, seconds)`, start in seconds after
+    /// the compile began (filled by [`super::compile`]; empty out of [`lower`]).
+    pub stages: Vec<(&'static str, f64, f64)>,
 }
 
 impl Compiled {
@@ -577,6 +580,7 @@ pub fn lower(graph: &Graph, opts: &CompileOptions) -> Result<Compiled, CompileEr
         shapes,
         offsets,
         passes: PassReport::default(),
+        stages: Vec::new(),
     })
 }
 
