@@ -52,6 +52,9 @@ pub enum Family {
     Ssm,
     /// LSTM, GRU, Elman RNN.
     Recurrent,
+    /// NCHW images: conv2d, transposed conv2d, im2col, pooling, nearest
+    /// 2× upsample, LayerNorm2d.
+    Vision,
 }
 
 /// Every family.
@@ -73,6 +76,7 @@ pub const ALL_FAMILIES: &[Family] = &[
     Family::Gdn,
     Family::Ssm,
     Family::Recurrent,
+    Family::Vision,
 ];
 
 impl Family {
@@ -96,6 +100,7 @@ impl Family {
             Family::Gdn => "gdn.metal",
             Family::Ssm => "ssm.metal",
             Family::Recurrent => "recurrent.metal",
+            Family::Vision => "vision.metal",
         }
     }
 
@@ -119,6 +124,7 @@ impl Family {
             Family::Gdn => include_str!("../../kernels/gdn.metal"),
             Family::Ssm => include_str!("../../kernels/ssm.metal"),
             Family::Recurrent => include_str!("../../kernels/recurrent.metal"),
+            Family::Vision => include_str!("../../kernels/vision.metal"),
         }
     }
 }

@@ -1,10 +1,21 @@
 //! Lowering of convolution and pooling (NCHW): conv2d and transposed conv2d
 //! (bias added by a channel-broadcast binary op), pooling, im2col.
+//!
+//! Direct conv or im2col + GEMM ([`gemm_plan`]): an ungrouped conv whose
+//! GEMM is big enough for tiles to pay (`c_out >= 16` rows and a
+//! reduction `c_in·kh·kw >= 32`) becomes `Im2Col` into scratch and one
+//! batched GEMM `weight [c_out, K] @ col[b] [K, h_out·w_out]` (a 1×1,
+//! stride-1, unpadded conv skips the im2col: the input already is the
+//! column matrix), unless the column matrix would exceed
+//! [`IM2COL_MAX_BYTES`]. Grouped and depthwise convs, and small ones, stay
+//! one `Conv2D` thunk (a direct kernel: one thread per output, no scratch).
 
 use super::{converted, Ctx};
 use crate::compile::error::CompileError;
 use crate::thunk::binary::BinaryBroadcast;
 use crate::thunk::conv::{Conv2D, ConvTranspose2d, Im2Col, Pool2D};
+use crate::thunk::matmul::BatchedSgemm;
+use crate::thunk::HalfFlag;
 use rlx_ir::op::BinaryOp;
 use rlx_ir::{DType, Op};
 
@@ -27,6 +38,90 @@ fn add_channel_bias(ctx: &mut Ctx<'_>, bias: usize, dims: &[usize]) -> Result<()
     Ok(())
 }
 
+/// Largest im2col column matrix (bytes) the GEMM path allocates.
+pub const IM2COL_MAX_BYTES: usize = 64 << 20;
+/// Least output channels (GEMM rows) for the GEMM path.
+pub const GEMM_MIN_C_OUT: u32 = 16;
+/// Least reduction length `c_in·kh·kw` for the GEMM path.
+pub const GEMM_MIN_K: u64 = 32;
+
+/// How a `Conv2D` runs: `None` for the direct kernel, else the column
+/// matrix's scratch bytes (0 for a 1×1 conv that reads its input as is).
+pub(crate) fn gemm_plan(c: &Conv2D) -> Option<usize> {
+    let k = c.c_in as u64 * c.kh as u64 * c.kw as u64;
+    if c.groups > 1 || c.c_out < GEMM_MIN_C_OUT || k < GEMM_MIN_K {
+        return None;
+    }
+    let pointwise = c.kh == 1
+        && c.kw == 1
+        && c.sh == 1
+        && c.sw == 1
+        && c.ph == 0
+        && c.pw == 0
+        && c.h_out == c.h
+        && c.w_out == c.w;
+    if pointwise {
+        return Some(0);
+    }
+    let bytes = (c.n as u64)
+        .checked_mul(k)?
+        .checked_mul(c.h_out as u64 * c.w_out as u64)?
+        .checked_mul(4)?;
+    usize::try_from(bytes)
+        .ok()
+        .filter(|&b| b <= IM2COL_MAX_BYTES)
+}
+
+/// Push `c` as the direct `Conv2D` or as (`Im2Col` +) `BatchedSgemm`.
+fn push_conv(ctx: &mut Ctx<'_>, c: Conv2D) -> Result<(), CompileError> {
+    let Some(bytes) = gemm_plan(&c) else {
+        ctx.push(c);
+        return Ok(());
+    };
+    let k = ctx.u32(
+        c.c_in as usize * c.kh as usize * c.kw as usize,
+        "c_in * kh * kw",
+    )?;
+    let hw = ctx.u32(c.h_out as usize * c.w_out as usize, "h_out * w_out")?;
+    let col = if bytes == 0 {
+        c.src
+    } else {
+        let col = ctx.scratch(bytes);
+        ctx.push(Im2Col {
+            x: c.src,
+            col,
+            n: c.n,
+            c_in: c.c_in,
+            h: c.h,
+            w: c.w,
+            h_out: c.h_out,
+            w_out: c.w_out,
+            kh: c.kh,
+            kw: c.kw,
+            sh: c.sh,
+            sw: c.sw,
+            ph: c.ph,
+            pw: c.pw,
+            dh: c.dh,
+            dw_dil: c.dw,
+        });
+        col
+    };
+    ctx.push(BatchedSgemm {
+        a: c.weight,
+        b: col,
+        c: c.dst,
+        batch: c.n,
+        m: c.c_out,
+        k,
+        n: hw,
+        dt: HalfFlag::F32,
+        a_bcast: true,
+        b_bcast: false,
+    });
+    Ok(())
+}
+
 pub(super) fn lower(ctx: &mut Ctx<'_>, op: &Op) -> Result<(), CompileError> {
     if ctx.out_shape().dtype != DType::F32 {
         return Err(ctx.unsupported("convolution and pooling run in f32 only"));
@@ -44,7 +139,7 @@ pub(super) fn lower(ctx: &mut Ctx<'_>, op: &Op) -> Result<(), CompileError> {
         } => {
             let wd = ctx.in_dims(1);
             let weight = converted(ctx, 1, DType::F32)?;
-            ctx.push(Conv2D {
+            let conv = Conv2D {
                 src: x,
                 weight,
                 dst: ctx.out(),
@@ -64,7 +159,8 @@ pub(super) fn lower(ctx: &mut Ctx<'_>, op: &Op) -> Result<(), CompileError> {
                 dh: u(ctx, dilation[0], "dilation")?,
                 dw: u(ctx, dilation[1], "dilation")?,
                 groups: u(ctx, *groups, "groups")?,
-            });
+            };
+            push_conv(ctx, conv)?;
             if ctx.arity() > 2 {
                 let b = converted(ctx, 2, DType::F32)?;
                 add_channel_bias(ctx, b, &od)?;

@@ -18,6 +18,7 @@ mod region;
 mod sequence;
 mod shape;
 mod softmax;
+mod vision;
 
 use super::args::KernelArgs;
 use super::kernels::Family;
@@ -131,6 +132,7 @@ const FAMILIES: &[fn(usize, &Thunk) -> Option<Lowered>] = &[
     norm_fused::lower,
     conv::lower,
     sequence::lower,
+    vision::lower,
 ];
 
 /// The command of thunk `i`: a dispatch, `Host` when no kernel covers it,
