@@ -1,18 +1,22 @@
 //! vision.metal: conv2d, transposed conv2d, im2col, max / mean pooling,
 //! the max-pool argmax and gradient, nearest 2× upsample and LayerNorm2d,
-//! f32 and f16, on odd sizes (7×9 images, 3 / 5 / 6 channels, groups 1 / 3
-//! / depthwise, stride 2, dilation 2, padding 1 and 2, partial
-//! threadgroups) against f64 references written from PyTorch's definitions
-//! (the transposed conv by scattering, the kernel gathers).
+//! f32 and f16, on odd sizes (7×9 images, 3 / 4 / 5 / 6 / 9 channels,
+//! groups 1 / 3 / depthwise, stride 2, dilation 2, padding 1 and 2,
+//! partial threadgroups) against f64 references written from PyTorch's
+//! definitions (the transposed conv by scattering, the kernel gathers); and
+//! the lowering's GEMM path (im2col, then the matmul family's GEMM) against
+//! the same conv reference.
 //!
-//! Tolerances `atol + rtol·|ref|`: f32 `2e-5 + 1e-5` (at most 54 f32
+//! Tolerances `atol + rtol·|ref|`: f32 `2e-5 + 1e-5` (at most 36 f32
 //! products per output summed in another order than f64); f16 `2e-3 +
 //! 2^-10` (one f16 rounding of the stored result, inputs rounded to f16
 //! first). Pooling, im2col, resize and the argmax are exact.
 
 use super::common::{assert_close, lib, uniform, Dt, DTS};
 use msl_sim::Grid;
-use rlx_metal::metal::args::{Conv2dArgs, KernelArgs, LayerNorm2dArgs, Pool2dArgs, Resize2xArgs};
+use rlx_metal::metal::args::{
+    Conv2dArgs, KernelArgs, LayerNorm2dArgs, MatmulArgs, Pool2dArgs, Resize2xArgs,
+};
 use rlx_metal::metal::kernels::Family;
 
 const THREADS: u32 = 64;
@@ -39,13 +43,14 @@ fn run(kernel: &str, args: &[u8], bufs: &mut [&mut [u8]], total: u32) {
 /// (n, c_in, h, w, c_out, kh, kw, sh, sw, ph, pw, dh, dw, groups)
 type Geo = [u32; 14];
 
-const CONVS: [Geo; 6] = [
+const CONVS: [Geo; 7] = [
     [1, 1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 1, 1, 1],
     [1, 3, 7, 9, 5, 3, 3, 1, 1, 1, 1, 1, 1, 1],
     [2, 3, 7, 9, 6, 3, 3, 2, 2, 1, 1, 1, 1, 3],
     [1, 5, 9, 7, 5, 3, 3, 1, 1, 2, 2, 2, 2, 5],
     [1, 6, 7, 9, 3, 5, 3, 2, 1, 1, 0, 2, 1, 3],
     [2, 5, 7, 9, 4, 2, 3, 2, 2, 1, 1, 1, 2, 1],
+    [2, 4, 7, 9, 9, 3, 3, 2, 1, 1, 0, 1, 2, 1],
 ];
 
 fn out_len(len: u32, k: u32, s: u32, p: u32, d: u32) -> u32 {
@@ -74,45 +79,62 @@ fn conv_args(g: &Geo, h_out: u32, w_out: u32) -> Conv2dArgs {
     }
 }
 
+/// PyTorch's conv2d of `x` by `wt` (geometry `g`) in f64, with its output
+/// height and width.
+fn conv_ref(g: &Geo, x: &[f32], wt: &[f32]) -> (Vec<f64>, usize, usize) {
+    let [n, ci, h, w, co, kh, kw, sh, sw, ph, pw, dh, dw, groups] = g.map(|v| v as usize);
+    let ho = out_len(h as u32, kh as u32, sh as u32, ph as u32, dh as u32) as usize;
+    let wo = out_len(w as u32, kw as u32, sw as u32, pw as u32, dw as u32) as usize;
+    let (cig, cog) = (ci / groups, co / groups);
+    let mut want = vec![0.0f64; n * co * ho * wo];
+    for b in 0..n {
+        for o in 0..co {
+            for oy in 0..ho {
+                for ox in 0..wo {
+                    let mut s = 0.0;
+                    for c in 0..cig {
+                        let cin = (o / cog) * cig + c;
+                        for ky in 0..kh {
+                            for kx in 0..kw {
+                                let iy = (oy * sh + ky * dh) as isize - ph as isize;
+                                let ix = (ox * sw + kx * dw) as isize - pw as isize;
+                                if iy < 0 || ix < 0 || iy as usize >= h || ix as usize >= w {
+                                    continue;
+                                }
+                                let xv = x[((b * ci + cin) * h + iy as usize) * w + ix as usize];
+                                let wv = wt[((o * cig + c) * kh + ky) * kw + kx];
+                                s += xv as f64 * wv as f64;
+                            }
+                        }
+                    }
+                    want[((b * co + o) * ho + oy) * wo + ox] = s;
+                }
+            }
+        }
+    }
+    (want, ho, wo)
+}
+
+/// Deterministic input and weight of conv case `case`, rounded to `dt`.
+fn conv_inputs(dt: Dt, case: usize, g: &Geo) -> (Vec<f32>, Vec<f32>) {
+    let [n, ci, h, w, co, kh, kw, .., groups] = g.map(|v| v as usize);
+    let x = dt.round(&uniform(case as u64 + 1, n * ci * h * w, -2.0, 2.0));
+    let wt = dt.round(&uniform(
+        case as u64 + 2,
+        co * (ci / groups) * kh * kw,
+        -1.0,
+        1.0,
+    ));
+    (x, wt)
+}
+
 #[test]
 fn conv2d_matches_reference() {
     for dt in DTS {
         let kernel = format!("conv2d_{}", dt.suffix());
         for (case, g) in CONVS.iter().enumerate() {
-            let [n, ci, h, w, co, kh, kw, sh, sw, ph, pw, dh, dw, groups] = g.map(|v| v as usize);
-            let ho = out_len(h as u32, kh as u32, sh as u32, ph as u32, dh as u32) as usize;
-            let wo = out_len(w as u32, kw as u32, sw as u32, pw as u32, dw as u32) as usize;
-            let (cig, cog) = (ci / groups, co / groups);
-            let x = dt.round(&uniform(case as u64 + 1, n * ci * h * w, -2.0, 2.0));
-            let wt = dt.round(&uniform(case as u64 + 2, co * cig * kh * kw, -1.0, 1.0));
-            let mut want = vec![0.0f64; n * co * ho * wo];
-            for b in 0..n {
-                for o in 0..co {
-                    for oy in 0..ho {
-                        for ox in 0..wo {
-                            let mut s = 0.0;
-                            for c in 0..cig {
-                                let cin = (o / cog) * cig + c;
-                                for ky in 0..kh {
-                                    for kx in 0..kw {
-                                        let iy = (oy * sh + ky * dh) as isize - ph as isize;
-                                        let ix = (ox * sw + kx * dw) as isize - pw as isize;
-                                        if iy < 0 || ix < 0 || iy as usize >= h || ix as usize >= w
-                                        {
-                                            continue;
-                                        }
-                                        let xv =
-                                            x[((b * ci + cin) * h + iy as usize) * w + ix as usize];
-                                        let wv = wt[((o * cig + c) * kh + ky) * kw + kx];
-                                        s += xv as f64 * wv as f64;
-                                    }
-                                }
-                            }
-                            want[((b * co + o) * ho + oy) * wo + ox] = s;
-                        }
-                    }
-                }
-            }
+            let (x, wt) = conv_inputs(dt, case, g);
+            let (want, ho, wo) = conv_ref(g, &x, &wt);
             let args = conv_args(g, ho as u32, wo as u32);
             let mut dst = dt.encode(&vec![0.0; want.len()]);
             run(
@@ -123,6 +145,63 @@ fn conv2d_matches_reference() {
             );
             let (atol, rtol) = tolerance(dt);
             let what = format!("{kernel} case {case}");
+            assert_close(&what, &dt.decode(&dst), &want, atol, rtol);
+        }
+    }
+}
+
+/// The lowering's GEMM path: `im2col_*` into a column matrix, then the
+/// matmul family's `gemm_sg_*` (`gemm_*` below 8 output channels) with the
+/// weight `[c_out, c_in·kh·kw]` broadcast over the batch, against the same
+/// f64 conv reference (ungrouped cases).
+#[test]
+fn im2col_then_gemm_is_the_conv() {
+    for dt in DTS {
+        for (case, g) in CONVS.iter().enumerate().filter(|(_, g)| g[13] == 1) {
+            let (x, wt) = conv_inputs(dt, case, g);
+            let (want, ho, wo) = conv_ref(g, &x, &wt);
+            let [n, ci, _, _, co, kh, kw, ..] = *g;
+            let (k, hw) = (ci * kh * kw, (ho * wo) as u32);
+            let args = conv_args(g, ho as u32, wo as u32);
+            let mut col = dt.encode(&vec![0.0; (n * k * hw) as usize]);
+            run(
+                &format!("im2col_{}", dt.suffix()),
+                args.as_bytes(),
+                &mut [&mut dt.encode(&x), &mut col],
+                n * k * hw,
+            );
+            let mm = MatmulArgs {
+                m: co,
+                k,
+                n: hw,
+                batch: n,
+                a_batch_stride: 0,
+                b_batch_stride: k * hw,
+                ..Default::default()
+            };
+            let (kind, tile, threads) = if co >= 8 {
+                ("gemm_sg", 32, 128)
+            } else {
+                ("gemm", 64, 256)
+            };
+            let name = format!("{kind}_{}", dt.suffix());
+            let mut w = dt.encode(&wt);
+            let mut bias = w.clone();
+            let mut dst = dt.encode(&vec![0.0; want.len()]);
+            lib(Family::Matmul)
+                .dispatch(
+                    &name,
+                    mm.as_bytes(),
+                    &mut [&mut w, &mut col, &mut bias, &mut dst],
+                    Grid {
+                        groups: [hw.div_ceil(tile), co.div_ceil(tile), n],
+                        threads: [threads, 1, 1],
+                    },
+                    &[],
+                )
+                .unwrap_or_else(|e| panic!("{name}: {e}"));
+            let (atol, rtol) = tolerance(dt);
+            let what = format!("im2col + {name} case {case}");
             assert_close(&what, &dt.decode(&dst), &want, atol, rtol);
         }
     }
