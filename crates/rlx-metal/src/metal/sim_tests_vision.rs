@@ -3,9 +3,10 @@
 //! GroupNorm): one f32 graph on a 7×9 image through a grouped strided conv
 //! (direct kernel), a dilated ungrouped conv (im2col + GEMM), a 1×1 conv
 //! (GEMM on the input as is), LayerNorm2d, max and mean pooling, nearest
-//! 2× upsample, GroupNorm, a grouped transposed conv and im2col. The
-//! whole plan must have no host command; outputs within `assert_same`'s
-//! f32 tolerance (`1e-5 + 1e-5·|host|`).
+//! 2× upsample, GroupNorm, a grouped transposed conv and im2col, and the
+//! same graph in f16. The whole plan must have no host command; outputs
+//! within `assert_same`'s tolerance (f32 `1e-5 + 1e-5·|host|`, f16 `2e-3 +
+//! 2^-9·|host|`).
 
 use super::tests::{assert_same, compiled, node};
 use super::*;
@@ -13,12 +14,15 @@ use crate::compile::lower::conv::gemm_plan;
 use rlx_ir::op::ReduceOp;
 use rlx_ir::{DType, Graph, NodeId, Op, Shape};
 
-fn f32s(d: &[usize]) -> Shape {
-    Shape::of(d, DType::F32)
-}
-
 fn param(g: &mut Graph, d: &[usize]) -> NodeId {
-    node(g, Op::Param { shape: f32s(d) }, &[])
+    let dt = g.shape(0).dtype;
+    node(
+        g,
+        Op::Param {
+            shape: Shape::of(d, dt),
+        },
+        &[],
+    )
 }
 
 fn conv(g: &mut Graph, x: NodeId, w: &[usize], s: usize, p: usize, d: usize, gr: usize) -> NodeId {
@@ -33,12 +37,13 @@ fn conv(g: &mut Graph, x: NodeId, w: &[usize], s: usize, p: usize, d: usize, gr:
     node(g, op, &[x, wt, b])
 }
 
-fn graph() -> Graph {
+/// The graph in `dt` (the first node, the input, sets every param's dtype).
+fn graph(dt: DType) -> Graph {
     let mut g = Graph::new("vision");
     let x = node(
         &mut g,
         Op::Input {
-            shape: f32s(&[2, 3, 7, 9]),
+            shape: Shape::of(&[2, 3, 7, 9], dt),
         },
         &[],
     );
@@ -87,7 +92,7 @@ fn graph() -> Graph {
 
 #[test]
 fn vision_graph_runs_without_host_commands() {
-    let c = compiled(&graph());
+    let c = compiled(&graph(DType::F32));
     let names: Vec<&str> = c.schedule.thunks.iter().map(|t| t.name()).collect();
     let count = |n: &str| names.iter().filter(|&&t| t == n).count();
     // one direct conv; the dilated conv and the 1×1 conv are GEMMs, only
@@ -110,6 +115,20 @@ fn vision_graph_runs_without_host_commands() {
         assert!(plan.to_string().contains(k), "{k} missing:\n{plan}");
     }
     assert_same(&c, &plan, DType::F32);
+}
+
+/// The f16 graph: convs, pools and im2col compute in f32 between casts
+/// (their thunks are f32), LayerNorm2d, the upsample and GroupNorm run
+/// their f16 kernels; still no host command.
+#[test]
+fn f16_vision_graph_runs_without_host_commands() {
+    let c = compiled(&graph(DType::F16));
+    let plan = MetalPlan::build(&c.schedule);
+    assert_eq!(plan.stats().host, 0, "{plan}");
+    for k in ["layer_norm2d_f16", "resize_nearest2x_f16", "group_norm_f16"] {
+        assert!(plan.to_string().contains(k), "{k} missing:\n{plan}");
+    }
+    assert_same(&c, &plan, DType::F16);
 }
 
 #[test]

@@ -10,7 +10,7 @@
 //! [`IM2COL_MAX_BYTES`]. Grouped and depthwise convs, and small ones, stay
 //! one `Conv2D` thunk (a direct kernel: one thread per output, no scratch).
 
-use super::{converted, Ctx};
+use super::{converted, elementwise, numel, Ctx};
 use crate::compile::error::CompileError;
 use crate::thunk::binary::BinaryBroadcast;
 use crate::thunk::conv::{Conv2D, ConvTranspose2d, Im2Col, Pool2D};
@@ -19,9 +19,13 @@ use crate::thunk::HalfFlag;
 use rlx_ir::op::BinaryOp;
 use rlx_ir::{DType, Op};
 
-/// `dst = src + bias[c]` over NCHW `dims`, in place when `src == dst`.
-fn add_channel_bias(ctx: &mut Ctx<'_>, bias: usize, dims: &[usize]) -> Result<(), CompileError> {
-    let out = ctx.out();
+/// `out += bias[c]` over NCHW `dims`, in place.
+fn add_channel_bias(
+    ctx: &mut Ctx<'_>,
+    out: usize,
+    bias: usize,
+    dims: &[usize],
+) -> Result<(), CompileError> {
     let (c, hw) = (dims[1], dims[2] * dims[3]);
     ctx.push(BinaryBroadcast {
         lhs: out,
@@ -122,10 +126,27 @@ fn push_conv(ctx: &mut Ctx<'_>, c: Conv2D) -> Result<(), CompileError> {
     Ok(())
 }
 
+/// An f32 result goes straight to the node's output; an f16 one is
+/// computed in f32 into scratch (f16 operands converted first) and cast.
 pub(super) fn lower(ctx: &mut Ctx<'_>, op: &Op) -> Result<(), CompileError> {
-    if ctx.out_shape().dtype != DType::F32 {
-        return Err(ctx.unsupported("convolution and pooling run in f32 only"));
+    match ctx.out_shape().dtype {
+        DType::F32 => lower_f32(ctx, op, ctx.out()),
+        DType::F16 => {
+            let n = numel(&ctx.out_dims());
+            let len = ctx.u32(n, "elements")?;
+            let tmp = ctx.scratch(n * 4);
+            lower_f32(ctx, op, tmp)?;
+            elementwise::push_cast(ctx, tmp, DType::F32, ctx.out(), DType::F16, len);
+            Ok(())
+        }
+        other => Err(ctx.unsupported(format!(
+            "input dtype {other}: convolution and pooling run in f32 and f16 only"
+        ))),
     }
+}
+
+/// The op's thunks with an f32 result at `dst`.
+fn lower_f32(ctx: &mut Ctx<'_>, op: &Op, dst: usize) -> Result<(), CompileError> {
     let xd = ctx.in_dims(0);
     let od = ctx.out_dims();
     let x = converted(ctx, 0, DType::F32)?;
@@ -142,7 +163,7 @@ pub(super) fn lower(ctx: &mut Ctx<'_>, op: &Op) -> Result<(), CompileError> {
             let conv = Conv2D {
                 src: x,
                 weight,
-                dst: ctx.out(),
+                dst,
                 n: u(ctx, xd[0], "n")?,
                 c_in: u(ctx, xd[1], "c_in")?,
                 h: u(ctx, xd[2], "h")?,
@@ -163,7 +184,7 @@ pub(super) fn lower(ctx: &mut Ctx<'_>, op: &Op) -> Result<(), CompileError> {
             push_conv(ctx, conv)?;
             if ctx.arity() > 2 {
                 let b = converted(ctx, 2, DType::F32)?;
-                add_channel_bias(ctx, b, &od)?;
+                add_channel_bias(ctx, dst, b, &od)?;
             }
             Ok(())
         }
@@ -179,7 +200,7 @@ pub(super) fn lower(ctx: &mut Ctx<'_>, op: &Op) -> Result<(), CompileError> {
             ctx.push(ConvTranspose2d {
                 src: x,
                 weight,
-                dst: ctx.out(),
+                dst,
                 n: u(ctx, xd[0], "n")?,
                 c_in: u(ctx, xd[1], "c_in")?,
                 h: u(ctx, xd[2], "h")?,
@@ -200,7 +221,7 @@ pub(super) fn lower(ctx: &mut Ctx<'_>, op: &Op) -> Result<(), CompileError> {
             });
             if ctx.arity() > 2 {
                 let b = converted(ctx, 2, DType::F32)?;
-                add_channel_bias(ctx, b, &od)?;
+                add_channel_bias(ctx, dst, b, &od)?;
             }
             Ok(())
         }
@@ -212,7 +233,7 @@ pub(super) fn lower(ctx: &mut Ctx<'_>, op: &Op) -> Result<(), CompileError> {
         } => {
             ctx.push(Pool2D {
                 src: x,
-                dst: ctx.out(),
+                dst,
                 n: u(ctx, xd[0], "n")?,
                 c: u(ctx, xd[1], "c")?,
                 h: u(ctx, xd[2], "h")?,
@@ -240,7 +261,7 @@ pub(super) fn lower(ctx: &mut Ctx<'_>, op: &Op) -> Result<(), CompileError> {
             let w_out = (xd[3] + 2 * padding[1] - dilation[1] * (kw - 1) - 1) / stride[1] + 1;
             ctx.push(Im2Col {
                 x,
-                col: ctx.out(),
+                col: dst,
                 n: u(ctx, xd[0], "n")?,
                 c_in: u(ctx, xd[1], "c_in")?,
                 h: u(ctx, xd[2], "h")?,
