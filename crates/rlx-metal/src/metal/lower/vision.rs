@@ -18,6 +18,51 @@ use crate::metal::kernels::Family;
 use crate::thunk::{HalfFlag, Thunk};
 use rlx_ir::op::ReduceOp;
 
+/// The [`Conv2dArgs`] of a conv-like thunk `$c` whose input width and
+/// width dilation are the fields `$w`, `$dw`.
+macro_rules! conv_args {
+    ($c:expr, $w:ident, $dw:ident, $c_out:expr, $groups:expr) => {
+        Conv2dArgs {
+            n: $c.n,
+            c_in: $c.c_in,
+            h: $c.h,
+            w: $c.$w,
+            c_out: $c_out,
+            h_out: $c.h_out,
+            w_out: $c.w_out,
+            kh: $c.kh,
+            kw: $c.kw,
+            sh: $c.sh,
+            sw: $c.sw,
+            ph: $c.ph,
+            pw: $c.pw,
+            dh: $c.dh,
+            dw: $c.$dw,
+            groups: $groups,
+        }
+    };
+}
+
+/// The [`Pool2dArgs`] of `Pool2D` / `MaxPool2dBackward` `$p` (same fields).
+macro_rules! pool_args {
+    ($p:expr) => {
+        Pool2dArgs {
+            n: $p.n,
+            c: $p.c,
+            h: $p.h,
+            w: $p.w,
+            h_out: $p.h_out,
+            w_out: $p.w_out,
+            kh: $p.kh,
+            kw: $p.kw,
+            sh: $p.sh,
+            sw: $p.sw,
+            ph: $p.ph,
+            pw: $p.pw,
+        }
+    };
+}
+
 /// The element count of `dims` when it is below 2³¹.
 fn count(dims: &[u32]) -> Option<u32> {
     let n = dims
@@ -71,24 +116,7 @@ pub(super) fn lower(i: usize, t: &Thunk) -> Option<Lowered> {
     }
     match t {
         Thunk::Conv2D(c) => {
-            let a = Conv2dArgs {
-                n: c.n,
-                c_in: c.c_in,
-                h: c.h,
-                w: c.w,
-                c_out: c.c_out,
-                h_out: c.h_out,
-                w_out: c.w_out,
-                kh: c.kh,
-                kw: c.kw,
-                sh: c.sh,
-                sw: c.sw,
-                ph: c.ph,
-                pw: c.pw,
-                dh: c.dh,
-                dw: c.dw,
-                groups: c.groups.max(1),
-            };
+            let a = conv_args!(c, w, dw, c.c_out, c.groups.max(1));
             count(&[c.n, c.c_in, c.h, c.w])?;
             count(&[c.c_out, c.c_in, c.kh, c.kw])?;
             let total = count(&[c.n, c.c_out, c.h_out, c.w_out])?;
@@ -98,24 +126,7 @@ pub(super) fn lower(i: usize, t: &Thunk) -> Option<Lowered> {
             })
         }
         Thunk::ConvTranspose2d(c) => {
-            let a = Conv2dArgs {
-                n: c.n,
-                c_in: c.c_in,
-                h: c.h,
-                w: c.w_in,
-                c_out: c.c_out,
-                h_out: c.h_out,
-                w_out: c.w_out,
-                kh: c.kh,
-                kw: c.kw,
-                sh: c.sh,
-                sw: c.sw,
-                ph: c.ph,
-                pw: c.pw,
-                dh: c.dh,
-                dw: c.dw,
-                groups: c.groups.max(1),
-            };
+            let a = conv_args!(c, w_in, dw, c.c_out, c.groups.max(1));
             count(&[c.n, c.c_in, c.h, c.w_in])?;
             count(&[c.c_in, c.c_out, c.kh, c.kw])?;
             let total = count(&[c.n, c.c_out, c.h_out, c.w_out])?;
@@ -125,43 +136,13 @@ pub(super) fn lower(i: usize, t: &Thunk) -> Option<Lowered> {
             })
         }
         Thunk::Im2Col(c) => {
-            let a = Conv2dArgs {
-                n: c.n,
-                c_in: c.c_in,
-                h: c.h,
-                w: c.w,
-                c_out: c.c_in,
-                h_out: c.h_out,
-                w_out: c.w_out,
-                kh: c.kh,
-                kw: c.kw,
-                sh: c.sh,
-                sw: c.sw,
-                ph: c.ph,
-                pw: c.pw,
-                dh: c.dh,
-                dw: c.dw_dil,
-                groups: 1,
-            };
+            let a = conv_args!(c, w, dw_dil, c.c_in, 1);
             count(&[c.n, c.c_in, c.h, c.w])?;
             let total = count(&[c.n, c.c_in, c.kh, c.kw, c.h_out, c.w_out])?;
             valid(&a).then(|| launch(i, "im2col", HalfFlag::F32, &a, &[c.x, c.col], total))
         }
         Thunk::Pool2D(p) => {
-            let a = Pool2dArgs {
-                n: p.n,
-                c: p.c,
-                h: p.h,
-                w: p.w,
-                h_out: p.h_out,
-                w_out: p.w_out,
-                kh: p.kh,
-                kw: p.kw,
-                sh: p.sh,
-                sw: p.sw,
-                ph: p.ph,
-                pw: p.pw,
-            };
+            let a = pool_args!(p);
             let name = match p.kind {
                 ReduceOp::Max => "pool2d_max",
                 ReduceOp::Mean => "pool2d_mean",
@@ -173,20 +154,7 @@ pub(super) fn lower(i: usize, t: &Thunk) -> Option<Lowered> {
             ok.then(|| launch(i, name, HalfFlag::F32, &a, &[p.src, p.dst], total))
         }
         Thunk::MaxPool2dBackward(p) => {
-            let a = Pool2dArgs {
-                n: p.n,
-                c: p.c,
-                h: p.h,
-                w: p.w,
-                h_out: p.h_out,
-                w_out: p.w_out,
-                kh: p.kh,
-                kw: p.kw,
-                sh: p.sh,
-                sw: p.sw,
-                ph: p.ph,
-                pw: p.pw,
-            };
+            let a = pool_args!(p);
             count(&[p.n, p.c, p.h_out, p.w_out])?;
             let total = count(&[p.n, p.c, p.h, p.w])?;
             let ok = [p.kh, p.kw, p.sh, p.sw].iter().all(|&v| v > 0);
