@@ -530,4 +530,61 @@ static_assert(sizeof(SsmArgs) == 20 && alignof(SsmArgs) == 4, "SsmArgs layout");
 static_assert(sizeof(Mamba2Args) == 24 && alignof(Mamba2Args) == 4, "Mamba2Args layout");
 static_assert(sizeof(RnnArgs) == 48 && alignof(RnnArgs) == 4, "RnnArgs layout");
 
+// vision.metal conv2d_* / conv_transpose2d_* / im2col_*: NCHW geometry; h,
+// w are the input's size (c_out and groups unused by im2col).
+struct Conv2dArgs {
+    uint n;
+    uint c_in;
+    uint h;
+    uint w;
+    uint c_out;
+    uint h_out;
+    uint w_out;
+    uint kh;
+    uint kw;
+    uint sh;
+    uint sw;
+    uint ph;
+    uint pw;
+    uint dh;
+    uint dw;
+    uint groups;
+};
+
+// vision.metal pool2d_* / max_pool2d_argmax_* / max_pool2d_backward_*.
+struct Pool2dArgs {
+    uint n;
+    uint c;
+    uint h;
+    uint w;
+    uint h_out;
+    uint w_out;
+    uint kh;
+    uint kw;
+    uint sh;
+    uint sw;
+    uint ph;
+    uint pw;
+};
+
+// vision.metal resize_nearest2x_*: `planes` [h, w] planes -> [2h, 2w].
+struct Resize2xArgs {
+    uint planes;
+    uint h;
+    uint w;
+};
+
+// vision.metal layer_norm2d_*: LayerNorm across c at each of hw positions.
+struct LayerNorm2dArgs {
+    uint n;
+    uint c;
+    uint hw;
+    float eps;
+};
+
+static_assert(sizeof(Conv2dArgs) == 64 && alignof(Conv2dArgs) == 4, "Conv2dArgs layout");
+static_assert(sizeof(Pool2dArgs) == 48 && alignof(Pool2dArgs) == 4, "Pool2dArgs layout");
+static_assert(sizeof(Resize2xArgs) == 12 && alignof(Resize2xArgs) == 4, "Resize2xArgs layout");
+static_assert(sizeof(LayerNorm2dArgs) == 16 && alignof(LayerNorm2dArgs) == 4, "LayerNorm2dArgs layout");
+
 #endif  // RLX_METAL_ARGS_H

@@ -25,4 +25,5 @@ mod msl {
     pub mod shape;
     pub mod softmax;
     pub mod ssm;
+    pub mod vision;
 }

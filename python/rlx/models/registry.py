@@ -5,7 +5,7 @@ and :func:`open_model` (path → source, config, block spec, tokenizer)."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Union
+from typing import Any, Optional, Union
 
 from rlx.errors import UnsupportedOpError, WeightFormatError
 from rlx.io.gguf import GGUFFile, open_gguf
@@ -42,6 +42,25 @@ FAMILIES: tuple[Family, ...] = tuple(
 ARCHITECTURES: dict[str, Family] = {
     key: fam for fam in FAMILIES for key in (fam.name, *fam.model_types)
 }
+
+
+#: HF ``model_type`` → image classifier module (its ``load(dir, device)``);
+#: ``rlx.load`` returns these models as is (they are not decoders)
+VISION_MODEL_TYPES: dict[str, str] = {"resnet": "rlx.models.resnet"}
+
+
+def vision_model(root: Path, device: str) -> Optional[Any]:
+    """The image classifier of an HF directory whose ``config.json`` names a
+    :data:`VISION_MODEL_TYPES` model type, else None."""
+    import importlib
+    import json
+
+    try:
+        mt = json.loads((root / "config.json").read_text()).get("model_type")
+    except (OSError, ValueError):
+        return None
+    mod = VISION_MODEL_TYPES.get(mt)
+    return None if mod is None else importlib.import_module(mod).load(root, device)
 
 
 def _unknown(path: Any, what: str, arch: str) -> WeightFormatError:

@@ -784,6 +784,10 @@ kernel_args! {
 /// codes, one table for both.
 pub use crate::thunk::region::{act_code, binop_code as binary_code};
 
+#[path = "args_vision.rs"]
+mod vision;
+pub use vision::{Conv2dArgs, LayerNorm2dArgs, Pool2dArgs, Resize2xArgs};
+
 #[cfg(test)]
 #[path = "args_tests.rs"]
 mod tests;

@@ -60,6 +60,10 @@ fn header_and_rust_assert_the_same_layouts() {
         ("SsmArgs", size_of::<SsmArgs>()),
         ("Mamba2Args", size_of::<Mamba2Args>()),
         ("RnnArgs", size_of::<RnnArgs>()),
+        ("Conv2dArgs", size_of::<Conv2dArgs>()),
+        ("Pool2dArgs", size_of::<Pool2dArgs>()),
+        ("Resize2xArgs", size_of::<Resize2xArgs>()),
+        ("LayerNorm2dArgs", size_of::<LayerNorm2dArgs>()),
     ];
     let header = header_sizes();
     assert_eq!(header.len(), rust.len(), "{header:?}");

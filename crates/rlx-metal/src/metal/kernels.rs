@@ -62,6 +62,9 @@ pub enum Family {
     Recurrent,
     /// Mixture-of-experts grouped matmuls (f32 and GGUF expert stacks).
     Moe,
+    /// NCHW images: conv2d, transposed conv2d, im2col, pooling, nearest
+    /// 2× upsample, LayerNorm2d.
+    Vision,
 }
 
 /// Every family.
@@ -84,6 +87,7 @@ pub const ALL_FAMILIES: &[Family] = &[
     Family::Ssm,
     Family::Recurrent,
     Family::Moe,
+    Family::Vision,
 ];
 
 impl Family {
@@ -108,6 +112,7 @@ impl Family {
             Family::Ssm => "ssm.metal",
             Family::Recurrent => "recurrent.metal",
             Family::Moe => "moe.metal",
+            Family::Vision => "vision.metal",
         }
     }
 
@@ -132,6 +137,7 @@ impl Family {
             Family::Ssm => include_str!("../../kernels/ssm.metal"),
             Family::Recurrent => include_str!("../../kernels/recurrent.metal"),
             Family::Moe => include_str!("../../kernels/moe.metal"),
+            Family::Vision => include_str!("../../kernels/vision.metal"),
         }
     }
 }

@@ -17,7 +17,7 @@
 //! the op and node — never a silent `Nop`.
 
 mod attention;
-mod conv;
+pub(crate) mod conv;
 mod elementwise;
 mod matmul;
 mod norm;

@@ -19,6 +19,7 @@ mod region;
 mod sequence;
 mod shape;
 mod softmax;
+mod vision;
 
 use super::args::KernelArgs;
 use super::kernels::Family;
@@ -133,6 +134,7 @@ const FAMILIES: &[fn(usize, &Thunk) -> Option<Lowered>] = &[
     norm_fused::lower,
     conv::lower,
     sequence::lower,
+    vision::lower,
 ];
 
 /// The command of thunk `i`: a dispatch, `Host` when no kernel covers it,
