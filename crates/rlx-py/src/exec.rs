@@ -162,6 +162,7 @@ impl PyExecutable {
         };
         let opts = CompileOptions {
             dims: dims.unwrap_or_default(),
+            ..Default::default()
         };
         let compiled = compile(&graph.inner, &opts).map_err(compile_err)?;
         let constants_len = compiled.segment_bytes.first().copied().unwrap_or(0);

@@ -58,6 +58,9 @@ fn header_and_rust_assert_the_same_layouts() {
         ("SsmArgs", size_of::<SsmArgs>()),
         ("Mamba2Args", size_of::<Mamba2Args>()),
         ("RnnArgs", size_of::<RnnArgs>()),
+        ("RngArgs", size_of::<RngArgs>()),
+        ("VqArgs", size_of::<VqArgs>()),
+        ("AxialRopeArgs", size_of::<AxialRopeArgs>()),
     ];
     let header = header_sizes();
     assert_eq!(header.len(), rust.len(), "{header:?}");

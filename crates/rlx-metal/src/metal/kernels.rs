@@ -52,6 +52,10 @@ pub enum Family {
     Ssm,
     /// LSTM, GRU, Elman RNN.
     Recurrent,
+    /// Philox random fills.
+    Rng,
+    /// Vector-quantiser assignment.
+    Vq,
 }
 
 /// Every family.
@@ -73,6 +77,8 @@ pub const ALL_FAMILIES: &[Family] = &[
     Family::Gdn,
     Family::Ssm,
     Family::Recurrent,
+    Family::Rng,
+    Family::Vq,
 ];
 
 impl Family {
@@ -96,6 +102,8 @@ impl Family {
             Family::Gdn => "gdn.metal",
             Family::Ssm => "ssm.metal",
             Family::Recurrent => "recurrent.metal",
+            Family::Rng => "rng.metal",
+            Family::Vq => "vq.metal",
         }
     }
 
@@ -119,6 +127,8 @@ impl Family {
             Family::Gdn => include_str!("../../kernels/gdn.metal"),
             Family::Ssm => include_str!("../../kernels/ssm.metal"),
             Family::Recurrent => include_str!("../../kernels/recurrent.metal"),
+            Family::Rng => include_str!("../../kernels/rng.metal"),
+            Family::Vq => include_str!("../../kernels/vq.metal"),
         }
     }
 }

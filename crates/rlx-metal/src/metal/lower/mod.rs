@@ -10,6 +10,7 @@ mod conv;
 mod elementwise;
 mod indexing;
 mod matmul;
+mod misc;
 mod norm;
 mod norm_fused;
 mod quant;
@@ -131,6 +132,7 @@ const FAMILIES: &[fn(usize, &Thunk) -> Option<Lowered>] = &[
     norm_fused::lower,
     conv::lower,
     sequence::lower,
+    misc::lower,
 ];
 
 /// The command of thunk `i`: a dispatch, `Host` when no kernel covers it,
