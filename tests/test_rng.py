@@ -142,3 +142,24 @@ def test_statistics_normal() -> None:
     z2 = _fill("normal", 200_000, "host", seed=2026, mean=1.0, scale=0.5)
     assert not np.array_equal(z, z2)
     assert scipy_stats.kstest(z2, scipy_stats.norm(loc=1.0, scale=0.5).cdf).pvalue > 1e-3
+
+
+def test_compile_rng_options_and_dtype() -> None:
+    """``rng_offset`` is the Philox counter's upper words; ``rng_seed`` keys the
+    unseeded fills only; ``dtype`` casts the f32 draw."""
+    g = rlx.Graph("rng")
+    g.outputs(
+        g.rng_uniform([8], seed=5), g.rng_uniform([8]), g.rng_normal([8], seed=5, dtype="f16")
+    )
+    runs = {
+        (s, o): list(rlx.compile(g, rng_seed=s, rng_offset=o).run().values())
+        for s, o in ((0, 0), (1, 0), (0, 3))
+    }
+    seeded, unseeded, half = runs[(0, 0)]
+    np.testing.assert_array_equal(seeded, philox_uniform(5, 0, 8))
+    np.testing.assert_array_equal(runs[(0, 3)][0], philox_uniform(5, 3, 8))
+    np.testing.assert_array_equal(runs[(1, 0)][0], seeded)  # a seeded fill ignores rng_seed
+    assert not np.array_equal(runs[(1, 0)][1], unseeded)
+    assert half.dtype == np.float16
+    ref = list(rlx.compile(g, device="reference", rng_offset=3).run().values())
+    np.testing.assert_array_equal(ref[0], runs[(0, 3)][0])

@@ -97,7 +97,15 @@ class _Slot:
 class Executable:
     """A graph compiled for one device. Create with :func:`rlx.compile`."""
 
-    def __init__(self, graph: Any, device: str = "host", dims: dict[str, int] | None = None):
+    def __init__(
+        self,
+        graph: Any,
+        device: str = "host",
+        dims: dict[str, int] | None = None,
+        *,
+        rng_seed: int = 0,
+        rng_offset: int = 0,
+    ):
         if device not in DEVICES:
             raise DeviceError(f"[compile] unknown device '{device}'; expected one of {DEVICES}")
         native_graph = getattr(graph, "_g", graph)
@@ -106,7 +114,7 @@ class Executable:
         #: serialises runs and buffer access; shared with the executables
         #: sharing this one's state buffer (see the module doc)
         self._lock = GroupLock()
-        self._native = _rlx.Executable(native_graph, device, dims)
+        self._native = _rlx.Executable(native_graph, device, dims, rng_seed, rng_offset)
         self._arena = np.frombuffer(self._native.arena_view(), dtype=np.uint8)
         segments = [self._segment_array(i) for i in range(self._native.segment_count())]
         state = np.frombuffer(self._native.state_view(), dtype=np.uint8)
@@ -407,10 +415,19 @@ class Executable:
         )
 
 
-def compile(graph: Any, device: str = "host", dims: dict[str, int] | None = None) -> Executable:
+def compile(
+    graph: Any,
+    device: str = "host",
+    dims: dict[str, int] | None = None,
+    *,
+    rng_seed: int = 0,
+    rng_offset: int = 0,
+) -> Executable:
     """Compile ``graph`` for ``device`` (``"host"``, ``"reference"`` or
     ``"metal-sim"``: the Metal plan's kernels through msl-sim on the CPU, needs clang++).
 
-    ``dims`` binds symbolic dimensions (``{"seq": 128}``).
+    ``dims`` binds symbolic dimensions (``{"seq": 128}``). ``rng_seed`` keys the
+    random fills that have no seed of their own (mixed with their node id);
+    ``rng_offset`` is the Philox stream offset (counter words 2-3) of every fill.
     """
-    return Executable(graph, device=device, dims=dims)
+    return Executable(graph, device=device, dims=dims, rng_seed=rng_seed, rng_offset=rng_offset)

@@ -124,7 +124,10 @@ pub struct Operand<'a> {
 fn check_finite(kind: SpdOp, args: &[Operand<'_>]) -> Result<()> {
     for (i, a) in args.iter().enumerate() {
         if let Some(v) = a.data.iter().find(|v| !v.is_finite()) {
-            return Err(err(kind, format!("operand {i} holds a non-finite value ({v})")));
+            return Err(err(
+                kind,
+                format!("operand {i} holds a non-finite value ({v})"),
+            ));
         }
     }
     Ok(())

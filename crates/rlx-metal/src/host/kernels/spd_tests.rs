@@ -49,5 +49,9 @@ fn non_symmetric_and_indefinite_inputs_name_the_op() {
 fn non_finite_input_is_an_error_not_a_hang() {
     let x = [1.0, f64::NAN, f64::NAN, 1.0];
     let e = spd_forward(SpdOp::ReEig, 0.1, &[op(&x, &[2, 2])], 1e-9).unwrap_err();
-    assert!(e.to_string().contains("re_eig: operand 0 holds a non-finite"), "{e}");
+    assert!(
+        e.to_string()
+            .contains("re_eig: operand 0 holds a non-finite"),
+        "{e}"
+    );
 }

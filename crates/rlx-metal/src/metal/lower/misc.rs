@@ -75,7 +75,8 @@ pub(super) fn lower(i: usize, t: &Thunk) -> Option<Lowered> {
             let grid = r.end_x.checked_mul(r.end_y)?;
             let seq_ok = r.seq as u64 <= grid as u64 * r.repeat_factor.max(1) as u64;
             let hidden_ok = r.num_heads as u64 * hd as u64 == r.hidden as u64;
-            if hd == 0 || !hd.is_multiple_of(4) || grid == 0 || !seq_ok || !hidden_ok || aliased(t) {
+            if hd == 0 || !hd.is_multiple_of(4) || grid == 0 || !seq_ok || !hidden_ok || aliased(t)
+            {
                 return None;
             }
             let pairs = u32_of(r.batch as u64 * r.seq as u64 * r.hidden as u64 / 2)?;
