@@ -113,7 +113,12 @@ class Executable:
     """
 
     def __new__(
-        cls, graph: Graph, device: str = "host", dims: Optional[dict[str, int]] = None
+        cls,
+        graph: Graph,
+        device: str = "host",
+        dims: Optional[dict[str, int]] = None,
+        rng_seed: int = 0,
+        rng_offset: int = 0,
     ) -> Executable: ...
     def set_profiling(self, on: bool) -> None:
         """Switch per-thunk timing of runs on (clearing earlier figures) or off."""

@@ -99,7 +99,15 @@ class _Slot:
 class Executable:
     """A graph compiled for one device. Create with :func:`rlx.compile`."""
 
-    def __init__(self, graph: Any, device: str = "host", dims: dict[str, int] | None = None):
+    def __init__(
+        self,
+        graph: Any,
+        device: str = "host",
+        dims: dict[str, int] | None = None,
+        *,
+        rng_seed: int = 0,
+        rng_offset: int = 0,
+    ):
         if device not in DEVICES:
             raise DeviceError(f"[compile] unknown device '{device}'; expected one of {DEVICES}")
         native_graph = getattr(graph, "_g", graph)
@@ -111,7 +119,7 @@ class Executable:
         #: the graph's name (trace slices carry it)
         self.name = str(getattr(graph, "name", "graph"))
         t0 = time.perf_counter()
-        self._native = _rlx.Executable(native_graph, device, dims)
+        self._native = _rlx.Executable(native_graph, device, dims, rng_seed, rng_offset)
         if _trace.TRACER is not None:
             _trace.TRACER.compiled(self._native, self.name, t0, time.perf_counter())
         self._arena = np.frombuffer(self._native.arena_view(), dtype=np.uint8)
@@ -417,10 +425,19 @@ class Executable:
         )
 
 
-def compile(graph: Any, device: str = "host", dims: dict[str, int] | None = None) -> Executable:
+def compile(
+    graph: Any,
+    device: str = "host",
+    dims: dict[str, int] | None = None,
+    *,
+    rng_seed: int = 0,
+    rng_offset: int = 0,
+) -> Executable:
     """Compile ``graph`` for ``device`` (``"host"``, ``"reference"`` or
     ``"metal-sim"``: the Metal plan's kernels through msl-sim on the CPU, needs clang++).
 
-    ``dims`` binds symbolic dimensions (``{"seq": 128}``).
+    ``dims`` binds symbolic dimensions (``{"seq": 128}``). ``rng_seed`` keys the
+    random fills that have no seed of their own (mixed with their node id);
+    ``rng_offset`` is the Philox stream offset (counter words 2-3) of every fill.
     """
-    return Executable(graph, device=device, dims=dims)
+    return Executable(graph, device=device, dims=dims, rng_seed=rng_seed, rng_offset=rng_offset)

@@ -1,8 +1,7 @@
-"""Registry coverage, rng (bit-exact SplitMix64), vq_assign, SPD ops, custom ops."""
+"""Registry coverage, rng (SplitMix64 of the sampler, Philox fills), vq_assign, SPD ops,
+custom ops."""
 
 from __future__ import annotations
-
-import math
 
 import numpy as np
 import pytest
@@ -10,7 +9,7 @@ import rlx.reference as ref
 from _mem2 import Arena
 from rlx.reference import run_thunk
 from rlx.reference.misc import spd_backward, spd_forward
-from rlx.reference.rng import normal_at, splitmix64, uniform_at
+from rlx.reference.rng import philox_normal, philox_uniform, splitmix64, uniform_at
 
 PART2 = """nop dequant_matmul_gguf dequant_grouped_matmul_gguf dequant_matmul_int8
 dequant_matmul_int4
@@ -56,22 +55,24 @@ def test_splitmix64_vectors() -> None:
     )
 
 
-def test_uniform_normal_bit_exact_with_rust_formula() -> None:
+def test_uniform_bit_exact_with_rust_formula() -> None:
     key = 0xDEADBEEF12345678
-    i = np.arange(200, dtype=np.uint64)
-    u = uniform_at(key, i)
-    n = normal_at(key, i)
+    u = uniform_at(key, np.arange(200, dtype=np.uint64))
     for j in range(200):
         bits = sm64_int(key ^ ((j * 0xD1B54A32D192ED03) & M64)) >> 40
         assert u[j] == np.float32(bits) * np.float32(1.0 / 16777216.0)
-        u1 = float(
-            np.float32(sm64_int(key ^ ((2 * j * 0xD1B54A32D192ED03) & M64)) >> 40) / 16777216.0
-        )
-        u2 = float(
-            np.float32(sm64_int(key ^ (((2 * j + 1) * 0xD1B54A32D192ED03) & M64)) >> 40)
-            / 16777216.0
-        )
-        assert n[j] == np.float32(math.sqrt(-2.0 * math.log(1.0 - u1)) * math.cos(2 * math.pi * u2))
+
+
+def _philox_int(ctr: list[int], key: list[int]) -> list[int]:
+    """Philox4x32-10 in Python integers (Salmon et al. 2011), an independent check of
+    the vectorised numpy version."""
+    c, (k0, k1) = list(ctr), key
+    for r in range(10):
+        if r:
+            k0, k1 = (k0 + 0x9E3779B9) & 0xFFFFFFFF, (k1 + 0xBB67AE85) & 0xFFFFFFFF
+        p0, p1 = 0xD2511F53 * c[0], 0xCD9E8D57 * c[2]
+        c = [(p1 >> 32) ^ c[1] ^ k0, p1 & 0xFFFFFFFF, (p0 >> 32) ^ c[3] ^ k1, p0 & 0xFFFFFFFF]
+    return c
 
 
 @pytest.mark.parametrize("op_seed", [None, 42.0])
@@ -80,17 +81,16 @@ def test_rng_thunks(op_seed: float | None) -> None:
     a = Arena()
     no, uo = a.out(n), a.out(n)
     mem = a.build()
-    run_thunk(
-        dict(name="rng_normal", dst=no, len=n, mean=2.0, scale=0.5, key=7, op_seed=op_seed), mem
-    )
-    run_thunk(
-        dict(name="rng_uniform", dst=uo, len=n, low=-1.0, high=3.0, key=7, op_seed=op_seed), mem
-    )
-    key = 7 if op_seed is None else sm64_int(42)
+    common = dict(len=n, key=7, offset=3, op_seed=op_seed)
+    run_thunk(dict(name="rng_normal", dst=no, mean=2.0, scale=0.5, **common), mem)
+    run_thunk(dict(name="rng_uniform", dst=uo, low=-1.0, high=3.0, **common), mem)
+    key = 7 if op_seed is None else 42
     z, u = a.read(no, n), a.read(uo, n)
-    np.testing.assert_array_equal(
-        z, np.float32(2.0) + np.float32(0.5) * normal_at(key, np.arange(n, dtype=np.uint64))
-    )
+    np.testing.assert_array_equal(z, np.float32(2.0) + np.float32(0.5) * philox_normal(key, 3, n))
+    np.testing.assert_array_equal(u, np.float32(-1.0) + np.float32(4.0) * philox_uniform(key, 3, n))
+    # element 5 of the uniform fill: lane 1 of block 1, counter [1, 0, offset, 0]
+    w = _philox_int([1, 0, 3, 0], [key, 0])[1]
+    assert u[5] == np.float32(-1.0) + np.float32(4.0) * np.float32((w >> 8) / 2.0**24)
     assert abs(z.mean() - 2.0) < 0.02 and abs(z.std() - 0.5) < 0.02
     assert u.min() >= -1.0 and u.max() < 3.0 and abs(u.mean() - 1.0) < 0.05
 

@@ -490,6 +490,43 @@ struct RnnArgs {
     uint _pad;
 };
 
+// rng.metal rng_{uniform,normal}_f32: Philox 4x32-10 fills (rlx_ir::rng),
+// key = key_hi:key_lo, counter words 2-3 = offset_hi:offset_lo;
+// dst[i] = a + b * uniform (a = low, b = high - low) or a + b * normal
+// (a = mean, b = scale).
+struct RngArgs {
+    uint len;
+    uint key_lo;
+    uint key_hi;
+    uint offset_lo;
+    uint offset_hi;
+    float a;
+    float b;
+    uint _pad;
+};
+
+// vq.metal vq_assign_f32: x [n, d], codebook [k, d] -> i32 [n];
+// metric 0 L2, 1 dot, 2 cosine.
+struct VqArgs {
+    uint n;
+    uint d;
+    uint k;
+    uint metric;
+};
+
+// rope.metal axial_rope2d_f32: SAM 2 axial RoPE on [rows, heads*head_dim]
+// (rows = batch*seq), one thread per rotated pair.
+struct AxialRopeArgs {
+    uint pairs;      // rows * hidden / 2
+    uint seq;
+    uint hidden;
+    uint head_dim;
+    uint end_x;
+    uint grid;       // end_x * end_y
+    float theta;
+    uint _pad;
+};
+
 static_assert(sizeof(UnaryArgs) == 8 && alignof(UnaryArgs) == 4, "UnaryArgs layout");
 static_assert(sizeof(CastArgs) == 4 && alignof(CastArgs) == 4, "CastArgs layout");
 static_assert(sizeof(BinaryArgs) == 8 && alignof(BinaryArgs) == 4, "BinaryArgs layout");
@@ -529,6 +566,9 @@ static_assert(sizeof(GdnArgs) == 16 && alignof(GdnArgs) == 4, "GdnArgs layout");
 static_assert(sizeof(SsmArgs) == 20 && alignof(SsmArgs) == 4, "SsmArgs layout");
 static_assert(sizeof(Mamba2Args) == 24 && alignof(Mamba2Args) == 4, "Mamba2Args layout");
 static_assert(sizeof(RnnArgs) == 48 && alignof(RnnArgs) == 4, "RnnArgs layout");
+static_assert(sizeof(RngArgs) == 32 && alignof(RngArgs) == 4, "RngArgs layout");
+static_assert(sizeof(VqArgs) == 16 && alignof(VqArgs) == 4, "VqArgs layout");
+static_assert(sizeof(AxialRopeArgs) == 32 && alignof(AxialRopeArgs) == 4, "AxialRopeArgs layout");
 
 // vision.metal conv2d_* / conv_transpose2d_* / im2col_*: NCHW geometry; h,
 // w are the input's size (c_out and groups unused by im2col).

@@ -65,3 +65,39 @@ template [[host_name(name)]] kernel void rope<T>(                             \
     device T* dst [[buffer(4)]], uint gid [[thread_position_in_grid]]);
 RLX_ROPE("rope_f32", float)
 RLX_ROPE("rope_f16", half)
+
+// axial_rope2d_f32 -- SAM 2 axial 2-D RoPE (AxialRope2dHost thunk) on
+// src / dst [rows, hidden], rows = batch * seq, hidden = heads * head_dim.
+// Interleaved pairs (2p, 2p + 1) of each head; with q = head_dim / 4, pair
+// p < q rotates by gx * f_p, pair q + p by gy * f_p, f_p = theta^(-4p /
+// head_dim) (f32), at grid position (row % seq) % grid, gx = pos % end_x,
+// gy = pos / end_x. f32 math (the host evaluates cos / sin in f64).
+//
+// Threadgroup layout: 1-D, one thread per pair (any threadgroup size; the
+// host uses 256). args AxialRopeArgs: buffer(1) src, (2) dst.
+kernel void axial_rope2d_f32(constant AxialRopeArgs& a   [[buffer(0)]],
+                             device const float*     src [[buffer(1)]],
+                             device float*           dst [[buffer(2)]],
+                             uint gid [[thread_position_in_grid]])
+{
+    if (gid >= a.pairs) {
+        return;
+    }
+    const ulong e = (ulong)gid * 2;
+    const uint row = (uint)(e / a.hidden);
+    const uint hc = (uint)(e % a.hidden) % a.head_dim;
+    const uint p = hc / 2;
+    const uint q = a.head_dim / 4;
+    const uint pos = (row % a.seq) % a.grid;
+    const uint fp = p < q ? p : p - q;
+    const float g = p < q ? (float)(pos % a.end_x) : (float)(pos / a.end_x);
+    const float ex = -(float)(4 * fp) / (float)a.head_dim;
+    const float freq = precise::pow(a.theta, ex);
+    const float ang = g * freq;
+    const float c = precise::cos(ang);
+    const float s = precise::sin(ang);
+    const float x0 = src[e];
+    const float x1 = src[e + 1];
+    dst[e] = x0 * c - x1 * s;
+    dst[e + 1] = x0 * s + x1 * c;
+}

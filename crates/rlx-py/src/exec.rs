@@ -149,8 +149,14 @@ impl PyExecutable {
     /// `"metal-sim"`: the Metal plan through msl-sim, needs clang++),
     /// binding symbolic dims from `dims`.
     #[new]
-    #[pyo3(signature = (graph, device = "host", dims = None))]
-    fn new(graph: &PyGraph, device: &str, dims: Option<HashMap<String, usize>>) -> PyResult<Self> {
+    #[pyo3(signature = (graph, device = "host", dims = None, rng_seed = 0, rng_offset = 0))]
+    fn new(
+        graph: &PyGraph,
+        device: &str,
+        dims: Option<HashMap<String, usize>>,
+        rng_seed: u64,
+        rng_offset: u64,
+    ) -> PyResult<Self> {
         let mode = match device {
             "host" | "metal-sim" => Mode::Native,
             "reference" => Mode::Reference,
@@ -162,6 +168,10 @@ impl PyExecutable {
         };
         let opts = CompileOptions {
             dims: dims.unwrap_or_default(),
+            rng: rlx_ir::RngOptions {
+                seed: rng_seed,
+                counter: rng_offset,
+            },
         };
         let compiled = compile(&graph.inner, &opts).map_err(compile_err)?;
         let constants_len = compiled.segment_bytes.first().copied().unwrap_or(0);

@@ -7,7 +7,7 @@ import dataclasses
 from collections.abc import Sequence
 from typing import Any, Optional
 
-from rlx._types import DTypeLike, ShapeLike, dims_list
+from rlx._types import DTypeLike, ShapeLike, dims_list, dtype_name
 from rlx.node import Node
 from rlx.ops._base import GraphBase, shape_json
 
@@ -40,13 +40,23 @@ class MiscOps(GraphBase):
         mean: float = 0.0,
         scale: float = 1.0,
         seed: Optional[int] = None,
+        dtype: DTypeLike = "f32",
         name: str = "",
     ) -> Node:
-        """Normal fill of ``shape`` (f32). ``seed=None`` derives one from the graph's RNG
-        options."""
+        """Normal fill of ``shape`` (Philox 4x32-10, Box–Muller in f32; a ``dtype`` other
+        than f32 casts the draw). ``seed=None`` keys the fill from
+        ``rlx.compile(..., rng_seed=)`` and the node id; a seed is the Philox key."""
         op = {"op": "rng_normal", "dims": dims_list(shape), "mean": mean, "scale": scale}
         op["seed"] = seed
-        return self._add(op, [], name)
+        return self._rng_cast(op, dtype, name)
+
+    def _rng_cast(self, op: dict[str, Any], dtype: DTypeLike, name: str) -> Node:
+        """The fill ``op`` (f32), cast to ``dtype`` when that differs; ``name``
+        goes to the last node."""
+        to = dtype_name(dtype)
+        if to == "f32":
+            return self._add(op, [], name)
+        return self._add({"op": "cast", "to": to}, [self._add(op, [], "")], name)
 
     def rng_uniform(
         self,
@@ -55,12 +65,14 @@ class MiscOps(GraphBase):
         low: float = 0.0,
         high: float = 1.0,
         seed: Optional[int] = None,
+        dtype: DTypeLike = "f32",
         name: str = "",
     ) -> Node:
-        """Uniform fill of ``shape`` in ``[low, high)`` (f32)."""
+        """Uniform fill of ``shape`` in ``[low, high)`` (Philox 4x32-10; as
+        :meth:`rng_normal` for ``seed`` and ``dtype``)."""
         op = {"op": "rng_uniform", "dims": dims_list(shape), "low": low, "high": high}
         op["seed"] = seed
-        return self._add(op, [], name)
+        return self._rng_cast(op, dtype, name)
 
     def vq_assign(self, x: Node, codebook: Node, *, metric: str = "l2", name: str = "") -> Node:
         """Nearest codebook row: x ``[n, d]``, codebook ``[k, d]`` → i32 ``[n]``

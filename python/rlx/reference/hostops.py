@@ -156,15 +156,14 @@ def _rng(kind: str):
             raise KeyError(
                 f"[host_op] {kind} without a per-op seed needs the graph key; lower it to its thunk"
             )
-        key = int(rng.splitmix64(np.uint64(op["seed"])))
+        key = int(op["seed"]) & 0xFFFF_FFFF_FFFF_FFFF
         n = int(np.prod(_dims(shape), dtype=np.int64))
-        i = np.arange(n, dtype=np.uint64)
         if kind == "rng_normal":
-            v = np.float32(op["mean"]) + np.float32(op["scale"]) * rng.normal_at(key, i)
+            v = np.float32(op["mean"]) + np.float32(op["scale"]) * rng.philox_normal(key, 0, n)
         else:
             v = np.float32(op["low"]) + (
                 np.float32(op["high"]) - np.float32(op["low"])
-            ) * rng.uniform_at(key, i)
+            ) * rng.philox_uniform(key, 0, n)
         return v.reshape(_dims(shape))
 
     return f

@@ -780,6 +780,10 @@ kernel_args! {
     RnnArgs = 48,
 }
 
+#[path = "args_misc.rs"]
+mod misc;
+pub use misc::{AxialRopeArgs, RngArgs, VqArgs};
+
 /// `RlxAct` / `RlxBin` codes (`args.h`): the region chain encoding's
 /// codes, one table for both.
 pub use crate::thunk::region::{act_code, binop_code as binary_code};

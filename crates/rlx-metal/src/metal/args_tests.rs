@@ -64,6 +64,9 @@ fn header_and_rust_assert_the_same_layouts() {
         ("Pool2dArgs", size_of::<Pool2dArgs>()),
         ("Resize2xArgs", size_of::<Resize2xArgs>()),
         ("LayerNorm2dArgs", size_of::<LayerNorm2dArgs>()),
+        ("RngArgs", size_of::<RngArgs>()),
+        ("VqArgs", size_of::<VqArgs>()),
+        ("AxialRopeArgs", size_of::<AxialRopeArgs>()),
     ];
     let header = header_sizes();
     assert_eq!(header.len(), rust.len(), "{header:?}");

@@ -65,6 +65,10 @@ pub enum Family {
     /// NCHW images: conv2d, transposed conv2d, im2col, pooling, nearest
     /// 2× upsample, LayerNorm2d.
     Vision,
+    /// Philox random fills.
+    Rng,
+    /// Vector-quantiser assignment.
+    Vq,
 }
 
 /// Every family.
@@ -88,6 +92,8 @@ pub const ALL_FAMILIES: &[Family] = &[
     Family::Recurrent,
     Family::Moe,
     Family::Vision,
+    Family::Rng,
+    Family::Vq,
 ];
 
 impl Family {
@@ -113,6 +119,8 @@ impl Family {
             Family::Recurrent => "recurrent.metal",
             Family::Moe => "moe.metal",
             Family::Vision => "vision.metal",
+            Family::Rng => "rng.metal",
+            Family::Vq => "vq.metal",
         }
     }
 
@@ -138,6 +146,8 @@ impl Family {
             Family::Recurrent => include_str!("../../kernels/recurrent.metal"),
             Family::Moe => include_str!("../../kernels/moe.metal"),
             Family::Vision => include_str!("../../kernels/vision.metal"),
+            Family::Rng => include_str!("../../kernels/rng.metal"),
+            Family::Vq => include_str!("../../kernels/vq.metal"),
         }
     }
 }

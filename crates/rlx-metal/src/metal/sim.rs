@@ -263,3 +263,5 @@ mod tests_sequence;
 #[cfg(test)]
 #[path = "sim_tests_vision.rs"]
 mod tests_vision;
+#[path = "sim_tests_misc.rs"]
+mod tests_misc;

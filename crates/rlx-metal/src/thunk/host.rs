@@ -103,9 +103,9 @@ impl ThunkOp for CustomGpuOp {
 }
 
 /// An SPD-manifold op (`Op::Spd` / `Op::SpdBackward`) evaluated on the
-/// host in f64. The shapes carry the op's declared (f64) dtype, but the
-/// arena stores these values as f32, so each operand spans
-/// `elements · 4` bytes.
+/// host in f64. The shapes carry each operand's dtype as the arena stores
+/// it (f32, f64 or f16), so an operand spans `elements · dtype size` bytes;
+/// the kernel widens to f64 and rounds the result back.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct SpdHost {
     /// The op.
@@ -119,10 +119,7 @@ pub struct SpdHost {
 impl ThunkOp for SpdHost {
     const NAME: &'static str = "spd_host";
     fn io(&self) -> ThunkIo {
-        self.inputs
-            .iter()
-            .fold(ThunkIo::new(), |io, i| io.read(i.0, bytes(&[i.1], F32)))
-            .write(self.output.0, bytes(&[self.output.1], F32))
+        custom_io(&self.inputs, &self.output)
     }
     fn safe_for_active_extent(&self) -> bool {
         false
@@ -247,7 +244,7 @@ impl ThunkOp for HostOp {
     }
 }
 
-/// Normal fill of `len` f32.
+/// Normal fill of `len` f32: `mean + scale · philox_normal(key, offset, i)`.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct RngNormal {
     /// Destination.
@@ -258,9 +255,13 @@ pub struct RngNormal {
     pub mean: f32,
     /// Standard deviation.
     pub scale: f32,
-    /// Counter-based key (see `rlx_ir::rng`).
+    /// Philox key (see `rlx_ir::rng`).
     pub key: u64,
-    /// Per-op seed, if the op set one.
+    /// Philox counter words 2–3 (the stream offset, `RngOptions::counter`).
+    #[serde(default)]
+    pub offset: u64,
+    /// A seed that overrides `key` (`key = op_seed as u64`, saturating),
+    /// as the seed's thunk carries it; lowering leaves it `None`.
     pub op_seed: Option<f32>,
 }
 
@@ -275,17 +276,19 @@ impl ThunkOp for RngNormal {
     fn fmt_fields(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(
             f,
-            "len={} mean={} std={} key={:#x} dst={}",
+            "len={} mean={} std={} key={:#x} offset={} dst={}",
             self.len,
             self.mean,
             self.scale,
             self.key,
+            self.offset,
             Off(self.dst)
         )
     }
 }
 
-/// Uniform fill of `len` f32 in `[low, high)`.
+/// Uniform fill of `len` f32 in `[low, high)`:
+/// `low + (high - low) · philox_uniform(key, offset, i)`.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct RngUniform {
     /// Destination.
@@ -296,9 +299,12 @@ pub struct RngUniform {
     pub low: f32,
     /// Upper bound.
     pub high: f32,
-    /// Counter-based key.
+    /// Philox key.
     pub key: u64,
-    /// Per-op seed, if the op set one.
+    /// Philox counter words 2–3 (the stream offset).
+    #[serde(default)]
+    pub offset: u64,
+    /// A seed that overrides `key` (as [`RngNormal::op_seed`]).
     pub op_seed: Option<f32>,
 }
 
@@ -313,11 +319,12 @@ impl ThunkOp for RngUniform {
     fn fmt_fields(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(
             f,
-            "len={} low={} high={} key={:#x} dst={}",
+            "len={} low={} high={} key={:#x} offset={} dst={}",
             self.len,
             self.low,
             self.high,
             self.key,
+            self.offset,
             Off(self.dst)
         )
     }
@@ -366,4 +373,10 @@ impl ThunkOp for VqAssign {
             Off(self.out)
         )
     }
+}
+
+/// The Philox key a fill uses: `op_seed` (truncated toward zero,
+/// saturating, as Rust's `as u64`) when set, else `key`.
+pub fn rng_key(key: u64, op_seed: Option<f32>) -> u64 {
+    op_seed.map_or(key, |s| s as u64)
 }

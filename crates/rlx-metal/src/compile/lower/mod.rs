@@ -20,6 +20,7 @@ mod attention;
 pub(crate) mod conv;
 mod elementwise;
 mod matmul;
+mod misc;
 mod norm;
 mod reduce;
 mod sequence;
@@ -37,6 +38,8 @@ use std::collections::HashMap;
 pub struct CompileOptions {
     /// Values of symbolic dims (`{"seq": 128}`).
     pub dims: HashMap<String, usize>,
+    /// Seed and stream offset of the random fills (kept in the schedule).
+    pub rng: rlx_ir::RngOptions,
 }
 
 /// What a named leaf or output is bound to.
@@ -129,6 +132,7 @@ pub(crate) struct Ctx<'a> {
     zeros: usize,
     neg_inf: usize,
     views: &'a [bool],
+    rng: rlx_ir::RngOptions,
 }
 
 impl Ctx<'_> {
@@ -351,7 +355,8 @@ fn lower_node(ctx: &mut Ctx<'_>) -> Result<(), CompileError> {
         OpFamily::Reduce => reduce::lower(ctx, &op),
         OpFamily::Conv => conv::lower(ctx, &op),
         OpFamily::Sequence => sequence::lower(ctx, &op),
-        OpFamily::Misc if matches!(op, Op::Custom { .. }) => shape::lower_custom(ctx, &op),
+        OpFamily::Misc => misc::lower(ctx, &op),
+        OpFamily::Backward if matches!(op, Op::SpdBackward { .. }) => misc::lower(ctx, &op),
         _ => Err(ctx.unsupported(format!(
             "lowering of the {:?} family is not implemented yet",
             op.family()
@@ -497,6 +502,7 @@ pub fn lower(graph: &Graph, opts: &CompileOptions) -> Result<Compiled, CompileEr
                 zeros: tag_weight(0),
                 neg_inf: tag_weight(neg_inf),
                 views: &views,
+                rng: opts.rng,
             };
             lower_node(&mut ctx)?;
             *slot = ctx.scratch_sizes;
@@ -541,6 +547,7 @@ pub fn lower(graph: &Graph, opts: &CompileOptions) -> Result<Compiled, CompileEr
             zeros: tag_weight(0),
             neg_inf: tag_weight(neg_inf),
             views: &views,
+            rng: opts.rng,
         };
         lower_node(&mut ctx)?;
     }
@@ -566,7 +573,7 @@ pub fn lower(graph: &Graph, opts: &CompileOptions) -> Result<Compiled, CompileEr
     Ok(Compiled {
         schedule: ThunkSchedule {
             thunks,
-            rng: Default::default(),
+            rng: opts.rng,
         },
         arena_bytes: mplan.arena_bytes,
         naive_bytes: mplan.naive_bytes,

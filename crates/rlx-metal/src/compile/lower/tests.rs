@@ -128,7 +128,14 @@ fn unbound_dims_and_unsupported_ops_are_named() {
     assert!(e.contains("dim 'seq'"), "{e}");
     let mut dims = HashMap::new();
     dims.insert("seq".to_string(), 3);
-    let c = lower(&g, &CompileOptions { dims }).unwrap();
+    let c = lower(
+        &g,
+        &CompileOptions {
+            dims,
+            ..Default::default()
+        },
+    )
+    .unwrap();
     assert_eq!(c.inputs[0].shape, f32s(&[3, 4]));
 
     let mut g = Graph::new("t");

@@ -25,6 +25,7 @@ pub mod conv;
 pub mod elementwise;
 pub mod indexing;
 pub mod matmul;
+pub mod misc;
 pub mod norm;
 pub mod quant;
 pub mod reduce;
@@ -32,6 +33,7 @@ pub mod sequence;
 pub mod sequence_gdn;
 pub mod sequence_rnn;
 pub mod shape;
+pub mod spd;
 
 /// Errors from kernel precondition checks. Messages start with the kernel
 /// name in brackets.

@@ -46,6 +46,7 @@ mod fused_mlp;
 mod indexing;
 mod layout;
 mod linalg;
+mod misc;
 mod quant;
 mod scan;
 mod sequence;
@@ -67,6 +68,7 @@ pub fn has_native(t: &Thunk) -> bool {
         || indexing::handles(t)
         || sequence::handles(t)
         || scan::handles(t)
+        || misc::handles(t)
 }
 
 /// Run `t` natively, or `None` if it has no native kernel.
@@ -94,6 +96,9 @@ pub(crate) fn run(t: &Thunk, mem: &Mem, st: &mut Staging, _s: &ThunkSchedule) ->
     }
     if scan::handles(t) {
         return Some(scan::run(t, mem));
+    }
+    if misc::handles(t) {
+        return Some(misc::run(t, mem, st));
     }
     None
 }

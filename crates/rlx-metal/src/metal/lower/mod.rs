@@ -11,6 +11,7 @@ mod elementwise;
 mod indexing;
 mod matmul;
 mod moe;
+mod misc;
 mod norm;
 mod norm_fused;
 mod quant;
@@ -135,6 +136,7 @@ const FAMILIES: &[fn(usize, &Thunk) -> Option<Lowered>] = &[
     conv::lower,
     sequence::lower,
     vision::lower,
+    misc::lower,
 ];
 
 /// The command of thunk `i`: a dispatch, `Host` when no kernel covers it,

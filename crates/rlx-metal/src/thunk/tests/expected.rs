@@ -236,7 +236,7 @@ pub(super) fn expect(t: &Thunk) -> Expect {
         // ---- host: f32 [2,3], i64 [3] -> f16 [2,3]
         T::CustomOp(_) | T::CustomGpuOp(_) => e(&[(X0, 24), (X1, 24)], &[(X2, 12)], false),
         // 32 elements stored as f32 in the arena
-        T::SpdHost(_) => e(&[(X0, 128)], &[(X1, 128)], false),
+        T::SpdHost(_) => e(&[(X0, 256)], &[(X1, 256)], false),
         T::ScanHost(_) => e(&[(X0, 16), (X1, 80)], &[(X2, 80)], false),
         T::HostOp(_) => e(&[(X0, 48)], &[(X1, 24)], false),
         T::RngNormal(_) | T::RngUniform(_) => e(&[], &[(X0, 40)], false),

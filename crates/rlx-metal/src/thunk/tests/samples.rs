@@ -339,8 +339,8 @@ fn splat_host() -> Vec<Thunk> {
                 output: (X1, Shape::of(&[3, 4], DType::F16)),
             },
         }.into(),
-        RngNormal { dst: X0, len: 10, mean: 0.0, scale: 1.0, key: 42, op_seed: None }.into(),
-        RngUniform { dst: X0, len: 10, low: -1.0, high: 1.0, key: 43, op_seed: Some(3.0) }.into(),
+        RngNormal { dst: X0, len: 10, mean: 0.0, scale: 1.0, key: 42, offset: 0, op_seed: None }.into(),
+        RngUniform { dst: X0, len: 10, low: -1.0, high: 1.0, key: 43, offset: 7, op_seed: Some(3.0) }.into(),
         VqAssign { x: X0, cb: W0, out: X1, n: 5, d: 8, k: 16, metric: 0 }.into(),
     ]
 }

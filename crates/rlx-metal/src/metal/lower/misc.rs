@@ -1,0 +1,102 @@
+//! Random fills → `rng.metal`, vector-quantiser assignment → `vq.metal`,
+//! SAM 2 axial RoPE → `rope.metal` (`axial_rope2d_f32`). Shapes the host
+//! kernels reject (bad metric, head_dim not a multiple of 4, a sequence
+//! longer than the repeated grid) and aliased operands stay on the host,
+//! whose kernels report the error.
+
+use super::shape::u32_of;
+use super::{aliased, elementwise, kernel, Lowered};
+use crate::metal::args::{AxialRopeArgs, RngArgs, VqArgs};
+use crate::metal::kernels::Family;
+use crate::metal::plan::{BufferBinding, Dispatch};
+use crate::thunk::host::rng_key;
+use crate::thunk::Thunk;
+
+/// Threads per threadgroup of `vq_assign_f32` (`VQ_THREADS`).
+const VQ_THREADS: u32 = 64;
+
+fn rng_args(len: u32, key: u64, offset: u64, a: f32, b: f32) -> RngArgs {
+    RngArgs {
+        len,
+        key_lo: key as u32,
+        key_hi: (key >> 32) as u32,
+        offset_lo: offset as u32,
+        offset_hi: (offset >> 32) as u32,
+        a,
+        b,
+        _pad: 0,
+    }
+}
+
+/// The dispatch of one misc thunk, `None` for the host.
+pub(super) fn lower(i: usize, t: &Thunk) -> Option<Lowered> {
+    if matches!(
+        t,
+        Thunk::RngNormal(_) | Thunk::RngUniform(_) | Thunk::VqAssign(_) | Thunk::AxialRope2dHost(_)
+    ) && t.io().writes.iter().all(|w| w.len == 0)
+    {
+        return Some(Lowered::Skip);
+    }
+    Some(match t {
+        Thunk::RngUniform(r) => {
+            let key = rng_key(r.key, r.op_seed);
+            let args = rng_args(r.len, key, r.offset, r.low, r.high - r.low);
+            let k = kernel(Family::Rng, "rng_uniform_f32".into());
+            Lowered::Dispatch(elementwise(i, k, &args, &[r.dst], r.len.div_ceil(4)))
+        }
+        Thunk::RngNormal(r) => {
+            let key = rng_key(r.key, r.op_seed);
+            let args = rng_args(r.len, key, r.offset, r.mean, r.scale);
+            let k = kernel(Family::Rng, "rng_normal_f32".into());
+            Lowered::Dispatch(elementwise(i, k, &args, &[r.dst], r.len.div_ceil(2)))
+        }
+        Thunk::VqAssign(v) if v.metric <= 2 && (v.k > 0 || v.n == 0) && !aliased(t) => {
+            let args = VqArgs {
+                n: v.n,
+                d: v.d,
+                k: v.k,
+                metric: v.metric,
+            };
+            Lowered::Dispatch(Dispatch {
+                thunk: i,
+                kernel: kernel(Family::Vq, "vq_assign_f32".into()),
+                args: args_bytes(&args),
+                bindings: [v.x, v.cb, v.out]
+                    .iter()
+                    .map(|&o| BufferBinding::of(o))
+                    .collect(),
+                grid: [v.n, 1, 1],
+                threadgroup: [VQ_THREADS, 1, 1],
+                threadgroup_memory: Vec::new(),
+            })
+        }
+        Thunk::AxialRope2dHost(r) => {
+            let hd = r.head_dim;
+            let grid = r.end_x.checked_mul(r.end_y)?;
+            let seq_ok = r.seq as u64 <= grid as u64 * r.repeat_factor.max(1) as u64;
+            let hidden_ok = r.num_heads as u64 * hd as u64 == r.hidden as u64;
+            if hd == 0 || !hd.is_multiple_of(4) || grid == 0 || !seq_ok || !hidden_ok || aliased(t)
+            {
+                return None;
+            }
+            let pairs = u32_of(r.batch as u64 * r.seq as u64 * r.hidden as u64 / 2)?;
+            let args = AxialRopeArgs {
+                pairs,
+                seq: r.seq,
+                hidden: r.hidden,
+                head_dim: hd,
+                end_x: r.end_x,
+                grid,
+                theta: r.theta,
+                _pad: 0,
+            };
+            let k = kernel(Family::Rope, "axial_rope2d_f32".into());
+            Lowered::Dispatch(elementwise(i, k, &args, &[r.src, r.dst], pairs))
+        }
+        _ => return None,
+    })
+}
+
+fn args_bytes(a: &impl crate::metal::args::KernelArgs) -> Vec<u8> {
+    a.as_bytes().to_vec()
+}
