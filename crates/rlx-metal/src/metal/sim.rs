@@ -260,8 +260,8 @@ mod tests_conv;
 #[path = "sim_tests_sequence.rs"]
 mod tests_sequence;
 
+#[path = "sim_tests_misc.rs"]
+mod tests_misc;
 #[cfg(test)]
 #[path = "sim_tests_vision.rs"]
 mod tests_vision;
-#[path = "sim_tests_misc.rs"]
-mod tests_misc;
