@@ -6,12 +6,17 @@ Format: 8 bytes little-endian header length N, N bytes of JSON mapping each
 tensor name to ``{"dtype", "shape", "data_offsets": [begin, end]}`` (offsets
 relative to the byte after the header) plus an optional ``__metadata__``.
 Every problem raises :class:`rlx.WeightFormatError` naming the file and the
-tensor or key at fault.
+tensor or key at fault. Validated up front: a JSON object without duplicate
+keys, nested at most :data:`MAX_NESTING` deep, ``__metadata__`` a string →
+string map, every shape and offset a non-negative JSON integer (not a float,
+not ``1e400``, not a bool), byte counts computed exactly, every tensor inside
+the data area and no two tensors overlapping.
 """
 
 from __future__ import annotations
 
 import json
+import math
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,6 +25,7 @@ from typing import Any, Union
 import numpy as np
 
 from rlx.errors import WeightFormatError
+from rlx.io.mapped import MapStamp
 
 PathLike = Union[str, "os.PathLike[str]"]
 
@@ -38,6 +44,38 @@ _DTYPES = {
 
 #: Largest header accepted (the format's own limit is 100 MB).
 MAX_HEADER = 100 * 1024 * 1024
+#: Deepest JSON nesting accepted (a valid header nests 3 deep).
+MAX_NESTING = 64
+#: Most dims a tensor may have.
+MAX_DIMS = 64
+
+
+class _Duplicate(Exception):
+    """A JSON object repeats a key."""
+
+
+def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for k, v in pairs:
+        if k in out:
+            raise _Duplicate(k)
+        out[k] = v
+    return out
+
+
+def _depth_ok(raw: bytes, limit: int) -> bool:
+    """Whether the brackets of a JSON text nest at most ``limit`` deep
+    (brackets inside strings counted too: an over-estimate, never under)."""
+    depth = 0
+    for c in raw.translate(None, delete=bytes(set(range(256)) - set(b"[]{}"))):
+        depth += 1 if c in b"[{" else -1
+        if depth > limit:
+            return False
+    return True
+
+
+def _is_int(v: Any) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
 
 
 @dataclass(frozen=True)
@@ -57,48 +95,82 @@ class SafetensorsFile:
     def __init__(self, path: PathLike) -> None:
         self.path = Path(path)
         try:
+            st = os.stat(self.path)
             self._mm = np.memmap(self.path, dtype=np.uint8, mode="r")
         except (OSError, ValueError) as e:
             raise WeightFormatError(f"[safetensors] {self.path}: cannot map the file: {e}") from e
+        self._stamp = MapStamp(self.path, "safetensors", st, self._mm)
         size = self._mm.size
         if size < 8:
             raise self._fail(f"file of {size} bytes is shorter than the 8-byte header length")
         n = int(np.frombuffer(self._mm[:8].tobytes(), "<u8")[0])
         if n > MAX_HEADER or 8 + n > size:
             raise self._fail(f"header length {n} does not fit the file of {size} bytes")
+        raw = self._mm[8 : 8 + n].tobytes()
+        if not _depth_ok(raw, MAX_NESTING):
+            raise self._fail(f"header JSON nests deeper than {MAX_NESTING} levels")
         try:
-            header = json.loads(self._mm[8 : 8 + n].tobytes())
-        except (UnicodeDecodeError, json.JSONDecodeError) as e:
-            raise self._fail(f"header is not valid JSON ({e})") from e
+            header = json.loads(raw.decode("utf-8"), object_pairs_hook=_no_duplicates)
+        except _Duplicate as e:
+            raise self._fail(f"header repeats the key {e.args[0]!r}") from None
+        except (UnicodeDecodeError, ValueError, RecursionError) as e:
+            # ValueError: bad JSON, or an integer of more than 4300 digits
+            raise self._fail(f"header is not valid JSON ({e})") from None
         if not isinstance(header, dict):
             raise self._fail("header is not a JSON object")
-        self.metadata: dict[str, Any] = header.pop("__metadata__", None) or {}
+        meta = header.pop("__metadata__", None)
+        if meta is None:
+            meta = {}
+        if not isinstance(meta, dict) or not all(isinstance(v, str) for v in meta.values()):
+            raise self._fail("__metadata__ is not a map of strings to strings")
+        self.metadata: dict[str, Any] = meta
         base = 8 + n
         self._tensors: dict[str, SafeTensor] = {}
         for name, e in header.items():
             self._tensors[name] = self._entry(name, e, base, size)
+        spans = sorted((t.begin, t.end, t.name) for t in self._tensors.values() if t.end > t.begin)
+        for (_, end, a), (begin, _, b) in zip(spans, spans[1:]):
+            if begin < end:
+                raise self._fail(f"tensors {a!r} and {b!r} overlap in the data area")
 
     def _fail(self, what: str) -> WeightFormatError:
         return WeightFormatError(f"[safetensors] {self.path}: {what}")
 
     def _entry(self, name: str, e: Any, base: int, size: int) -> SafeTensor:
-        try:
-            dtype = str(e["dtype"])
-            shape = tuple(int(d) for d in e["shape"])
-            b, t = (int(o) for o in e["data_offsets"])
-        except (KeyError, TypeError, ValueError) as err:
-            raise self._fail(f"tensor {name!r}: malformed entry {e!r} ({err})") from err
-        if dtype not in _DTYPES:
+        if not isinstance(e, dict):
+            raise self._fail(f"tensor {name!r}: malformed entry: not a JSON object")
+        dtype, shape_v, offs = e.get("dtype"), e.get("shape"), e.get("data_offsets")
+        if not isinstance(dtype, str) or dtype not in _DTYPES:
             raise self._fail(
-                f"tensor {name!r}: unknown dtype {dtype}; supported: {', '.join(_DTYPES)}"
+                f"tensor {name!r}: unknown dtype {dtype!r}; supported: {', '.join(_DTYPES)}"
             )
-        nbytes = int(np.prod(shape, dtype=np.int64)) * np.dtype(_DTYPES[dtype]).itemsize
-        if any(d < 0 for d in shape) or b < 0 or t - b != nbytes or base + t > size:
+        if not isinstance(shape_v, list) or len(shape_v) > MAX_DIMS:
+            raise self._fail(
+                f"tensor {name!r}: malformed entry: shape is not a list of at most {MAX_DIMS} dims"
+            )
+        if not all(_is_int(d) and d >= 0 for d in shape_v):
+            raise self._fail(
+                f"tensor {name!r}: malformed entry: shape {shape_v!r} is not a list of "
+                "non-negative integers"
+            )
+        if not (isinstance(offs, list) and len(offs) == 2 and all(_is_int(o) for o in offs)):
+            raise self._fail(
+                f"tensor {name!r}: malformed entry: data_offsets {offs!r} is not two integers"
+            )
+        shape = tuple(shape_v)
+        b, t = offs
+        nbytes = math.prod(shape) * np.dtype(_DTYPES[dtype]).itemsize  # exact, no wrap
+        if b < 0 or t - b != nbytes or base + t > size:
             raise self._fail(
                 f"tensor {name!r}: data_offsets [{b}, {t}] do not hold {dtype}{list(shape)} "
                 f"inside the file of {size} bytes (truncated or corrupted?)"
             )
         return SafeTensor(name, dtype, shape, base + b, base + t)
+
+    def check_unchanged(self) -> None:
+        """Raise :class:`rlx.WeightFormatError` when the file was truncated or
+        rewritten since it was opened (see :mod:`rlx.io.mapped`)."""
+        self._stamp.check()
 
     def keys(self) -> list[str]:
         """Tensor names in file order."""
@@ -125,7 +197,8 @@ class SafetensorsFile:
         t = self.info(name)
         if len(t.shape) != 2:
             raise self._fail(f"tensor {name!r} has shape {list(t.shape)}, expected 2-D")
-        return self._mm[t.begin : t.end].reshape(t.shape[0], -1)
+        row = t.shape[1] * np.dtype(_DTYPES[t.dtype]).itemsize  # exact even for 0 rows
+        return self._mm[t.begin : t.end].reshape(t.shape[0], row)
 
 
 def open_safetensors(path: PathLike) -> SafetensorsFile:

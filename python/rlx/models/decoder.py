@@ -336,6 +336,7 @@ class DecoderModel:
 
     def _feed(self, ids: Sequence[int], all_rows: bool = False) -> np.ndarray:
         """Run ``ids`` after the cache in chunks; last-row logits or all rows."""
+        self.weights.src.check_unchanged()  # a truncated mapped file would SIGBUS
         step = BUCKETS[-1]
         parts = [self._chunk(ids[i : i + step], all_rows) for i in range(0, len(ids), step)]
         return np.concatenate(parts, axis=0) if all_rows else parts[-1]

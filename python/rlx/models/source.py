@@ -122,6 +122,11 @@ class TensorSource(ABC):
     def _rows(self, meta: TensorMeta) -> np.ndarray:
         """Implemented per storage format (see the class doc)."""
 
+    @abstractmethod
+    def check_unchanged(self) -> None:
+        """Raise :class:`rlx.WeightFormatError` when a mapped file changed
+        since it was opened (:mod:`rlx.io.mapped`)."""
+
     def has(self, name: str) -> bool:
         """Whether the source holds builder tensor ``name``."""
         return self._lookup(self.stored_name(name), name) is not None
@@ -188,6 +193,9 @@ class GGUFSource(TensorSource):
     def stored_name(self, name: str) -> str:
         return self.names.gguf.get(name, name)
 
+    def check_unchanged(self) -> None:
+        self.f.check_unchanged()
+
     def _lookup(self, stored: str, name: str) -> Optional[TensorMeta]:
         if stored not in self._names:
             return None
@@ -239,6 +247,10 @@ class HFSource(TensorSource):
                 raise WeightFormatError(f"[load] {self.path}: shard {fname} is missing")
             f = self._files[fname] = SafetensorsFile(p)
         return f
+
+    def check_unchanged(self) -> None:
+        for f in self._files.values():
+            f.check_unchanged()
 
     def stored_name(self, name: str) -> str:
         nm = self.names

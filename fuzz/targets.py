@@ -1,0 +1,111 @@
+"""Fuzz targets: one function per input format, each taking raw bytes.
+
+A target returns normally or raises :class:`rlx.RlxError`; anything else
+(a raw ``ValueError``, ``IndexError``, ``RecursionError``, ``MemoryError``,
+a ``pyo3_runtime.PanicException`` from the Rust side, …) is a finding.
+Both engines drive these: ``fuzz/mutate.py`` (a seeded, dependency-free
+mutation fuzzer: the bounded CI run and the recorded campaign) and the
+atheris harnesses ``fuzz/fuzz_*.py`` (coverage-guided, libFuzzer).
+
+The readers memory-map a file, so each input is written to one scratch
+file per process (under ``/dev/shm`` when it exists) and opened from there.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+import rlx
+from rlx.errors import RlxError
+from rlx.io.gguf import GGUFFile
+from rlx.io.safetensors import SafetensorsFile
+
+_DIR = Path(
+    tempfile.mkdtemp(prefix="rlx-fuzz-", dir="/dev/shm" if os.path.isdir("/dev/shm") else None)
+)
+
+
+def scratch(data: bytes, name: str) -> Path:
+    """``data`` written to the per-process scratch file ``name``."""
+    p = _DIR / name
+    p.write_bytes(data)
+    return p
+
+
+def _touch(a: np.ndarray) -> None:
+    """Read the first and last byte of a view (a view past the end of the
+    map would fault here, not silently later)."""
+    if a.size:
+        b = a.reshape(-1).view(np.uint8)
+        int(b[0]) + int(b[-1])
+
+
+def gguf_target(data: bytes) -> None:
+    """Open a GGUF file and use every accessor on every key and tensor."""
+    f = GGUFFile(scratch(data, "in.gguf"))
+    for k in f.keys():
+        types = f.value_types(k)
+        if types[0] == "ARRAY":
+            if types[-1] == "STRING":
+                f.get_str_list(k)
+            elif types[-1] != "ARRAY":
+                _touch(f.get_array(k))
+        f.get(k)
+    f.get_str("general.architecture", None)
+    for t in f.tensors:
+        _touch(f.tensor_bytes(t.name))
+        _touch(f.tensor_rows(t.name))
+        if t.ggml_type in ("F32", "F16", "BF16"):
+            _touch(f.tensor_array(t.name))
+        assert t.row_bytes >= 0
+    f.check_unchanged()
+
+
+def safetensors_target(data: bytes) -> None:
+    """Open a safetensors file and view every tensor (typed and as rows)."""
+    f = SafetensorsFile(scratch(data, "in.safetensors"))
+    for name in f.keys():
+        _touch(f.tensor(name))
+        if len(f.info(name).shape) == 2:
+            _touch(f.raw(name))
+    f.check_unchanged()
+
+
+def model_target(data: bytes) -> None:
+    """Load a GGUF model (config, tokenizer, every weight, the decode graph)
+    and run one token through it."""
+    from rlx.models.decoder import DecoderModel
+
+    m = DecoderModel(scratch(data, "model.gguf"), inplace=False)
+    m.next_logits([0])
+
+
+def graph_json_target(data: bytes) -> None:
+    """``Graph.from_json`` (Rust: serde + the IR verifier) on the input,
+    then compile it (Rust: shape inference, lowering, planning)."""
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError:
+        return
+    g = rlx.Graph.from_json(text)
+    g.verify()
+    rlx.Graph.from_json(g.to_json())
+    # compile only graphs whose every value is small (the arena is real memory)
+    sizes = [n.shape for n in g.nodes]
+    if all(all(isinstance(d, int) for d in s) for s in sizes):
+        if sum(int(np.prod(s, dtype=np.float64)) for s in sizes) <= 1 << 16:
+            rlx.compile(g)
+
+
+TARGETS: dict[str, Callable[[bytes], None]] = {
+    "gguf": gguf_target,
+    "safetensors": safetensors_target,
+    "model": model_target,
+    "graph_json": graph_json_target,
+}
+#: exceptions a target may raise (everything rlx raises on bad input)
+ALLOWED = (RlxError,)
