@@ -168,6 +168,21 @@ def graph_seeds(d: Path) -> None:
     (d / "ops.json").write_text(g.to_json())
 
 
+def gguf_rows_seeds(d: Path) -> None:
+    """Inputs of ``targets.gguf_rows_target``: Q8_0 / Q4_K / F32 / F16 rows."""
+    d.mkdir(parents=True, exist_ok=True)
+    rng = np.random.default_rng(3)
+    for name, k in (("Q8_0", 64), ("Q4_K", 256), ("F32", 8), ("F16", 8)):
+        t = gguf.GGMLQuantizationType[name]
+        bs, bb = gguf.GGML_QUANT_SIZES[t]
+        rows = rng.integers(0, 256, (3, k // bs * bb), dtype=np.uint8)
+        if name == "F32":
+            rows = rng.standard_normal((3, k)).astype(np.float32).view(np.uint8)
+        ids = [0, 2, 1]
+        head = struct.pack("<IIBB", int(t), k, len(ids), 3) + struct.pack("<3h", *ids)
+        (d / f"{name}.bin").write_bytes(head + rows.tobytes())
+
+
 def main() -> None:
     gguf_seeds(OUT / "gguf")
     (OUT / "model").mkdir(parents=True, exist_ok=True)
@@ -175,6 +190,7 @@ def main() -> None:
     tiny_model(OUT / "model" / "llama_untied.gguf", untied=True)
     safetensors_seeds(OUT / "safetensors")
     graph_seeds(OUT / "graph_json")
+    gguf_rows_seeds(OUT / "gguf_rows")
     for p in sorted(OUT.rglob("*")):
         if p.is_file():
             print(p.relative_to(OUT), p.stat().st_size)

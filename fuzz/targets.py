@@ -13,7 +13,10 @@ file per process (under ``/dev/shm`` when it exists) and opened from there.
 
 from __future__ import annotations
 
+import atexit
 import os
+import shutil
+import struct
 import tempfile
 from pathlib import Path
 from typing import Callable
@@ -29,9 +32,14 @@ _DIR = Path(
 )
 
 
+atexit.register(shutil.rmtree, _DIR, True)
+
+
 def scratch(data: bytes, name: str) -> Path:
-    """``data`` written to the per-process scratch file ``name``."""
+    """``data`` written to the per-process scratch file ``name`` (a new
+    inode each time: a map of the previous input stays valid)."""
     p = _DIR / name
+    p.unlink(missing_ok=True)
     p.write_bytes(data)
     return p
 
@@ -101,11 +109,31 @@ def graph_json_target(data: bytes) -> None:
             rlx.compile(g)
 
 
+def gguf_rows_target(data: bytes) -> None:
+    """The native embedding decoder ``gguf_dequantize_rows`` (Rust, through
+    the binding) on arbitrary type id / k / row ids / packed bytes. Input
+    layout: u32 type id, u32 k, u8 row count, u8 rows per id, then int16
+    row ids, then the packed bytes (shaped ``[n_rows, len // n_rows]``)."""
+    from rlx._rlx import gguf_dequantize_rows
+
+    if len(data) < 10:
+        return
+    type_id, k, n_ids, n_rows = struct.unpack_from("<IIBB", data)
+    k %= 1 << 14
+    ids = list(struct.unpack_from(f"<{n_ids}h", data, 10)) if len(data) >= 10 + 2 * n_ids else []
+    raw = np.frombuffer(data[10 + 2 * n_ids :], np.uint8)
+    n_rows = max(n_rows, 1)
+    raw = raw[: len(raw) // n_rows * n_rows].reshape(n_rows, -1)
+    out = np.zeros((len(ids), k), np.float32)
+    gguf_dequantize_rows(type_id, raw, ids, k, out)
+
+
 TARGETS: dict[str, Callable[[bytes], None]] = {
     "gguf": gguf_target,
     "safetensors": safetensors_target,
     "model": model_target,
     "graph_json": graph_json_target,
+    "gguf_rows": gguf_rows_target,
 }
 #: exceptions a target may raise (everything rlx raises on bad input)
 ALLOWED = (RlxError,)

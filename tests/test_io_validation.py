@@ -247,7 +247,13 @@ def test_safetensors_bad_offsets(tmp_path: Path, offs: Any) -> None:
 def test_safetensors_wrapping_shape(tmp_path: Path) -> None:
     # [2^32, 2^32, 16] wraps to 0 elements in int64; must not pass as empty
     raw = st_bytes({"w": _entry([1 << 32, 1 << 32, 16], [0, 0])}, b"")
-    st_error(tmp_path, raw, "'w'", "data_offsets")
+    st_error(tmp_path, raw, "'w'", "2^63")
+
+
+@pytest.mark.parametrize("shape", [[0, 1 << 64], [1 << 62, 1 << 62, 0], [1 << 62, 4]])
+def test_safetensors_dims_past_numpy_limits(tmp_path: Path, shape: list[int]) -> None:
+    # zero elements but dims numpy cannot represent (a campaign finding)
+    st_error(tmp_path, st_bytes({"z": _entry(shape, [0, 0])}), "'z'")
 
 
 def test_safetensors_huge_integer(tmp_path: Path) -> None:

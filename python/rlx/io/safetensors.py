@@ -46,8 +46,10 @@ _DTYPES = {
 MAX_HEADER = 100 * 1024 * 1024
 #: Deepest JSON nesting accepted (a valid header nests 3 deep).
 MAX_NESTING = 64
-#: Most dims a tensor may have.
-MAX_DIMS = 64
+#: Most dims a tensor may have (numpy 1.x's limit).
+MAX_DIMS = 32
+#: Largest dim (and element count) accepted: numpy's ``intp`` maximum.
+MAX_DIM = (1 << 63) - 1
 
 
 class _Duplicate(Exception):
@@ -148,18 +150,24 @@ class SafetensorsFile:
             raise self._fail(
                 f"tensor {name!r}: malformed entry: shape is not a list of at most {MAX_DIMS} dims"
             )
-        if not all(_is_int(d) and d >= 0 for d in shape_v):
+        if not all(_is_int(d) and 0 <= d <= MAX_DIM for d in shape_v):
             raise self._fail(
                 f"tensor {name!r}: malformed entry: shape {shape_v!r} is not a list of "
-                "non-negative integers"
+                f"integers in [0, 2^63)"
             )
         if not (isinstance(offs, list) and len(offs) == 2 and all(_is_int(o) for o in offs)):
             raise self._fail(
                 f"tensor {name!r}: malformed entry: data_offsets {offs!r} is not two integers"
             )
         shape = tuple(shape_v)
+        itemsize = np.dtype(_DTYPES[dtype]).itemsize
+        if math.prod(d for d in shape if d) * itemsize > MAX_DIM:  # numpy's size limit
+            raise self._fail(
+                f"tensor {name!r}: shape {list(shape)} exceeds 2^63 bytes (numpy's limit), "
+                "even with a zero dim"
+            )
         b, t = offs
-        nbytes = math.prod(shape) * np.dtype(_DTYPES[dtype]).itemsize  # exact, no wrap
+        nbytes = math.prod(shape) * itemsize  # exact, no wrap
         if b < 0 or t - b != nbytes or base + t > size:
             raise self._fail(
                 f"tensor {name!r}: data_offsets [{b}, {t}] do not hold {dtype}{list(shape)} "
