@@ -9,7 +9,8 @@ over header fields — 0, -1, 2^31, 2^32, 2^62, 2^63, 2^64-1 —, chunk
 insert / delete / duplicate, truncation, splicing with another input, and
 for JSON text number / nesting / duplicate-key edits) and runs the target.
 An input whose outcome is new (accepted, or an error message not seen yet,
-digits masked) joins the corpus: a cheap stand-in for coverage feedback.
+digits masked) joins the corpus: a cheap stand-in for coverage feedback; a
+third of the parents are the committed seeds themselves.
 
 Outcomes are counted as *ok* (accepted), *rlx_error* (an ``RlxError``:
 the expected rejection) or a *finding*: any other exception, or a *hang*
@@ -150,10 +151,15 @@ def run(target: str, runs: int, seconds: float, seed: int, corpus_dir: Path, out
                 break
             if it < len(seeds):
                 data = seeds[it]
-            elif target == "safetensors":
-                data = mutate_safetensors(rng, rng.choice(corpus), corpus)
             else:
-                data = mutate(rng, rng.choice(corpus), corpus, text)
+                # a third of the time a committed seed is the parent: the
+                # corpus fills with rejected inputs, and the valid seeds keep
+                # mutants reaching past the header checks
+                parent = rng.choice(seeds if rng.random() < 0.33 else corpus)
+                if target == "safetensors":
+                    data = mutate_safetensors(rng, parent, corpus)
+                else:
+                    data = mutate(rng, parent, corpus, text)
             kind: Optional[str] = None
             signal.setitimer(signal.ITIMER_REAL, timeout)
             try:

@@ -357,7 +357,8 @@ def test_tiny_model_loads(tmp_path: Path) -> None:
         ("llama.block_count", U32, 0, "must be ≥ 1"),
         ("llama.block_count", I32, -1, "out of range"),
         ("llama.block_count", U64, 1 << 62, "out of range"),
-        ("llama.block_count", U32, 1 << 20, "more than"),
+        ("llama.block_count", U32, 1 << 20, "out of range [1, 65536]"),
+        ("llama.expert_count", U32, 1 << 30, "out of range [0, 65536]"),
         ("llama.attention.head_count", U32, 0, "must be ≥ 1"),
         ("llama.attention.head_count", U32, 3, "does not divide"),
         ("llama.attention.head_count_kv", U32, 0, "kv_heads"),
@@ -395,6 +396,7 @@ def test_hf_config_validation(tmp_path: Path) -> None:
     src = ROOT / "tests" / "fixtures" / "hf" / "llama"
     for change, needle in [
         ({"num_hidden_layers": 0}, "num_hidden_layers"),
+        ({"num_hidden_layers": 1 << 20}, "out of range [1, 65536]"),
         ({"num_hidden_layers": 1 << 40}, "out of range"),
         ({"num_attention_heads": 0}, "positive"),
         ({"num_key_value_heads": 0}, "num_key_value_heads"),

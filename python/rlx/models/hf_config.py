@@ -39,8 +39,21 @@ _MISSING: Any = object()
 MAX_HPARAM = (1 << 31) - 1
 #: Most layers a model may declare.
 MAX_LAYERS = 1 << 16
-#: Deepest JSON nesting of a ``config.json`` accepted.
-MAX_JSON_DEPTH = 64
+#: Most experts a mixture-of-experts layer may declare.
+MAX_EXPERTS = 1 << 16
+#: Tighter ranges of the fields builders turn into per-layer / per-expert
+#: lists (``config.json`` keys, then GGUF ``{arch}.`` suffixes).
+HF_BOUNDS = {
+    "num_hidden_layers": (1, MAX_LAYERS),
+    "num_experts": (0, MAX_EXPERTS),
+    "num_local_experts": (0, MAX_EXPERTS),
+    "num_experts_per_tok": (0, MAX_EXPERTS),
+}
+GGUF_BOUNDS = {
+    "block_count": (1, MAX_LAYERS),
+    "expert_count": (0, MAX_EXPERTS),
+    "expert_used_count": (0, MAX_EXPERTS),
+}
 
 #: rope types rlx implements (``RopeScaling.kind``).
 ROPE_TYPES = ("default", "linear", "llama3")
@@ -101,8 +114,9 @@ class HFConfig:
             or int(v) != v
         ):
             raise self.fail(key, f"= {v!r} is not an integer")
-        if abs(v) > MAX_HPARAM:
-            raise self.fail(key, f"= {v!r} is out of range (|v| ≤ {MAX_HPARAM})")
+        lo, hi = HF_BOUNDS.get(key, (-MAX_HPARAM, MAX_HPARAM))
+        if not lo <= v <= hi:
+            raise self.fail(key, f"= {v!r} is out of range [{lo}, {hi}]")
         return int(v)
 
     def get_float(self, key: str, default: Any = _MISSING) -> float:
@@ -212,8 +226,6 @@ def common_config(
     hidden = c.get_int("hidden_size")
     heads = c.get_int("num_attention_heads")
     n_layers = c.get_int("num_hidden_layers")
-    if not 1 <= n_layers <= MAX_LAYERS:
-        raise c.fail("num_hidden_layers", f"= {n_layers} is not in [1, {MAX_LAYERS}]")
     head_dim = c.get_int("head_dim", hidden // heads if heads else 0)
     if heads <= 0 or head_dim <= 0 or hidden <= 0 or n_layers <= 0:
         raise c.fail("hidden_size", "/ num_attention_heads / num_hidden_layers must be positive")
@@ -298,9 +310,10 @@ def check_gguf_metadata(f: GGUFFile) -> None:
         key = prefix + suffix
         if key in f and f.value_types(key)[0] != "ARRAY" and f.get_int(key) < 1:
             raise _gguf_fail(f, key, f"= {f.get_int(key)} must be ≥ 1")
-    n = f.get_int(prefix + "block_count", None) if prefix + "block_count" in f else None
-    if n is not None and n > MAX_LAYERS:
-        raise _gguf_fail(f, prefix + "block_count", f"= {n} is more than {MAX_LAYERS} layers")
+    for suffix, (lo, hi) in GGUF_BOUNDS.items():
+        key = prefix + suffix
+        if key in f and f.value_types(key)[0] != "ARRAY" and not lo <= f.get_int(key) <= hi:
+            raise _gguf_fail(f, key, f"= {f.get_int(key)} is out of range [{lo}, {hi}]")
     width, heads = prefix + "embedding_length", prefix + "attention.head_count"
     if (
         width in f
