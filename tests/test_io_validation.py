@@ -422,3 +422,16 @@ def test_hf_config_validation(tmp_path: Path) -> None:
     (d / "config.json").write_text("[" * 100000 + "]" * 100000)
     with pytest.raises(WeightFormatError, match="nested too deeply|not valid JSON"):
         open_model(d)
+
+
+def test_model_file_truncated_under_a_loaded_model(tmp_path: Path) -> None:
+    from rlx.models.decoder import DecoderModel
+
+    p = rewrite(tmp_path, {})
+    m = DecoderModel(p, inplace=False)
+    first = m.next_logits([0, 1])
+    with open(p, "r+b") as fh:  # in place: the mapped inode loses its tensors
+        fh.truncate(p.stat().st_size // 2)
+    with pytest.raises(WeightFormatError, match=r"m\.gguf.*changed size while loaded"):
+        m.next_logits([0, 1])
+    assert first.shape == (8,)
