@@ -279,7 +279,8 @@ def test_safetensors_duplicate_keys(tmp_path: Path) -> None:
 
 
 def test_safetensors_deep_nesting(tmp_path: Path) -> None:
-    st_error(tmp_path, st_bytes(None, b"", b"[" * 100000 + b"]" * 100000), "nests deeper")
+    st_error(tmp_path, st_bytes(None, b"", b"[" * 100000 + b"]" * 100000), "nests too deeply")
+    st_error(tmp_path, st_bytes(None, b"", b'{"a": ' * 100000), "JSON")
     deep = b'{"__metadata__": ' + b"[" * 50 + b"]" * 50 + b"}"
     st_error(tmp_path, st_bytes(None, b"", deep), "__metadata__")
 
