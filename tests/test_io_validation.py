@@ -436,3 +436,17 @@ def test_model_file_truncated_under_a_loaded_model(tmp_path: Path) -> None:
     with pytest.raises(WeightFormatError, match=r"m\.gguf.*changed size while loaded"):
         m.next_logits([0, 1])
     assert first.shape == (8,)
+
+
+def test_head_count_zero_only_without_attention(tmp_path: Path) -> None:
+    # a pure SSM GGUF (Mamba-2) stores attention.head_count = 0: not an error
+    from rlx.models.hf_config import check_gguf_metadata
+
+    kvs = [ARCH, kv_u32("test.block_count", 1), kv_u32("test.embedding_length", 8),
+           kv_u32("test.attention.head_count", 0)]  # fmt: skip
+    data = b"\0" * 32
+    ssm = GGUFFile(write(tmp_path, gguf_bytes(kvs, [("blk.0.ssm_in.weight", [8], F32, 0)], data)))
+    check_gguf_metadata(ssm)
+    attn = gguf_bytes(kvs, [("blk.0.attn_q.weight", [8], F32, 0)], data)
+    with pytest.raises(WeightFormatError, match="'test.attention.head_count' = 0 must be ≥ 1"):
+        check_gguf_metadata(GGUFFile(write(tmp_path, attn, "attn.gguf")))

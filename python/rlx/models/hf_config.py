@@ -272,8 +272,11 @@ def common_config(
 
 # ------------------------------------------------------------------ validation
 #: ``{arch}.*`` GGUF keys that must be ≥ 1 when present (scalars; per-layer
-#: arrays may hold 0 for layers without attention).
-_GGUF_POSITIVE = ("block_count", "embedding_length", "attention.head_count")
+#: arrays may hold 0 for layers without attention). ``attention.head_count``
+#: joins them when the file has attention tensors (a pure SSM such as Mamba-2
+#: stores 0).
+_GGUF_POSITIVE = ("block_count", "embedding_length")
+_ATTN_TENSORS = (".attn_q.", ".attn_qkv.")
 
 
 def _gguf_fail(f: GGUFFile, key: str, what: str) -> WeightFormatError:
@@ -284,8 +287,8 @@ def check_gguf_metadata(f: GGUFFile) -> None:
     """Bound every ``{arch}.*`` hyper-parameter of a GGUF file before a
     family's reader uses it: integers (and integer arrays) in ``[0,
     MAX_HPARAM]``, ``block_count`` in ``[1, MAX_LAYERS]``, the width and head
-    count ≥ 1, the head count dividing the width when ``key_length`` is
-    absent, floats finite and RoPE bases > 0. Raises
+    count ≥ 1 (when the file has attention tensors), the head count dividing
+    the width when ``key_length`` is absent, floats finite and RoPE bases > 0. Raises
     :class:`~rlx.errors.WeightFormatError` naming the file and the key."""
     arch = f.architecture
     prefix = f"{arch}."
@@ -306,7 +309,8 @@ def check_gguf_metadata(f: GGUFFile) -> None:
                 raise _gguf_fail(f, key, f"= {bad[0]} is not finite")
             if "freq_base" in key and any(v <= 0 for v in vals):
                 raise _gguf_fail(f, key, f"= {vals[0]} must be > 0")
-    for suffix in _GGUF_POSITIVE:
+    has_attn = any(any(a in t.name for a in _ATTN_TENSORS) for t in f.tensors)
+    for suffix in _GGUF_POSITIVE + (("attention.head_count",) if has_attn else ()):
         key = prefix + suffix
         if key in f and f.value_types(key)[0] != "ARRAY" and f.get_int(key) < 1:
             raise _gguf_fail(f, key, f"= {f.get_int(key)} must be ≥ 1")
@@ -321,6 +325,7 @@ def check_gguf_metadata(f: GGUFFile) -> None:
         and prefix + "attention.key_length" not in f
         and f.value_types(heads)[0] != "ARRAY"
         and f.value_types(width)[0] != "ARRAY"
+        and f.get_int(heads) > 0
         and f.get_int(width) % f.get_int(heads)
     ):
         raise _gguf_fail(
