@@ -136,7 +136,7 @@ def run(target: str, runs: int, seconds: float, seed: int, corpus_dir: Path, out
     seeds = [p.read_bytes() for p in sorted(corpus_dir.glob("*")) if p.is_file()]
     if not seeds:
         raise SystemExit(f"no seeds in {corpus_dir}")
-    text = target in ("safetensors", "graph_json")
+    text = target in ("safetensors", "graph_json", "hf_config")
     rng = random.Random(seed)
     corpus = list(seeds)
     seen: set[str] = set()

@@ -92,6 +92,24 @@ def model_target(data: bytes) -> None:
     m.next_logits([0])
 
 
+_HF = Path(__file__).resolve().parents[1] / "tests" / "fixtures" / "hf" / "llama"
+
+
+def hf_config_target(data: bytes) -> None:
+    """Load an HF directory whose ``config.json`` is the input (weights and
+    tokenizer: the tiny llama fixture, symlinked) and run one token: the
+    ``config.json`` reader, hyper-parameter validation and the builders."""
+    from rlx.models.decoder import DecoderModel
+
+    d = _DIR / "hf"
+    if not d.exists():
+        d.mkdir()
+        for name in ("model.safetensors", "tokenizer.json", "tokenizer_config.json"):
+            (d / name).symlink_to(_HF / name)
+    scratch(data, "hf/config.json")
+    DecoderModel(d, inplace=False).next_logits([0])
+
+
 def graph_json_target(data: bytes) -> None:
     """``Graph.from_json`` (Rust: serde + the IR verifier) on the input,
     then compile it (Rust: shape inference, lowering, planning)."""
@@ -134,6 +152,7 @@ TARGETS: dict[str, Callable[[bytes], None]] = {
     "model": model_target,
     "graph_json": graph_json_target,
     "gguf_rows": gguf_rows_target,
+    "hf_config": hf_config_target,
 }
 #: exceptions a target may raise (everything rlx raises on bad input)
 ALLOWED = (RlxError,)

@@ -391,6 +391,13 @@ def test_tokenizers_exception_wrapped(tmp_path: Path) -> None:
     load_error(p, "[tokenizer]")
 
 
+def _llama3(**kw: Any) -> dict[str, Any]:
+    p = {"rope_type": "llama3", "rope_theta": 1e4, "factor": 8.0, "low_freq_factor": 1.0,
+         "high_freq_factor": 4.0, "original_max_position_embeddings": 64}  # fmt: skip
+    p.update(kw)
+    return {"rope_parameters": p}
+
+
 def test_hf_config_validation(tmp_path: Path) -> None:
     from rlx.models.registry import open_model
 
@@ -406,6 +413,13 @@ def test_hf_config_validation(tmp_path: Path) -> None:
         ({"rope_parameters": None, "rope_theta": float("nan")}, "rope_theta"),
         ({"rms_norm_eps": float("inf")}, "finite"),
         ({"hidden_size": 2.5}, "not an integer"),
+        # campaign findings (ZeroDivisionError in the llama3 frequencies)
+        (_llama3(low_freq_factor=0.0), "low_freq_factor"),
+        (_llama3(high_freq_factor=0.0), "low_freq_factor"),
+        (_llama3(low_freq_factor=4.0), "low_freq_factor"),
+        (_llama3(original_max_position_embeddings=0), "original_max_position_embeddings"),
+        ({"hidden_size": 10**45}, "out of range"),  # a campaign finding (OverflowError)
+        ({"hidden_size": 1e300}, "out of range"),
     ]:
         d = tmp_path / f"hf{abs(hash(str(change)))}"
         d.mkdir()

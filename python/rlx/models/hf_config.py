@@ -110,8 +110,7 @@ class HFConfig:
         if (
             isinstance(v, bool)
             or not isinstance(v, (int, float))
-            or not math.isfinite(v)
-            or int(v) != v
+            or (isinstance(v, float) and (not math.isfinite(v) or int(v) != v))
         ):
             raise self.fail(key, f"= {v!r} is not an integer")
         lo, hi = HF_BOUNDS.get(key, (-MAX_HPARAM, MAX_HPARAM))
@@ -368,10 +367,15 @@ def validate_config(cfg: Config, path: Any) -> None:
     for sc in cfg.rope_scalings:
         if not (math.isfinite(sc.factor) and sc.factor > 0):
             raise bad("rope_scaling.factor", f"= {sc.factor} must be finite and > 0")
+        lo, hi = sc.low_freq_factor, sc.high_freq_factor
         if sc.kind == "llama3" and not (
-            sc.original_ctx > 0 and sc.high_freq_factor != sc.low_freq_factor
+            sc.original_ctx > 0 and math.isfinite(lo) and math.isfinite(hi) and 0 < lo < hi
         ):
-            raise bad("rope_scaling", f"{sc} is degenerate")
+            raise bad(
+                "rope_scaling",
+                f"llama3 needs 0 < low_freq_factor < high_freq_factor (finite) and "
+                f"original_max_position_embeddings > 0; got {lo}, {hi}, {sc.original_ctx}",
+            )
 
 
 def validate_vocab(cfg: Config, src: TensorSource, tokenizer: Any) -> None:
