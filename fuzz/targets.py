@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import atexit
 import os
+import re
 import shutil
 import struct
 import tempfile
@@ -92,22 +93,40 @@ def model_target(data: bytes) -> None:
     m.next_logits([0])
 
 
-_HF = Path(__file__).resolve().parents[1] / "tests" / "fixtures" / "hf" / "llama"
+_HF = Path(__file__).resolve().parents[1] / "tests" / "fixtures" / "hf"
+_MODEL_TYPE = re.compile(rb'"model_type"\s*:\s*"([^"]{1,40})"')
+_FIXTURES: dict[str, Path] = {}
+
+
+def _fixture(data: bytes) -> Path:
+    """The fixture directory (weights, tokenizer) of the config's
+    ``model_type`` (the tiny llama when it names none we have)."""
+    if not _FIXTURES:
+        for d in sorted(_HF.iterdir()):
+            mt = _MODEL_TYPE.search((d / "config.json").read_bytes())
+            if mt is not None:
+                _FIXTURES.setdefault(mt.group(1).decode(), d)
+    m = _MODEL_TYPE.search(data)
+    key = m.group(1).decode("utf-8", "replace") if m else ""
+    return _FIXTURES.get(key, _HF / "llama")
 
 
 def hf_config_target(data: bytes) -> None:
     """Load an HF directory whose ``config.json`` is the input (weights and
-    tokenizer: the tiny llama fixture, symlinked) and run one token: the
-    ``config.json`` reader, hyper-parameter validation and the builders."""
+    tokenizer: the tiny fixture of its ``model_type``, symlinked) and run
+    one token: the ``config.json`` reader, hyper-parameter validation and
+    the family's builder."""
     from rlx.models.decoder import DecoderModel
 
-    d = _DIR / "hf"
+    src = _fixture(data)
+    d = _DIR / f"hf-{src.name}"
     if not d.exists():
         d.mkdir()
-        for name in ("model.safetensors", "tokenizer.json", "tokenizer_config.json"):
-            (d / name).symlink_to(_HF / name)
-    scratch(data, "hf/config.json")
-    DecoderModel(d, inplace=False).next_logits([0])
+        for f in src.iterdir():
+            if f.name not in ("config.json", "expected.npz", "meta.json"):
+                (d / f.name).symlink_to(f)
+    scratch(data, f"{d.name}/config.json")
+    DecoderModel(d).next_logits([0])
 
 
 def graph_json_target(data: bytes) -> None:
