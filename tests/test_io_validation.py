@@ -418,6 +418,7 @@ def test_hf_config_validation(tmp_path: Path) -> None:
         (_llama3(high_freq_factor=0.0), "low_freq_factor"),
         (_llama3(low_freq_factor=4.0), "low_freq_factor"),
         (_llama3(original_max_position_embeddings=0), "original_max_position_embeddings"),
+        (_llama3(original_max_position_embeddings=10**40), "original_max_position_embeddings"),
         ({"hidden_size": 10**45}, "out of range"),  # a campaign finding (OverflowError)
         ({"hidden_size": 1e300}, "out of range"),
     ]:
@@ -432,6 +433,18 @@ def test_hf_config_validation(tmp_path: Path) -> None:
         with pytest.raises(RlxError) as ei:
             open_model(d)
         assert needle in str(ei.value), (change, str(ei.value))
+    # a granite config dividing by logits_scaling 0 (a campaign finding)
+    granite = ROOT / "tests" / "fixtures" / "hf" / "granitemoehybrid"
+    d = tmp_path / "granite"
+    d.mkdir()
+    for f in granite.iterdir():
+        if f.name != "config.json":
+            (d / f.name).symlink_to(f)
+    cfg = json.loads((granite / "config.json").read_text())
+    cfg["logits_scaling"] = 0
+    (d / "config.json").write_text(json.dumps(cfg))
+    with pytest.raises(WeightFormatError, match="'logits_scaling' = 0 must be > 0"):
+        open_model(d)
     d = tmp_path / "deep"
     d.mkdir()
     (d / "config.json").write_text("[" * 100000 + "]" * 100000)

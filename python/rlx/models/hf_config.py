@@ -49,6 +49,8 @@ HF_BOUNDS = {
     "num_local_experts": (0, MAX_EXPERTS),
     "num_experts_per_tok": (0, MAX_EXPERTS),
 }
+#: ``config.json`` number fields a builder divides by: must be > 0.
+HF_POSITIVE_FLOATS = ("logits_scaling",)
 GGUF_BOUNDS = {
     "block_count": (1, MAX_LAYERS),
     "expert_count": (0, MAX_EXPERTS),
@@ -133,6 +135,8 @@ class HFConfig:
             f = math.inf
         if not math.isfinite(f):
             raise self.fail(key, f"= {v!r} is not a finite number")
+        if key in HF_POSITIVE_FLOATS and f <= 0:
+            raise self.fail(key, f"= {v!r} must be > 0")
         return f
 
     def require_false(self, *keys: str) -> None:
@@ -369,7 +373,10 @@ def validate_config(cfg: Config, path: Any) -> None:
             raise bad("rope_scaling.factor", f"= {sc.factor} must be finite and > 0")
         lo, hi = sc.low_freq_factor, sc.high_freq_factor
         if sc.kind == "llama3" and not (
-            sc.original_ctx > 0 and math.isfinite(lo) and math.isfinite(hi) and 0 < lo < hi
+            0 < sc.original_ctx <= MAX_HPARAM
+            and math.isfinite(lo)
+            and math.isfinite(hi)
+            and 0 < lo < hi
         ):
             raise bad(
                 "rope_scaling",
