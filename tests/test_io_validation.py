@@ -433,18 +433,22 @@ def test_hf_config_validation(tmp_path: Path) -> None:
         with pytest.raises(RlxError) as ei:
             open_model(d)
         assert needle in str(ei.value), (change, str(ei.value))
-    # a granite config dividing by logits_scaling 0 (a campaign finding)
-    granite = ROOT / "tests" / "fixtures" / "hf" / "granitemoehybrid"
-    d = tmp_path / "granite"
-    d.mkdir()
-    for f in granite.iterdir():
-        if f.name != "config.json":
-            (d / f.name).symlink_to(f)
-    cfg = json.loads((granite / "config.json").read_text())
-    cfg["logits_scaling"] = 0
-    (d / "config.json").write_text(json.dumps(cfg))
-    with pytest.raises(WeightFormatError, match="'logits_scaling' = 0 must be > 0"):
-        open_model(d)
+    # fields a family's builder divides by / takes a root of (campaign findings)
+    for fixture, change, needle in [
+        ("granitemoehybrid", {"logits_scaling": 0}, "'logits_scaling' = 0 must be > 0"),
+        ("gemma3", {"query_pre_attn_scalar": -1}, "'query_pre_attn_scalar' = -1 must be > 0"),
+    ]:
+        fx = ROOT / "tests" / "fixtures" / "hf" / fixture
+        d = tmp_path / fixture
+        d.mkdir()
+        for f in fx.iterdir():
+            if f.name != "config.json":
+                (d / f.name).symlink_to(f)
+        cfg = json.loads((fx / "config.json").read_text())
+        cfg.update(change)
+        (d / "config.json").write_text(json.dumps(cfg))
+        with pytest.raises(WeightFormatError, match=needle):
+            open_model(d)
     d = tmp_path / "deep"
     d.mkdir()
     (d / "config.json").write_text("[" * 100000 + "]" * 100000)

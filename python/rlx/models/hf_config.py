@@ -50,7 +50,7 @@ HF_BOUNDS = {
     "num_experts_per_tok": (0, MAX_EXPERTS),
 }
 #: ``config.json`` number fields a builder divides by: must be > 0.
-HF_POSITIVE_FLOATS = ("logits_scaling",)
+HF_POSITIVE_FLOATS = ("logits_scaling", "query_pre_attn_scalar")
 GGUF_BOUNDS = {
     "block_count": (1, MAX_LAYERS),
     "expert_count": (0, MAX_EXPERTS),
@@ -361,6 +361,9 @@ def validate_config(cfg: Config, path: Any) -> None:
         raise bad("rope_dims", f"= {cfg.rope_dims} must be even, > 0 and ≤ head_dim {cfg.head_dim}")
     if not (math.isfinite(cfg.eps) and cfg.eps >= 0):
         raise bad("eps", f"= {cfg.eps} must be finite and ≥ 0")
+    sc = cfg.score_scale
+    if sc is not None and not (isinstance(sc, (int, float)) and math.isfinite(sc)):
+        raise bad("score_scale", f"= {sc!r} must be a finite real number")
     for field in ("windows", "rope_bases", "rope_scalings", "mixers"):
         lst = getattr(cfg, field)
         if lst and len(lst) != cfg.n_layers:
