@@ -91,9 +91,22 @@ fn gguf_dequantize_rows(
             o.shape
         )));
     }
-    let n_out = rows.len() * k;
-    let (w_len, o_bytes) = (n_rows * row_bytes, n_out * 4);
-    if w_len > 0 && o_bytes > 0 && d.ptr < o.ptr + o_bytes && o.ptr < d.ptr + w_len {
+    // sizes of arrays that exist, but the shapes come from Python: checked
+    let size = |a: usize, b: usize, what: &str| {
+        a.checked_mul(b)
+            .ok_or_else(|| ShapeError::new_err(format!("{K} {what}: {a}·{b} overflows")))
+    };
+    let n_out = size(rows.len(), k, "out")?;
+    let (w_len, o_bytes) = (size(n_rows, row_bytes, "data")?, size(n_out, 4, "out")?);
+    let (d_end, o_end) = (
+        d.ptr
+            .checked_add(w_len)
+            .ok_or_else(|| ShapeError::new_err(format!("{K} bad data")))?,
+        o.ptr
+            .checked_add(o_bytes)
+            .ok_or_else(|| ShapeError::new_err(format!("{K} bad out")))?,
+    );
+    if w_len > 0 && o_bytes > 0 && d.ptr < o_end && o.ptr < d_end {
         return Err(ShapeError::new_err(format!("{K} out overlaps data")));
     }
     if d.ptr == 0 || o.ptr == 0 || o.ptr % 4 != 0 {

@@ -14,11 +14,22 @@ top of the format this module gives rlx:
 * views of each tensor's bytes that alias the memory map (never a copy);
 * every malformed file (wrong magic, truncated, unknown tensor type, …)
   reported as :class:`rlx.WeightFormatError` naming the file and the problem.
+
+Validated up front, before any tensor is viewed: 1 to :data:`MAX_DIMS` dims
+per tensor, each ≥ 1, element and byte counts in exact (Python) integers
+below 2^63, every tensor aligned to ``general.alignment`` and inside the
+file, no two tensors overlapping, no duplicate metadata key or tensor name,
+metadata arrays nested at most :data:`MAX_NESTING` deep and no count larger
+than the file could hold. The file's size and mtime are recorded at open;
+:meth:`GGUFFile.check_unchanged` raises when the file was truncated or
+rewritten under the memory map (:mod:`rlx.io.mapped`).
 """
 
 from __future__ import annotations
 
+import math
 import os
+import stat
 import struct
 from dataclasses import dataclass
 from pathlib import Path
@@ -27,8 +38,16 @@ from typing import Any, Optional, Union
 import numpy as np
 
 from rlx.errors import WeightFormatError
+from rlx.io.mapped import MapStamp
 
-__all__ = ["GGUFFile", "TensorInfo", "open_gguf", "RLX_TYPE_NAMES"]
+__all__ = ["GGUFFile", "TensorInfo", "open_gguf", "RLX_TYPE_NAMES", "MAX_DIMS", "MAX_NESTING"]
+
+#: Most dims a GGUF tensor may have (``GGML_MAX_DIMS``).
+MAX_DIMS = 4
+#: Deepest nesting of metadata arrays accepted (arrays of arrays of …).
+MAX_NESTING = 8
+#: Element / byte counts must stay below this (ggml's ``int64_t`` sizes).
+_I64_MAX = (1 << 63) - 1
 
 #: GGML type id → rlx type name (``GgmlType::name`` in crates/rlx-ir/src/quant.rs).
 RLX_TYPE_NAMES: dict[int, str] = {
@@ -185,15 +204,28 @@ class GGUFFile:
 
     def __init__(self, path: PathLike) -> None:
         self.path = Path(path)
-        size = self.path.stat().st_size  # FileNotFoundError stays Python's own
+        try:
+            st = self.path.stat()
+        except FileNotFoundError:
+            raise  # stays Python's own (and rlx's callers name the path)
+        except OSError as e:
+            raise _fail(self.path, f"cannot stat the file ({e})") from None
+        if not stat.S_ISREG(st.st_mode):
+            raise _fail(self.path, "not a regular file")
+        size = st.st_size
         if size < 24:
             raise _fail(self.path, f"file is {size} bytes, too short for a GGUF header")
-        with open(self.path, "rb") as f:
-            magic = f.read(4)
+        try:
+            self._mmap = np.memmap(self.path, dtype=np.uint8, mode="r")
+        except (OSError, ValueError) as e:
+            raise _fail(self.path, f"cannot map the file ({e})") from None
+        magic = self._mmap[:4].tobytes()
         if magic != _MAGIC:
             raise _fail(self.path, f"wrong magic {magic!r}, expected {_MAGIC!r}: not a GGUF file")
-        self.size = size
-        self._mmap = np.memmap(self.path, dtype=np.uint8, mode="r")
+        self.size = size = len(self._mmap)
+        if size < 24:
+            raise _fail(self.path, f"file is {size} bytes, too short for a GGUF header")
+        self._stamp = MapStamp(self.path, "gguf", st, self._mmap)
         self._fields: dict[str, _Value] = {}
         self._tensors: dict[str, TensorInfo] = {}
         self._what = "the header"
@@ -204,6 +236,12 @@ class GGUFFile:
             raise _fail(self.path, what) from None
         except UnicodeDecodeError as e:
             raise _fail(self.path, f"{self._what} is not valid UTF-8 ({e})") from None
+
+    def check_unchanged(self) -> None:
+        """Raise :class:`rlx.WeightFormatError` when the file was truncated or
+        rewritten since it was opened (see :mod:`rlx.io.mapped`); the
+        decoder calls it before every run."""
+        self._stamp.check()
 
     # ------------------------------------------------------------------ parse
     def _parse(self) -> None:
@@ -226,6 +264,8 @@ class GGUFFile:
             self._what = f"metadata entry {i}"
             key = cur.string()
             self._what = f"metadata key {key!r}"
+            if key in self._fields:
+                raise _fail(self.path, f"metadata key {key!r} appears twice")
             self._fields[key] = self._read_value(cur, cur.u32(), key)
         alignment = self.get_int("general.alignment", 32)
         if alignment <= 0 or alignment & (alignment - 1):
@@ -236,21 +276,39 @@ class GGUFFile:
             name = cur.string()
             self._what = f"tensor info {name!r}"
             n_dims = cur.u32()
-            if n_dims > 8:
-                raise _fail(self.path, f"tensor {name!r} has {n_dims} dims (corrupt header?)")
+            if not 1 <= n_dims <= MAX_DIMS:
+                raise _fail(
+                    self.path,
+                    f"tensor {name!r} has {n_dims} dims; GGUF tensors have 1 to {MAX_DIMS}",
+                )
             dims = [cur.u64() for _ in range(n_dims)]
+            for j, d in enumerate(dims):
+                if d == 0 or d > _I64_MAX:
+                    raise _fail(self.path, f"tensor {name!r}: dim {j} = {d} is out of range")
             infos.append((name, dims, cur.u32(), cur.u64()))
         data_start = -(-cur.pos // alignment) * alignment
+        spans: list[tuple[int, int, str]] = []
         for name, dims, type_id, rel in infos:
             try:
                 qtype = gguf.GGMLQuantizationType(type_id)
-            except ValueError:
+                block, type_size = gguf.GGML_QUANT_SIZES[qtype]
+            except (ValueError, KeyError):
                 raise _fail(
                     self.path, f"tensor {name!r} has unknown tensor type id {type_id}"
                 ) from None
-            block, type_size = gguf.GGML_QUANT_SIZES[qtype]
-            n_el = int(np.prod(dims, dtype=np.int64)) if dims else 1
-            if dims and dims[0] % block:
+            n_el = math.prod(dims)  # exact: no int64 wrap-around
+            if n_el > _I64_MAX:
+                raise _fail(
+                    self.path,
+                    f"tensor {name!r}: dims {dims} hold {n_el} elements, more than 2^63",
+                )
+            if rel % alignment:
+                raise _fail(
+                    self.path,
+                    f"tensor {name!r}: data offset {rel} is not a multiple of the "
+                    f"alignment {alignment}",
+                )
+            if dims[0] % block:
                 raise _fail(
                     self.path,
                     f"tensor {name!r} ({qtype.name}) has a row of {dims[0]} elements, "
@@ -266,6 +324,7 @@ class GGUFFile:
                 )
             if name in self._tensors:
                 raise _fail(self.path, f"tensor {name!r} appears twice")
+            spans.append((offset, offset + n_bytes, name))
             self._tensors[name] = TensorInfo(
                 name=name,
                 ggml_type=RLX_TYPE_NAMES.get(type_id, qtype.name),
@@ -276,9 +335,13 @@ class GGUFFile:
                 offset=offset,
                 supported=type_id in RLX_TYPE_NAMES,
             )
+        spans.sort()
+        for (_, end, a), (begin, _, b) in zip(spans, spans[1:]):
+            if begin < end:
+                raise _fail(self.path, f"tensors {a!r} and {b!r} overlap in the file")
         self.data_offset = data_start
 
-    def _read_value(self, cur: _Cursor, vtype: int, key: str) -> _Value:
+    def _read_value(self, cur: _Cursor, vtype: int, key: str, depth: int = 0) -> _Value:
         if vtype in _SCALARS:
             name, code = _SCALARS[vtype]
             return _Value([name], cur.unpack(code))
@@ -299,7 +362,11 @@ class GGUFFile:
             cur.skip_strings(count)
             return _Value(["ARRAY", "STRING"], offset=start, count=count, end=cur.pos)
         if itype == _ARRAY:  # nested arrays: rare and small, decoded eagerly
-            items = [self._read_value(cur, _ARRAY, key) for _ in range(count)]
+            if depth >= MAX_NESTING:
+                raise _fail(
+                    self.path, f"metadata key {key!r}: arrays nested deeper than {MAX_NESTING}"
+                )
+            items = [self._read_value(cur, _ARRAY, key, depth + 1) for _ in range(count)]
             return _Value(["ARRAY", "ARRAY"], value=items, offset=start, count=count)
         raise _fail(self.path, f"metadata key {key!r} has unknown array item type id {itype}")
 

@@ -368,6 +368,7 @@ class DecoderModel:
     def _feed(self, ids: Sequence[int], all_rows: bool = False) -> np.ndarray:
         """Run ``ids`` after the cache in chunks; last-row logits or all rows
         (a progress bar on a terminal for long prompts)."""
+        self.weights.src.check_unchanged()  # a truncated mapped file would SIGBUS
         step = BUCKETS[-1]
         bar = progress.prefill_bar(len(ids))
         parts = []

@@ -5,9 +5,9 @@ and :func:`open_model` (path → source, config, block spec, tokenizer)."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Optional, Union
+from typing import Any, Callable, Optional, Union
 
-from rlx.errors import UnsupportedOpError, WeightFormatError
+from rlx.errors import RlxError, UnsupportedOpError, WeightFormatError
 from rlx.io.gguf import GGUFFile, open_gguf
 from rlx.models import (
     falcon_h1,
@@ -79,14 +79,33 @@ def open_model(path: Union[str, Path, GGUFFile]) -> tuple[TensorSource, Config, 
     fam = ARCHITECTURES.get(f.architecture)
     if fam is None or fam.name != f.architecture:
         raise _unknown(f.path, "architecture", f.architecture)
+    from rlx.models.hf_config import check_gguf_metadata, validate_config, validate_vocab
     from rlx.tokenizer import Tokenizer
 
+    check_gguf_metadata(f)
     cfg, spec = fam.gguf(f)
-    return GGUFSource(f, fam.names), cfg, spec, Tokenizer.from_gguf(f)
+    validate_config(cfg, f.path)
+    src = GGUFSource(f, fam.names)
+    tok = _tokenizer(f.path, lambda: Tokenizer.from_gguf(f))
+    validate_vocab(cfg, src, tok)
+    return src, cfg, spec, tok
+
+
+def _tokenizer(path: Any, make: Callable[[], Any]) -> Any:
+    """``make()``, with the ``tokenizers`` library's bare ``Exception`` (a
+    vocabulary or merges table it refuses) as a WeightFormatError."""
+    try:
+        return make()
+    except RlxError:
+        raise
+    except Exception as e:  # the library raises plain Exception
+        if type(e) is not Exception:
+            raise
+        raise WeightFormatError(f"[tokenizer] {path}: the tokenizer cannot be built ({e})") from e
 
 
 def _open_hf(root: Path) -> tuple[TensorSource, Config, ArchSpec, Any]:
-    from rlx.models.hf_config import HFConfig
+    from rlx.models.hf_config import HFConfig, validate_config, validate_vocab
     from rlx.tokenizer_hf import HFTokenizer
 
     c = HFConfig(root)
@@ -100,6 +119,7 @@ def _open_hf(root: Path) -> tuple[TensorSource, Config, ArchSpec, Any]:
     if fam is None:
         raise _unknown(c.path, "model_type", mt)
     cfg, spec = fam.hf(c)
+    validate_config(cfg, c.path)
     src = HFSource(root, c.data, fam.names)
     if cfg.tied_output is False and not src.has("output.weight"):
         raise WeightFormatError(
@@ -108,4 +128,6 @@ def _open_hf(root: Path) -> tuple[TensorSource, Config, ArchSpec, Any]:
         )
     out = src.meta("token_embd.weight" if cfg.tied_output else "output.weight")
     cfg.vocab = out.shape[0]  # the logits' width (may exceed the tokenizer's)
-    return src, cfg, spec, HFTokenizer(root, c.data)
+    tok = _tokenizer(root, lambda: HFTokenizer(root, c.data))
+    validate_vocab(cfg, src, tok)
+    return src, cfg, spec, tok

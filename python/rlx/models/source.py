@@ -122,6 +122,11 @@ class TensorSource(ABC):
     def _rows(self, meta: TensorMeta) -> np.ndarray:
         """Implemented per storage format (see the class doc)."""
 
+    @abstractmethod
+    def check_unchanged(self) -> None:
+        """Raise :class:`rlx.WeightFormatError` when a mapped file changed
+        since it was opened (:mod:`rlx.io.mapped`)."""
+
     def has(self, name: str) -> bool:
         """Whether the source holds builder tensor ``name``."""
         return self._lookup(self.stored_name(name), name) is not None
@@ -208,6 +213,9 @@ class GGUFSource(TensorSource):
             return super().vector(name)
         return to_f32(self._array(m), m.kind).reshape(-1)
 
+    def check_unchanged(self) -> None:
+        self.f.check_unchanged()
+
     def _lookup(self, stored: str, name: str) -> Optional[TensorMeta]:
         if stored not in self._names:
             return None
@@ -259,6 +267,10 @@ class HFSource(TensorSource):
                 raise WeightFormatError(f"[load] {self.path}: shard {fname} is missing")
             f = self._files[fname] = SafetensorsFile(p)
         return f
+
+    def check_unchanged(self) -> None:
+        for f in self._files.values():
+            f.check_unchanged()
 
     def stored_name(self, name: str) -> str:
         nm = self.names

@@ -260,8 +260,10 @@ mod tests_conv;
 #[path = "sim_tests_sequence.rs"]
 mod tests_sequence;
 
+#[cfg(test)]
 #[path = "sim_tests_misc.rs"]
 mod tests_misc;
+
 #[cfg(test)]
 #[path = "sim_tests_vision.rs"]
 mod tests_vision;

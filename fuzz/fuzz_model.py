@@ -1,0 +1,6 @@
+"""atheris harness: the model target of :mod:`targets` (see :mod:`harness`)."""
+
+from harness import main
+
+if __name__ == "__main__":
+    main("model")
