@@ -472,6 +472,31 @@ static_assert(sizeof(BinaryArgs) == 8 && alignof(BinaryArgs) == 4, "BinaryArgs l
 static_assert(sizeof(BroadcastArgs) == 112 && alignof(BroadcastArgs) == 4, "BroadcastArgs layout");
 static_assert(sizeof(RowNormArgs) == 16 && alignof(RowNormArgs) == 4, "RowNormArgs layout");
 static_assert(sizeof(SoftmaxArgs) == 8 && alignof(SoftmaxArgs) == 4, "SoftmaxArgs layout");
+// quant_formats.metal dqmm_*: dst[m, n] = x[m, k] @ dequant(w)ᵀ for block
+// int8 / int4 (block_size; flag 1: zero points), FP8 (flag 1: E5M2) and
+// NVFP4 weights.
+struct QuantFormatArgs {
+    uint m;
+    uint k;
+    uint n;
+    uint block_size;
+    uint flag;
+};
+
+// quant_formats.metal scaled_*: formats 0 fp8_e4m3, 1 fp8_e5m2, 2 int8;
+// layout 0 per tensor, 1 per row, 2 blocks of `block` columns. The
+// elementwise kernels use m rows, k cols and lhs_fmt.
+struct ScaledArgs {
+    uint m;
+    uint k;
+    uint n;
+    uint lhs_fmt;
+    uint rhs_fmt;
+    uint layout;
+    uint block;
+    uint has_bias;
+};
+
 static_assert(sizeof(QuantArgs) == 24 && alignof(QuantArgs) == 4, "QuantArgs layout");
 static_assert(sizeof(MlpArgs) == 28 && alignof(MlpArgs) == 4, "MlpArgs layout");
 static_assert(sizeof(MatmulArgs) == 36 && alignof(MatmulArgs) == 4, "MatmulArgs layout");
@@ -503,5 +528,7 @@ static_assert(sizeof(GdnArgs) == 16 && alignof(GdnArgs) == 4, "GdnArgs layout");
 static_assert(sizeof(SsmArgs) == 20 && alignof(SsmArgs) == 4, "SsmArgs layout");
 static_assert(sizeof(Mamba2Args) == 24 && alignof(Mamba2Args) == 4, "Mamba2Args layout");
 static_assert(sizeof(RnnArgs) == 48 && alignof(RnnArgs) == 4, "RnnArgs layout");
+static_assert(sizeof(QuantFormatArgs) == 20 && alignof(QuantFormatArgs) == 4, "QuantFormatArgs layout");
+static_assert(sizeof(ScaledArgs) == 32 && alignof(ScaledArgs) == 4, "ScaledArgs layout");
 
 #endif  // RLX_METAL_ARGS_H

@@ -259,3 +259,7 @@ mod tests_conv;
 #[cfg(test)]
 #[path = "sim_tests_sequence.rs"]
 mod tests_sequence;
+
+#[cfg(test)]
+#[path = "sim_tests_quant_formats.rs"]
+mod tests_quant_formats;

@@ -13,6 +13,7 @@ mod matmul;
 mod norm;
 mod norm_fused;
 mod quant;
+mod quant_formats;
 mod reduce;
 mod region;
 mod sequence;
@@ -122,6 +123,7 @@ const FAMILIES: &[fn(usize, &Thunk) -> Option<Lowered>] = &[
     norm::lower,
     softmax::lower,
     quant::lower,
+    quant_formats::lower,
     matmul::lower,
     region::lower,
     attention::lower,
