@@ -17,7 +17,7 @@
 //! host (on a GPU, fast-math division may move a value sitting on a
 //! rounding boundary to the neighbouring code).
 
-use super::tests::{decode, encode, node, uniform, Bufs};
+use super::tests::{encode, node, run_host_on, run_sim_on, uniform, Bufs};
 use super::*;
 use crate::compile::{compile_without, CompileOptions, Compiled};
 use crate::host::buffer::AlignedBuf;
@@ -68,52 +68,6 @@ fn fill(c: &Compiled, fix: FixBytes) -> Bufs {
     }
 }
 
-fn outputs(c: &Compiled, b: &Bufs) -> Vec<Vec<f32>> {
-    c.outputs
-        .iter()
-        .map(|o| {
-            let at = raw_offset(o.offset);
-            let n = o.shape.size_bytes().unwrap();
-            decode(o.shape.dtype, &b.arena.as_slice()[at..at + n])
-        })
-        .collect()
-}
-
-fn host(c: &Compiled, fix: FixBytes) -> Vec<Vec<f32>> {
-    let mut b = fill(c, fix);
-    let segs: Vec<Segment> = b
-        .segs
-        .iter_mut()
-        .map(|s| Segment {
-            ptr: s.as_mut_ptr(),
-            len: s.len(),
-        })
-        .collect();
-    let (al, sl) = (b.arena.len(), b.state.len());
-    // SAFETY: the buffers outlive `mem` and are only touched through it.
-    let mem = unsafe { Mem::new(b.arena.as_mut_ptr(), al, b.state.as_mut_ptr(), sl, &segs) };
-    HostExecutor::new(Mode::Native)
-        .run(&c.schedule, &mem, &mut super::tests::no_fallback)
-        .unwrap_or_else(|e| panic!("{e}"));
-    outputs(c, &b)
-}
-
-fn sim(c: &Compiled, plan: &MetalPlan, fix: FixBytes) -> Vec<Vec<f32>> {
-    let mut b = fill(c, fix);
-    {
-        let segs: Vec<&[u8]> = b.segs.iter().map(|s| s.as_slice()).collect();
-        let bufs = SimBuffers {
-            arena: b.arena.as_mut_slice(),
-            state: b.state.as_mut_slice(),
-            segments: &segs,
-        };
-        SimExecutor::new()
-            .run(plan, &c.schedule, bufs, &mut super::tests::no_fallback)
-            .unwrap_or_else(|e| panic!("{e}"));
-    }
-    outputs(c, &b)
-}
-
 /// Compiles `g`, checks that every thunk named in `kernels` became a
 /// `quant_formats` dispatch of that kernel, and compares host and sim.
 fn check(g: &Graph, kernels: &[&str], fix: FixBytes, atol: f32, rtol: f32) {
@@ -126,7 +80,8 @@ fn check(g: &Graph, kernels: &[&str], fix: FixBytes, atol: f32, rtol: f32) {
         });
         assert!(found, "no {k} dispatch\n{plan}");
     }
-    let (h, s) = (host(&c, fix), sim(&c, &plan, fix));
+    let h = run_host_on(&c, fill(&c, fix));
+    let s = run_sim_on(&c, &plan, fill(&c, fix));
     for (o, (hv, sv)) in h.iter().zip(&s).enumerate() {
         let big = hv.iter().fold(0f32, |m, v| m.max(v.abs()));
         for (i, (&a, &b)) in hv.iter().zip(sv).enumerate() {

@@ -69,6 +69,22 @@ struct IntFields {
     asym: bool,
 }
 
+/// [`IntFields`] of a `DequantMatMulInt8` / `Int4` (same field names).
+macro_rules! int_fields {
+    ($d:expr) => {
+        IntFields {
+            x: $d.x,
+            w_q: $d.w_q,
+            scale: $d.scale,
+            zp: $d.zp,
+            dst: $d.dst,
+            mkn: ($d.m, $d.k, $d.n),
+            block_size: $d.block_size,
+            asym: $d.is_asymmetric,
+        }
+    };
+}
+
 fn int_matmul(mem: &Mem, kernel: &'static str, d: IntFields, four_bit: bool) -> NResult {
     let (m, k, n) = (d.mkn.0 as usize, d.mkn.1 as usize, d.mkn.2 as usize);
     let r = Reader {
@@ -103,32 +119,8 @@ pub(super) fn run(t: &Thunk, mem: &Mem) -> NResult {
         dst_bytes,
     };
     match t {
-        Thunk::DequantMatMulInt8(d) => {
-            let fields = IntFields {
-                x: d.x,
-                w_q: d.w_q,
-                scale: d.scale,
-                zp: d.zp,
-                dst: d.dst,
-                mkn: (d.m, d.k, d.n),
-                block_size: d.block_size,
-                asym: d.is_asymmetric,
-            };
-            int_matmul(mem, kernel, fields, false)
-        }
-        Thunk::DequantMatMulInt4(d) => {
-            let fields = IntFields {
-                x: d.x,
-                w_q: d.w_q,
-                scale: d.scale,
-                zp: d.zp,
-                dst: d.dst,
-                mkn: (d.m, d.k, d.n),
-                block_size: d.block_size,
-                asym: d.is_asymmetric,
-            };
-            int_matmul(mem, kernel, fields, true)
-        }
+        Thunk::DequantMatMulInt8(d) => int_matmul(mem, kernel, int_fields!(d), false),
+        Thunk::DequantMatMulInt4(d) => int_matmul(mem, kernel, int_fields!(d), true),
         Thunk::DequantMatMulFp8(d) => {
             let (m, k, n) = (d.m as usize, d.k as usize, d.n as usize);
             let r = reader(d.dst, m * n * 4);

@@ -94,30 +94,20 @@ pub(super) fn lower(i: usize, t: &Thunk) -> Option<Lowered> {
 
 fn lower_checked(i: usize, t: &Thunk) -> Option<Lowered> {
     match t {
-        Thunk::DequantMatMulInt8(d) => {
-            let offs = [d.x, d.w_q, d.scale, d.zp, d.dst];
-            let args = QuantFormatArgs {
-                m: d.m,
-                k: d.k,
-                n: d.n,
-                block_size: d.block_size.max(1),
-                flag: d.is_asymmetric as u32,
-            };
-            aligned4(&[d.x, d.scale, d.zp, d.dst])
-                .then(|| matmul(i, "dqmm_int8", &args, &offs, d.m, d.n))
-        }
-        Thunk::DequantMatMulInt4(d) => {
-            let offs = [d.x, d.w_q, d.scale, d.zp, d.dst];
-            let args = QuantFormatArgs {
-                m: d.m,
-                k: d.k,
-                n: d.n,
-                block_size: d.block_size.max(1),
-                flag: d.is_asymmetric as u32,
-            };
-            aligned4(&[d.x, d.scale, d.zp, d.dst])
-                .then(|| matmul(i, "dqmm_int4", &args, &offs, d.m, d.n))
-        }
+        Thunk::DequantMatMulInt8(d) => int_matmul(
+            i,
+            "dqmm_int8",
+            [d.x, d.w_q, d.scale, d.zp, d.dst],
+            (d.m, d.k, d.n),
+            (d.block_size, d.is_asymmetric),
+        ),
+        Thunk::DequantMatMulInt4(d) => int_matmul(
+            i,
+            "dqmm_int4",
+            [d.x, d.w_q, d.scale, d.zp, d.dst],
+            (d.m, d.k, d.n),
+            (d.block_size, d.is_asymmetric),
+        ),
         Thunk::DequantMatMulFp8(d) => {
             // buffer(4) is unused: bind the scale again
             let offs = [d.x, d.w_q, d.scale, d.scale, d.dst];
@@ -214,6 +204,25 @@ fn lower_checked(i: usize, t: &Thunk) -> Option<Lowered> {
         }
         _ => None,
     }
+}
+
+/// A block-int matmul: `offs` are x, w, scale, zp, dst.
+fn int_matmul(
+    i: usize,
+    name: &str,
+    offs: [usize; 5],
+    (m, k, n): (u32, u32, u32),
+    (block_size, asym): (u32, bool),
+) -> Option<Lowered> {
+    let args = QuantFormatArgs {
+        m,
+        k,
+        n,
+        block_size: block_size.max(1),
+        flag: asym as u32,
+    };
+    let [x, _, scale, zp, dst] = offs;
+    aligned4(&[x, scale, zp, dst]).then(|| matmul(i, name, &args, &offs, m, n))
 }
 
 /// Args of the elementwise scaled kernels (`m` rows, `k` cols).

@@ -418,29 +418,12 @@ pub fn scaled_quantize(
     x: &[f32],
     scale: &[f32],
     out: &mut [u8],
-    (rows, cols): (usize, usize),
+    rc: (usize, usize),
     fmt: ScaledFormat,
     layout: ScaleLayout,
 ) -> Result<()> {
-    let kernel = "scaled_quantize";
-    let len = rows
-        .checked_mul(cols)
-        .ok_or_else(|| invalid(kernel, "size overflows"))?;
-    check_len(kernel, "x", x.len(), len)?;
-    check_len(
-        kernel,
-        "scale",
-        scale.len(),
-        scale_count(layout, rows, cols),
-    )?;
-    check_len(kernel, "dst", out.len(), len)?;
-    for_rows(&mut out[..len], cols, |r, row| {
-        for (c, o) in row.iter_mut().enumerate() {
-            let s = scale[scale_index(layout, r, c, cols)];
-            *o = encode_scaled(fmt, x[r * cols + c] / s);
-        }
-    });
-    Ok(())
+    let f = |v: f32, s: f32| encode_scaled(fmt, v / s);
+    map_scaled("scaled_quantize", x, scale, out, rc, layout, f)
 }
 
 /// `dst = decode(codes) · scale` over a `[rows, cols]` operand.
@@ -448,26 +431,34 @@ pub fn scaled_dequantize(
     codes: &[u8],
     scale: &[f32],
     out: &mut [f32],
-    (rows, cols): (usize, usize),
+    rc: (usize, usize),
     fmt: ScaledFormat,
     layout: ScaleLayout,
 ) -> Result<()> {
-    let kernel = "scaled_dequantize";
+    let f = |c: u8, s: f32| decode_scaled(fmt, c) * s;
+    map_scaled("scaled_dequantize", codes, scale, out, rc, layout, f)
+}
+
+/// `out[r, c] = f(input[r, c], scale of (r, c))` with the length checks.
+fn map_scaled<I: Copy + Sync, O: Send>(
+    kernel: &'static str,
+    input: &[I],
+    scale: &[f32],
+    out: &mut [O],
+    (rows, cols): (usize, usize),
+    layout: ScaleLayout,
+    f: impl Fn(I, f32) -> O + Sync,
+) -> Result<()> {
     let len = rows
         .checked_mul(cols)
         .ok_or_else(|| invalid(kernel, "size overflows"))?;
-    check_len(kernel, "codes", codes.len(), len)?;
-    check_len(
-        kernel,
-        "scale",
-        scale.len(),
-        scale_count(layout, rows, cols),
-    )?;
+    check_len(kernel, "input", input.len(), len)?;
+    let ns = scale_count(layout, rows, cols);
+    check_len(kernel, "scale", scale.len(), ns)?;
     check_len(kernel, "dst", out.len(), len)?;
     for_rows(&mut out[..len], cols, |r, row| {
         for (c, o) in row.iter_mut().enumerate() {
-            let s = scale[scale_index(layout, r, c, cols)];
-            *o = decode_scaled(fmt, codes[r * cols + c]) * s;
+            *o = f(input[r * cols + c], scale[scale_index(layout, r, c, cols)]);
         }
     });
     Ok(())
