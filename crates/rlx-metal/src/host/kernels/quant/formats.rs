@@ -53,18 +53,15 @@ pub fn e5m2_to_f32(b: u8) -> f32 {
     f32::from_bits(sign | mag.to_bits())
 }
 
-/// E2M1 magnitudes by the low three bits of a code.
-const E2M1: [f32; 8] = [0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0];
+/// E2M1 values by code (bit 3 is the sign).
+const E2M1: [f32; 16] = [
+    0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0, -0.0, -0.5, -1.0, -1.5, -2.0, -3.0, -4.0, -6.0,
+];
 
 /// E2M1 (FP4) code (low nibble) → value.
 #[inline]
 pub fn e2m1_to_f32(c: u8) -> f32 {
-    let v = E2M1[(c & 7) as usize];
-    if c & 8 != 0 {
-        -v
-    } else {
-        v
-    }
+    E2M1[(c & 0xF) as usize]
 }
 
 /// A scaled-format code → value.
@@ -161,6 +158,30 @@ fn matmul_rows(
     gemm_decoded(&x[..m * k], out, m, k, n, decode);
 }
 
+/// The low and high nibble of an int4 byte: two's complement (−8..7) when
+/// `signed`, else 0..15.
+#[inline(always)]
+fn nibbles(byte: u8, signed: bool) -> (f32, f32) {
+    if signed {
+        (((byte << 4) as i8 >> 4) as f32, (byte as i8 >> 4) as f32)
+    } else {
+        ((byte & 0xF) as f32, (byte >> 4) as f32)
+    }
+}
+
+/// 256-entry decode tables of E4M3 (`[0]`) and E5M2 (`[1]`).
+fn fp8_tables() -> &'static [[f32; 256]; 2] {
+    static T: std::sync::OnceLock<[[f32; 256]; 2]> = std::sync::OnceLock::new();
+    T.get_or_init(|| {
+        let mut t = [[0f32; 256]; 2];
+        for c in 0..=255u8 {
+            t[0][c as usize] = e4m3_to_f32(c);
+            t[1][c as usize] = e5m2_to_f32(c);
+        }
+        t
+    })
+}
+
 /// Shape checks shared by the weight-format matmuls.
 fn check_mm(
     kernel: &'static str,
@@ -238,23 +259,32 @@ pub fn dequant_matmul_int(
                 &w.scale[j * nb..(j + 1) * nb],
                 w.zp.map(|z| &z[j * nb..(j + 1) * nb]),
             );
-            for (e, d) in dst.iter_mut().enumerate() {
-                let q = if w.four_bit {
-                    let nib = (row[e / 2] >> (4 * (e & 1))) & 0xF;
-                    if signed4 && nib >= 8 {
-                        nib as f32 - 16.0
-                    } else {
-                        nib as f32
+            // one block at a time: its scale and zero point hoisted, the
+            // codes widened in a branch-free loop
+            for (b, d) in dst.chunks_mut(w.block_size).enumerate() {
+                let (s, z) = (sc[b], zp.map_or(0.0, |z| z[b]));
+                let e0 = b * w.block_size;
+                if !w.four_bit {
+                    for (o, &c) in d.iter_mut().zip(&row[e0..]) {
+                        *o = (c as i8 as f32 - z) * s;
+                    }
+                } else if e0.is_multiple_of(2) {
+                    let bytes = &row[e0 / 2..];
+                    for (pair, &byte) in d.chunks_mut(2).zip(bytes) {
+                        let (lo, hi) = nibbles(byte, signed4);
+                        pair[0] = (lo - z) * s;
+                        if let Some(o) = pair.get_mut(1) {
+                            *o = (hi - z) * s;
+                        }
                     }
                 } else {
-                    row[e] as i8 as f32
-                };
-                let b = e / w.block_size;
-                let q = match zp {
-                    Some(z) => q - z[b],
-                    None => q,
-                };
-                *d = q * sc[b];
+                    // odd block size (a hand-built thunk): element by element
+                    for (i, o) in d.iter_mut().enumerate() {
+                        let e = e0 + i;
+                        let (lo, hi) = nibbles(row[e / 2], signed4);
+                        *o = (if e.is_multiple_of(2) { lo } else { hi } - z) * s;
+                    }
+                }
             }
         }
     };
@@ -281,13 +311,13 @@ pub fn dequant_matmul_fp8(
         .ok_or_else(|| invalid(kernel, "n·k overflows"))?;
     check_len(kernel, "w_q", w.len(), nk)?;
     check_len(kernel, "scale", scale.len(), n)?;
-    let dec: fn(u8) -> f32 = if e5m2 { e5m2_to_f32 } else { e4m3_to_f32 };
+    let table = &fp8_tables()[e5m2 as usize];
     let decode = |j0: usize, rows: usize, panel: &mut [f32]| {
         for (r, dst) in panel.chunks_exact_mut(k).take(rows).enumerate() {
             let j = j0 + r;
             let s = scale[j];
             for (d, &c) in dst.iter_mut().zip(&w[j * k..(j + 1) * k]) {
-                *d = dec(c) * s;
+                *d = table[c as usize] * s;
             }
         }
     };
@@ -323,10 +353,16 @@ pub fn dequant_matmul_nvfp4(
             let j = j0 + r;
             let row = &w[j * rb..(j + 1) * rb];
             let bs = &block_scale[j * nb..(j + 1) * nb];
-            for (e, d) in dst.iter_mut().enumerate() {
-                let code = (row[e / 2] >> (4 * (e & 1))) & 0xF;
-                // E2M1 · E4M3 is exact in f32; one rounding for the global scale
-                *d = e2m1_to_f32(code) * e4m3_to_f32(bs[e / 16]) * global;
+            let e4m3 = &fp8_tables()[0];
+            for (b, d) in dst.chunks_mut(16).enumerate() {
+                // (E2M1 · E4M3) is exact in f32: one rounding for the global scale
+                let be = e4m3[bs[b] as usize];
+                for (pair, &byte) in d.chunks_mut(2).zip(&row[8 * b..]) {
+                    pair[0] = e2m1_to_f32(byte & 0xF) * be * global;
+                    if let Some(o) = pair.get_mut(1) {
+                        *o = e2m1_to_f32(byte >> 4) * be * global;
+                    }
+                }
             }
         }
     };
