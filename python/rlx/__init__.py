@@ -19,6 +19,7 @@ from rlx.errors import (
 )
 from rlx.executable import Executable, compile
 from rlx.graph import Graph, Node, SplatConfig
+from rlx.quantization import Quantized, QuantizeError, quantize
 
 if TYPE_CHECKING:
     from rlx.models import DecoderModel
@@ -30,6 +31,7 @@ def load(
     progress: bool = False,
     inplace: Optional[bool] = None,
     half_weights: str = "native",
+    quantize: Optional[str] = None,
 ) -> "DecoderModel":
     """Load a decoder LLM: a GGUF file, a Hugging Face directory or a packaged
     name such as ``"smollm2"``; see :func:`rlx.models.load`."""
@@ -37,7 +39,7 @@ def load(
 
     return _load(
         path_or_name, device=device, progress=progress, inplace=inplace,
-        half_weights=half_weights,
+        half_weights=half_weights, quantize=quantize,
     )  # fmt: skip
 
 
@@ -48,6 +50,8 @@ __all__ = [
     "GraphError",
     "KernelError",
     "Node",
+    "QuantizeError",
+    "Quantized",
     "RlxError",
     "ShapeError",
     "SplatConfig",
@@ -57,6 +61,7 @@ __all__ = [
     "compile",
     "load",
     "pass_names",
+    "quantize",
     "register_op",
     "set_int8_activations",
     "dtype_name",

@@ -19,7 +19,7 @@ import argparse
 import json
 import os
 import sys
-from typing import Any
+from typing import Any, Optional
 
 from rlx import _rlx
 from rlx.errors import RlxError
@@ -286,17 +286,22 @@ def _cmd_bench(args: argparse.Namespace) -> int:
     return 0
 
 
-def inspect_model(model_name: str, seq: int = 0) -> dict[str, Any]:
+def inspect_model(
+    model_name: str, seq: int = 0, quantize: Optional[str] = None
+) -> dict[str, Any]:
     """Compile the decode graph of ``model_name`` (and the prefill graph of
     ``seq`` prompt tokens when ``seq > 0``) and collect each compile report:
     per pass its matches and thunks before / after, dispatches per run
     before and after the passes, the Metal plan's kernel dispatches,
-    barriers and host commands, thunks and arena / state bytes."""
+    barriers and host commands, thunks and arena / state bytes. With
+    ``quantize`` (a :func:`rlx.quantize` scheme) the float linear weights are
+    quantised at load and ``quant_errors`` maps each to its relative error
+    ``‖dequant(W) − W‖_F / ‖W‖_F``."""
     from rlx.models.decoder import DecoderModel, load
 
     if seq < 0:
         raise RlxError(f"[inspect] --seq {seq}: need a token count of at least 1")
-    model = load(model_name)
+    model = load(model_name, quantize=quantize)
     if not isinstance(model, DecoderModel):
         raise RlxError(
             f"[inspect] {model_name} is not a decoder LLM (inspect reports decode graphs)"
@@ -332,12 +337,14 @@ def inspect_model(model_name: str, seq: int = 0) -> dict[str, Any]:
         "layers": cfg.n_layers,
         "hidden": cfg.hidden,
         "graphs": graphs,
+        "quantize": quantize,
+        "quant_errors": dict(model.weights.quant_errors),
     }
 
 
 def _cmd_inspect(args: argparse.Namespace) -> int:
     _check_model_path(args.model)
-    info = inspect_model(args.model, args.seq)
+    info = inspect_model(args.model, args.seq, args.quantize)
     if args.json:
         print(json.dumps(info, indent=1))
         return 0
@@ -357,6 +364,12 @@ def _cmd_inspect(args: argparse.Namespace) -> int:
             f"thunks {g['thunks']}, arena {g['arena_bytes']} B (naive {g['naive_bytes']} B), "
             f"state {g['state_bytes']} B"
         )
+    errs = info["quant_errors"]
+    if errs:
+        print(f"\nquantised to {info['quantize']}: relative error ‖dequant(W) − W‖ / ‖W‖")
+        for name, e in errs.items():
+            print(f"  {name:48} {e:.3e}")
+        print(f"  {'max':48} {max(errs.values()):.3e}")
     return 0
 
 
@@ -501,6 +514,12 @@ def main(argv: list[str] | None = None) -> int:
         "--seq", type=_at_least(0), default=0, help="also the prefill graph for N tokens"
     )
     insp.add_argument("--json", action="store_true", help="print one JSON object")
+    insp.add_argument(
+        "--quantize",
+        default=None,
+        help="quantise the float linear weights at load (int8, int4/32a, fp8_e4m3, nvfp4, "
+        "q8_0 ...) and print each layer's relative error",
+    )
     insp.set_defaults(fn=_cmd_inspect)
     _serve_args(sub)
     try:

@@ -533,6 +533,31 @@ static_assert(sizeof(BinaryArgs) == 8 && alignof(BinaryArgs) == 4, "BinaryArgs l
 static_assert(sizeof(BroadcastArgs) == 112 && alignof(BroadcastArgs) == 4, "BroadcastArgs layout");
 static_assert(sizeof(RowNormArgs) == 16 && alignof(RowNormArgs) == 4, "RowNormArgs layout");
 static_assert(sizeof(SoftmaxArgs) == 8 && alignof(SoftmaxArgs) == 4, "SoftmaxArgs layout");
+// quant_formats.metal dqmm_*: dst[m, n] = x[m, k] @ dequant(w)ᵀ for block
+// int8 / int4 (block_size; flag 1: zero points), FP8 (flag 1: E5M2) and
+// NVFP4 weights.
+struct QuantFormatArgs {
+    uint m;
+    uint k;
+    uint n;
+    uint block_size;
+    uint flag;
+};
+
+// quant_formats.metal scaled_*: formats 0 fp8_e4m3, 1 fp8_e5m2, 2 int8;
+// layout 0 per tensor, 1 per row, 2 blocks of `block` columns. The
+// elementwise kernels use m rows, k cols and lhs_fmt.
+struct ScaledArgs {
+    uint m;
+    uint k;
+    uint n;
+    uint lhs_fmt;
+    uint rhs_fmt;
+    uint layout;
+    uint block;
+    uint has_bias;
+};
+
 static_assert(sizeof(QuantArgs) == 24 && alignof(QuantArgs) == 4, "QuantArgs layout");
 static_assert(sizeof(MlpArgs) == 28 && alignof(MlpArgs) == 4, "MlpArgs layout");
 static_assert(sizeof(MoeArgs) == 20 && alignof(MoeArgs) == 4, "MoeArgs layout");
@@ -626,5 +651,7 @@ static_assert(sizeof(Conv2dArgs) == 64 && alignof(Conv2dArgs) == 4, "Conv2dArgs 
 static_assert(sizeof(Pool2dArgs) == 48 && alignof(Pool2dArgs) == 4, "Pool2dArgs layout");
 static_assert(sizeof(Resize2xArgs) == 12 && alignof(Resize2xArgs) == 4, "Resize2xArgs layout");
 static_assert(sizeof(LayerNorm2dArgs) == 16 && alignof(LayerNorm2dArgs) == 4, "LayerNorm2dArgs layout");
+static_assert(sizeof(QuantFormatArgs) == 20 && alignof(QuantFormatArgs) == 4, "QuantFormatArgs layout");
+static_assert(sizeof(ScaledArgs) == 32 && alignof(ScaledArgs) == 4, "ScaledArgs layout");
 
 #endif  // RLX_METAL_ARGS_H

@@ -122,7 +122,9 @@ pub struct PyExecutable {
 fn compile_err(e: CompileError) -> PyErr {
     match e {
         CompileError::Ir(ir) => ir_err(ir),
-        CompileError::Unsupported { .. } => UnsupportedOpError::new_err(e.to_string()),
+        CompileError::Unsupported { .. } | CompileError::BadParam { .. } => {
+            UnsupportedOpError::new_err(e.to_string())
+        }
         CompileError::UnboundDim { .. } => ShapeError::new_err(e.to_string()),
         _ => GraphError::new_err(e.to_string()),
     }

@@ -214,13 +214,29 @@ class Weights:
     with the numpy array (a view of the file's memory map where possible) that
     binds it; :meth:`bind` puts them into an executable."""
 
-    def __init__(self, src: Union[TensorSource, GGUFFile], half_weights: str = "native") -> None:
+    def __init__(
+        self,
+        src: Union[TensorSource, GGUFFile],
+        half_weights: str = "native",
+        quantize: Optional[str] = None,
+    ) -> None:
         if half_weights not in HALF_MODES:
             raise RlxError(f"[load] half_weights={half_weights!r}; expected one of {HALF_MODES}")
         self.src = GGUFSource(src) if isinstance(src, GGUFFile) else src
         #: F16 / BF16 matrices: multiplied as stored ("native", zero-copy) or
         #: converted once to F32 ("f32")
         self.half_weights = half_weights
+        #: scheme every F32 / F16 / BF16 linear weight is quantised to at
+        #: load (:func:`rlx.quantize`); None keeps them as stored
+        self.quantize = quantize
+        if quantize is not None:
+            from rlx.quantization import _parse
+
+            _parse(quantize)  # an unknown scheme fails at load, naming it
+        #: relative error (Frobenius) of each quantised weight vs its floats,
+        #: by stored tensor name
+        self.quant_errors: dict[str, float] = {}
+        self._schemes: dict[str, tuple[Any, int]] = {}
         self.values: dict[str, np.ndarray] = {}
 
     @property
@@ -260,6 +276,8 @@ class Weights:
                 f"[weights] {self.path}: tensor {name!r} has shape {list(t.shape)}, expected 2-D"
             )
         n, k = t.shape
+        if self.quantize is not None and t.kind in ELEMENT_BYTES:
+            return self._quantized(g, x, name, None)
         if t.kind in ("F16", "BF16") and self.half_weights == "f32":
             if name not in self.values:
                 self.values[name] = np.ascontiguousarray(to_f32(self.src.array(name), t.kind)).view(
@@ -289,6 +307,8 @@ class Weights:
                 f"expected 2-D with {len(perm)} rows"
             )
         n, k = t.shape
+        if self.quantize is not None and t.kind in ELEMENT_BYTES:
+            return self._quantized(g, x, name, perm)
         if t.kind in ("F16", "BF16") and self.half_weights == "f32":
             if name not in self.values:
                 f = np.ascontiguousarray(to_f32(self.src.array(name), t.kind)[perm])
@@ -300,6 +320,39 @@ class Weights:
             self.values[name] = np.ascontiguousarray(self.src.rows(name)[perm])
         w = g.param(name, [n, t.row_bytes], "u8")
         return g.dequant_matmul(x, w, scheme=t.kind.lower(), n=n, k=k)
+
+    def _quantized(self, g: Graph, x: Node, name: str, perm: Optional[np.ndarray]) -> Node:
+        """``x @ Wᵀ`` with the float weight ``name`` (rows reordered by
+        ``perm``) quantised under :attr:`quantize` once at load: params
+        ``name`` (packed codes) and ``name.q0``, ``name.q1`` … (scales, zero
+        points); its error vs the floats goes to :attr:`quant_errors`."""
+        from rlx.quantization import quantize
+
+        t = self.src.meta(name)
+        n, k = t.shape
+        aux_names = [f"{name}.q{i}" for i in range(3)]
+        if name not in self.values:
+            w = to_f32(self.src.array(name), t.kind).reshape(n, k)
+            if perm is not None:
+                w = w[perm]
+            assert self.quantize is not None
+            try:
+                q = quantize(w, self.quantize)
+            except RlxError as e:
+                raise WeightFormatError(f"[weights] {self.path}: tensor {name!r}: {e}") from None
+            self.values[name] = np.ascontiguousarray(q.w_q)
+            for an, a in zip(aux_names, q.aux):
+                self.values[an] = np.ascontiguousarray(a)
+            self.quant_errors[self.src.stored_name(name)] = q.rel_error(w)
+            self._schemes[name] = (q.scheme, len(q.aux))
+        scheme, n_aux = self._schemes[name]
+        w_q = self.values[name]
+        wp = g.param(name, list(w_q.shape), "u8")
+        aux = []
+        for an in aux_names[:n_aux]:
+            a = self.values[an]
+            aux.append(g.param(an, list(a.shape), "u8" if a.dtype == np.uint8 else "f32"))
+        return g.dequant_matmul(x, wp, *aux, scheme=scheme, n=n, k=k)
 
     def embedding_rows(self, name: str, ids: np.ndarray) -> np.ndarray:
         """Rows ``ids`` of the embedding table ``name``, dequantized to f32."""

@@ -142,6 +142,7 @@ class DecoderModel:
         device: str = "host",
         inplace: Optional[bool] = None,
         half_weights: str = "native",
+        quantize: Optional[str] = None,
     ) -> None:
         self.path = path
         self.device = device
@@ -155,7 +156,7 @@ class DecoderModel:
         src, self.config, self.spec, tok = open_model(path)
         #: the GGUF file (None for an HF directory)
         self.gguf = src.f if isinstance(src, GGUFSource) else None
-        self.weights = Weights(src, half_weights)
+        self.weights = Weights(src, half_weights, quantize)
         #: :class:`rlx.tokenizer.Tokenizer` (GGUF) or :class:`rlx.tokenizer_hf.HFTokenizer`
         self.tokenizer: TokenizerBase = tok
         kinds = {self.config.mixer(i) for i in range(self.config.n_layers)}
@@ -524,6 +525,7 @@ def load(
     progress: bool = False,
     inplace: Optional[bool] = None,
     half_weights: str = "native",
+    quantize: Optional[str] = None,
 ) -> DecoderModel:
     """Load a decoder: a GGUF file, a Hugging Face directory (config.json +
     *.safetensors + tokenizer.json; llama, qwen2, qwen3, gemma3_text, lfm2),
@@ -536,7 +538,12 @@ def load(
 
     ``half_weights``: ``"native"`` multiplies F16 / BF16 matrices as stored
     (zero-copy views of the file); ``"f32"`` converts them once at load (2×
-    their memory; on the host the F32 GEMV is ~7× faster per weight)."""
+    their memory; on the host the F32 GEMV is ~7× faster per weight).
+
+    ``quantize``: a scheme of :func:`rlx.quantize` (``"int8"``,
+    ``"int4/32a"``, ``"fp8_e4m3"``, ``"nvfp4"``, ``"q8_0"`` …) every F32 / F16
+    / BF16 linear weight is quantised to at load; the per-layer error vs the
+    floats is ``model.weights.quant_errors`` (``rlx inspect --quantize``)."""
     from pathlib import Path
 
     from rlx.io.models import MODELS, ensure_model
@@ -562,7 +569,9 @@ def load(
         from rlx.models.bert import BertEncoder
 
         return BertEncoder(Path(path), device=device)  # type: ignore[return-value]
-    return DecoderModel(path, device=device, inplace=inplace, half_weights=half_weights)
+    return DecoderModel(
+        path, device=device, inplace=inplace, half_weights=half_weights, quantize=quantize
+    )
 
 
 def _prefetch(path: Any) -> None:

@@ -198,7 +198,7 @@ fn packed_row_bytes(op: &Op, scheme: QuantScheme, n: usize, k: usize) -> Result<
 ///
 /// Aux element counts (checked when static; their layout is the lowering's):
 /// Int8/Int4 scales and zero points one per block (`n · k / block`), FP8 one
-/// scale per row (`n`), NVFP4 block scales (`n · k / 16`, u8 E4M3 codes or
+/// scale per row (`n`) or one per tensor (`1`), NVFP4 block scales (`n · k / 16`, u8 E4M3 codes or
 /// float) then one global scale.
 fn dequant_matmul(
     op: &Op,
@@ -237,7 +237,10 @@ fn dequant_matmul(
             ));
         }
         if let Some(got) = s.numel() {
-            if got != count {
+            // FP8 takes one scale per output row or one for the whole tensor
+            let per_tensor_fp8 =
+                got == 1 && matches!(scheme, QuantScheme::Fp8E4m3 | QuantScheme::Fp8E5m2);
+            if got != count && !per_tensor_fp8 {
                 return Err(IrError::shape(
                     op.name(),
                     format!("{what} must hold {count} element(s) for {scheme}, got {s}"),

@@ -23,6 +23,22 @@ pub enum CompileError {
         /// Node name.
         name: String,
     },
+    /// An op whose parameters (scheme, group size, an operand's dtype or
+    /// shape) fall outside what its kernels support; `param` names the one
+    /// at fault.
+    #[error("[{op}] unsupported {param}: {msg} (node {node} '{name}')")]
+    BadParam {
+        /// Op name.
+        op: String,
+        /// The parameter or operand at fault.
+        param: String,
+        /// Why, with the values involved.
+        msg: String,
+        /// Node index.
+        node: usize,
+        /// Node name.
+        name: String,
+    },
     /// A symbolic dim with no value given at compile time.
     #[error(
         "[compile] dim '{sym}' of node {node} '{name}' has no value; pass dims={{'{sym}': N}}"

@@ -792,6 +792,10 @@ pub use crate::thunk::region::{act_code, binop_code as binary_code};
 mod vision;
 pub use vision::{Conv2dArgs, LayerNorm2dArgs, Pool2dArgs, Resize2xArgs};
 
+#[path = "args_quant_formats.rs"]
+mod quant_formats;
+pub use quant_formats::{QuantFormatArgs, ScaledArgs};
+
 #[cfg(test)]
 #[path = "args_tests.rs"]
 mod tests;

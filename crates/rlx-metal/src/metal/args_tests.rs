@@ -28,6 +28,8 @@ fn header_and_rust_assert_the_same_layouts() {
         ("RowNormArgs", size_of::<RowNormArgs>()),
         ("SoftmaxArgs", size_of::<SoftmaxArgs>()),
         ("QuantArgs", size_of::<QuantArgs>()),
+        ("QuantFormatArgs", size_of::<QuantFormatArgs>()),
+        ("ScaledArgs", size_of::<ScaledArgs>()),
         ("MlpArgs", size_of::<MlpArgs>()),
         ("MoeArgs", size_of::<MoeArgs>()),
         ("MatmulArgs", size_of::<MatmulArgs>()),

@@ -35,6 +35,9 @@ pub enum Family {
     Softmax,
     /// GEMV / GEMM on packed GGUF blocks.
     Quant,
+    /// Matmuls on block int8 / int4, FP8 and NVFP4 weights; the scaled
+    /// low-precision GEMM, quantise, dequantise and scale kernels.
+    QuantFormats,
     /// Tiled GEMM / GEMV with a bias + activation epilogue, bias add.
     Matmul,
     /// Fused elementwise regions, fused binary / ternary activations,
@@ -78,6 +81,7 @@ pub const ALL_FAMILIES: &[Family] = &[
     Family::Norm,
     Family::Softmax,
     Family::Quant,
+    Family::QuantFormats,
     Family::Matmul,
     Family::Region,
     Family::Attention,
@@ -105,6 +109,7 @@ impl Family {
             Family::Norm => "norm.metal",
             Family::Softmax => "softmax.metal",
             Family::Quant => "quant.metal",
+            Family::QuantFormats => "quant_formats.metal",
             Family::Matmul => "matmul.metal",
             Family::Region => "region.metal",
             Family::Attention => "attention.metal",
@@ -132,6 +137,7 @@ impl Family {
             Family::Norm => include_str!("../../kernels/norm.metal"),
             Family::Softmax => include_str!("../../kernels/softmax.metal"),
             Family::Quant => include_str!("../../kernels/quant.metal"),
+            Family::QuantFormats => include_str!("../../kernels/quant_formats.metal"),
             Family::Matmul => include_str!("../../kernels/matmul.metal"),
             Family::Region => include_str!("../../kernels/region.metal"),
             Family::Attention => include_str!("../../kernels/attention.metal"),

@@ -267,3 +267,7 @@ mod tests_misc;
 #[cfg(test)]
 #[path = "sim_tests_vision.rs"]
 mod tests_vision;
+
+#[cfg(test)]
+#[path = "sim_tests_quant_formats.rs"]
+mod tests_quant_formats;

@@ -109,7 +109,11 @@ pub(super) fn no_fallback(i: usize, t: &Thunk) -> Result<(), String> {
 }
 
 pub(super) fn run_host(c: &Compiled) -> Vec<Vec<f32>> {
-    let mut b = fill(c);
+    run_host_on(c, fill(c))
+}
+
+/// Runs `c` on the host executor over buffers `b`; returns the outputs.
+pub(super) fn run_host_on(c: &Compiled, mut b: Bufs) -> Vec<Vec<f32>> {
     let segs: Vec<Segment> = b
         .segs
         .iter_mut()
@@ -128,7 +132,11 @@ pub(super) fn run_host(c: &Compiled) -> Vec<Vec<f32>> {
 }
 
 pub(super) fn run_sim(c: &Compiled, plan: &MetalPlan) -> Vec<Vec<f32>> {
-    let mut b = fill(c);
+    run_sim_on(c, plan, fill(c))
+}
+
+/// Runs `plan` on metal-sim over buffers `b`; returns the outputs.
+pub(super) fn run_sim_on(c: &Compiled, plan: &MetalPlan, mut b: Bufs) -> Vec<Vec<f32>> {
     {
         let segs: Vec<&[u8]> = b.segs.iter().map(|s| s.as_slice()).collect();
         let bufs = SimBuffers {

@@ -139,6 +139,19 @@ fn dequant_matmul_gguf_and_aux() {
         &["f32[2, 32]", "u8[4, 16]", "u8[4, 2]", "c64[1]"],
         "global scale must be numeric",
     );
+    let fp8 = Op::DequantMatMul {
+        scheme: QuantScheme::Fp8E5m2,
+        n: 4,
+        k: 8,
+    };
+    // one scale per output row, or one for the whole tensor
+    ok(&fp8, &["f32[2, 8]", "u8[4, 8]", "f32[4]"], "f32[2, 4]");
+    ok(&fp8, &["f32[2, 8]", "u8[4, 8]", "f32[1]"], "f32[2, 4]");
+    err(
+        &fp8,
+        &["f32[2, 8]", "u8[4, 8]", "f32[2]"],
+        "scale must hold 4",
+    );
 }
 
 #[test]

@@ -1,6 +1,7 @@
 //! Lowering of the matmul family: dense (`Sgemm`, `BatchedSgemm` with
 //! broadcast batch, materialising partial batch broadcasts), fused
 //! matmul + bias + activation, GGUF-quantised and grouped (MoE) matmuls.
+//! The other weight formats and the scaled ops are in `quant_formats`.
 
 use super::elementwise::materialize;
 use super::{converted, index_i32, numel, Ctx};
@@ -39,9 +40,7 @@ pub(super) fn lower(ctx: &mut Ctx<'_>, op: &Op) -> Result<(), CompileError> {
         }
         Op::DequantMatMul { scheme, n, k } => {
             let QuantScheme::Gguf(_) = scheme else {
-                return Err(ctx.unsupported(format!(
-                    "dequant_mat_mul with scheme {scheme} is not lowered yet (GGUF schemes are)"
-                )));
+                return super::quant_formats::dequant_matmul(ctx, *scheme, *n, *k);
             };
             let xd = ctx.in_dims(0);
             let x_dt = ctx.in_shape(0).dtype;
@@ -103,9 +102,7 @@ pub(super) fn lower(ctx: &mut Ctx<'_>, op: &Op) -> Result<(), CompileError> {
             });
             Ok(())
         }
-        _ => {
-            Err(ctx.unsupported("scaled (FP8/int8) matmuls are lowered with the quantisation work"))
-        }
+        _ => super::quant_formats::lower_scaled(ctx, op),
     }
 }
 

@@ -22,6 +22,7 @@ mod elementwise;
 mod matmul;
 mod misc;
 mod norm;
+mod quant_formats;
 mod reduce;
 mod sequence;
 mod shape;
@@ -221,6 +222,19 @@ impl Ctx<'_> {
         let n = self.node();
         CompileError::Unsupported {
             op: n.op.name().to_string(),
+            msg: msg.into(),
+            node: self.node,
+            name: n.name.clone(),
+        }
+    }
+
+    /// A `BadParam` error for this node: `param` is outside what the
+    /// kernels support.
+    pub(crate) fn bad_param(&self, param: &str, msg: impl Into<String>) -> CompileError {
+        let n = self.node();
+        CompileError::BadParam {
+            op: n.op.name().to_string(),
+            param: param.to_string(),
             msg: msg.into(),
             node: self.node,
             name: n.name.clone(),
@@ -628,3 +642,6 @@ mod layout_tests;
 
 #[cfg(test)]
 mod sequence_tests;
+
+#[cfg(test)]
+mod quant_formats_tests;

@@ -48,6 +48,7 @@ mod layout;
 mod linalg;
 mod misc;
 mod quant;
+mod quant_formats;
 mod scan;
 mod sequence;
 
@@ -64,6 +65,7 @@ pub fn has_native(t: &Thunk) -> bool {
         || linalg::handles(t)
         || layout::handles(t)
         || quant::handles(t)
+        || quant_formats::handles(t)
         || fused_mlp::handles(t)
         || indexing::handles(t)
         || sequence::handles(t)
@@ -84,6 +86,9 @@ pub(crate) fn run(t: &Thunk, mem: &Mem, st: &mut Staging, _s: &ThunkSchedule) ->
     }
     if quant::handles(t) {
         return Some(quant::run(t, mem, st));
+    }
+    if quant_formats::handles(t) {
+        return Some(quant_formats::run(t, mem));
     }
     if fused_mlp::handles(t) {
         return Some(fused_mlp::run(t, mem, st));

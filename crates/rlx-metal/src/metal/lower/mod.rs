@@ -15,6 +15,7 @@ mod moe;
 mod norm;
 mod norm_fused;
 mod quant;
+mod quant_formats;
 mod reduce;
 mod region;
 mod sequence;
@@ -126,6 +127,7 @@ const FAMILIES: &[fn(usize, &Thunk) -> Option<Lowered>] = &[
     softmax::lower,
     quant::lower,
     moe::lower,
+    quant_formats::lower,
     matmul::lower,
     region::lower,
     attention::lower,

@@ -357,6 +357,28 @@ fn gemm_panels<F: RowFmt, T: Elem>(
     k: usize,
     n: usize,
 ) {
+    let decode = |j0: usize, rows: usize, panel: &mut [f32]| {
+        decode_rows::<F>(&w[j0 * rb..(j0 + rows) * rb], rb, k, panel)
+    };
+    gemm_decoded(x, out, m, k, n, &decode);
+}
+
+/// Decodes rows `j0..j0 + rows` of a weight matrix into `panel`
+/// (`rows · k` f32, row-major).
+pub(super) type DecodeRows<'a> = dyn Fn(usize, usize, &mut [f32]) + Sync + 'a;
+
+/// `out[m, n] = x[m, k] @ Wᵀ` with W's rows produced a panel at a time by
+/// `decode` (never the whole matrix): panels in parallel, each multiplied
+/// against all of `x` with `gemm`. Dims must be non-zero and the slices
+/// long enough (checked by the callers).
+pub(super) fn gemm_decoded<T: Elem>(
+    x: &[f32],
+    out: &mut [T],
+    m: usize,
+    k: usize,
+    n: usize,
+    decode: &DecodeRows<'_>,
+) {
     let r = panel_rows(k, n);
     let panels = n.div_ceil(r);
     let writer = ColWriter {
@@ -367,11 +389,10 @@ fn gemm_panels<F: RowFmt, T: Elem>(
     let one = |p: usize| {
         let j0 = p * r;
         let rows = r.min(n - j0);
-        let wp = &w[j0 * rb..(j0 + rows) * rb];
         with_scratch(&WORKER, |s| {
             s.panel.resize(rows * k, 0.0);
             s.tile.resize(m * rows, 0.0);
-            decode_rows::<F>(wp, rb, k, &mut s.panel);
+            decode(j0, rows, &mut s.panel[..rows * k]);
             // SAFETY: x holds m·k elements (row stride k), the panel rows·k
             // (rhs element (p, j) at j·k + p), the tile m·rows (row stride
             // rows); all dims are non-zero.

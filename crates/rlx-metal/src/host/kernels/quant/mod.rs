@@ -27,11 +27,15 @@
 //! One module per block family: `legacy` (32-element Q4_0 … Q8_1),
 //! `kquants` (256-element Q2_K … Q8_K), `seed` (the seed's 128-element
 //! Q1_0 / Q2_0) and `float` (F32 / F16 / BF16). Accumulation is f32.
+//!
+//! The formats whose scales live in separate tensors (block int8 / int4,
+//! FP8, NVFP4) and the scaled low-precision codes are in [`formats`].
 
 #[cfg(target_arch = "x86_64")]
 mod avx2;
 mod driver;
 mod float;
+pub mod formats;
 mod kquants;
 mod legacy;
 mod seed;
