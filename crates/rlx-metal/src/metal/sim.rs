@@ -260,6 +260,7 @@ mod tests_conv;
 #[path = "sim_tests_sequence.rs"]
 mod tests_sequence;
 
+#[cfg(test)]
 #[path = "sim_tests_misc.rs"]
 mod tests_misc;
 #[cfg(test)]
