@@ -18,18 +18,16 @@ projections are ``x @ Wᵀ + b`` with ``Wᵀ`` transposed once at load time.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Union
 
 import numpy as np
 
-from rlx.errors import DTypeError, ShapeError, UnsupportedOpError, WeightFormatError
+from rlx.errors import ShapeError, UnsupportedOpError, WeightFormatError
 from rlx.executable import Executable
-from rlx.executable import compile as rlx_compile
 from rlx.graph import Graph, Node
-from rlx.io.safetensors import SafetensorsFile
+from rlx.models.vision import compile_bound, pixel_batch, read_config, single_safetensors
 
 #: the ``model_type`` this module loads
 MODEL_TYPES = ("vit",)
@@ -57,15 +55,7 @@ class ViTConfig:
     @staticmethod
     def from_json(path: Path) -> ViTConfig:
         """Read ``config.json``; WeightFormatError naming a missing or bad key."""
-        try:
-            c = json.loads(path.read_text())
-        except (OSError, json.JSONDecodeError) as e:
-            raise WeightFormatError(f"[vit] {path}: cannot read config ({e})") from e
-        if c.get("model_type") not in MODEL_TYPES:
-            raise WeightFormatError(
-                f"[vit] {path}: model_type {c.get('model_type')!r} is not supported "
-                "(supported: vit)"
-            )
+        c = read_config(path, "vit", MODEL_TYPES)
         if c.get("hidden_act", "gelu") != "gelu":
             raise UnsupportedOpError(
                 f"[vit] {path}: hidden_act {c['hidden_act']!r} unsupported (gelu only)"
@@ -101,12 +91,7 @@ class ViTClassifier:
     def __init__(self, root: Union[str, Path], device: str = "host") -> None:
         self.root = Path(root)
         self.config = ViTConfig.from_json(self.root / "config.json")
-        files = sorted(self.root.glob("*.safetensors"))
-        if len(files) != 1:
-            raise WeightFormatError(
-                f"[vit] {self.root}: expected one .safetensors file, found {len(files)}"
-            )
-        self.f = SafetensorsFile(files[0])
+        self.f = single_safetensors(self.root, "vit")
         self.device = device
         self._values: dict[str, np.ndarray] = {}
         self._exes: dict[int, Executable] = {}
@@ -204,10 +189,7 @@ class ViTClassifier:
         """The executable for a batch of ``n`` images (compiled once, params bound)."""
         exe = self._exes.get(n)
         if exe is None:
-            exe = rlx_compile(self.build(n), device=self.device)
-            for name in exe.params:
-                exe.bind_param(name, self._values[name])
-            self._exes[n] = exe
+            exe = self._exes[n] = compile_bound(self.build(n), self.device, self._values)
         return exe
 
     # ---------------------------------------------------------------- API
@@ -215,27 +197,13 @@ class ViTClassifier:
         """Class logits ``[n, labels]`` of ``pixel_values`` ``[n, channels, image,
         image]`` (or one image ``[channels, image, image]``), float32."""
         c = self.config
-        x = np.asarray(pixel_values)
-        if x.ndim == 3:
-            x = x[None]
-        if x.ndim != 4:
-            raise ShapeError(
-                f"[vit] pixel_values must be [n, channels, h, w] or [channels, h, w], "
-                f"got shape {list(x.shape)}"
-            )
-        if x.shape[1] != c.channels:
-            raise ShapeError(
-                f"[vit] pixel_values has {x.shape[1]} channels (dim 1); the model "
-                f"takes {c.channels}"
-            )
+        x = pixel_batch(pixel_values, c.channels, "vit")
         if x.shape[2:] != (c.image, c.image):
             raise ShapeError(
                 f"[vit] pixel_values is {x.shape[2]}x{x.shape[3]} (dims 2, 3); the model "
                 f"takes {c.image}x{c.image} (resize with rlx.models.image_processor)"
             )
-        if not np.issubdtype(x.dtype, np.floating):
-            raise DTypeError(f"[vit] pixel_values must be floating point, got {x.dtype}")
-        out = self.compiled(int(x.shape[0])).run(pixel_values=np.ascontiguousarray(x, np.float32))
+        out = self.compiled(int(x.shape[0])).run(pixel_values=x)
         return np.asarray(next(iter(out.values())))
 
 
