@@ -245,7 +245,7 @@ def _cmd_classify(args: argparse.Namespace) -> int:
     if not (root / "config.json").is_file():
         raise RlxError(f"[classify] {args.model}: not a model directory (no config.json)")
     image = load_image(args.image)
-    model = rlx.load(str(root))
+    model: Any = rlx.load(str(root))
     if not hasattr(model, "logits") or not hasattr(model, "config"):
         raise RlxError(f"[classify] {args.model} is not an image classifier (vit / resnet)")
     logits = model.logits(ImageProcessor.from_dir(root)(image))[0]

@@ -175,11 +175,12 @@ class ImageProcessor:
                 im = self._resize(im)
             if self.crop_size is not None:
                 im = _center_crop(im, self.crop_size["height"], self.crop_size["width"])
-            a = np.asarray(im, np.float32)
+            a = np.array(im, np.float32)
             if self.rescale_factor is not None:
-                a = a * np.float32(self.rescale_factor)
+                a *= np.float32(self.rescale_factor)
             if self.mean is not None and self.std is not None:
-                a = (a - np.asarray(self.mean, np.float32)) / np.asarray(self.std, np.float32)
+                a -= np.asarray(self.mean, np.float32)
+                a /= np.asarray(self.std, np.float32)
             rows.append(a.transpose(2, 0, 1))
         shapes = {r.shape for r in rows}
         if len(shapes) != 1:
