@@ -2,8 +2,9 @@
 (tests/fixtures/hf/vit-tiny): the printed labels and probabilities are the
 softmax of transformers' logits for the fixture image (within 1e-4,
 the printed precision), most probable first; a grey + alpha image is
-classified as RGB; a non-image file or a directory that is not a model is one
-``rlx: error:`` line. Each case runs the CLI in a subprocess, as a user does."""
+classified as RGB; a ResNet directory without a processor config runs on
+ViT's defaults; a non-image file, a directory that is not a model or a decoder
+directory is one ``rlx: error:`` line. Each case runs the CLI in a subprocess, as a user does."""
 
 from __future__ import annotations
 
@@ -66,3 +67,17 @@ def test_non_image_and_non_model_are_one_line_errors(tmp_path: Path) -> None:
     _one_line_error(_rlx("classify", str(VIT), str(VIT / "config.json")), "not a readable image")
     _one_line_error(_rlx("classify", str(VIT), str(tmp_path / "none.png")), "no such file")
     _one_line_error(_rlx("classify", str(tmp_path), str(VIT / "image.png")), "no config.json")
+    llama = VIT.parent / "llama"
+    _one_line_error(
+        _rlx("classify", str(llama), str(VIT / "image.png")),
+        "model_type 'llama' is not an image classifier (supported: resnet, vit)",
+    )
+
+
+def test_resnet_directory_without_processor_config() -> None:
+    # no preprocessor_config.json: ViT's defaults (224 x 224, mean / std 0.5)
+    r = _rlx("classify", str(VIT.parent / "resnet-tiny"), str(VIT / "image.png"), "--top", "3")
+    assert r.returncode == 0, r.stderr
+    rows = _parse(r.stdout)
+    assert len(rows) == 3 and all(0 < q < 1 for _, q in rows)
+    assert [q for _, q in rows] == sorted((q for _, q in rows), reverse=True)

@@ -240,16 +240,25 @@ def _cmd_classify(args: argparse.Namespace) -> int:
 
     import rlx
     from rlx.models.image_processor import ImageProcessor, load_image, top_labels
+    from rlx.models.registry import VISION_MODEL_TYPES
 
     root = Path(args.model)
     if not (root / "config.json").is_file():
         raise RlxError(f"[classify] {args.model}: not a model directory (no config.json)")
+    try:
+        config = json.loads((root / "config.json").read_text())
+    except ValueError as e:
+        raise RlxError(f"[classify] {args.model}: config.json is not JSON ({e})") from e
+    mt = config.get("model_type") if isinstance(config, dict) else None
+    if mt not in VISION_MODEL_TYPES:
+        raise RlxError(
+            f"[classify] {args.model}: model_type {mt!r} is not an image classifier "
+            f"(supported: {', '.join(sorted(VISION_MODEL_TYPES))})"
+        )
     image = load_image(args.image)
     model: Any = rlx.load(str(root))
-    if not hasattr(model, "logits") or not hasattr(model, "config"):
-        raise RlxError(f"[classify] {args.model} is not an image classifier (vit / resnet)")
     logits = model.logits(ImageProcessor.from_dir(root)(image))[0]
-    id2label = json.loads((root / "config.json").read_text()).get("id2label") or {}
+    id2label = config.get("id2label") or {}
     for label, prob in top_labels(logits, id2label, args.top):
         print(f"{prob:8.4f}  {label}")
     return 0
