@@ -234,6 +234,36 @@ def _cmd_embed(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_classify(args: argparse.Namespace) -> int:
+    import json
+    from pathlib import Path
+
+    import rlx
+    from rlx.models.image_processor import ImageProcessor, load_image, top_labels
+    from rlx.models.registry import VISION_MODEL_TYPES
+
+    root = Path(args.model)
+    if not (root / "config.json").is_file():
+        raise RlxError(f"[classify] {args.model}: not a model directory (no config.json)")
+    try:
+        config = json.loads((root / "config.json").read_text())
+    except ValueError as e:
+        raise RlxError(f"[classify] {args.model}: config.json is not JSON ({e})") from e
+    mt = config.get("model_type") if isinstance(config, dict) else None
+    if mt not in VISION_MODEL_TYPES:
+        raise RlxError(
+            f"[classify] {args.model}: model_type {mt!r} is not an image classifier "
+            f"(supported: {', '.join(sorted(VISION_MODEL_TYPES))})"
+        )
+    image = load_image(args.image)
+    model: Any = rlx.load(str(root))
+    logits = model.logits(ImageProcessor.from_dir(root)(image))[0]
+    id2label = config.get("id2label") or {}
+    for label, prob in top_labels(logits, id2label, args.top):
+        print(f"{prob:8.4f}  {label}")
+    return 0
+
+
 def _cmd_chat(args: argparse.Namespace) -> int:
     _set_threads(args)
     model = _load(args)
@@ -499,6 +529,11 @@ def main(argv: list[str] | None = None) -> int:
     emb.add_argument("--model", default="minilm", help="packaged name or .safetensors path")
     emb.add_argument("--json", action="store_true", help="print the vectors as JSON")
     emb.set_defaults(fn=_cmd_embed)
+    cls = sub.add_parser("classify", help="top labels of an image (HF ViT / ResNet directory)")
+    cls.add_argument("model", help="HF image-classification model directory")
+    cls.add_argument("image", help="image file (PNG, JPEG, ...)")
+    cls.add_argument("--top", type=_at_least(1), default=5, help="labels to print (default 5)")
+    cls.set_defaults(fn=_cmd_classify)
     bench = sub.add_parser("bench", help="load time, prefill / decode tokens/s, peak RSS")
     _model_args(bench, sampling=False)
     bench.add_argument("--json", action="store_true", help="print one JSON object")

@@ -46,7 +46,7 @@ ARCHITECTURES: dict[str, Family] = {
 
 #: HF ``model_type`` → image classifier module (its ``load(dir, device)``);
 #: ``rlx.load`` returns these models as is (they are not decoders)
-VISION_MODEL_TYPES: dict[str, str] = {"resnet": "rlx.models.resnet"}
+VISION_MODEL_TYPES: dict[str, str] = {"resnet": "rlx.models.resnet", "vit": "rlx.models.vit"}
 
 
 def vision_model(root: Path, device: str) -> Optional[Any]:

@@ -19,18 +19,16 @@ convs with a bias and no norm.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Union
 
 import numpy as np
 
-from rlx.errors import DTypeError, ShapeError, UnsupportedOpError, WeightFormatError
+from rlx.errors import UnsupportedOpError, WeightFormatError
 from rlx.executable import Executable
-from rlx.executable import compile as rlx_compile
 from rlx.graph import Graph, Node
-from rlx.io.safetensors import SafetensorsFile
+from rlx.models.vision import compile_bound, pixel_batch, read_config, single_safetensors
 
 #: the ``model_type`` this module loads
 MODEL_TYPES = ("resnet",)
@@ -54,15 +52,7 @@ class ResNetConfig:
     @staticmethod
     def from_json(path: Path) -> ResNetConfig:
         """Read ``config.json``; WeightFormatError naming a missing or bad key."""
-        try:
-            c = json.loads(path.read_text())
-        except (OSError, json.JSONDecodeError) as e:
-            raise WeightFormatError(f"[resnet] {path}: cannot read config ({e})") from e
-        if c.get("model_type") not in MODEL_TYPES:
-            raise WeightFormatError(
-                f"[resnet] {path}: model_type {c.get('model_type')!r} is not supported "
-                "(supported: resnet)"
-            )
+        c = read_config(path, "resnet", MODEL_TYPES)
         if c.get("hidden_act", "relu") != "relu":
             raise UnsupportedOpError(
                 f"[resnet] {path}: hidden_act {c['hidden_act']!r} unsupported (relu only)"
@@ -98,12 +88,7 @@ class ResNetClassifier:
     def __init__(self, root: Union[str, Path], device: str = "host") -> None:
         self.root = Path(root)
         self.config = ResNetConfig.from_json(self.root / "config.json")
-        files = sorted(self.root.glob("*.safetensors"))
-        if len(files) != 1:
-            raise WeightFormatError(
-                f"[resnet] {self.root}: expected one .safetensors file, found {len(files)}"
-            )
-        self.f = SafetensorsFile(files[0])
+        self.f = single_safetensors(self.root, "resnet")
         self.device = device
         self._values: dict[str, np.ndarray] = {}
         self._exes: dict[tuple[int, ...], Executable] = {}
@@ -210,33 +195,16 @@ class ResNetClassifier:
         key = (n, h, w)
         exe = self._exes.get(key)
         if exe is None:
-            exe = rlx_compile(self.build(n, h, w), device=self.device)
-            for name in exe.params:
-                exe.bind_param(name, self._values[name])
-            self._exes[key] = exe
+            exe = self._exes[key] = compile_bound(self.build(n, h, w), self.device, self._values)
         return exe
 
     # ---------------------------------------------------------------- API
     def logits(self, pixel_values: Any) -> np.ndarray:
         """Class logits ``[n, labels]`` of ``pixel_values`` ``[n, channels, h, w]``
         (or one image ``[channels, h, w]``), float32."""
-        x = np.asarray(pixel_values)
-        if x.ndim == 3:
-            x = x[None]
-        if x.ndim != 4:
-            raise ShapeError(
-                f"[resnet] pixel_values must be [n, channels, h, w] or [channels, h, w], "
-                f"got shape {list(x.shape)}"
-            )
-        if x.shape[1] != self.config.channels:
-            raise ShapeError(
-                f"[resnet] pixel_values has {x.shape[1]} channels (dim 1); the model "
-                f"takes {self.config.channels}"
-            )
-        if not np.issubdtype(x.dtype, np.floating):
-            raise DTypeError(f"[resnet] pixel_values must be floating point, got {x.dtype}")
+        x = pixel_batch(pixel_values, self.config.channels, "resnet")
         n, _, h, w = (int(v) for v in x.shape)
-        out = self.compiled(n, h, w).run(pixel_values=np.ascontiguousarray(x, np.float32))
+        out = self.compiled(n, h, w).run(pixel_values=x)
         return np.asarray(next(iter(out.values())))
 
 
