@@ -24,6 +24,7 @@ mod norm;
 mod reduce;
 mod sequence;
 mod shape;
+mod signal;
 
 use super::error::CompileError;
 use super::plan::{plan, Value, ValueKind, DEFAULT_ALIGN};
@@ -348,6 +349,7 @@ fn lower_node(ctx: &mut Ctx<'_>) -> Result<(), CompileError> {
         OpFamily::Reduce => reduce::lower(ctx, &op),
         OpFamily::Conv => conv::lower(ctx, &op),
         OpFamily::Sequence => sequence::lower(ctx, &op),
+        OpFamily::Signal => signal::lower(ctx, &op),
         OpFamily::Misc if matches!(op, Op::Custom { .. }) => shape::lower_custom(ctx, &op),
         _ => Err(ctx.unsupported(format!(
             "lowering of the {:?} family is not implemented yet",

@@ -32,6 +32,7 @@ pub mod sequence;
 pub mod sequence_gdn;
 pub mod sequence_rnn;
 pub mod shape;
+pub mod signal;
 
 /// Errors from kernel precondition checks. Messages start with the kernel
 /// name in brackets.

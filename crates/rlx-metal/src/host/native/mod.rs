@@ -49,6 +49,7 @@ mod linalg;
 mod quant;
 mod scan;
 mod sequence;
+mod signal;
 
 use super::buffer::{Mem, Plain};
 use super::exec::{NativeError, Staging};
@@ -67,6 +68,7 @@ pub fn has_native(t: &Thunk) -> bool {
         || indexing::handles(t)
         || sequence::handles(t)
         || scan::handles(t)
+        || signal::handles(t)
 }
 
 /// Run `t` natively, or `None` if it has no native kernel.
@@ -94,6 +96,9 @@ pub(crate) fn run(t: &Thunk, mem: &Mem, st: &mut Staging, _s: &ThunkSchedule) ->
     }
     if scan::handles(t) {
         return Some(scan::run(t, mem));
+    }
+    if signal::handles(t) {
+        return Some(signal::run(t, mem, st));
     }
     None
 }
