@@ -4,8 +4,9 @@ Block layout: a complex row of length ``n`` is stored as ``2n`` reals,
 ``[re_0 .. re_{n−1}, im_0 .. im_{n−1}]``. FFT buffers are float64 when the
 thunk's ``dtype`` is ``"f64"``, float16 for ``"f16"`` and float32 otherwise;
 a ``"c64"`` FFT reads and writes its rows as numpy's complex64, i.e.
-interleaved ``[re_0, im_0, re_1, im_1, ..]`` f32 pairs. The DFT is evaluated in float64 (explicitly as a
-matrix product for odd, non-power-of-two lengths too) and rounded once.
+interleaved ``[re_0, im_0, re_1, im_1, ..]`` f32 pairs. The DFT is
+evaluated in float64 (explicitly as a matrix product for odd,
+non-power-of-two lengths too) and rounded once.
 """
 
 from __future__ import annotations
