@@ -466,6 +466,24 @@ struct RnnArgs {
     uint _pad;
 };
 
+// signal.metal fft_stockham_f32 / fft_dft_f32: `outer` rows of `n` complex
+// points; layout 0 block, 1 real input, 2 interleaved (c64); scale = norm factor.
+struct FftArgs {
+    uint outer;
+    uint n;
+    uint inverse;
+    uint layout;
+    float scale;
+};
+
+// signal.metal log_mel_f32: spec [outer, 2·n_fft], filters [n_mels, n_bins].
+struct LogMelArgs {
+    uint outer;
+    uint n_fft;
+    uint n_bins;
+    uint n_mels;
+};
+
 static_assert(sizeof(UnaryArgs) == 8 && alignof(UnaryArgs) == 4, "UnaryArgs layout");
 static_assert(sizeof(CastArgs) == 4 && alignof(CastArgs) == 4, "CastArgs layout");
 static_assert(sizeof(BinaryArgs) == 8 && alignof(BinaryArgs) == 4, "BinaryArgs layout");
@@ -503,5 +521,7 @@ static_assert(sizeof(GdnArgs) == 16 && alignof(GdnArgs) == 4, "GdnArgs layout");
 static_assert(sizeof(SsmArgs) == 20 && alignof(SsmArgs) == 4, "SsmArgs layout");
 static_assert(sizeof(Mamba2Args) == 24 && alignof(Mamba2Args) == 4, "Mamba2Args layout");
 static_assert(sizeof(RnnArgs) == 48 && alignof(RnnArgs) == 4, "RnnArgs layout");
+static_assert(sizeof(FftArgs) == 20 && alignof(FftArgs) == 4, "FftArgs layout");
+static_assert(sizeof(LogMelArgs) == 16 && alignof(LogMelArgs) == 4, "LogMelArgs layout");
 
 #endif  // RLX_METAL_ARGS_H

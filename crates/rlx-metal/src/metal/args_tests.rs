@@ -58,6 +58,8 @@ fn header_and_rust_assert_the_same_layouts() {
         ("SsmArgs", size_of::<SsmArgs>()),
         ("Mamba2Args", size_of::<Mamba2Args>()),
         ("RnnArgs", size_of::<RnnArgs>()),
+        ("FftArgs", size_of::<FftArgs>()),
+        ("LogMelArgs", size_of::<LogMelArgs>()),
     ];
     let header = header_sizes();
     assert_eq!(header.len(), rust.len(), "{header:?}");

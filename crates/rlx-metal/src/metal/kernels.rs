@@ -52,6 +52,8 @@ pub enum Family {
     Ssm,
     /// LSTM, GRU, Elman RNN.
     Recurrent,
+    /// FFT (Stockham radix-4/2, direct DFT) and log-mel.
+    Signal,
 }
 
 /// Every family.
@@ -73,6 +75,7 @@ pub const ALL_FAMILIES: &[Family] = &[
     Family::Gdn,
     Family::Ssm,
     Family::Recurrent,
+    Family::Signal,
 ];
 
 impl Family {
@@ -96,6 +99,7 @@ impl Family {
             Family::Gdn => "gdn.metal",
             Family::Ssm => "ssm.metal",
             Family::Recurrent => "recurrent.metal",
+            Family::Signal => "signal.metal",
         }
     }
 
@@ -119,6 +123,7 @@ impl Family {
             Family::Gdn => include_str!("../../kernels/gdn.metal"),
             Family::Ssm => include_str!("../../kernels/ssm.metal"),
             Family::Recurrent => include_str!("../../kernels/recurrent.metal"),
+            Family::Signal => include_str!("../../kernels/signal.metal"),
         }
     }
 }

@@ -17,6 +17,7 @@ mod reduce;
 mod region;
 mod sequence;
 mod shape;
+mod signal;
 mod softmax;
 
 use super::args::KernelArgs;
@@ -131,6 +132,7 @@ const FAMILIES: &[fn(usize, &Thunk) -> Option<Lowered>] = &[
     norm_fused::lower,
     conv::lower,
     sequence::lower,
+    signal::lower,
 ];
 
 /// The command of thunk `i`: a dispatch, `Host` when no kernel covers it,
