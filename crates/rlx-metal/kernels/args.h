@@ -525,6 +525,22 @@ struct AxialRopeArgs {
     uint grid;       // end_x * end_y
     float theta;
     uint _pad;
+// signal.metal fft_stockham_f32 / fft_dft_f32: `outer` rows of `n` complex
+// points; layout 0 block, 1 real input, 2 interleaved (c64); scale = norm factor.
+struct FftArgs {
+    uint outer;
+    uint n;
+    uint inverse;
+    uint layout;
+    float scale;
+};
+
+// signal.metal log_mel_f32: spec [outer, 2·n_fft], filters [n_mels, n_bins].
+struct LogMelArgs {
+    uint outer;
+    uint n_fft;
+    uint n_bins;
+    uint n_mels;
 };
 
 static_assert(sizeof(UnaryArgs) == 8 && alignof(UnaryArgs) == 4, "UnaryArgs layout");
@@ -653,5 +669,7 @@ static_assert(sizeof(Resize2xArgs) == 12 && alignof(Resize2xArgs) == 4, "Resize2
 static_assert(sizeof(LayerNorm2dArgs) == 16 && alignof(LayerNorm2dArgs) == 4, "LayerNorm2dArgs layout");
 static_assert(sizeof(QuantFormatArgs) == 20 && alignof(QuantFormatArgs) == 4, "QuantFormatArgs layout");
 static_assert(sizeof(ScaledArgs) == 32 && alignof(ScaledArgs) == 4, "ScaledArgs layout");
+static_assert(sizeof(FftArgs) == 20 && alignof(FftArgs) == 4, "FftArgs layout");
+static_assert(sizeof(LogMelArgs) == 16 && alignof(LogMelArgs) == 4, "LogMelArgs layout");
 
 #endif  // RLX_METAL_ARGS_H

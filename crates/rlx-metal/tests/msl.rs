@@ -23,6 +23,7 @@ mod msl {
     pub mod region;
     pub mod rope;
     pub mod shape;
+    pub mod signal;
     pub mod softmax;
     pub mod ssm;
     pub mod vision;

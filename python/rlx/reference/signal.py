@@ -1,10 +1,12 @@
 """FFT on the 2N-real-block layout, log-mel features and Welch peaks.
 
 Block layout: a complex row of length ``n`` is stored as ``2n`` reals,
-``[re_0 .. re_{n−1}, im_0 .. im_{n−1}]``. Buffers are float64 when the
-thunk's ``dtype`` is ``"f64"`` and float32 otherwise (``"f32"``, and ``"c64"``
-whose parts are f32). The DFT is evaluated in float64 (explicitly as a
-matrix product for odd, non-power-of-two lengths too) and rounded once.
+``[re_0 .. re_{n−1}, im_0 .. im_{n−1}]``. FFT buffers are float64 when the
+thunk's ``dtype`` is ``"f64"``, float16 for ``"f16"`` and float32 otherwise;
+a ``"c64"`` FFT reads and writes its rows as numpy's complex64, i.e.
+interleaved ``[re_0, im_0, re_1, im_1, ..]`` f32 pairs. The DFT is
+evaluated in float64 (explicitly as a matrix product for odd,
+non-power-of-two lengths too) and rounded once.
 """
 
 from __future__ import annotations
@@ -38,14 +40,20 @@ def fft_block_fn(
     return np.concatenate([out.real, out.imag], axis=1)
 
 
-def _fdt(dtype: str):
-    return np.float64 if dtype == "f64" else np.float32
+def _fdt(dtype: str) -> type:
+    return {"f64": np.float64, "f16": np.float16}.get(dtype, np.float32)
 
 
 @reference("fft1d")
 def fft1d(t: dict, mem: Memory) -> None:
     """1-D complex DFT of each of ``outer`` rows (see :func:`fft_block_fn`)."""
     outer, n = t["outer"], t["n_complex"]
+    if t.get("dtype") == "c64":
+        z = mem.view(t["src"], (outer, n), np.complex64)
+        block = np.concatenate([z.real, z.imag], axis=1)
+        out = fft_block_fn(block, n, bool(t["inverse"]), int(t["norm_tag"]), False)
+        mem.view(t["dst"], (outer, n), np.complex64)[...] = out[:, :n] + 1j * out[:, n:]
+        return
     dt = _fdt(t.get("dtype", "f32"))
     real = bool(t.get("real_input", False))
     src = mem.view(t["src"], (outer, n if real else 2 * n), dt)

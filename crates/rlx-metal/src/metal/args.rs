@@ -123,22 +123,6 @@ pub struct QuantArgs {
     pub dst_f16: u32,
 }
 
-/// `MoeArgs`: the grouped (mixture-of-experts) matmuls of `moe.metal`.
-#[repr(C)]
-#[derive(Clone, Copy, Debug, Default, PartialEq)]
-pub struct MoeArgs {
-    /// Rows of `x`.
-    pub m: u32,
-    /// Reduction length.
-    pub k: u32,
-    /// Output features.
-    pub n: u32,
-    /// Experts in the stack.
-    pub num_experts: u32,
-    /// Bytes of one packed expert row (GGUF kernels; 0 for f32).
-    pub row_bytes: u32,
-}
-
 /// `MlpArgs`: the fused decode-MLP GEMVs (`gate_up_*`, `down_residual_*`).
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
@@ -747,7 +731,6 @@ kernel_args! {
     SoftmaxArgs = 8,
     QuantArgs = 24,
     MlpArgs = 28,
-    MoeArgs = 20,
     MatmulArgs = 36,
     BiasAddArgs = 8,
     RegionArgs = 856,
@@ -795,6 +778,14 @@ pub use vision::{Conv2dArgs, LayerNorm2dArgs, Pool2dArgs, Resize2xArgs};
 #[path = "args_quant_formats.rs"]
 mod quant_formats;
 pub use quant_formats::{QuantFormatArgs, ScaledArgs};
+
+#[path = "args_moe.rs"]
+mod moe;
+pub use moe::MoeArgs;
+
+#[path = "args_signal.rs"]
+mod signal;
+pub use signal::{FftArgs, LogMelArgs};
 
 #[cfg(test)]
 #[path = "args_tests.rs"]

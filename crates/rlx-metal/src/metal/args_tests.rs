@@ -69,6 +69,8 @@ fn header_and_rust_assert_the_same_layouts() {
         ("RngArgs", size_of::<RngArgs>()),
         ("VqArgs", size_of::<VqArgs>()),
         ("AxialRopeArgs", size_of::<AxialRopeArgs>()),
+        ("FftArgs", size_of::<FftArgs>()),
+        ("LogMelArgs", size_of::<LogMelArgs>()),
     ];
     let header = header_sizes();
     assert_eq!(header.len(), rust.len(), "{header:?}");

@@ -72,6 +72,8 @@ pub enum Family {
     Rng,
     /// Vector-quantiser assignment.
     Vq,
+    /// FFT (Stockham radix-4/2, direct DFT) and log-mel.
+    Signal,
 }
 
 /// Every family.
@@ -98,6 +100,7 @@ pub const ALL_FAMILIES: &[Family] = &[
     Family::Vision,
     Family::Rng,
     Family::Vq,
+    Family::Signal,
 ];
 
 impl Family {
@@ -126,6 +129,7 @@ impl Family {
             Family::Vision => "vision.metal",
             Family::Rng => "rng.metal",
             Family::Vq => "vq.metal",
+            Family::Signal => "signal.metal",
         }
     }
 
@@ -154,6 +158,7 @@ impl Family {
             Family::Vision => include_str!("../../kernels/vision.metal"),
             Family::Rng => include_str!("../../kernels/rng.metal"),
             Family::Vq => include_str!("../../kernels/vq.metal"),
+            Family::Signal => include_str!("../../kernels/signal.metal"),
         }
     }
 }

@@ -26,6 +26,7 @@ mod quant_formats;
 mod reduce;
 mod sequence;
 mod shape;
+mod signal;
 
 use super::error::CompileError;
 use super::plan::{plan, Value, ValueKind, DEFAULT_ALIGN};
@@ -371,6 +372,7 @@ fn lower_node(ctx: &mut Ctx<'_>) -> Result<(), CompileError> {
         OpFamily::Sequence => sequence::lower(ctx, &op),
         OpFamily::Misc => misc::lower(ctx, &op),
         OpFamily::Backward if matches!(op, Op::SpdBackward { .. }) => misc::lower(ctx, &op),
+        OpFamily::Signal => signal::lower(ctx, &op),
         _ => Err(ctx.unsupported(format!(
             "lowering of the {:?} family is not implemented yet",
             op.family()

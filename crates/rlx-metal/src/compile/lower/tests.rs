@@ -139,22 +139,20 @@ fn unbound_dims_and_unsupported_ops_are_named() {
     assert_eq!(c.inputs[0].shape, f32s(&[3, 4]));
 
     let mut g = Graph::new("t");
-    let x = input(&mut g, "x", &[8, 2]);
+    let spec = input(&mut g, "spec", &[3, 8]);
+    let filt = input(&mut g, "filters", &[2, 3]);
+    let dy = input(&mut g, "dy", &[3, 2]);
     let f = g
-        .add(
-            Op::Fft {
-                inverse: false,
-                norm: rlx_ir::op::FftNorm::Backward,
-            },
-            &[x],
-            "f",
-        )
+        .add(Op::LogMelBackward { n_fft: 4 }, &[spec, filt, dy], "f")
         .unwrap();
     g.set_outputs(&[f]).unwrap();
     let e = lower(&g, &CompileOptions::default())
         .unwrap_err()
         .to_string();
-    assert!(e.starts_with("[fft] cannot be compiled yet"), "{e}");
+    assert!(
+        e.starts_with("[log_mel_backward] cannot be compiled yet"),
+        "{e}"
+    );
 }
 
 #[test]

@@ -33,6 +33,7 @@ pub mod sequence;
 pub mod sequence_gdn;
 pub mod sequence_rnn;
 pub mod shape;
+pub mod signal;
 pub mod spd;
 
 /// Errors from kernel precondition checks. Messages start with the kernel

@@ -51,6 +51,7 @@ mod quant;
 mod quant_formats;
 mod scan;
 mod sequence;
+mod signal;
 
 use super::buffer::{Mem, Plain};
 use super::exec::{NativeError, Staging};
@@ -71,6 +72,7 @@ pub fn has_native(t: &Thunk) -> bool {
         || sequence::handles(t)
         || scan::handles(t)
         || misc::handles(t)
+        || signal::handles(t)
 }
 
 /// Run `t` natively, or `None` if it has no native kernel.
@@ -104,6 +106,9 @@ pub(crate) fn run(t: &Thunk, mem: &Mem, st: &mut Staging, _s: &ThunkSchedule) ->
     }
     if misc::handles(t) {
         return Some(misc::run(t, mem, st));
+    }
+    if signal::handles(t) {
+        return Some(signal::run(t, mem, st));
     }
     None
 }

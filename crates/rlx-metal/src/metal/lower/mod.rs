@@ -20,6 +20,7 @@ mod reduce;
 mod region;
 mod sequence;
 mod shape;
+mod signal;
 mod softmax;
 mod vision;
 
@@ -139,6 +140,7 @@ const FAMILIES: &[fn(usize, &Thunk) -> Option<Lowered>] = &[
     sequence::lower,
     vision::lower,
     misc::lower,
+    signal::lower,
 ];
 
 /// The command of thunk `i`: a dispatch, `Host` when no kernel covers it,
