@@ -785,16 +785,6 @@ fn pass_names() -> Vec<String> {
         .collect()
 }
 
-/// Every thunk variant of the schedule set as `(variant, seed name)`,
-/// `Nop` first (`rlx_metal::thunk::THUNK_KINDS`).
-#[pyfunction]
-fn thunk_variants() -> Vec<(String, String)> {
-    rlx_metal::thunk::THUNK_KINDS
-        .iter()
-        .map(|&(v, n)| (v.to_string(), n.to_string()))
-        .collect()
-}
-
 /// Turns the host's int8-activation matmul paths on or off for the process
 /// (`rlx_metal::host::kernels::quant::set_int8_activations`); returns the
 /// previous setting.
@@ -806,7 +796,6 @@ fn set_int8_activations(enabled: bool) -> bool {
 pub(crate) fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<PyExecutable>()?;
     m.add_function(wrap_pyfunction!(pass_names, m)?)?;
-    m.add_function(wrap_pyfunction!(thunk_variants, m)?)?;
     m.add_function(wrap_pyfunction!(set_int8_activations, m)?)?;
     Ok(())
 }
