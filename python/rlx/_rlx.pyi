@@ -20,6 +20,7 @@ __all__ = [
     "gguf_dequantize_rows",
     "pass_names",
     "set_int8_activations",
+    "thunk_variants",
 ]
 
 __version__: Final[str]
@@ -100,6 +101,9 @@ def env_vars() -> list[tuple[str, str, str]]:
 def pass_names() -> list[str]:
     """Every name ``RLX_DISABLE_PASS`` accepts: the graph fusions, then the
     thunk passes, each in running order."""
+
+def thunk_variants() -> list[tuple[str, str]]:
+    """Every thunk variant as ``(variant, seed name)``, ``Nop`` first."""
 
 def set_int8_activations(enabled: bool) -> bool:
     """Turns the host's int8-activation matmul paths (AVX-512 VNNI, m <= 8)

@@ -372,7 +372,45 @@ def inspect_model(
     }
 
 
+def _cmd_inspect_thunks(as_json: bool) -> int:
+    """The thunk-coverage table (``rlx.thunk_coverage``): per variant the op
+    or pass producing it, whether its probe graph reaches it, runs natively
+    on the host and has a Metal kernel."""
+    import dataclasses
+
+    from rlx.thunk_coverage import complete, thunk_table
+
+    rows = thunk_table()
+    if as_json:
+        print(json.dumps([dataclasses.asdict(r) for r in rows], indent=1))
+        return 0
+
+    def yn(v: bool | None) -> str:
+        return "-" if v is None else ("yes" if v else "no")
+
+    # seed-host: "py" = explicit host variant (may call back into Python),
+    # "metal" = the seed runs it on the host on Metal
+    print(f"{'variant':30} {'reached':7} {'native':6} {'metal':5} {'seed-host':9} produced by")
+    for r in rows:
+        how = r.produced_by + (f"  [{r.error}]" if r.error else "")
+        host = "py" if r.host_by_design else ("metal" if r.seed_metal_host else "")
+        print(f"{r.variant:30} {yn(r.reached):7} {yn(r.native):6} {yn(r.metal):5} {host:9} {how}")
+    reached = [r for r in rows if r.reached]
+    native = sum(1 for r in reached if r.native)
+    metal = sum(1 for r in reached if r.metal)
+    by_design = sum(1 for r in rows if r.seed_metal_host)
+    done = sum(1 for r in rows if complete(r))
+    print(
+        f"{len(rows)} thunk variants: {len(reached)} reached from the graph API, "
+        f"{native} native on host, {metal} with a Metal kernel, {by_design} run on the "
+        f"host by the seed; {done} complete, {len(rows) - done} gaps"
+    )
+    return 0
+
+
 def _cmd_inspect(args: argparse.Namespace) -> int:
+    if args.thunks:
+        return _cmd_inspect_thunks(args.json)
     _check_model_path(args.model)
     info = inspect_model(args.model, args.seq, args.quantize)
     if args.json:
@@ -554,6 +592,11 @@ def main(argv: list[str] | None = None) -> int:
         default=None,
         help="quantise the float linear weights at load (int8, int4/32a, fp8_e4m3, nvfp4, "
         "q8_0 ...) and print each layer's relative error",
+    )
+    insp.add_argument(
+        "--thunks",
+        action="store_true",
+        help="print the thunk-coverage table instead (no model is loaded)",
     )
     insp.set_defaults(fn=_cmd_inspect)
     _serve_args(sub)

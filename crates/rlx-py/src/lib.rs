@@ -12,6 +12,16 @@ mod graph;
 
 use pyo3::prelude::*;
 
+/// Every thunk variant of the schedule set as `(variant, seed name)`,
+/// `Nop` first (`rlx_metal::thunk::THUNK_KINDS`).
+#[pyfunction]
+fn thunk_variants() -> Vec<(String, String)> {
+    rlx_metal::thunk::THUNK_KINDS
+        .iter()
+        .map(|&(v, n)| (v.to_string(), n.to_string()))
+        .collect()
+}
+
 /// The native module.
 #[pymodule]
 fn _rlx(m: &Bound<'_, PyModule>) -> PyResult<()> {
@@ -20,5 +30,6 @@ fn _rlx(m: &Bound<'_, PyModule>) -> PyResult<()> {
     graph::register(m)?;
     exec::register(m)?;
     gguf::register(m)?;
+    m.add_function(wrap_pyfunction!(thunk_variants, m)?)?;
     Ok(())
 }

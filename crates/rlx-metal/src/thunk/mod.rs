@@ -165,6 +165,13 @@ macro_rules! define_thunks {
         /// Number of thunk variants, `Nop` included.
         pub const THUNK_VARIANTS: usize = 1 $(+ { let _ = stringify!($variant); 1 })*;
 
+        /// Every variant, `Nop` first, as `(variant identifier, seed name)`
+        /// (`("Sgemm", "sgemm")`), in declaration order.
+        pub const THUNK_KINDS: [(&str, &str); THUNK_VARIANTS] = [
+            ("Nop", "nop"),
+            $((stringify!($variant), <$module::$variant as ThunkOp>::NAME),)*
+        ];
+
         impl Thunk {
             /// The seed's name string for this variant.
             pub fn name(&self) -> &'static str {

@@ -9,7 +9,9 @@ mod samples;
 use crate::thunk::matmul::Sgemm;
 use crate::thunk::offsets::tag_weight;
 use crate::thunk::shape::{Narrow, Transpose};
-use crate::thunk::{ByteRange, HalfFlag, Thunk, ThunkIo, ThunkSchedule, THUNK_VARIANTS};
+use crate::thunk::{
+    ByteRange, HalfFlag, Thunk, ThunkIo, ThunkSchedule, THUNK_KINDS, THUNK_VARIANTS,
+};
 use expected::expect;
 use rlx_ir::{DType, RngOptions};
 use samples::samples;
@@ -165,6 +167,20 @@ fn every_variant_has_one_sample_and_the_seed_name() {
     let expected: HashSet<&str> = EXPECTED_NAMES.iter().copied().collect();
     assert_eq!(expected.len(), 108);
     assert_eq!(unique, expected);
+}
+
+#[test]
+fn thunk_kinds_list_every_variant_once_with_its_name() {
+    // the sample of each variant has the name THUNK_KINDS gives its variant
+    let s = samples();
+    let kinds: HashSet<&str> = THUNK_KINDS.iter().map(|k| k.1).collect();
+    assert_eq!(kinds.len(), THUNK_VARIANTS);
+    for t in &s {
+        let dbg = format!("{t:?}");
+        let ident = dbg.split(['(', ' ']).next().unwrap_or("");
+        let kind = THUNK_KINDS.iter().find(|k| k.0 == ident);
+        assert_eq!(kind.map(|k| k.1), Some(t.name()), "{ident}");
+    }
 }
 
 #[test]
