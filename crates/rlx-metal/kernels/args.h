@@ -525,6 +525,8 @@ struct AxialRopeArgs {
     uint grid;       // end_x * end_y
     float theta;
     uint _pad;
+};
+
 // signal.metal fft_stockham_f32 / fft_dft_f32: `outer` rows of `n` complex
 // points; layout 0 block, 1 real input, 2 interleaved (c64); scale = norm factor.
 struct FftArgs {
