@@ -24,11 +24,13 @@
 //! * `x` is not written between the first GEMV and the product (the fused
 //!   thunk reads it at the product's slot), and the product overlaps no
 //!   weight. The product may overlap `x`: the planner routinely puts it
-//!   over the then-dead `x` (every Qwen2.5 layer but the first), and the
-//!   fused thunk, like every thunk, reads its operands in full before it
-//!   writes (the host executor stages an operand overlapping the output,
-//!   the numpy reference copies it; a Metal kernel must stage the `k`
-//!   activations too);
+//!   over the then-dead `x` (every Qwen2.5 and Granite layer but the
+//!   first), and the fused thunk, like every thunk, reads its operands in
+//!   full before it writes (the host executor stages an operand
+//!   overlapping the output, the numpy reference copies it). The GEMV
+//!   kernels of Metal cannot stage `x`, so the pass then moves the product
+//!   into the bytes of a removed gate / up output where they are free
+//!   (see `rehome`), which also keeps the tail's sum off its `x`;
 //! * GELU: f32 activations and result (the fused GELU thunk has no f16);
 //! * tail: the down GEMV reads exactly `p` as written by the fused thunk,
 //!   its output is read by the add alone and is not an output, `p` is not
@@ -40,7 +42,7 @@
 //! the schedule as `fused_mlp_down_residual`.
 
 use super::dataflow::Dataflow;
-use super::rewrite::{rewrite_each_then, Rewrite};
+use super::rewrite::Rewrite;
 use super::simple_elementwise_regions::gated_product;
 use super::{Pass, PassContext};
 use crate::thunk::fused::{FusedMlpDownResidual, FusedMlpGateUpGelu, FusedMlpGateUpSwiGLU};
@@ -64,10 +66,103 @@ impl Pass for FuseDecodeMlp {
 /// A gate/up matcher: the rewrite for the product at slot `i`, if any.
 pub(super) type Matcher = fn(&[Thunk], &Dataflow, usize) -> Option<Rewrite>;
 
-/// Runs `matcher` at every slot; after each gate/up rewrite tries the down
-/// tail of the same block. Returns the gate/up matches.
+/// Runs `matcher` at every slot; after each gate/up rewrite moves the
+/// product off `x` / the block's output where it must (see `rehome`),
+/// then tries the down tail of the same block. Returns the gate/up matches.
 pub(super) fn run_with(thunks: &mut [Thunk], cx: &PassContext, matcher: Matcher) -> usize {
-    rewrite_each_then(thunks, cx, matcher, down_tail)
+    let mut matches = 0;
+    let mut df = Dataflow::new(thunks, &cx.live_out);
+    for i in 0..thunks.len() {
+        let Some(mut rw) = matcher(thunks, &df, i) else {
+            continue;
+        };
+        let moved = rehome(thunks, &df, &mut rw);
+        rw.apply(thunks);
+        if let Some((di, gemv)) = moved {
+            thunks[di] = gemv;
+        }
+        matches += 1;
+        df = Dataflow::new(thunks, &cx.live_out);
+        if let Some(rw) = down_tail(thunks, &df, i) {
+            rw.apply(thunks);
+            df = Dataflow::new(thunks, &cx.live_out);
+        }
+    }
+    matches
+}
+
+/// Moves the product of the gate/up rewrite `rw` (at slot `i = rw.at`)
+/// into the bytes of a value the rewrite removes (the gate or up GEMV
+/// output) when the planner put it where a Metal kernel cannot write it:
+/// over `x` (the product was placed over the then-dead `x`), or under the
+/// output of the add that consumes the down GEMV (the sum placed over the
+/// then-dead product; the fused tail would read its `x` where it writes).
+/// The host runs both layouts (it stages an overlapping operand), the
+/// GEMV kernels do not (other threadgroups would overwrite `x` while it is
+/// read), so without the move the layer's MLP ran on the host on Metal.
+///
+/// The move needs: the product read by one down GEMV (`x` exactly the
+/// product) and by nothing else, not an output; a removed value's bytes
+/// (as long as the product) that no thunk reads or writes from `i` through
+/// the down GEMV, overlapping neither `x` nor the add's output. Rewrites
+/// `rw` to write there and returns the down GEMV reading there (slot,
+/// thunk); `None` leaves `rw` as it was.
+fn rehome(thunks: &[Thunk], df: &Dataflow, rw: &mut Rewrite) -> Option<(usize, Thunk)> {
+    let i = rw.at;
+    let (x, p, n, f16) = match &rw.fused {
+        Thunk::FusedMlpGateUpSwiGLU(f) => {
+            let x = ByteRange::new(f.x, (f.k as usize).checked_mul(esz(f.x_f16))?);
+            (x, f.dst, f.n, f.dst_f16)
+        }
+        Thunk::FusedMlpGateUpGelu(f) => (
+            ByteRange::new(f.x, (f.k as usize).checked_mul(4)?),
+            f.dst,
+            f.n,
+            false,
+        ),
+        _ => return None,
+    };
+    let pr = ByteRange::new(p, (n as usize).checked_mul(esz(f16))?);
+    let uses = df.uses_after(i, &pr);
+    let [di] = uses.readers[..] else {
+        return None;
+    };
+    let dm = gemv(&thunks[di]).filter(|d| d.x == p && d.k == n && d.x_f16 == f16)?;
+    if uses.live_out {
+        return None;
+    }
+    let dr = ByteRange::new(dm.dst, (dm.n as usize).checked_mul(esz(dm.dst_f16))?);
+    // the writes of the down output's readers (the residual add, if any)
+    let sums: Vec<ByteRange> = df
+        .uses_after(di, &dr)
+        .readers
+        .iter()
+        .flat_map(|&j| df.io(j).writes.clone())
+        .collect();
+    let clash = |r: &ByteRange| r.overlaps(&x) || sums.iter().any(|w| w.overlaps(r));
+    if !clash(&pr) {
+        return None;
+    }
+    let home = rw
+        .dead
+        .iter()
+        .flat_map(|&d| df.io(d).writes.iter())
+        .filter(|w| w.len >= pr.len && w.buffer() == pr.buffer())
+        .map(|w| ByteRange::new(w.offset, pr.len))
+        .find(|c| {
+            !clash(c)
+                && !c.overlaps(&pr)
+                && !df.written_between(i, di + 1, c)
+                && !df.read_between(i, di, c)
+        })?;
+    match &mut rw.fused {
+        Thunk::FusedMlpGateUpSwiGLU(f) => f.dst = home.offset,
+        Thunk::FusedMlpGateUpGelu(f) => f.dst = home.offset,
+        _ => return None,
+    }
+    let mut down = dm.clone();
+    down.x = home.offset;
+    Some((di, Thunk::DequantMatMulGguf(down)))
 }
 
 /// Bytes per element of an operand that may be f16.

@@ -320,16 +320,85 @@ fn refuses_f16_gelu_but_fuses_f16_swiglu() {
     assert_eq!(fuse(b, &[out(H, K)]).1, 0);
 }
 
+/// The fused gate/up and down-tail thunks of a fused block.
+fn fused_pair(t: &[Thunk]) -> (&FusedMlpGateUpSwiGLU, &FusedMlpDownResidual) {
+    match (&t[0], &t[1]) {
+        (Thunk::FusedMlpGateUpSwiGLU(f), Thunk::FusedMlpDownResidual(d)) => (f, d),
+        _ => panic!("{:?}", t.iter().map(|t| t.name()).collect::<Vec<_>>()),
+    }
+}
+
 #[test]
 fn tail_fuses_with_the_sum_over_the_product() {
-    // the planner's Qwen2.5 layout: h' = h + d placed over the dead p
+    // the planner's Qwen2.5 / Granite layout: h' = h + d placed over the
+    // dead p; the product moves to the gate GEMV's dead bytes so that the
+    // tail does not read its x where it writes (a kernel cannot)
     let mut b = block(Activation::Silu);
     b[5] = bin(BinaryOp::Add, H, D, P, K);
     let (n, m, t) = fuse(b, &[out(P, K)]);
     assert_eq!(m, 1);
     assert_eq!(n, SWIGLU_TAIL);
-    let Thunk::FusedMlpDownResidual(d) = &t[1] else {
+    let (f, d) = fused_pair(&t);
+    assert_eq!((f.x, f.dst), (X, G));
+    assert_eq!((d.x, d.res, d.dst), (G, H, P));
+}
+
+#[test]
+fn product_over_x_moves_to_a_dead_gemv_output() {
+    // Granite's decode layout: p over x, d over the dead gate output,
+    // the sum over p: the product lands in the up GEMV's bytes
+    let mut b = block(Activation::Silu);
+    b[3] = bin(BinaryOp::Mul, A, U, X, N);
+    b[4] = mm(X, 2, G, N, K);
+    b[5] = bin(BinaryOp::Add, H, G, X, K);
+    let (n, m, t) = fuse(b, &[out(X, K)]);
+    assert_eq!(m, 1);
+    assert_eq!(n, SWIGLU_TAIL);
+    let (f, d) = fused_pair(&t);
+    assert_eq!((f.x, f.dst), (X, U));
+    assert_eq!((d.x, d.res, d.dst), (U, H, X));
+    // without a tail (a scaled residual): the down GEMV reads the new home
+    let mut b = block(Activation::Silu);
+    b[3] = bin(BinaryOp::Mul, A, U, X, N);
+    b[4] = mm(X, 2, D, N, K);
+    b[5] = bin(BinaryOp::Mul, H, D, H, K);
+    let (n, m, t) = fuse(b, &[out(H, K)]);
+    assert_eq!(
+        (m, &n[..2]),
+        (1, &["fused_mlp_gate_up_swiglu", "dequant_matmul_gguf"][..])
+    );
+    let (Thunk::FusedMlpGateUpSwiGLU(f), Thunk::DequantMatMulGguf(dm)) = (&t[0], &t[1]) else {
         panic!("{n:?}")
     };
-    assert_eq!((d.x, d.res, d.dst), (P, H, P));
+    assert_eq!((f.x, f.dst, dm.x, dm.dst), (X, G, G, D));
+}
+
+#[test]
+fn product_stays_when_no_dead_bytes_are_free() {
+    // gate, up and activation bytes all rewritten before the down GEMV: the
+    // product keeps its place over x (the host runs it, Metal leaves it on
+    // the host)
+    let mut b = block(Activation::Silu);
+    b[3] = bin(BinaryOp::Mul, A, U, X, N);
+    b[4] = mm(X, 2, D, N, K);
+    for (at, dst) in [(4, G), (5, U), (6, A)] {
+        b.insert(at, copy(7168, dst, N));
+    }
+    let (_, m, t) = fuse(b, &[out(H, K), out(G, N), out(U, N), out(A, N)]);
+    assert_eq!(m, 1);
+    let Thunk::FusedMlpGateUpSwiGLU(f) = &t[0] else {
+        panic!()
+    };
+    assert_eq!((f.x, f.dst), (X, X));
+    // a product read twice is not moved either
+    let mut b = block(Activation::Silu);
+    b[3] = bin(BinaryOp::Mul, A, U, X, N);
+    b[4] = mm(X, 2, D, N, K);
+    b.push(copy(X, 7168, N));
+    let (_, m, t) = fuse(b, &[out(H, K), out(7168, N)]);
+    assert_eq!(m, 1);
+    let Thunk::FusedMlpGateUpSwiGLU(f) = &t[0] else {
+        panic!()
+    };
+    assert_eq!(f.dst, X);
 }

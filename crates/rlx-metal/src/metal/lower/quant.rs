@@ -21,10 +21,11 @@
 //! The fused decode-MLP thunks (`FusedMlpGateUpSwiGLU`, `FusedMlpGateUpGelu`,
 //! `FusedMlpDownResidual`) take `gate_up_<type>` / `down_residual_<type>`,
 //! the GEMV skeleton with the gating or the residual add as epilogue, under
-//! the same rules. Their `x` may be placed over the dead input by the
-//! planner (the product written over `x`, as on Qwen layers): the host
+//! the same rules. An `x` overlapping `dst` stays on the host: the host
 //! stages `x` first, a kernel cannot (other simdgroups would overwrite `x`
-//! while it is read), so an `x` overlapping `dst` stays on the host. The
+//! while it is read). `fuse_decode_mlp` moves the product off `x` (and off
+//! the tail's sum) where the planner had put it there, so on real layers
+//! (Qwen2.5, Granite) both thunks lower to kernels. The
 //! residual may be `dst` itself (the usual in-place residual stream): each
 //! output reads `res[j]` then writes `dst[j]` in the same lane.
 
