@@ -27,8 +27,6 @@ from rlx.thunk_coverage import (
     thunk_table,
 )
 
-SIGNAL = "signal family not lowered yet (being implemented on wt-signal)"
-QUANT = "scheme not lowered yet (being implemented on wt-quant)"
 BACKWARD = "backward family not lowered yet"
 SPLAT = "Gaussian splats not lowered yet (issue 19 point 5)"
 NO_PRODUCER = "no lowering or pass produces it yet (issue 19)"
@@ -39,20 +37,15 @@ KNOWN_GAPS: dict[str, str] = {
     "GeluApproxOut": NO_PRODUCER,
     "GeluApproxHost": NO_PRODUCER,
     "BatchElementwiseRegion": NO_PRODUCER,
-    **dict.fromkeys(
-        ["ScaledMatMul", "ScaledQuantize", "ScaledDequantize", "ScaledQuantScale",
-         "DequantMatMulInt8", "DequantMatMulInt4", "DequantMatMulFp8", "DequantMatMulNvfp4"],
-        QUANT,
-    ),
     "SoftmaxCrossEntropyDense": NO_METAL,
     "SoftmaxCrossEntropyWithLogits": NO_METAL,
-    **dict.fromkeys(["Fft1d", "LogMel", "LogMelBackward", "WelchPeaks"], SIGNAL),
+    "WelchPeaks": NO_METAL,
     **dict.fromkeys(
         ["SoftmaxCrossEntropyBackward", "AttentionBackward", "AdaLayerNormBackward",
          "GatedResidualBackward", "RmsNormBackwardInput", "RmsNormBackwardGamma",
          "RmsNormBackwardBeta", "RopeBackward", "CumsumBackward", "GatherBackward",
          "MaxPool2dBackward", "Conv2dBackwardInput", "Conv2dBackwardWeight",
-         "HostOp"],
+         "LogMelBackward", "HostOp"],
         BACKWARD,
     ),
     **dict.fromkeys(
