@@ -37,7 +37,9 @@
 use crate::errors::{
     ir_err, GraphError, KernelError, RlxError, ShapeError, UnsupportedOpError, WeightFormatError,
 };
-use crate::exec_util::{memview, readonly_memview, thunk_table, thunk_to_json};
+use crate::exec_util::{
+    describe_states, memview, readonly_memview, state_table, thunk_table, thunk_to_json,
+};
 use crate::graph::PyGraph;
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
@@ -699,35 +701,6 @@ fn try_lock_state(state: &SharedState) -> Option<std::sync::MutexGuard<'_, Align
         Err(std::sync::TryLockError::Poisoned(p)) => Some(p.into_inner()),
         Err(std::sync::TryLockError::WouldBlock) => None,
     }
-}
-
-/// `(name, dtype, dims, offset)` of every state, in declaration order.
-fn state_table(c: &Compiled) -> Vec<(String, String, Vec<usize>, usize)> {
-    c.states
-        .iter()
-        .map(|b| {
-            (
-                b.name.clone(),
-                b.shape.dtype.name().to_string(),
-                b.shape
-                    .dims
-                    .iter()
-                    .map(|d| d.as_static().unwrap_or(0))
-                    .collect(),
-                b.offset,
-            )
-        })
-        .collect()
-}
-
-fn describe_states(t: &[(String, String, Vec<usize>, usize)]) -> String {
-    if t.is_empty() {
-        return "no states".into();
-    }
-    t.iter()
-        .map(|(n, dt, dims, off)| format!("'{n}' {dt}{dims:?} at {}", rlx_metal::thunk::Off(*off)))
-        .collect::<Vec<_>>()
-        .join(", ")
 }
 
 /// The Python error of a failed run.

@@ -92,3 +92,35 @@ pub(crate) fn thunk_table(
         })
         .collect()
 }
+
+/// `(name, dtype, dims, offset)` of every state, in declaration order.
+pub(crate) fn state_table(
+    c: &rlx_metal::compile::Compiled,
+) -> Vec<(String, String, Vec<usize>, usize)> {
+    c.states
+        .iter()
+        .map(|b| {
+            (
+                b.name.clone(),
+                b.shape.dtype.name().to_string(),
+                b.shape
+                    .dims
+                    .iter()
+                    .map(|d| d.as_static().unwrap_or(0))
+                    .collect(),
+                b.offset,
+            )
+        })
+        .collect()
+}
+
+/// One line naming every state (or "no states").
+pub(crate) fn describe_states(t: &[(String, String, Vec<usize>, usize)]) -> String {
+    if t.is_empty() {
+        return "no states".into();
+    }
+    t.iter()
+        .map(|(n, dt, dims, off)| format!("'{n}' {dt}{dims:?} at {}", rlx_metal::thunk::Off(*off)))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
