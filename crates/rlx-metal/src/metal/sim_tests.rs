@@ -62,7 +62,22 @@ pub(super) struct Bufs {
     pub(super) segs: Vec<AlignedBuf>,
 }
 
+/// Uniform values in `[-2, 2)` for binding `b`, deterministic per `seed`.
+fn uniform_bytes(seed: u64, b: &crate::compile::Binding) -> Vec<u8> {
+    let n = b.shape.numel().unwrap();
+    encode(b.shape.dtype, &uniform(seed, n, -2.0, 2.0))
+}
+
 pub(super) fn fill(c: &Compiled) -> Bufs {
+    fill_params(c, |i, p| uniform_bytes(100 + i as u64, p))
+}
+
+/// [`fill`] with the bytes of param `i` made by `param_bytes(i, binding)`
+/// (inputs stay uniform in `[-2, 2)`).
+pub(super) fn fill_params(
+    c: &Compiled,
+    param_bytes: impl Fn(usize, &crate::compile::Binding) -> Vec<u8>,
+) -> Bufs {
     let mut segs: Vec<AlignedBuf> = c
         .segment_bytes
         .iter()
@@ -71,18 +86,15 @@ pub(super) fn fill(c: &Compiled) -> Bufs {
     for (off, bytes) in &c.constants {
         segs[0].as_mut_slice()[*off..*off + bytes.len()].copy_from_slice(bytes);
     }
-    let values = |seed: u64, b: &crate::compile::Binding| {
-        let n = b.shape.numel().unwrap();
-        encode(b.shape.dtype, &uniform(seed, n, -2.0, 2.0))
-    };
     for (i, p) in c.params.iter().enumerate() {
-        let bytes = values(100 + i as u64, p);
-        segs[1 + i].as_mut_slice().copy_from_slice(&bytes);
+        segs[1 + i]
+            .as_mut_slice()
+            .copy_from_slice(&param_bytes(i, p));
     }
     let mut arena = AlignedBuf::zeroed(c.arena_bytes);
     for (i, b) in c.inputs.iter().enumerate() {
         assert!(is_arena(b.offset));
-        let bytes = values(i as u64 + 1, b);
+        let bytes = uniform_bytes(i as u64 + 1, b);
         let o = raw_offset(b.offset);
         arena.as_mut_slice()[o..o + bytes.len()].copy_from_slice(&bytes);
     }

@@ -18,13 +18,12 @@
 //! from the very weights and activations of the run. The whole-type
 //! coverage against an f64 reference is in tests/msl/quant.rs.
 
-use super::tests::{encode, node, outputs, uniform, Bufs};
+use super::tests::{encode, fill_params, node, outputs, uniform, Bufs};
 use super::*;
 use crate::compile::{compile_without, CompileOptions, Compiled};
-use crate::host::buffer::AlignedBuf;
 use crate::metal::lower::{lower, Lowered};
 use crate::thunk::quant::DequantMatMulGguf;
-use crate::thunk::{is_arena, raw_offset, tag_segment};
+use crate::thunk::{raw_offset, tag_segment};
 use rlx_ir::op::BinaryOp;
 use rlx_ir::{DType, GgmlType, Graph, Op, QuantScheme, Shape};
 
@@ -75,36 +74,14 @@ fn valid_blocks(ty: GgmlType, len: usize, seed: u64) -> Vec<u8> {
 
 /// `fill` with u8 params holding valid `ty` blocks.
 fn fill_quant(c: &Compiled, ty: GgmlType) -> Bufs {
-    let mut segs: Vec<AlignedBuf> = c
-        .segment_bytes
-        .iter()
-        .map(|&n| AlignedBuf::zeroed(n))
-        .collect();
-    for (off, bytes) in &c.constants {
-        segs[0].as_mut_slice()[*off..*off + bytes.len()].copy_from_slice(bytes);
-    }
-    for (i, p) in c.params.iter().enumerate() {
+    fill_params(c, |i, p| {
         let n = p.shape.numel().unwrap();
-        let bytes = if p.shape.dtype == DType::U8 {
+        if p.shape.dtype == DType::U8 {
             valid_blocks(ty, n, 100 + i as u64)
         } else {
             encode(p.shape.dtype, &uniform(100 + i as u64, n, -2.0, 2.0))
-        };
-        segs[1 + i].as_mut_slice().copy_from_slice(&bytes);
-    }
-    let mut arena = AlignedBuf::zeroed(c.arena_bytes);
-    for (i, b) in c.inputs.iter().enumerate() {
-        assert!(is_arena(b.offset));
-        let n = b.shape.numel().unwrap();
-        let bytes = encode(b.shape.dtype, &uniform(i as u64 + 1, n, -2.0, 2.0));
-        let o = raw_offset(b.offset);
-        arena.as_mut_slice()[o..o + bytes.len()].copy_from_slice(&bytes);
-    }
-    Bufs {
-        arena,
-        state: AlignedBuf::zeroed(c.state_bytes),
-        segs,
-    }
+        }
+    })
 }
 
 fn host(c: &Compiled, ty: GgmlType) -> Vec<Vec<f32>> {

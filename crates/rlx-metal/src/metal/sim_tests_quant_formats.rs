@@ -17,30 +17,20 @@
 //! host (on a GPU, fast-math division may move a value sitting on a
 //! rounding boundary to the neighbouring code).
 
-use super::tests::{encode, node, run_host_on, run_sim_on, uniform, Bufs};
+use super::tests::{encode, fill_params, node, run_host_on, run_sim_on, uniform, Bufs};
 use super::*;
 use crate::compile::{compile_without, CompileOptions, Compiled};
-use crate::host::buffer::AlignedBuf;
 use crate::metal::kernels::Family;
-use crate::thunk::{is_arena, raw_offset};
 use rlx_ir::{DType, Graph, NodeId, Op, QuantScheme, ScaleLayout, ScaledFormat, Shape};
 
 /// How the bytes of u8 param `i` are made valid.
 type FixBytes = fn(usize, &mut [u8]);
 
 fn fill(c: &Compiled, fix: FixBytes) -> Bufs {
-    let mut segs: Vec<AlignedBuf> = c
-        .segment_bytes
-        .iter()
-        .map(|&n| AlignedBuf::zeroed(n))
-        .collect();
-    for (off, bytes) in &c.constants {
-        segs[0].as_mut_slice()[*off..*off + bytes.len()].copy_from_slice(bytes);
-    }
-    for (i, p) in c.params.iter().enumerate() {
+    fill_params(c, |i, p| {
         let n = p.shape.numel().unwrap();
         let seed = 100 + i as u64;
-        let bytes = if p.shape.dtype == DType::U8 {
+        if p.shape.dtype == DType::U8 {
             let mut b: Vec<u8> = uniform(seed, n, 0.0, 256.0)
                 .iter()
                 .map(|&v| v as u8)
@@ -50,22 +40,8 @@ fn fill(c: &Compiled, fix: FixBytes) -> Bufs {
         } else {
             // scales and zero points: positive
             encode(p.shape.dtype, &uniform(seed, n, 0.05, 2.0))
-        };
-        segs[1 + i].as_mut_slice().copy_from_slice(&bytes);
-    }
-    let mut arena = AlignedBuf::zeroed(c.arena_bytes);
-    for (i, b) in c.inputs.iter().enumerate() {
-        assert!(is_arena(b.offset));
-        let n = b.shape.numel().unwrap();
-        let bytes = encode(b.shape.dtype, &uniform(i as u64 + 1, n, -2.0, 2.0));
-        let o = raw_offset(b.offset);
-        arena.as_mut_slice()[o..o + bytes.len()].copy_from_slice(&bytes);
-    }
-    Bufs {
-        arena,
-        state: AlignedBuf::zeroed(c.state_bytes),
-        segs,
-    }
+        }
+    })
 }
 
 /// Compiles `g`, checks that every thunk named in `kernels` became a
@@ -142,40 +118,32 @@ fn dqmm_graph(
 #[test]
 fn int_weight_matmuls_match_host() {
     let (n, k) = (13, 256);
+    let int8 = |block_size, asymmetric| QuantScheme::Int8 {
+        block_size,
+        asymmetric,
+    };
+    let int4 = |block_size, asymmetric| QuantScheme::Int4 {
+        block_size,
+        asymmetric,
+    };
+    let cases = [
+        (int8(256, false), 256, false, "dqmm_int8"),
+        (int8(32, true), 32, true, "dqmm_int8"),
+        (int8(64, false), 64, false, "dqmm_int8"),
+        (int4(32, true), 32, true, "dqmm_int4"),
+        (int4(64, false), 64, false, "dqmm_int4"),
+        (int4(128, true), 128, true, "dqmm_int4"),
+    ];
     for m in [1, 5] {
-        for (bs, asym) in [(256u32, false), (32, true), (64, false)] {
-            let nb = k / bs as usize;
-            let s8 = QuantScheme::Int8 {
-                block_size: bs,
-                asymmetric: asym,
-            };
-            let zp = [n * nb];
+        for &(scheme, bs, asym, kernel) in &cases {
+            let zp = [n * (k / bs)];
             let mut aux: Vec<(&[usize], DType)> = vec![(&zp, DType::F32)];
             if asym {
                 aux.push((&zp, DType::F32));
             }
             check(
-                &dqmm_graph(s8, m, n, k, &aux),
-                &["dqmm_int8"],
-                any_bytes,
-                1e-4,
-                1e-5,
-            );
-        }
-        for (bs, asym) in [(32u32, true), (64, false), (128, true)] {
-            let nb = k / bs as usize;
-            let s4 = QuantScheme::Int4 {
-                block_size: bs,
-                asymmetric: asym,
-            };
-            let zp = [n * nb];
-            let mut aux: Vec<(&[usize], DType)> = vec![(&zp, DType::F32)];
-            if asym {
-                aux.push((&zp, DType::F32));
-            }
-            check(
-                &dqmm_graph(s4, m, n, k, &aux),
-                &["dqmm_int4"],
+                &dqmm_graph(scheme, m, n, k, &aux),
+                &[kernel],
                 any_bytes,
                 1e-4,
                 1e-5,
