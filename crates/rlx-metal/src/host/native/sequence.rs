@@ -96,15 +96,7 @@ pub(super) fn run(t: &Thunk, mem: &Mem) -> NResult {
         Thunk::Lstm(x) => run_rnn(
             mem,
             Cell::Lstm,
-            dims(
-                x.batch,
-                x.seq,
-                x.input_size,
-                x.hidden,
-                x.num_layers,
-                x.bidirectional,
-                x.carry,
-            ),
+            rnn_dims!(x),
             [x.x, x.w_ih, x.w_hh, x.h0, x.dst],
             (x.bias, None),
             Some(x.c0),
@@ -112,15 +104,7 @@ pub(super) fn run(t: &Thunk, mem: &Mem) -> NResult {
         Thunk::Gru(x) => run_rnn(
             mem,
             Cell::Gru,
-            dims(
-                x.batch,
-                x.seq,
-                x.input_size,
-                x.hidden,
-                x.num_layers,
-                x.bidirectional,
-                x.carry,
-            ),
+            rnn_dims!(x),
             [x.x, x.w_ih, x.w_hh, x.h0, x.dst],
             (x.b_ih, Some(x.b_hh)),
             None,
@@ -128,15 +112,7 @@ pub(super) fn run(t: &Thunk, mem: &Mem) -> NResult {
         Thunk::Rnn(x) => run_rnn(
             mem,
             Cell::Rnn { relu: x.relu },
-            dims(
-                x.batch,
-                x.seq,
-                x.input_size,
-                x.hidden,
-                x.num_layers,
-                x.bidirectional,
-                x.carry,
-            ),
+            rnn_dims!(x),
             [x.x, x.w_ih, x.w_hh, x.h0, x.dst],
             (x.bias, None),
             None,
@@ -215,26 +191,22 @@ fn run_rnn(
     Ok(())
 }
 
-#[allow(clippy::too_many_arguments)]
-fn dims(
-    batch: u32,
-    seq: u32,
-    input: u32,
-    hidden: u32,
-    layers: u32,
-    bidirectional: bool,
-    carry: bool,
-) -> RnnDims {
-    RnnDims {
-        batch: batch as usize,
-        seq: seq as usize,
-        input: input as usize,
-        hidden: hidden as usize,
-        layers: layers as usize,
-        bidirectional,
-        carry,
-    }
+/// The [`RnnDims`] of an Lstm / Gru / Rnn thunk (the three share the
+/// field names).
+macro_rules! rnn_dims {
+    ($x:expr) => {
+        RnnDims {
+            batch: $x.batch as usize,
+            seq: $x.seq as usize,
+            input: $x.input_size as usize,
+            hidden: $x.hidden as usize,
+            layers: $x.num_layers as usize,
+            bidirectional: $x.bidirectional,
+            carry: $x.carry,
+        }
+    };
 }
+use rnn_dims;
 
 /// Element count of `dims`, saturating (an impossible size then fails the
 /// arena bounds check instead of wrapping).
