@@ -16,9 +16,10 @@ matter (switched off, the logits move by more than 100× the tolerance).
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import replace
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Optional
 
 import numpy as np
 import pytest
@@ -169,8 +170,9 @@ def test_llama_cpp_f32_gguf_matches_transformers(device: str) -> None:
     assert max(errs) < TOL, errs
 
 
-def _dequantised_copy(src: Path, dst: Path) -> Path:
-    """``src`` with every tensor dequantised to F32 (gguf-py), same metadata."""
+def _dequantised_copy(src: Path, dst: Path, meta: Optional[dict[str, Any]] = None) -> Path:
+    """``src`` with every tensor dequantised to F32 (gguf-py), same metadata
+    except the ``meta`` values (same types)."""
     gguf = pytest.importorskip("gguf")
     from gguf.quants import dequantize
 
@@ -181,7 +183,7 @@ def _dequantised_copy(src: Path, dst: Path) -> Path:
             continue
         vt = f.types[0]
         sub = {"sub_type": f.types[-1]} if vt == gguf.GGUFValueType.ARRAY else {}
-        w.add_key_value(k, f.contents(), vt, **sub)
+        w.add_key_value(k, (meta or {}).get(k, f.contents()), vt, **sub)
     for t in r.tensors:
         a = dequantize(t.data, t.tensor_type).astype(np.float32)
         w.add_tensor(t.name, np.ascontiguousarray(a.reshape([int(x) for x in reversed(t.shape)])))
@@ -215,3 +217,20 @@ def test_llama_cpp_q8_0_gguf(tmp_path: Path) -> None:
     assert rel(sim_l, host[:24]) < TOL
     assert _host_commands(sim) == {}
     assert (host.argmax(-1) == e["logits80"].argmax(-1)).mean() >= 0.85
+
+
+@pytest.mark.parametrize(
+    "key,value",
+    [
+        ("gemma3n.activation_sparsity_scale", [1.6448536, -math.inf]),
+        ("gemma3n.activation_sparsity_scale", [math.inf] * 6),
+        ("gemma3n.attention.shared_kv_layers", 6),
+        ("gemma3n.altup.active_idx", 4),
+        ("gemma3n.altup.num_inputs", 1),
+        ("gemma3n.feed_forward_length", [96, 64]),
+    ],
+)
+def test_bad_gguf_metadata_names_the_key(tmp_path: Path, key: str, value: Any) -> None:
+    path = _dequantised_copy(_gguf("f32"), tmp_path / "bad.gguf", {key: value})
+    with pytest.raises(rlx.RlxError, match=key.split(".", 1)[1]):
+        rlx.load(str(path))
