@@ -112,6 +112,19 @@ def test_multimodal_directory_loads_the_text_decoder(tmp_path: Path) -> None:
     assert rel(rlx.load(str(dst)).logits(ids), expected(src)["logits24"]) < TOL
 
 
+def test_bf16_checkpoint_runs_natively(tmp_path: Path) -> None:
+    """Every tensor BF16 (as the released checkpoints): the same logits as
+    the F32 checkpoint of the same rounded values, the matrices multiplied
+    as bf16 from the mapped file."""
+    from test_hf_loading import _reencode
+
+    d = _reencode(fixture("gemma3n"), tmp_path / "bf16", "BF16")
+    ids = _ids()
+    half = rlx.load(str(d))
+    assert rel(half.logits(ids), rlx.load(str(d / "f32")).logits(ids)) < 1e-5
+    assert half.weights.values["blk.0.laurel_l.weight"].dtype == np.uint8
+
+
 def _patched(tmp_path: Path, patch: Callable[[dict[str, Any]], None]) -> Path:
     return copy_fixture(fixture("gemma3n"), tmp_path / "bad", patch)
 

@@ -27,7 +27,10 @@ Per layer ``i``:
   ``X[1:] += rmsnorm(proj(g))``, where ``pl_i`` is layer ``i``'s slice of
   ``(rmsnorm(per_layer_model_proj(x0) / sqrt(hidden)) + per_layer_token_embd[id]
   · sqrt(P)) / sqrt(2)`` (the table rows come from the runtime as input
-  ``x_pl``, like ``x``: the table is ``vocab × layers × P``).
+  ``x_pl``, like ``x``: the table is ``vocab × layers × P``; ids at or past
+  ``vocab_size_per_layer_input`` read row 0 as in transformers — llama.cpp's
+  converter pads the table with zero rows up to ``vocab_size`` instead, so a
+  GGUF reads zeros for those (vision / audio) ids, as llama.cpp does).
 
 After the last layer streams ``j ≥ 1`` go through ``altup_unembd_proj_j``
 (rescaled to the RMS of stream 0), the ``n`` streams are averaged, normed,
