@@ -27,6 +27,19 @@ into ``meta.json`` (``routing``).
         --converter $SDIST/vendor/llama.cpp/convert_hf_to_gguf.py
 
 (``--what gguf`` writes ``tests/fixtures/gguf/<name>-q8_0.gguf``.)
+
+``gemma3n`` (``--models gemma3n``) is Gemma 3n's text decoder (``Gemma3nTextConfig`` →
+``Gemma3nForCausalLM``), no experts but the other sparse machinery of issue 16: 6 layers
+``S S F S S F`` (sliding window 8), the last 3 reusing the KV of layers 1 (sliding) / 2
+(full) — the order llama.cpp's hard-coded reuse rule (``n_layer_kv_from_start − 2 / − 1``)
+agrees with —, per-layer FFN widths ``96 64 96 64 96 64``, activation sparsity
+``0.95 0.8 0 …`` (the gaussian top-k on layers 0-1), AltUp with 4 streams, Laurel rank 8,
+per-layer inputs of 16, final logit softcapping 4 (the random logits reach ~3, so the tanh
+bends them). The AltUp router / coefficient matrices are scaled after the seeded init
+(router ×10, prediction and correction coefficients ×2): with the plain init the router's
+``1/hidden`` input scale leaves every mixing coefficient below 1e-2 and a wrong AltUp would
+move the logits by only ~1e-3. Its GGUFs are written in F32 and Q8_0
+(``--what gguf --models gemma3n``).
 """
 
 from __future__ import annotations
@@ -44,6 +57,35 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import make_seq_fixtures as seq  # noqa: E402
 
 MOE_MODELS = ["mixtral", "qwen2_moe", "qwen3_moe", "olmoe"]
+_S, _F = "sliding_attention", "full_attention"
+#: Gemma 3n text decoder (see the module doc)
+GEMMA3N = (
+    "Gemma3nTextConfig",
+    "gemma3n",
+    seq._attn(
+        num_hidden_layers=6,
+        layer_types=[_S, _S, _F, _S, _S, _F],
+        sliding_window=8,
+        intermediate_size=[96, 64, 96, 64, 96, 64],
+        num_kv_shared_layers=3,
+        vocab_size_per_layer_input=512,
+        hidden_size_per_layer_input=16,
+        laurel_rank=8,
+        altup_num_inputs=4,
+        activation_sparsity_pattern=[0.95, 0.8, 0.0, 0.0, 0.0, 0.0],
+        final_logit_softcapping=4.0,
+        rope_parameters={
+            _F: {"rope_type": "default", "rope_theta": 1000000.0},
+            _S: {"rope_type": "default", "rope_theta": 10000.0},
+        },
+    ),
+    "Gemma3nForCausalLM: AltUp 4 streams (router x10, coefs x2 after init), Laurel rank 8, "
+    "per-layer inputs 16, activation sparsity 0.95/0.8 on layers 0-1, layers 3-5 reuse the "
+    "KV of layers 1 (sliding) / 2 (full), per-layer FFN widths, softcap 4",
+)
+#: scale of the AltUp matrices after the seeded init (see the module doc)
+GEMMA3N_ALTUP_SCALE = {"modality_router": 10.0, "prediction_coefs": 2.0, "correction_coefs": 2.0}
+ALL = [*MOE_MODELS, "gemma3n"]
 _EXPERTS = dict(num_experts_per_tok=2, num_hidden_layers=2)
 
 
@@ -82,6 +124,8 @@ def moe_spec(name: str) -> tuple[str, str, dict[str, Any], str]:
             "q_norm / k_norm over the whole q / k width; 4 experts top-2 (not renormalised)",
         ),
     }
+    if name == "gemma3n":
+        return GEMMA3N
     if name in specs:
         return specs[name]
     return _seq_spec(name)
@@ -101,6 +145,13 @@ def balanced_build(name: str) -> tuple[Any, dict[str, Any], str]:
     import torch
 
     model, kwargs, note = _seq_build(name)
+    if name == "gemma3n":
+        with torch.no_grad():
+            for pname, p in model.named_parameters():
+                for key, scale in GEMMA3N_ALTUP_SCALE.items():
+                    if f"altup.{key}." in pname:
+                        p.mul_(scale)
+        return model, kwargs, note
     if name not in MOE_MODELS:
         return model, kwargs, note
     _, ids80 = seq.fixed_ids(seq.make_tokenizer())
@@ -150,7 +201,7 @@ def routing(model: Any, ids: np.ndarray) -> dict[str, Any]:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--what", nargs="+", default=["hf"], choices=["hf", "gguf"])
-    ap.add_argument("--models", nargs="+", default=MOE_MODELS, choices=MOE_MODELS)
+    ap.add_argument("--models", nargs="+", default=MOE_MODELS, choices=ALL)
     ap.add_argument("--converter", type=Path, help="llama.cpp convert_hf_to_gguf.py")
     args = ap.parse_args()
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -167,14 +218,18 @@ def main() -> None:
             model, _, _ = seq.build(name)
             meta_path = seq.HF_DIR / name / "meta.json"
             meta = json.loads(meta_path.read_text())
+            if name not in MOE_MODELS:
+                continue
             meta["routing"] = routing(model, ids80)
             meta_path.write_text(json.dumps(meta, indent=1, sort_keys=True) + "\n")
             print(name, meta["routing"], flush=True)
     if "gguf" in args.what:
         if args.converter is None:
             ap.error("--what gguf needs --converter PATH/convert_hf_to_gguf.py")
-        for k, v in seq.make_gguf(args.models, args.converter.resolve(), ["q8_0"]).items():
-            print(k, v)
+        for name in args.models:
+            types = ["f32", "q8_0"] if name == "gemma3n" else ["q8_0"]
+            for k, v in seq.make_gguf([name], args.converter.resolve(), types).items():
+                print(k, v)
 
 
 if __name__ == "__main__":

@@ -429,6 +429,19 @@ class ArchSpec:
     #: query then a gate; the attention output is multiplied by sigmoid(gate)
     attn_gate: bool = False
 
+    def build_graph(
+        self, cfg: Config, w: Weights, s: int, c: int, all_rows: bool, inplace: bool,
+        max_tokens: int,
+    ) -> Optional[Graph]:  # fmt: skip
+        """A family's own whole decoder graph (Gemma 3n's AltUp streams), or
+        None for :func:`rlx.models.blocks.build_decoder`'s layer stack."""
+        return None
+
+    def token_inputs(self, w: Weights, ids: np.ndarray) -> dict[str, np.ndarray]:
+        """Per-token run-time inputs besides ``x`` (name ``x_*`` → rows
+        ``[len(ids), d]``), padded by the runtime like ``x``; none by default."""
+        return {}
+
 
 def embed_scale_sqrt(hidden: int) -> float:
     """Gemma's embedding multiplier ``sqrt(hidden)`` (as an f32 value)."""

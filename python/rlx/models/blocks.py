@@ -66,6 +66,9 @@ def build_decoder(
     max_tokens: int = MAX_TOKENS,
 ) -> Graph:
     """The decoder graph for ``s`` new tokens after ``c`` cache slots."""
+    own = spec.build_graph(cfg, w, s, c, all_rows, inplace, max_tokens)
+    if own is not None:
+        return own
     if s > max_tokens:
         raise UnsupportedOpError(f"[{cfg.arch}] {s} new tokens in one graph (max {max_tokens})")
     g = Graph(f"{cfg.arch}_s{s}_c{c}{'_inplace' if inplace else ''}")

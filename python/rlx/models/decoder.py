@@ -114,8 +114,9 @@ class _Runner:
         #: why not, when a thunk has no prefix form
         self.active_error = ""
         if model.inplace and s > 1 and ACTIVE_EXTENT:
+            per_token = ("cos_", "sin_", "x_")  # x_*: a family's other token rows
             token = [n for n in self.exe.inputs
-                     if n in ("x", "slots", "conv_slots") or n[:4] in ("cos_", "sin_")]  # fmt: skip
+                     if n in ("x", "slots", "conv_slots") or n.startswith(per_token)]  # fmt: skip
             try:
                 self.exe.set_active_extent(s, token)
                 self.active = True
@@ -276,6 +277,18 @@ class DecoderModel:
             rows = rows * np.float32(self.spec.embed_scale)
         return rows
 
+    def _token_feeds(self, ids: Sequence[int], s: int) -> dict[str, np.ndarray]:
+        """``x`` ``[1, s, hidden]`` (the embeddings of ``ids``, zero-padded
+        to ``s`` rows) and the family's other per-token inputs, padded alike."""
+        rows = {"x": self.embed(ids)}
+        rows.update(self.spec.token_inputs(self.weights, np.asarray(ids, np.int64)))
+        out = {}
+        for name, r in rows.items():
+            a = np.zeros((1, s, r.shape[1]), np.float32)
+            a[0, : len(ids)] = r
+            out[name] = a
+        return out
+
     def _masks(self, s: int, c: int, n_new: int) -> dict[str, np.ndarray]:
         """Visibility ``[1, s, c + s]`` per window for rows at positions n.."""
         n = self._n
@@ -315,9 +328,7 @@ class DecoderModel:
                     r.k[layer][lo:hi] = self._k[layer, lo:hi]
                     r.v[layer][lo:hi] = self._v[layer, lo:hi]
             r.synced = hi
-        x = np.zeros((1, s, cfg.hidden), np.float32)
-        x[0, :n_new] = self.embed(ids)
-        feeds: dict[str, np.ndarray] = {"x": x, **self._rope_feeds(s)}
+        feeds: dict[str, np.ndarray] = {**self._token_feeds(ids, s), **self._rope_feeds(s)}
         feeds.update(self._masks(s, c, n_new))
         if not all_rows:
             feeds["row"] = np.array([n_new - 1], np.int32)
@@ -349,9 +360,7 @@ class DecoderModel:
         if not active and (n + s > self._cap or self._exact):
             s = n_new
             r = self._runner(s, self._cap, all_rows)
-        x = np.zeros((1, s, self.config.hidden), np.float32)
-        x[0, :n_new] = self.embed(ids)
-        feeds = {"x": x, **self._rope_feeds(s)}
+        feeds = {**self._token_feeds(ids, s), **self._rope_feeds(s)}
         feeds["slots"] = (n + np.arange(s, dtype=np.int32))[:, None]
         feeds["kv_len"] = np.array([n + (n_new if active else s)], np.int32)
         for kind in self._kinds:

@@ -307,7 +307,9 @@ def check_gguf_metadata(f: GGUFFile) -> None:
                 raise _gguf_fail(f, key, f"= {bad[0]} is out of range [0, {MAX_HPARAM}]")
         elif types[-1] in ("FLOAT32", "FLOAT64"):
             vals = [f.get_float(key)] if types[0] != "ARRAY" else f.get_array(key).tolist()
-            bad = [v for v in vals if not math.isfinite(v)]
+            # gemma3n's Φ⁻¹(sparsity) per layer is -inf on its dense layers
+            neg_inf_ok = key.endswith(".activation_sparsity_scale")
+            bad = [v for v in vals if not (math.isfinite(v) or (neg_inf_ok and v == -math.inf))]
             if bad:
                 raise _gguf_fail(f, key, f"= {bad[0]} is not finite")
             if "freq_base" in key and any(v <= 0 for v in vals):

@@ -12,6 +12,7 @@ from rlx.io.gguf import GGUFFile, open_gguf
 from rlx.models import (
     falcon_h1,
     gemma3,
+    gemma3n,
     granitemoehybrid,
     jamba,
     lfm2,
@@ -34,10 +35,10 @@ from rlx.models.source import GGUFSource, HFSource, TensorSource
 FAMILIES: tuple[Family, ...] = tuple(
     m.FAMILY
     for m in (
-        falcon_h1, gemma3, granitemoehybrid, jamba, lfm2, llama, mamba, mamba2, mixtral, olmoe,
-        qwen2, qwen2_moe, qwen3, qwen3_5, qwen3_moe, qwen3_next,
+        falcon_h1, gemma3, gemma3n, granitemoehybrid, jamba, lfm2, llama, mamba, mamba2, mixtral,
+        olmoe, qwen2, qwen2_moe, qwen3, qwen3_5, qwen3_moe, qwen3_next,
     )
-) + (qwen3_5.FAMILY_MOE,)  # fmt: skip
+) + (qwen3_5.FAMILY_MOE, gemma3n.FAMILY_MULTIMODAL)  # fmt: skip
 #: GGUF ``general.architecture`` / HF ``model_type`` → family
 ARCHITECTURES: dict[str, Family] = {
     key: fam for fam in FAMILIES for key in (fam.name, *fam.model_types)
