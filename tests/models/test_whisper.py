@@ -87,17 +87,21 @@ def test_greedy_generation_matches_transformers(device: str) -> None:
     assert got == e["generated_translate"].tolist()
 
 
-def test_encoder_attention_modes_agree() -> None:
-    """The host default (batched GEMMs + softmax) and the ``attention`` op
-    (Metal's default) both match transformers; a bad mode is refused."""
+def test_attention_modes_agree() -> None:
+    """The host default (bidirectional attention in batched GEMMs + softmax)
+    and the ``attention`` op (Metal's default) both match transformers; a bad
+    mode is refused."""
     d = fixture("whisper-tiny")
     e = expected(d)
-    assert _model("host").encoder_attention == "gemm"
-    sdpa = WhisperModel(d, encoder_attention="sdpa")
+    assert _model("host").attention == "gemm"
+    assert "attention" not in _model("host")._exe("encoder").schedule
+    sdpa = WhisperModel(d, attention="sdpa")
     assert "attention" in sdpa._exe("encoder").schedule
     assert _rel_err(sdpa.encode(e["features"]), e["encoder_output"]) <= TOL
-    with pytest.raises(rlx.UnsupportedOpError, match=r"\[whisper\] encoder_attention must be"):
-        WhisperModel(d, encoder_attention="flash")
+    got = sdpa.decoder_logits(e["encoder_output"], e["ids6"])
+    assert _rel_err(got, e["logits6"]) <= TOL
+    with pytest.raises(rlx.UnsupportedOpError, match=r"\[whisper\] attention must be"):
+        WhisperModel(d, attention="flash")
 
 
 def test_prompt_and_text() -> None:

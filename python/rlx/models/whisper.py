@@ -14,7 +14,7 @@ The graphs follow transformers' ``modeling_whisper``:
   view with ``[out, in, 1, 3]`` kernels; the position table added; pre-LN
   layers (``x + attn(LN(x))``, ``x + fc2(gelu(fc1(LN(x))))``, bidirectional
   attention, no key bias; the attention is the ``attention`` op on Metal and
-  explicit batched GEMMs + softmax elsewhere, ``encoder_attention``); the
+  explicit batched GEMMs + softmax elsewhere, ``attention``); the
   final LayerNorm;
 * decoder (one graph per number of new tokens ``s``): token + learned position
   embeddings, pre-LN layers of causal self-attention, cross-attention on the
@@ -137,18 +137,17 @@ class WhisperModel:
     cross K/V, one decoder graph per number of new tokens)."""
 
     def __init__(
-        self, root: Union[str, Path], device: str = "host", encoder_attention: str = "auto"
+        self, root: Union[str, Path], device: str = "host", attention: str = "auto"
     ) -> None:
         self.root = Path(root)
-        if encoder_attention == "auto":
-            encoder_attention = "sdpa" if device.startswith("metal") else "gemm"
-        if encoder_attention not in ("gemm", "sdpa"):
+        if attention == "auto":
+            attention = "sdpa" if device.startswith("metal") else "gemm"
+        if attention not in ("gemm", "sdpa"):
             raise UnsupportedOpError(
-                f"[whisper] encoder_attention must be 'auto', 'gemm' or 'sdpa', "
-                f"got {encoder_attention!r}"
+                f"[whisper] attention must be 'auto', 'gemm' or 'sdpa', got {attention!r}"
             )
-        #: how the encoder attends (see :func:`_gemm_attention`)
-        self.encoder_attention = encoder_attention
+        #: how the bidirectional attentions run (see :func:`_gemm_attention`)
+        self.attention = attention
         self.config = WhisperConfig.from_json(self.root / "config.json")
         self.generation = _json(self.root / "generation_config.json")
         pre = _json(self.root / "preprocessor_config.json")
@@ -284,8 +283,9 @@ class WhisperModel:
             p = f"{e}layers.{i}."
             t = self._norm(g, x, p + "self_attn_layer_norm")
             q, k, v = (self._linear(g, t, f"{p}self_attn.{n}_proj") for n in "qkv")
-            if self.encoder_attention == "gemm":
-                a = _gemm_attention(g, q, k, v, c.enc_heads)
+            if self.attention == "gemm":
+                kt, vh = _heads(g, k, c.enc_heads, (0, 2, 3, 1)), _heads(g, v, c.enc_heads)
+                a = _gemm_attention(g, q, kt, vh, c.enc_heads)
             else:
                 a = g.attention(q, k, v, heads=c.enc_heads, mask=None, name=p + "attn")
             x = g.add(x, self._linear(g, a, p + "self_attn.out_proj"))
@@ -293,18 +293,31 @@ class WhisperModel:
         g.outputs(self._norm(g, x, e + "layer_norm"))
         return g
 
+    def _cross_shapes(self) -> dict[str, list[int]]:
+        """Shapes of the cross-attention states: ``[src_pos, d]`` for the
+        ``attention`` op, per head ``Kᵀ [heads, dh, src_pos]`` / ``V [heads,
+        src_pos, dh]`` for the GEMMs."""
+        c = self.config
+        if self.attention == "sdpa":
+            return {"k": [c.src_pos, c.d], "v": [c.src_pos, c.d]}
+        dh = c.d // c.dec_heads
+        return {"k": [c.dec_heads, dh, c.src_pos], "v": [c.dec_heads, c.src_pos, dh]}
+
     def build_cross_kv(self) -> Graph:
         """Input ``encoder_output`` ``[1, src_pos, d]`` → per decoder layer the
-        cross-attention keys / values ``ck<i>`` / ``cv<i>`` ``[src_pos, d]``."""
+        cross-attention keys / values ``ck<i>`` / ``cv<i>`` (:meth:`_cross_shapes`)."""
         c = self.config
         g = Graph("whisper_cross_kv")
         h = g.input("encoder_output", [1, c.src_pos, c.d], "f32")
+        shapes, perms = self._cross_shapes(), {"k": (0, 2, 3, 1), "v": (0, 2, 1, 3)}
         outs = []
         for i in range(c.dec_layers):
             p = f"model.decoder.layers.{i}.encoder_attn."
             for kv in "kv":
                 y = self._linear(g, h, f"{p}{kv}_proj")
-                outs.append(g.reshape(y, [c.src_pos, c.d], name=f"c{kv}{i}"))
+                if self.attention == "gemm":
+                    y = _heads(g, y, c.dec_heads, perms[kv])
+                outs.append(g.reshape(y, shapes[kv], name=f"c{kv}{i}"))
         g.outputs(*outs)
         return g
 
@@ -337,9 +350,13 @@ class WhisperModel:
             x = g.add(x, self._linear(g, a, p + "self_attn.out_proj"))
             t = self._norm(g, x, p + "encoder_attn_layer_norm")
             q = self._linear(g, t, p + "encoder_attn.q_proj")
-            ck, cv = (g.reshape(g.state(f"c{n}{i}", [c.src_pos, d]), [1, c.src_pos, d])
-                      for n in "kv")  # fmt: skip
-            a = g.attention(q, ck, cv, heads=c.dec_heads, mask=None, name=p + "encoder_attn")
+            ck, cv = (g.state(f"c{n}{i}", shape) for n, shape in self._cross_shapes().items())
+            if self.attention == "gemm":
+                a = _gemm_attention(g, q, g.reshape(ck, [1, *ck.shape]),
+                                    g.reshape(cv, [1, *cv.shape]), c.dec_heads)  # fmt: skip
+            else:
+                ck, cv = (g.reshape(t, [1, c.src_pos, d]) for t in (ck, cv))
+                a = g.attention(q, ck, cv, heads=c.dec_heads, mask=None, name=p + "encoder_attn")
             x = g.add(x, self._linear(g, a, p + "encoder_attn.out_proj"))
             x = self._mlp(g, x, p)
         x = self._norm(g, g.reshape(x, [s, d]), m + "layer_norm")
@@ -575,17 +592,23 @@ class WhisperModel:
         return "".join(texts)
 
 
-def _gemm_attention(g: Graph, q: Node, k: Node, v: Node, heads: int) -> Node:
-    """Bidirectional attention as ``softmax(Q Kᵀ / √d) V`` in batched GEMMs
-    (``[1, s, heads·d]`` in and out). The encoder's default off Metal: with
-    1500 positions the host's row-at-a-time ``attention`` kernel took ~87 %
-    of the encoder's time, the GEMMs + softmax ~4× less in all (bench/whisper.py)."""
+def _heads(g: Graph, x: Node, heads: int, perm: tuple[int, ...] = (0, 2, 1, 3)) -> Node:
+    """``x [1, s, heads·dh]`` split per head: ``[1, heads, s, dh]`` (the
+    default ``perm``) or ``[1, heads, dh, s]`` (``(0, 2, 3, 1)``, keys
+    transposed)."""
+    _, s, hd = x.shape
+    return g.transpose(g.reshape(x, [1, s, heads, hd // heads]), list(perm))
+
+
+def _gemm_attention(g: Graph, q: Node, kt: Node, vh: Node, heads: int) -> Node:
+    """Bidirectional attention as ``softmax(Q Kᵀ / √dh) V`` in batched GEMMs:
+    ``q [1, s, heads·dh]``, ``kt [1, heads, dh, n]``, ``vh [1, heads, n, dh]``
+    → ``[1, s, heads·dh]``. The default off Metal for the encoder and the
+    cross-attention: with 1500 positions the host's row-at-a-time
+    ``attention`` kernel took ~87 % of a 30 s encode, the GEMMs + softmax ~4×
+    less in all (bench/whisper.py)."""
     _, s, hd = q.shape
-    d = hd // heads
-    qh = g.transpose(g.reshape(q, [1, s, heads, d]), [0, 2, 1, 3])
-    kt = g.transpose(g.reshape(k, [1, s, heads, d]), [0, 2, 3, 1])
-    vh = g.transpose(g.reshape(v, [1, s, heads, d]), [0, 2, 1, 3])
-    scores = g.mul(g.matmul(qh, kt), float(d) ** -0.5)
+    scores = g.mul(g.matmul(_heads(g, q, heads), kt), float(hd // heads) ** -0.5)
     out = g.matmul(g.softmax(scores, -1), vh)
     return g.reshape(g.transpose(out, [0, 2, 1, 3]), [1, s, hd])
 
