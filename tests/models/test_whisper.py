@@ -15,6 +15,8 @@ text equal to ``generate``'s."""
 from __future__ import annotations
 
 import json
+import shutil
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -138,6 +140,30 @@ def test_long_audio_is_transcribed_by_chunks() -> None:
     chunk = np.zeros(m.n_samples, np.float32)
     chunk[: len(e["waveform"])] = e["waveform"]
     assert m.transcribe(np.concatenate([chunk, chunk]), max_new_tokens=3) == one + one
+
+
+def test_sharded_weights_load(tmp_path: Path) -> None:
+    """A checkpoint split over two safetensors files (as the large ones are)
+    gives the same logits; a missing tensor is named."""
+    from hf_util import read_tensors, write_safetensors
+
+    d = fixture("whisper-tiny")
+    e = expected(d)
+    for f in d.iterdir():
+        if f.suffix != ".safetensors":
+            shutil.copy(f, tmp_path / f.name)
+    tensors = read_tensors(d / "model.safetensors")
+    names = sorted(tensors)
+    write_safetensors(tmp_path / "model-00001-of-00002.safetensors",
+                      {k: tensors[k] for k in names[::2]})  # fmt: skip
+    write_safetensors(tmp_path / "model-00002-of-00002.safetensors",
+                      {k: tensors[k] for k in names[1::2] if "fc1.bias" not in k})  # fmt: skip
+    with pytest.raises(rlx.WeightFormatError, match=r"tensor '.*fc1.bias' missing"):
+        WhisperModel(tmp_path)
+    write_safetensors(tmp_path / "model-00002-of-00002.safetensors",
+                      {k: tensors[k] for k in names[1::2]})  # fmt: skip
+    got = WhisperModel(tmp_path).decoder_logits(e["encoder_output"], e["ids6"])
+    assert _rel_err(got, e["logits6"]) <= 1e-6
 
 
 def test_bad_inputs_name_the_parameter() -> None:

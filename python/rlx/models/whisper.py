@@ -49,7 +49,8 @@ import numpy as np
 from rlx.errors import DTypeError, RlxError, ShapeError, UnsupportedOpError, WeightFormatError
 from rlx.executable import Executable
 from rlx.graph import Graph, Node
-from rlx.models.vision import compile_bound, read_config, single_safetensors
+from rlx.io.safetensors import SafetensorsFile
+from rlx.models.vision import compile_bound, read_config
 
 #: the ``model_type`` this module loads
 MODEL_TYPES = ("whisper",)
@@ -169,7 +170,10 @@ class WhisperModel:
                 f"[whisper] {self.root}: n_samples {self.n_samples} gives "
                 f"{self.n_samples // _HOP} frames; the encoder takes {c.frames}"
             )
-        self.f = single_safetensors(self.root, "whisper")
+        #: the weight files (one, or the shards of large checkpoints)
+        self.files = [SafetensorsFile(f) for f in sorted(self.root.glob("*.safetensors"))]
+        if not self.files:
+            raise WeightFormatError(f"[whisper] {self.root}: no .safetensors file")
         self.device = device
         self._values: dict[str, np.ndarray] = {}
         self._exes: dict[str, Executable] = {}
@@ -181,12 +185,13 @@ class WhisperModel:
 
     # ------------------------------------------------------------ weights
     def _get(self, name: str, shape: tuple[int, ...]) -> np.ndarray:
-        if name not in self.f:
-            raise WeightFormatError(f"[whisper] {self.f.path}: tensor {name!r} missing")
-        a = np.asarray(self.f.tensor(name), np.float32)
+        f = next((f for f in self.files if name in f), None)
+        if f is None:
+            raise WeightFormatError(f"[whisper] {self.root}: tensor {name!r} missing")
+        a = np.asarray(f.tensor(name), np.float32)
         if a.shape != shape:
             raise WeightFormatError(
-                f"[whisper] {self.f.path}: tensor {name!r} has shape {list(a.shape)}, "
+                f"[whisper] {f.path}: tensor {name!r} has shape {list(a.shape)}, "
                 f"expected {list(shape)}"
             )
         return a
@@ -239,8 +244,12 @@ class WhisperModel:
             self._keep_linear(p + "fc1", c.dec_ffn, d)
             self._keep_linear(p + "fc2", d, c.dec_ffn)
         self._keep_norm(m + "layer_norm")
-        out = m + "embed_tokens.weight" if c.tied or "proj_out.weight" not in self.f else None
-        w = self._values[out] if out else self._get("proj_out.weight", (c.vocab, d))
+        untied = not c.tied and any("proj_out.weight" in f for f in self.files)
+        w = (
+            self._get("proj_out.weight", (c.vocab, d))
+            if untied
+            else self._values[m + "embed_tokens.weight"]
+        )
         self._values["proj_out.wT"] = np.ascontiguousarray(w.T)
 
     # -------------------------------------------------------------- graph
@@ -608,7 +617,8 @@ def _gemm_attention(g: Graph, q: Node, kt: Node, vh: Node, heads: int) -> Node:
     ``attention`` kernel took ~87 % of a 30 s encode, the GEMMs + softmax ~4×
     less in all (bench/whisper.py)."""
     _, s, hd = q.shape
-    scores = g.mul(g.matmul(_heads(g, q, heads), kt), float(hd // heads) ** -0.5)
+    q = g.mul(q, float(hd // heads) ** -0.5)  # on q: s·hd products, not s·n scores
+    scores = g.matmul(_heads(g, q, heads), kt)
     out = g.matmul(g.softmax(scores, -1), vh)
     return g.reshape(g.transpose(out, [0, 2, 1, 3]), [1, s, hd])
 
