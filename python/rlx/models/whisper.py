@@ -150,7 +150,11 @@ class WhisperModel:
         #: how the bidirectional attentions run (see :func:`_gemm_attention`)
         self.attention = attention
         self.config = WhisperConfig.from_json(self.root / "config.json")
-        self.generation = _json(self.root / "generation_config.json")
+        #: ``generation_config.json`` over ``config.json`` (token ids, prompt, suppression)
+        self.generation = {
+            **_json(self.root / "config.json"),
+            **_json(self.root / "generation_config.json"),
+        }
         pre = _json(self.root / "preprocessor_config.json")
         c = self.config
         self.n_samples = int(pre.get("n_samples", c.frames * _HOP))
@@ -476,12 +480,14 @@ class WhisperModel:
         return self.decode(token_ids)
 
     # ---------------------------------------------------------- generation
-    def _token_id(self, key: str, fallback: Optional[int] = None) -> int:
-        v = self.generation.get(key, fallback)
+    def _token_id(self, key: str) -> int:
+        v = self.generation.get(key)
         if isinstance(v, list):
             v = v[0]
         if not isinstance(v, int):
-            raise WeightFormatError(f"[whisper] {self.root}: generation_config lacks {key}")
+            raise WeightFormatError(
+                f"[whisper] {self.root}: no {key} in generation_config.json or config.json"
+            )
         return v
 
     def _language_id(self, language: str) -> int:
@@ -540,8 +546,8 @@ class WhisperModel:
         max_new_tokens: Optional[int],
     ) -> list[int]:  # fmt: skip
         c, gen = self.config, self.generation
-        eos = gen.get("eos_token_id", self._token_id("eos_token_id", 50257))
-        eos_ids = set(eos if isinstance(eos, list) else [eos])
+        eos = gen.get("eos_token_id")
+        eos_ids = set(eos if isinstance(eos, list) else [self._token_id("eos_token_id")])
         prompt: list[Any] = self.prompt(language, task)
         self.start(enc)
         if None in prompt:  # language detection on the first step
