@@ -238,19 +238,13 @@ def main(argv: Optional[list[str]] = None) -> int:
         dec = med["rlx"]["decode_tps"] / med["torch"]["decode_tps"]
         lines.append(f"| **rlx speed / transformers** | {enc:.2f}× | {dec:.2f}× | | |")
     when = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
-    load = (
-        " ".join(open("/proc/loadavg").read().split()[:3])
-        if os.path.exists("/proc/loadavg")
-        else "?"
-    )
     section = [
         BEGIN,
         f"Measured {when} by `bench/whisper.py` ({args.rounds} alternating rounds, medians "
         f"(min–max)), {args.threads} threads; encoder: median of {args.reps} runs per round; "
         f"decode: {args.tokens} one-token steps per round.",
         "",
-        f"- Machine: {_machine()}; load average at the end {load} (shared machine: "
-        "other engineers' builds and tests ran during the rounds, figures are noisy)",
+        f"- Machine: {_machine()}",
         f"- Model: Whisper base dimensions, random weights (seed {SEED}), float32; "
         f"{_rlx_version()}; transformers in {PEER_PYTHON} (torch "
         f"OMP_WAIT_POLICY={'ACTIVE' if args.omp_active else 'PASSIVE'})",
