@@ -415,32 +415,16 @@ class WhisperModel:
     def encode(self, features: Any) -> np.ndarray:
         """Encoder output ``[src_pos, d]`` of features ``[n_mels, frames]``
         (or ``[1, n_mels, frames]``)."""
-        c = self.config
-        x = _floats(features, "features")
-        if x.ndim == 3 and x.shape[0] == 1:
-            x = x[0]
-        if x.shape != (c.n_mels, c.frames):
-            raise ShapeError(
-                f"[whisper] features must be [{c.n_mels}, {c.frames}] (n_mels, frames), "
-                f"got shape {list(np.shape(features))}"
-            )
-        out = self._exe("encoder").run(features=np.ascontiguousarray(x))
+        x = _matrix(features, "features", (self.config.n_mels, self.config.frames))
+        out = self._exe("encoder").run(features=x)
         return np.asarray(next(iter(out.values())))[0]
 
     def start(self, encoder_output: Any) -> None:
         """Begin an utterance: compute the cross-attention keys / values of
         ``encoder_output`` ``[src_pos, d]`` once, keep them in the decoder
         state, and empty the self-attention cache."""
-        c = self.config
-        h = _floats(encoder_output, "encoder_output")
-        if h.ndim == 3 and h.shape[0] == 1:
-            h = h[0]
-        if h.shape != (c.src_pos, c.d):
-            raise ShapeError(
-                f"[whisper] encoder_output must be [{c.src_pos}, {c.d}], "
-                f"got shape {list(np.shape(encoder_output))}"
-            )
-        kv = self._exe("cross_kv").run(encoder_output=np.ascontiguousarray(h[None]))
+        h = _matrix(encoder_output, "encoder_output", (self.config.src_pos, self.config.d))
+        kv = self._exe("cross_kv").run(encoder_output=h[None])
         exe = self.decoder_graph(1)
         for name, value in kv.items():
             exe.set_state(name, value)
@@ -634,6 +618,19 @@ def _floats(value: Any, what: str) -> np.ndarray:
     if not np.issubdtype(x.dtype, np.floating):
         raise DTypeError(f"[whisper] {what} must be floating point, got {x.dtype}")
     return x.astype(np.float32, copy=False)
+
+
+def _matrix(value: Any, what: str, shape: tuple[int, int]) -> np.ndarray:
+    """``value`` ``shape`` (or ``[1, *shape]``) as contiguous float32;
+    ShapeError / DTypeError naming ``what``."""
+    x = _floats(value, what)
+    if x.ndim == 3 and x.shape[0] == 1:
+        x = x[0]
+    if x.shape != shape:
+        raise ShapeError(
+            f"[whisper] {what} must be [{shape[0]}, {shape[1]}], got shape {list(np.shape(value))}"
+        )
+    return np.ascontiguousarray(x)
 
 
 def _waveform(waveform: Any) -> np.ndarray:
