@@ -264,6 +264,17 @@ def _cmd_classify(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_transcribe(args: argparse.Namespace) -> int:
+    from rlx.models.whisper import transcribe_file
+
+    text = transcribe_file(
+        args.model, args.audio, language=args.language, task=args.task,
+        max_new_tokens=args.max_new_tokens, device=args.device,
+    )  # fmt: skip
+    print(text.strip())
+    return 0
+
+
 def _cmd_chat(args: argparse.Namespace) -> int:
     _set_threads(args)
     model = _load(args)
@@ -572,6 +583,14 @@ def main(argv: list[str] | None = None) -> int:
     cls.add_argument("image", help="image file (PNG, JPEG, ...)")
     cls.add_argument("--top", type=_at_least(1), default=5, help="labels to print (default 5)")
     cls.set_defaults(fn=_cmd_classify)
+    tr = sub.add_parser("transcribe", help="speech to text with an HF Whisper directory")
+    tr.add_argument("model", help="HF Whisper model directory")
+    tr.add_argument("audio", help="audio file (PCM WAV; FLAC etc. with soundfile installed)")
+    tr.add_argument("--language", help="language code or token (default: the model's / detected)")
+    tr.add_argument("--task", choices=["transcribe", "translate"], help="default: transcribe")
+    tr.add_argument("--max-new-tokens", type=_at_least(1), help="tokens per 30 s chunk")
+    tr.add_argument("--device", default="host", help="host, reference, metal-sim, metal")
+    tr.set_defaults(fn=_cmd_transcribe)
     bench = sub.add_parser("bench", help="load time, prefill / decode tokens/s, peak RSS")
     _model_args(bench, sampling=False)
     bench.add_argument("--json", action="store_true", help="print one JSON object")

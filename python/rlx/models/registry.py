@@ -48,11 +48,14 @@ ARCHITECTURES: dict[str, Family] = {
 #: HF ``model_type`` → image classifier module (its ``load(dir, device)``);
 #: ``rlx.load`` returns these models as is (they are not decoders)
 VISION_MODEL_TYPES: dict[str, str] = {"resnet": "rlx.models.resnet", "vit": "rlx.models.vit"}
+#: HF ``model_type`` → speech model module (returned by ``rlx.load`` as is too)
+AUDIO_MODEL_TYPES: dict[str, str] = {"whisper": "rlx.models.whisper"}
 
 
 def vision_model(root: Path, device: str) -> Optional[Any]:
-    """The image classifier of an HF directory whose ``config.json`` names a
-    :data:`VISION_MODEL_TYPES` model type, else None."""
+    """The image classifier or speech model of an HF directory whose
+    ``config.json`` names a :data:`VISION_MODEL_TYPES` /
+    :data:`AUDIO_MODEL_TYPES` model type, else None."""
     import importlib
     import json
 
@@ -60,7 +63,7 @@ def vision_model(root: Path, device: str) -> Optional[Any]:
         mt = json.loads((root / "config.json").read_text()).get("model_type")
     except (OSError, ValueError):
         return None
-    mod = VISION_MODEL_TYPES.get(mt)
+    mod = VISION_MODEL_TYPES.get(mt) or AUDIO_MODEL_TYPES.get(mt)
     return None if mod is None else importlib.import_module(mod).load(root, device)
 
 
