@@ -17,10 +17,9 @@ engines round by round (llama.cpp first in odd rounds, rlx first in even ones):
 
 Peak RSS is each engine process's own (``wait4``: load and every test of the round).
 
-What rlx needs (2026-12-03): the converter names the pre-tokenizer ``gpt-2``, which
-rlx's GGUF tokenizer accepts from branch wt-moe / wt-ssm on (main's refuses it); the
-``mamba2`` GGUF architecture has no reader yet (wt-ssm loads Mamba2 HF directories
-only), so the Mamba2 rlx cells read n/a, with rlx's error in the notes.
+Both GGUFs load in rlx (the ``gpt-2`` pre-tokenizer and the ``mamba2`` architecture
+are read since the issue-13 GGUF work); a model rlx cannot load reads n/a, with rlx's
+error in the notes. ``--models`` rewrites the whole section: run both models.
 
 Each round's machine load and the CPU the *other* processes took during it are
 recorded (bench/loadmon.py); rounds where others took more than 0.2 cores are dropped

@@ -29,7 +29,8 @@ What it writes (all under ``tests/fixtures/``):
   0-d ``num_layers``, ``bidirectional``, ``batch_first``, ``hidden_size``.
 
 * ``gguf/<name>-<type>.gguf`` (``--what gguf``; ``--gguf-types`` among f32, f16, q8_0;
-  committed: q8_0 for every convertible model, and f32 for the SSM / linear-attention ones
+  committed: q8_0 and f16 for every convertible model but gemma3 (f16: the accuracy oracle
+  of tests/models/test_gguf_accuracy.py), and f32 for the SSM / linear-attention ones
   (``--models ssm_gguf --gguf-types f32``, ~0.4-1.3 MB each: the exact-logits oracle of
   tests/models/test_gguf_ssm.py); the Q8_0 files keep their 1-D tensors in F32 and their
   2-D ones within Q8_0 error of the safetensors): the ``hf/<name>`` models
@@ -43,6 +44,11 @@ What it writes (all under ``tests/fixtures/``):
   ``_CONVERT_SHIM``). Qwen3-Next and
   Qwen3.5 are converted with ``--no-mtp``. A model the converter refuses is reported and
   skipped (llama.cpp's Qwen3-Next has no dense-MLP layers: ``qwen3_next_dense`` fails).
+
+The gated-delta-net fixtures (``CONDITIONED``) get a conditioned init (``condition``:
+state decay range and query/key correlation) before the noise; every fixture's meta.json
+records how far dropping each parameter's noise moves the logits (``drop_effect_min``,
+asserted > ``DROP_MIN``) and the least sensitive parameter with its noise.
 
 Run it with the peer python (torch + transformers live outside the repo's .venv, see
 ``scripts/setup_peers.sh``)::
@@ -71,6 +77,15 @@ from pathlib import Path
 from typing import Any, Callable
 
 import numpy as np
+from fixture_conditioning import (
+    CONDITIONED,
+    DROP_MIN,
+    GDN_A_RANGE,
+    GDN_QK,
+    _saved_name,
+    condition,
+    drop_effects,
+)
 
 ROOT = Path(__file__).resolve().parent.parent
 FIXTURES = ROOT / "tests" / "fixtures"
@@ -431,7 +446,9 @@ ALL_MODELS = [m for g in "abde" for m in GROUPS[g]]
 
 
 def build(name: str) -> tuple[Any, dict[str, Any], str]:
-    """The seeded, noised (every 1-D parameter and A_log), float32 eval-mode model."""
+    """The seeded, conditioned (the fixtures of this script), noised (every 1-D
+    parameter and A_log), float32 eval-mode model; ``model.fixture_noise`` holds the
+    noise added to each parameter."""
     import importlib
 
     import torch
@@ -444,11 +461,17 @@ def build(name: str) -> tuple[Any, dict[str, Any], str]:
     model = AutoModelForCausalLM.from_config(cfg, attn_implementation="eager", dtype=torch.float32)
     model.eval()
     gen = torch.Generator().manual_seed(SEED + 1)
+    noise = {}
     with torch.no_grad():
+        if name in CONDITIONED:
+            condition(model, cfg, SEED + 2)
         for pname, p in sorted(model.named_parameters()):
             # Mamba-1's A_log is [d_inner, d_state] with identical rows: noise it too
             if p.ndim == 1 or pname.endswith("A_log"):
-                p.add_(NOISE * torch.randn(p.shape, generator=gen))
+                n = NOISE * torch.randn(p.shape, generator=gen)
+                p.add_(n)
+                noise[pname] = n
+    model.fixture_noise = noise
     return model, kwargs, note
 
 
@@ -517,6 +540,12 @@ def make_hf(name: str, tok: Any) -> dict[str, Any]:
     assert spread > 1e-2, f"{name}: logits nearly constant (min row std {spread})"
     assert decode_err <= 1e-4 * scale, f"{name}: prefill+decode differs from full by {decode_err}"
     np.savez(out / "expected.npz", **res)
+    # every noised parameter must matter: dropping its noise moves the logits by far more
+    # than the tests' tolerances (1e-4 of max|logit|; 1e-3 for F16 GGUFs)
+    effects = drop_effects(model, model.fixture_noise, ids24)
+    weakest = min(effects, key=effects.__getitem__)
+    assert effects[weakest] > DROP_MIN, f"{name}: dropping {weakest} moves {effects[weakest]}"
+    st_name = _saved_name(out, weakest)
     config = json.loads((out / "config.json").read_text())
     n_params = sum(p.numel() for p in model.parameters())
     meta = {
@@ -536,6 +565,18 @@ def make_hf(name: str, tok: Any) -> dict[str, Any]:
         "max_err_prefill16_decode8_vs_logits24": decode_err,
         "max_err_logits80_first24_vs_logits24": chunk_err,
         "min_row_std_logits24": spread,
+        "conditioning": (
+            {"gdn_a_range": list(GDN_A_RANGE), "gdn_qk": GDN_QK} if name in CONDITIONED else None
+        ),
+        # max|logits24 change| / max|logits24| when one parameter's noise is removed
+        "drop_effect_min": effects[weakest],
+        "drop_effect_median": float(np.median(list(effects.values()))),
+        # the least sensitive one, with its noise (tests/models/test_gguf_accuracy.py removes it)
+        "weakest_param": {
+            "name": st_name,
+            "effect": effects[weakest],
+            "noise": model.fixture_noise[weakest].flatten().tolist(),
+        },
     }
     (out / "meta.json").write_text(json.dumps(meta, indent=1, sort_keys=True) + "\n")
     return {
@@ -714,7 +755,7 @@ def main() -> None:
         nargs="+",
         default=["q8_0"],
         choices=["f32", "f16", "q8_0"],
-        help="GGUF types to write (committed: q8_0 only, to keep the repo small)",
+        help="GGUF types to write (committed: see the module doc)",
     )
     args = ap.parse_args()
     os.environ.setdefault("HF_HUB_OFFLINE", "1")

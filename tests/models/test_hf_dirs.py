@@ -59,6 +59,11 @@ def test_logits_match_transformers(name: str, device: str) -> None:
     assert max(errs) < TOL, f"{name} on {device}: full / prefill+decode / 80 = {errs}"
     if device == "metal-sim":
         print(f"{name} metal-sim: {took:.1f} s")
+        # every plan (prefill 16 / 24 / 80, decode): kernels only
+        assert any(k[0] == 1 for k in model._runners) and len(model._runners) > 1
+        for r in model._runners.values():
+            st = r.exe.stats
+            assert (st["metal_host"], st["metal_host_by_thunk"]) == (0, {}), r.exe.report()
 
 
 @pytest.mark.parametrize("name", DENSE)

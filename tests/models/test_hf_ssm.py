@@ -10,7 +10,8 @@ both made by scripts/make_ssm_dense_fixtures.py) and with MoE layers.
 Per model and device: teacher-forced logits of 24 tokens, a 16-token
 prefill + 8 ``next_logits`` decode steps against transformers' cached
 decode, and 80 tokens (one prompt past a GDN chunk of 64); tolerance 1e-4 of
-the largest |logit| (measured ≤ 1e-6 on host / reference / metal-sim).
+the largest |logit| (measured ≤ 1e-6 on host / reference / metal-sim);
+on metal-sim every compiled plan (prefill and decode) has 0 host commands.
 State checks: the conv / SSM / GDN states are zeroed by ``reset`` and shared
 by every graph; prompts in chunks of non-bucket lengths (the scans fold every
 row into their state, so prompts run at their exact length); the fusion
@@ -67,6 +68,11 @@ def test_logits_match_transformers(name: str, device: str) -> None:
     assert model.config.vocab == e["logits24"].shape[1]
     errs = _three_checks(model, e)
     assert max(errs) < TOL, f"{name} on {device}: full / prefill+decode / 80 = {errs}"
+    if device == "metal-sim":  # every plan (prefill 16 / 24 / 80, decode): kernels only
+        assert any(k[0] == 1 for k in model._runners) and len(model._runners) > 1
+        for r in model._runners.values():
+            st = r.exe.stats
+            assert (st["metal_host"], st["metal_host_by_thunk"]) == (0, {}), r.exe.report()
 
 
 @pytest.mark.parametrize("name", MODELS)

@@ -31,7 +31,8 @@ HF_NAMES = sorted(
     and json.loads((p / "config.json").read_text()).get("model_type") not in VISION_MODEL_TYPES
 )
 RNN_FILES = sorted(p.name for p in RNN.glob("*.npz")) if RNN.is_dir() else []
-#: <name>-q8_0.gguf for every convertible fixture, <name>-f32.gguf for the SSM / GDN ones
+#: <name>-q8_0.gguf and <name>-f16.gguf for every convertible fixture, <name>-f32.gguf for
+#: the SSM / GDN ones
 GGUF_FILES = sorted(p.name for p in GGUF.glob("*.gguf")) if GGUF.is_dir() else []
 VOCAB = 512
 #: the HF fixtures scripts/make_seq_fixtures.py writes (other scripts add more)
@@ -158,10 +159,11 @@ def test_gguf_fixture_set() -> None:
     convertible = SEQ_NAMES - {"qwen3_next_dense"}
     gguf_names = {f.removesuffix("-q8_0.gguf") for f in GGUF_FILES if f.endswith("-q8_0.gguf")}
     f32_names = {f.removesuffix("-f32.gguf") for f in GGUF_FILES if f.endswith("-f32.gguf")}
-    assert f32_names <= gguf_names
+    f16_names = {f.removesuffix("-f16.gguf") for f in GGUF_FILES if f.endswith("-f16.gguf")}
+    assert f32_names <= gguf_names and f16_names <= gguf_names
     assert set(GGUF_FILES) == {f"{n}-q8_0.gguf" for n in gguf_names} | {
         f"{n}-f32.gguf" for n in f32_names
-    }
+    } | {f"{n}-f16.gguf" for n in f16_names}
     # every GGUF converts an HF fixture (the MoE ones come from make_moe_fixtures.py)
     assert convertible <= gguf_names <= set(HF_NAMES)
 
@@ -195,6 +197,10 @@ def test_gguf_fixture(fname: str) -> None:
     want = hf[0] * np.float32(mult)
     if kind == "f32":  # the same float32 values
         assert emb.tensor_type.name == "F32" and np.array_equal(got, want)
+        return
+    if kind == "f16":  # rounded to nearest f16
+        assert emb.tensor_type.name == "F16"
+        assert np.array_equal(got, want.astype(np.float16).astype(np.float32))
         return
     # Q8_0: blocks of 32, scale max|x| / 127 stored as f16: error <= half a step plus the
     # scale's f16 rounding (127 * 2**-11 of a step)
