@@ -132,7 +132,7 @@ impl<T> OutPtr<T> {
 /// `expf` range reduction `x = n·ln2 + r` and degree-6 polynomial (relative
 /// error ~1e-7); inputs below -87 give ~1e-38 instead of underflowing.
 #[inline(always)]
-fn exp_nonpos(x: f32) -> f32 {
+pub(crate) fn exp_nonpos(x: f32) -> f32 {
     const LOG2E: f32 = std::f32::consts::LOG2_E;
     const MAGIC: f32 = 12_582_912.0; // 1.5·2^23: adding it rounds to an integer
     const C1: f32 = 0.693_359_4;

@@ -12,6 +12,7 @@ use rayon::prelude::*;
 use rlx_ir::op::ReduceOp;
 use rlx_ir::rng::uniform_at;
 
+use super::attention::exp_nonpos;
 use super::{check_len, invalid, numel, rows_per_task, Elem, KernelError, Result};
 
 /// Numerically stable softmax of each row of `x [rows, n]`, in place.
@@ -30,22 +31,47 @@ pub fn softmax_rows<T: Elem>(x: &mut [T], rows: usize, n: usize) -> Result<()> {
             buf.iter_mut()
                 .zip(row.iter())
                 .for_each(|(b, v)| *b = v.to_f32());
-            let m = buf.iter().fold(
-                f32::NEG_INFINITY,
-                |a, &b| if b.is_nan() { b } else { a.max(b) },
-            );
-            let mut sum = 0f32;
-            buf.iter_mut().for_each(|v| {
-                *v = (*v - m).exp();
-                sum += *v;
+            // NaN sticks (f32::max would drop it again)
+            let m = buf.iter().fold(f32::NEG_INFINITY, |a, &b| {
+                if a.is_nan() || b.is_nan() {
+                    f32::NAN
+                } else {
+                    a.max(b)
+                }
             });
-            let inv = 1.0 / sum;
+            if m.is_finite() {
+                // the vectorisable e^x of the attention kernel, exact 0
+                // below its range (masked `-inf` scores stay 0)
+                buf.iter_mut().for_each(|v| {
+                    let x = *v - m;
+                    let y = exp_nonpos(x);
+                    *v = if x < -87.0 { 0.0 } else { y };
+                });
+            } else {
+                // a NaN or +inf max: let libm give numpy's NaNs
+                buf.iter_mut().for_each(|v| *v = (*v - m).exp());
+            }
+            let inv = 1.0 / lane_sum(&buf);
             row.iter_mut()
                 .zip(&buf)
                 .for_each(|(o, v)| *o = T::from_f32(v * inv));
         }
     });
     Ok(())
+}
+
+/// Sum of `v` in eight interleaved f32 lanes (vectorises; the order
+/// differs from a serial sum only by rounding).
+fn lane_sum(v: &[f32]) -> f32 {
+    let mut acc = [0f32; 8];
+    let chunks = v.chunks_exact(8);
+    let tail: f32 = chunks.remainder().iter().sum();
+    for c in chunks {
+        for (a, x) in acc.iter_mut().zip(c) {
+            *a += x;
+        }
+    }
+    acc.iter().sum::<f32>() + tail
 }
 
 /// Reduces the middle axis of `x [outer, reduced, inner]` into
