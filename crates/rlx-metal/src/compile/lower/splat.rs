@@ -16,68 +16,57 @@ use crate::thunk::splat::{
 use rlx_ir::op::SplatConfig;
 use rlx_ir::{DType, Op};
 
+/// A splat thunk `$T` over the seven f32 operands `$o` with the shared
+/// config fields of `$cfg`, plus the variant's own fields.
+macro_rules! splat_thunk {
+    ($T:ident, $o:expr, $cfg:expr, { $($f:ident: $v:expr),* $(,)? }) => {
+        $T {
+            positions_off: $o[0].0,
+            positions_len: $o[0].1,
+            scales_off: $o[1].0,
+            scales_len: $o[1].1,
+            rotations_off: $o[2].0,
+            rotations_len: $o[2].1,
+            opacities_off: $o[3].0,
+            opacities_len: $o[3].1,
+            colors_off: $o[4].0,
+            colors_len: $o[4].1,
+            sh_coeffs_off: $o[5].0,
+            sh_coeffs_len: $o[5].1,
+            meta_off: $o[6].0,
+            width: $cfg.width,
+            height: $cfg.height,
+            tile_size: $cfg.tile_size,
+            radius_scale: $cfg.radius_scale,
+            alpha_cutoff: $cfg.alpha_cutoff,
+            max_splat_steps: $cfg.max_splat_steps,
+            transmittance_threshold: $cfg.transmittance_threshold,
+            max_list_entries: $cfg.max_list_entries,
+            $($f: $v),*
+        }
+    };
+}
+
 /// Lower one splat op.
 pub(super) fn lower(ctx: &mut Ctx<'_>, op: &Op) -> Result<(), CompileError> {
     match op {
         Op::GaussianSplatRender { cfg } => {
             let o = operands(ctx)?;
-            let (dst, dst_len) = target(ctx)?;
-            ctx.push(GaussianSplatRender {
-                positions_off: o[0].0,
-                positions_len: o[0].1,
-                scales_off: o[1].0,
-                scales_len: o[1].1,
-                rotations_off: o[2].0,
-                rotations_len: o[2].1,
-                opacities_off: o[3].0,
-                opacities_len: o[3].1,
-                colors_off: o[4].0,
-                colors_len: o[4].1,
-                sh_coeffs_off: o[5].0,
-                sh_coeffs_len: o[5].1,
-                meta_off: o[6].0,
+            let (dst, n) = target(ctx)?;
+            ctx.push(splat_thunk!(GaussianSplatRender, o, cfg, {
                 dst_off: dst,
-                dst_len,
-                width: cfg.width,
-                height: cfg.height,
-                tile_size: cfg.tile_size,
-                radius_scale: cfg.radius_scale,
-                alpha_cutoff: cfg.alpha_cutoff,
-                max_splat_steps: cfg.max_splat_steps,
-                transmittance_threshold: cfg.transmittance_threshold,
-                max_list_entries: cfg.max_list_entries,
-            });
+                dst_len: n,
+            }));
             finish(ctx, dst)
         }
         Op::GaussianSplatPrepare { cfg } => {
             let o = operands(ctx)?;
-            let (dst, dst_len) = target(ctx)?;
-            ctx.push(GaussianSplatPrepare {
-                positions_off: o[0].0,
-                positions_len: o[0].1,
-                scales_off: o[1].0,
-                scales_len: o[1].1,
-                rotations_off: o[2].0,
-                rotations_len: o[2].1,
-                opacities_off: o[3].0,
-                opacities_len: o[3].1,
-                colors_off: o[4].0,
-                colors_len: o[4].1,
-                sh_coeffs_off: o[5].0,
-                sh_coeffs_len: o[5].1,
-                meta_off: o[6].0,
+            let (dst, n) = target(ctx)?;
+            ctx.push(splat_thunk!(GaussianSplatPrepare, o, cfg, {
                 meta_len: o[6].1,
                 prep_off: dst,
-                prep_len: dst_len,
-                width: cfg.width,
-                height: cfg.height,
-                tile_size: cfg.tile_size,
-                radius_scale: cfg.radius_scale,
-                alpha_cutoff: cfg.alpha_cutoff,
-                max_splat_steps: cfg.max_splat_steps,
-                transmittance_threshold: cfg.transmittance_threshold,
-                max_list_entries: cfg.max_list_entries,
-            });
+                prep_len: n,
+            }));
             finish(ctx, dst)
         }
         Op::GaussianSplatRasterize { cfg } => rasterize(ctx, cfg),
@@ -89,38 +78,17 @@ pub(super) fn lower(ctx: &mut Ctx<'_>, op: &Op) -> Result<(), CompileError> {
         } => {
             let o = operands(ctx)?;
             let d_loss = converted(ctx, 7, DType::F32)?;
-            let d_loss_len = numel(&ctx.in_dims(7));
-            let (dst, dst_len) = target(ctx)?;
-            ctx.push(GaussianSplatRenderBackward {
-                positions_off: o[0].0,
-                positions_len: o[0].1,
-                scales_off: o[1].0,
-                scales_len: o[1].1,
-                rotations_off: o[2].0,
-                rotations_len: o[2].1,
-                opacities_off: o[3].0,
-                opacities_len: o[3].1,
-                colors_off: o[4].0,
-                colors_len: o[4].1,
-                sh_coeffs_off: o[5].0,
-                sh_coeffs_len: o[5].1,
-                meta_off: o[6].0,
+            let dl_len = numel(&ctx.in_dims(7));
+            let (dst, n) = target(ctx)?;
+            ctx.push(splat_thunk!(GaussianSplatRenderBackward, o, cfg, {
                 d_loss_off: d_loss,
-                d_loss_len,
+                d_loss_len: dl_len,
                 packed_off: dst,
-                packed_len: dst_len,
-                width: cfg.width,
-                height: cfg.height,
-                tile_size: cfg.tile_size,
-                radius_scale: cfg.radius_scale,
-                alpha_cutoff: cfg.alpha_cutoff,
-                max_splat_steps: cfg.max_splat_steps,
-                transmittance_threshold: cfg.transmittance_threshold,
-                max_list_entries: cfg.max_list_entries,
+                packed_len: n,
                 loss_grad_clip: *loss_grad_clip,
                 sh_band: *sh_band,
                 max_anisotropy: *max_anisotropy,
-            });
+            }));
             finish(ctx, dst)
         }
         other => Err(ctx.unsupported(format!("{} is not a splat op", other.name()))),

@@ -11,9 +11,35 @@ use crate::metal::args::SplatArgs;
 use crate::metal::kernels::Family;
 use crate::thunk::Thunk;
 
-/// Tiles across / down, `None` for a zero tile edge.
-fn tiles(width: u32, height: u32, ts: u32) -> Option<(u32, u32)> {
-    (ts > 0).then(|| (width.div_ceil(ts), height.div_ceil(ts)))
+/// The kernel arguments; `None` for a zero tile edge or a count past u32.
+#[allow(clippy::too_many_arguments)]
+fn args(
+    count: usize,
+    sh_coeffs: usize,
+    (width, height, tile_size): (u32, u32, u32),
+    max_splat_steps: u32,
+    max_list_entries: u32,
+    radius_scale: f32,
+    alpha_cutoff: f32,
+    transmittance_threshold: f32,
+) -> Option<SplatArgs> {
+    if tile_size == 0 {
+        return None;
+    }
+    Some(SplatArgs {
+        count: u32::try_from(count).ok()?,
+        sh_coeffs: u32::try_from(sh_coeffs).ok()?,
+        width,
+        height,
+        tile_size,
+        tiles_x: width.div_ceil(tile_size),
+        tiles_y: height.div_ceil(tile_size),
+        max_splat_steps,
+        max_list_entries,
+        radius_scale,
+        alpha_cutoff,
+        transmittance_threshold,
+    })
 }
 
 /// The dispatch of one splat thunk, `None` for the host.
@@ -38,21 +64,16 @@ pub(super) fn lower(i: usize, t: &Thunk) -> Option<Lowered> {
             if g == 0 {
                 return Some(Lowered::Skip);
             }
-            let (tiles_x, tiles_y) = tiles(x.width, x.height, x.tile_size)?;
-            let args = SplatArgs {
-                count: u32::try_from(g).ok()?,
-                sh_coeffs: u32::try_from(k).ok()?,
-                width: x.width,
-                height: x.height,
-                tile_size: x.tile_size,
-                tiles_x,
-                tiles_y,
-                max_splat_steps: x.max_splat_steps,
-                max_list_entries: x.max_list_entries,
-                radius_scale: x.radius_scale,
-                alpha_cutoff: x.alpha_cutoff,
-                transmittance_threshold: x.transmittance_threshold,
-            };
+            let args = args(
+                g,
+                k,
+                (x.width, x.height, x.tile_size),
+                x.max_splat_steps,
+                x.max_list_entries,
+                x.radius_scale,
+                x.alpha_cutoff,
+                x.transmittance_threshold,
+            )?;
             let offs = [
                 x.positions_off,
                 x.scales_off,
@@ -75,21 +96,17 @@ pub(super) fn lower(i: usize, t: &Thunk) -> Option<Lowered> {
             if !ok || aliased(t) {
                 return None;
             }
-            let (tiles_x, tiles_y) = tiles(x.width, x.height, x.tile_size)?;
-            let args = SplatArgs {
-                count: u32::try_from(x.count).ok()?,
-                sh_coeffs: 0,
-                width: x.width,
-                height: x.height,
-                tile_size: x.tile_size,
-                tiles_x,
-                tiles_y,
-                max_splat_steps: x.max_splat_steps,
-                max_list_entries: x.max_list_entries,
-                radius_scale: 0.0,
-                alpha_cutoff: x.alpha_cutoff,
-                transmittance_threshold: x.transmittance_threshold,
-            };
+            // the rasterizer reads radii from the records
+            let args = args(
+                x.count,
+                0,
+                (x.width, x.height, x.tile_size),
+                x.max_splat_steps,
+                x.max_list_entries,
+                0.0,
+                x.alpha_cutoff,
+                x.transmittance_threshold,
+            )?;
             let k = kernel(Family::Splat, "splat_rasterize_f32".into());
             let offs = [x.prep_off, x.dst_off];
             Some(Lowered::Dispatch(elementwise(i, k, &args, &offs, pixels)))
