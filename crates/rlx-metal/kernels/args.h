@@ -613,6 +613,24 @@ static_assert(sizeof(RngArgs) == 32 && alignof(RngArgs) == 4, "RngArgs layout");
 static_assert(sizeof(VqArgs) == 16 && alignof(VqArgs) == 4, "VqArgs layout");
 static_assert(sizeof(AxialRopeArgs) == 32 && alignof(AxialRopeArgs) == 4, "AxialRopeArgs layout");
 
+// splat.metal splat_prepare_f32 (one thread per splat) and
+// splat_rasterize_f32 (one thread per pixel): Gaussian splats.
+struct SplatArgs {
+    uint count;                   // splats g
+    uint sh_coeffs;               // k per splat
+    uint width;
+    uint height;
+    uint tile_size;
+    uint tiles_x;
+    uint tiles_y;
+    uint max_splat_steps;         // 0 = unlimited
+    uint max_list_entries;        // 0 = unlimited
+    float radius_scale;
+    float alpha_cutoff;
+    float transmittance_threshold;
+};
+static_assert(sizeof(SplatArgs) == 48 && alignof(SplatArgs) == 4, "SplatArgs layout");
+
 // vision.metal conv2d_* / conv_transpose2d_* / im2col_*: NCHW geometry; h,
 // w are the input's size (c_out and groups unused by im2col).
 struct Conv2dArgs {

@@ -787,6 +787,10 @@ pub use moe::MoeArgs;
 mod signal;
 pub use signal::{FftArgs, LogMelArgs};
 
+#[path = "args_splat.rs"]
+mod splat;
+pub use splat::SplatArgs;
+
 #[cfg(test)]
 #[path = "args_tests.rs"]
 mod tests;

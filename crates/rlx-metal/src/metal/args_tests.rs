@@ -71,6 +71,7 @@ fn header_and_rust_assert_the_same_layouts() {
         ("AxialRopeArgs", size_of::<AxialRopeArgs>()),
         ("FftArgs", size_of::<FftArgs>()),
         ("LogMelArgs", size_of::<LogMelArgs>()),
+        ("SplatArgs", size_of::<SplatArgs>()),
     ];
     let header = header_sizes();
     assert_eq!(header.len(), rust.len(), "{header:?}");

@@ -74,6 +74,8 @@ pub enum Family {
     Vq,
     /// FFT (Stockham radix-4/2, direct DFT) and log-mel.
     Signal,
+    /// Gaussian splats: prepare and rasterize.
+    Splat,
 }
 
 /// Every family.
@@ -101,6 +103,7 @@ pub const ALL_FAMILIES: &[Family] = &[
     Family::Rng,
     Family::Vq,
     Family::Signal,
+    Family::Splat,
 ];
 
 impl Family {
@@ -130,6 +133,7 @@ impl Family {
             Family::Rng => "rng.metal",
             Family::Vq => "vq.metal",
             Family::Signal => "signal.metal",
+            Family::Splat => "splat.metal",
         }
     }
 
@@ -159,6 +163,7 @@ impl Family {
             Family::Rng => include_str!("../../kernels/rng.metal"),
             Family::Vq => include_str!("../../kernels/vq.metal"),
             Family::Signal => include_str!("../../kernels/signal.metal"),
+            Family::Splat => include_str!("../../kernels/splat.metal"),
         }
     }
 }

@@ -27,6 +27,7 @@ mod reduce;
 mod sequence;
 mod shape;
 mod signal;
+mod splat;
 
 use super::error::CompileError;
 use super::plan::{plan, Value, ValueKind, DEFAULT_ALIGN};
@@ -372,6 +373,9 @@ fn lower_node(ctx: &mut Ctx<'_>) -> Result<(), CompileError> {
         OpFamily::Sequence => sequence::lower(ctx, &op),
         OpFamily::Misc => misc::lower(ctx, &op),
         OpFamily::Backward if matches!(op, Op::SpdBackward { .. }) => misc::lower(ctx, &op),
+        OpFamily::Backward if matches!(op, Op::GaussianSplatRenderBackward { .. }) => {
+            splat::lower(ctx, &op)
+        }
         OpFamily::Signal => signal::lower(ctx, &op),
         _ => Err(ctx.unsupported(format!(
             "lowering of the {:?} family is not implemented yet",

@@ -35,6 +35,8 @@ pub mod sequence_rnn;
 pub mod shape;
 pub mod signal;
 pub mod spd;
+pub mod splat;
+pub mod splat_backward;
 
 /// Errors from kernel precondition checks. Messages start with the kernel
 /// name in brackets.

@@ -22,6 +22,7 @@ mod sequence;
 mod shape;
 mod signal;
 mod softmax;
+mod splat;
 mod vision;
 
 use super::args::KernelArgs;
@@ -141,6 +142,7 @@ const FAMILIES: &[fn(usize, &Thunk) -> Option<Lowered>] = &[
     vision::lower,
     misc::lower,
     signal::lower,
+    splat::lower,
 ];
 
 /// The command of thunk `i`: a dispatch, `Host` when no kernel covers it,
