@@ -27,7 +27,6 @@ from rlx.thunk_coverage import (
     thunk_table,
 )
 
-BACKWARD = "backward family not lowered yet"
 SPLAT_BWD = (
     "splat gradient runs as a Metal host command: its per-splat sums over pixels have "
     "no kernel yet (native on host)"
@@ -41,16 +40,7 @@ KNOWN_GAPS: dict[str, str] = {
     "GeluApproxHost": NO_PRODUCER,
     "BatchElementwiseRegion": NO_PRODUCER,
     "SoftmaxCrossEntropyDense": NO_METAL,
-    "SoftmaxCrossEntropyWithLogits": NO_METAL,
     "WelchPeaks": NO_METAL,
-    **dict.fromkeys(
-        ["SoftmaxCrossEntropyBackward", "AttentionBackward", "AdaLayerNormBackward",
-         "GatedResidualBackward", "RmsNormBackwardInput", "RmsNormBackwardGamma",
-         "RmsNormBackwardBeta", "RopeBackward", "CumsumBackward", "GatherBackward",
-         "MaxPool2dBackward", "Conv2dBackwardInput", "Conv2dBackwardWeight",
-         "LogMelBackward", "HostOp"],
-        BACKWARD,
-    ),
     "GaussianSplatRenderBackward": SPLAT_BWD,
     "CustomGpuOp": "no graph API yet (rlx.register_gpu_op, issue 19 point 6): no probe",
 }

@@ -790,6 +790,12 @@ pub use signal::{FftArgs, LogMelArgs};
 #[path = "args_splat.rs"]
 mod splat;
 pub use splat::SplatArgs;
+#[path = "args_backward.rs"]
+mod backward;
+pub use backward::{
+    AttnBwdArgs, CumsumBwdArgs, GatherBwdArgs, ModBwdArgs, RmsBwdArgs, RopeBwdArgs, SceArgs,
+    Window2dArgs,
+};
 
 #[cfg(test)]
 #[path = "args_tests.rs"]

@@ -76,6 +76,9 @@ pub enum Family {
     Signal,
     /// Gaussian splats: prepare and rasterize.
     Splat,
+    /// Training gradients (attention, norms, RoPE, cumsum, gather, pooling,
+    /// conv, adaLN, log-mel, cross-entropy).
+    Backward,
 }
 
 /// Every family.
@@ -104,6 +107,7 @@ pub const ALL_FAMILIES: &[Family] = &[
     Family::Vq,
     Family::Signal,
     Family::Splat,
+    Family::Backward,
 ];
 
 impl Family {
@@ -134,6 +138,7 @@ impl Family {
             Family::Vq => "vq.metal",
             Family::Signal => "signal.metal",
             Family::Splat => "splat.metal",
+            Family::Backward => "backward.metal",
         }
     }
 
@@ -164,6 +169,7 @@ impl Family {
             Family::Vq => include_str!("../../kernels/vq.metal"),
             Family::Signal => include_str!("../../kernels/signal.metal"),
             Family::Splat => include_str!("../../kernels/splat.metal"),
+            Family::Backward => include_str!("../../kernels/backward.metal"),
         }
     }
 }

@@ -17,6 +17,7 @@
 //! the op and node — never a silent `Nop`.
 
 mod attention;
+mod backward;
 pub(crate) mod conv;
 mod elementwise;
 mod matmul;
@@ -376,6 +377,7 @@ fn lower_node(ctx: &mut Ctx<'_>) -> Result<(), CompileError> {
         OpFamily::Backward if matches!(op, Op::GaussianSplatRenderBackward { .. }) => {
             splat::lower(ctx, &op)
         }
+        OpFamily::Backward => backward::lower(ctx, &op),
         OpFamily::Signal => signal::lower(ctx, &op),
         _ => Err(ctx.unsupported(format!(
             "lowering of the {:?} family is not implemented yet",

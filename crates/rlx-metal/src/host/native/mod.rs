@@ -41,6 +41,7 @@ macro_rules! by_word {
     };
 }
 
+mod backward;
 mod elementwise;
 mod fused_mlp;
 mod indexing;
@@ -75,6 +76,7 @@ pub fn has_native(t: &Thunk) -> bool {
         || misc::handles(t)
         || signal::handles(t)
         || splat::handles(t)
+        || backward::handles(t)
 }
 
 /// Run `t` natively, or `None` if it has no native kernel.
@@ -114,6 +116,9 @@ pub(crate) fn run(t: &Thunk, mem: &Mem, st: &mut Staging, _s: &ThunkSchedule) ->
     }
     if splat::handles(t) {
         return Some(splat::run(t, mem));
+    }
+    if backward::handles(t) {
+        return Some(backward::run(t, mem));
     }
     None
 }
