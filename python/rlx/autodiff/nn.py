@@ -1,0 +1,138 @@
+"""VJP rules that emit the IR's ``*_backward`` ops: attention (masks, GQA,
+score scale), RoPE, conv2d, max-pool, log-mel."""
+
+from __future__ import annotations
+
+import math
+from typing import Optional
+
+from rlx.autodiff._core import Ctx, rule
+from rlx.node import Node
+
+
+@rule("attention")
+def _attention(ctx: Ctx, node: Node, dy: Node) -> list[Optional[Node]]:
+    g = ctx.g
+    at = node.attrs
+    ins = node.inputs
+    if at.get("dynamic_kv_len"):
+        raise ctx.fail(node, "attention over a run-time kv_len (a decode cache) has no gradient")
+    if at.get("softcap") is not None:
+        raise ctx.fail(node, "attention with a score softcap has no backward op")
+    has_mask = at["mask"] in ("custom", "bias")
+    if has_mask and ctx.needs(3):
+        raise ctx.fail(node, "the mask / bias operand gets no gradient")
+    q, k, v = ins[:3]
+    d = int(at["head_dim"])
+    # the backward op scores with 1/√d: fold any other scale into q
+    factor = 1.0
+    if at.get("score_scale") is not None:
+        factor = float(at["score_scale"]) * math.sqrt(d)
+    qs = q if factor == 1.0 else q * factor
+    base = {
+        "op": "attention_backward",
+        "heads": at["heads"],
+        "head_dim": d,
+        "mask": at["mask"],
+        "window": at["window"],
+        "layout": at["layout"],
+    }
+    extra = [ins[3]] if has_mask else []
+    rep = int(at["heads"]) // int(at["kv_heads"])
+    # GQA: the backward runs on k / v repeated to every query head; the
+    # k / v gradients are then summed over each group of query heads
+    kf, vf = (_repeat_heads(ctx, k, at, rep), _repeat_heads(ctx, v, at, rep)) if rep > 1 else (k, v)
+    out: list[Optional[Node]] = []
+    for i, wrt in enumerate(("q", "k", "v")):
+        if not ctx.needs(i):
+            out.append(None)
+            continue
+        gi = g.apply(dict(base, wrt=wrt), qs, kf, vf, dy, *extra)
+        if i == 0 and factor != 1.0:
+            gi = gi * factor
+        if i > 0 and rep > 1:
+            gi = _sum_groups(ctx, gi, at, rep, (k, v)[i - 1])
+        out.append(gi)
+    return out + [None] * (len(ins) - 3)
+
+
+def _grouped_dims(x: Node, at: dict, rep: int) -> tuple[list, int]:
+    """Dims of ``x`` (k or v) with its kv-head axis split as ``[.., kvh, rep, ..]``
+    (size-1 ``rep`` for the input) and the index of the rep axis."""
+    d = int(at["head_dim"])
+    kvh = int(at["kv_heads"])
+    if at["layout"] == "bshd":
+        b, s, _ = x.shape
+        return [b, s, kvh, rep, d], 3
+    b, _, s, _ = x.shape
+    return [b, kvh, rep, s, d], 2
+
+
+def _repeat_heads(ctx: Ctx, x: Node, at: dict, rep: int) -> Node:
+    g = ctx.g
+    dims, ax = _grouped_dims(x, at, rep)
+    one = list(dims)
+    one[ax] = 1
+    full = g.expand(g.reshape(x, one), dims)
+    if at["layout"] == "bshd":
+        return g.reshape(full, [dims[0], dims[1], dims[2] * rep * dims[4]])
+    return g.reshape(full, [dims[0], dims[1] * rep, dims[3], dims[4]])
+
+
+def _sum_groups(ctx: Ctx, gx: Node, at: dict, rep: int, x: Node) -> Node:
+    g = ctx.g
+    dims, ax = _grouped_dims(x, at, rep)
+    return g.reshape(g.sum(g.reshape(gx, dims), ax), list(x.shape))
+
+
+@rule("rope")
+def _rope(ctx: Ctx, node: Node, dy: Node) -> list[Optional[Node]]:
+    _, cos, sin = node.inputs
+    if ctx.needs(1) or ctx.needs(2):
+        raise ctx.fail(node, "the cos / sin tables get no gradient")
+    at = node.attrs
+    op = {"op": "rope_backward", "kind": at["kind"], "head_dim": at["head_dim"],
+          "n_rot": at["n_rot"]}  # fmt: skip
+    return [ctx.g.apply(op, dy, cos, sin), None, None]
+
+
+@rule("conv2d")
+def _conv2d(ctx: Ctx, node: Node, dy: Node) -> list[Optional[Node]]:
+    g = ctx.g
+    ins = node.inputs
+    x, w = ins[0], ins[1]
+    at = node.attrs
+    common = {k: at[k] for k in ("stride", "padding", "dilation", "groups")}
+    out: list[Optional[Node]] = [None] * len(ins)
+    if ctx.needs(0):
+        hw = x.shape[2:]
+        if not all(isinstance(d, int) for d in hw):
+            raise ctx.fail(node, f"input gradient needs a static spatial size, got {list(hw)}")
+        op = dict(common, op="conv2d_backward_input", input_hw=list(hw))
+        out[0] = g.apply(op, dy, w)
+    if ctx.needs(1):
+        op = dict(common, op="conv2d_backward_weight", kernel=list(w.shape[2:]))
+        out[1] = g.apply(op, x, dy)
+    if len(ins) > 2 and ctx.needs(2):
+        out[2] = g.sum(dy, [0, 2, 3])
+    return out
+
+
+@rule("pool2d")
+def _pool2d(ctx: Ctx, node: Node, dy: Node) -> list[Optional[Node]]:
+    (x,) = node.inputs
+    at = node.attrs
+    if at["kind"] != "max":
+        raise ctx.fail(node, f"{at['kind']} pooling has no gradient rule (max pooling has)")
+    op = {"op": "max_pool2d_backward", "kernel": at["kernel"], "stride": at["stride"],
+          "padding": at["padding"]}  # fmt: skip
+    return [ctx.g.apply(op, x, dy)]
+
+
+@rule("log_mel")
+def _log_mel(ctx: Ctx, node: Node, dy: Node) -> list[Optional[Node]]:
+    spec, filters = node.inputs
+    if ctx.needs(1):
+        raise ctx.fail(node, "the mel filter bank gets no gradient")
+    op = {"op": "log_mel_backward", "n_fft": node.attrs["n_fft"]}
+    return [ctx.g.apply(op, spec, filters, dy), None]

@@ -1,0 +1,117 @@
+"""VJP rules of layout and indexing ops: reshape, transpose, expand,
+narrow, concat, reverse, gather (embedding), gather_axis, scatter_add,
+2× nearest resize."""
+
+from __future__ import annotations
+
+from typing import Optional
+
+from rlx.autodiff._core import Ctx, rule
+from rlx.node import Node
+
+
+def _axis(a: int, rank: int) -> int:
+    return a + rank if a < 0 else a
+
+
+@rule("reshape")
+def _reshape(ctx: Ctx, node: Node, dy: Node) -> list[Optional[Node]]:
+    (x,) = node.inputs
+    return [ctx.g.reshape(dy, list(x.shape))]
+
+
+@rule("transpose")
+def _transpose(ctx: Ctx, node: Node, dy: Node) -> list[Optional[Node]]:
+    perm = node.attrs["perm"]
+    inv = [0] * len(perm)
+    for i, p in enumerate(perm):
+        inv[p] = i
+    return [ctx.g.transpose(dy, inv)]
+
+
+@rule("expand")
+def _expand(ctx: Ctx, node: Node, dy: Node) -> list[Optional[Node]]:
+    (x,) = node.inputs
+    return [ctx.sum_to(dy, x.shape)]
+
+
+@rule("narrow")
+def _narrow(ctx: Ctx, node: Node, dy: Node) -> list[Optional[Node]]:
+    (x,) = node.inputs
+    at = node.attrs
+    ax = _axis(at["axis"], x.ndim)
+    total = x.shape[ax]
+    if not isinstance(total, int):
+        raise ctx.fail(node, f"narrow of symbolic dim {total!r}")
+    start, ln = at["start"], at["len"]
+    parts = []
+    if start > 0:
+        dims = list(x.shape)
+        dims[ax] = start
+        parts.append(ctx.zeros(dims, dy.dtype))
+    parts.append(dy)
+    rest = total - start - ln
+    if rest > 0:
+        dims = list(x.shape)
+        dims[ax] = rest
+        parts.append(ctx.zeros(dims, dy.dtype))
+    return [parts[0] if len(parts) == 1 else ctx.g.concat(parts, axis=ax)]
+
+
+@rule("concat")
+def _concat(ctx: Ctx, node: Node, dy: Node) -> list[Optional[Node]]:
+    ins = node.inputs
+    ax = _axis(node.attrs["axis"], node.ndim)
+    out: list[Optional[Node]] = []
+    start = 0
+    for i, x in enumerate(ins):
+        ln = x.shape[ax]
+        if not isinstance(ln, int):
+            raise ctx.fail(node, f"concat along symbolic dim {ln!r}")
+        out.append(ctx.g.narrow(dy, ax, start, ln) if ctx.needs(i) else None)
+        start += ln
+    return out
+
+
+@rule("reverse")
+def _reverse(ctx: Ctx, node: Node, dy: Node) -> list[Optional[Node]]:
+    return [ctx.g.reverse(dy, node.attrs["axes"])]
+
+
+@rule("gather")
+def _gather(ctx: Ctx, node: Node, dy: Node) -> list[Optional[Node]]:
+    # embedding: table [v, ..] rows idx → scatter-add dy rows back into [v, ..]
+    table, idx = node.inputs
+    v = table.shape[0]
+    if not isinstance(v, int):
+        raise ctx.fail(node, f"gather from a table with symbolic rows {v!r}")
+    g = ctx.g
+    row = list(table.shape[1:])
+    flat_dy = g.reshape(dy, [-1, *row])
+    flat_idx = g.reshape(idx, [-1]) if idx.ndim != 1 else idx
+    return [g.scatter_add(flat_dy, flat_idx, v), None]
+
+
+@rule("gather_axis")
+def _gather_axis(ctx: Ctx, node: Node, dy: Node) -> list[Optional[Node]]:
+    x, idx = node.inputs
+    ax = _axis(node.attrs["axis"], x.ndim)
+    n = x.shape[ax]
+    if not isinstance(n, int):
+        raise ctx.fail(node, f"gather along symbolic dim {n!r}")
+    return [ctx.g.gather_backward(dy, idx, axis=ax, axis_dim=n), None]
+
+
+@rule("scatter_add")
+def _scatter_add(ctx: Ctx, node: Node, dy: Node) -> list[Optional[Node]]:
+    _, idx = node.inputs
+    return [ctx.g.gather(dy, idx), None]
+
+
+@rule("resize_nearest2x")
+def _resize(ctx: Ctx, node: Node, dy: Node) -> list[Optional[Node]]:
+    (x,) = node.inputs
+    n, c, h, w = x.shape
+    g = ctx.g
+    blocks = g.reshape(dy, [n, c, h, 2, w, 2])
+    return [g.sum(blocks, [3, 5])]

@@ -1,0 +1,306 @@
+"""Every VJP rule of :mod:`rlx.autodiff` against central finite differences.
+
+Each case builds a forward ``f(inputs)``, projects it on a fixed random
+tensor (``loss = Σ f·r``) and compares ``rlx.grad`` with central
+differences (h = 1e-6), both evaluated in float64 by the numpy evaluator of
+``_gradcheck``. Rules made of ordinary ops must agree to 1e-6 relative;
+rules that emit a ``*_backward`` op whose numpy reference runs the thunk on
+an f32 arena agree to its f32 precision (2e-4).
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+import pytest
+import rlx
+from rlx.autodiff import GradError, NotDifferentiableError, differentiable_ops, grad
+
+sys.path.insert(0, str(Path(__file__).parent))
+from _gradcheck import evaluate, fd_grad, rel_err  # noqa: E402
+
+TIGHT = 1e-6
+F32_THUNK = 2e-4
+
+Case = Callable[[rlx.Graph, dict], rlx.Node]
+
+
+def _rng() -> np.random.Generator:
+    return np.random.default_rng(7)
+
+
+def check(build: Case, shapes: dict, wrt: list[str], tol: float = TIGHT,
+          feeds_extra: dict | None = None, positive: tuple[str, ...] = ()) -> float:  # fmt: skip
+    """Build, differentiate w.r.t. ``wrt`` and compare with finite differences."""
+    rng = _rng()
+    g = rlx.Graph("gc")
+    nodes = {n: g.input(n, s) for n, s in shapes.items()}
+    extra = feeds_extra or {}
+    for n, v in extra.items():
+        nodes[n] = g.input(n, list(v.shape), "i32" if v.dtype.kind in "iu" else "f32")
+    out = build(g, nodes)
+    r = g.input("r", list(out.shape))
+    loss = g.sum(out * r)
+    grads = grad(g, loss, [nodes[n] for n in wrt])
+    g.outputs(loss, *grads)
+    feeds = {n: rng.standard_normal(s) for n, s in shapes.items()}
+    for n in positive:
+        feeds[n] = np.abs(feeds[n]) + 0.5
+    feeds.update(extra)
+    feeds["r"] = rng.standard_normal([int(d) for d in out.shape])
+    vals = evaluate(g, feeds)
+    worst = 0.0
+    for name, got in zip(wrt, vals[1:]):
+
+        def f(v: np.ndarray, name: str = name) -> float:
+            return float(evaluate(g, {**feeds, name: v})[0])
+
+        want = fd_grad(f, feeds[name])
+        err = rel_err(got, want)
+        assert err <= tol, f"d/d{name}: relative error {err:.2e} > {tol:.0e}"
+        worst = max(worst, err)
+    return worst
+
+
+ACTS = ["gelu", "gelu_approx", "silu", "relu", "sigmoid", "tanh", "exp", "sin", "cos",
+        "atan", "neg", "abs"]  # fmt: skip
+
+
+@pytest.mark.parametrize("kind", ACTS)
+def test_activation(kind: str) -> None:
+    check(lambda g, n: g.activation(n["x"], kind), {"x": [3, 5]}, ["x"])
+
+
+@pytest.mark.parametrize("kind", ["log", "sqrt", "rsqrt", "tan"])
+def test_activation_positive_domain(kind: str) -> None:
+    def build(g: rlx.Graph, n: dict) -> rlx.Node:
+        return g.activation(n["x"] * 0.5 if kind == "tan" else n["x"], kind)
+
+    check(build, {"x": [4, 3]}, ["x"], positive=("x",))
+
+
+@pytest.mark.parametrize("kind", ["add", "sub", "mul", "div", "max", "min"])
+def test_binary_broadcast(kind: str) -> None:
+    # b broadcasts over a's leading axis and its own size-1 axis
+    check(lambda g, n: g.binary(n["a"], n["b"], kind), {"a": [2, 3, 4], "b": [3, 1]},
+          ["a", "b"], positive=("b",) if kind == "div" else ())  # fmt: skip
+
+
+def test_pow_both_operands() -> None:
+    check(lambda g, n: g.pow(n["a"], n["b"]), {"a": [3, 4], "b": [4]}, ["a", "b"],
+          positive=("a",))  # fmt: skip
+
+
+def test_where_fma_cast() -> None:
+    def build(g: rlx.Graph, n: dict) -> rlx.Node:
+        w = g.where(n["a"] > 0.0, n["a"] * n["b"], n["b"])
+        return g.cast(g.fma(w, n["a"], n["b"]), "f32")
+
+    check(build, {"a": [3, 4], "b": [3, 4]}, ["a", "b"])
+
+
+@pytest.mark.parametrize("gate_first", [False, True])
+def test_swiglu(gate_first: bool) -> None:
+    check(lambda g, n: g.swiglu(n["x"], gate_first=gate_first), {"x": [3, 8]}, ["x"])
+
+
+@pytest.mark.parametrize("sa,sb", [([3, 4], [4, 5]), ([2, 3, 4], [4, 5]), ([2, 3, 4], [2, 4, 5]),
+                                   ([2, 1, 3, 4], [3, 4, 2]), ([4], [4, 5]), ([3, 4], [4]),
+                                   ([4], [4])])  # fmt: skip
+def test_matmul(sa: list[int], sb: list[int]) -> None:
+    check(lambda g, n: n["a"] @ n["b"], {"a": sa, "b": sb}, ["a", "b"])
+
+
+def test_matmul_transposed_operand_and_bias_act() -> None:
+    def build(g: rlx.Graph, n: dict) -> rlx.Node:
+        return g.matmul_bias_act(n["a"], g.transpose(n["w"], [1, 0]), n["b"], act="gelu")
+
+    check(build, {"a": [3, 4], "w": [5, 4], "b": [5]}, ["a", "w", "b"])
+
+
+@pytest.mark.parametrize("kind", ["sum", "mean", "max", "min", "prod"])
+@pytest.mark.parametrize("axes,keep", [(None, False), ([1], False), ([0, 2], True), ([-1], True)])
+def test_reduce(kind: str, axes: list[int] | None, keep: bool) -> None:
+    check(lambda g, n: g.reduce(n["x"], kind, axes, keep_dims=keep), {"x": [2, 3, 4]}, ["x"])
+
+
+def test_softmax_and_log_softmax_composite() -> None:
+    def build(g: rlx.Graph, n: dict) -> rlx.Node:
+        x = n["x"]
+        z = x - g.max(x, -1, keep_dims=True)
+        logsm = z - g.log(g.sum(g.exp(z), -1, keep_dims=True))
+        return g.softmax(x, 1) + logsm
+
+    check(build, {"x": [3, 5]}, ["x"])
+
+
+def test_soft_target_cross_entropy() -> None:
+    check(lambda g, n: g.softmax_cross_entropy(n["z"], g.softmax(n["t"], -1)),
+          {"z": [4, 6], "t": [4, 6]}, ["z", "t"])  # fmt: skip
+
+
+def test_integer_label_cross_entropy_uses_backward_op() -> None:
+    lab = np.array([0, 5, 2, 3], np.int32)
+    check(lambda g, n: g.softmax_cross_entropy(n["z"], n["lab"]), {"z": [4, 6]}, ["z"],
+          tol=F32_THUNK, feeds_extra={"lab": lab})  # fmt: skip
+
+
+def test_layer_norm_and_fused_residual_norms() -> None:
+    def build(g: rlx.Graph, n: dict) -> rlx.Node:
+        a = g.layer_norm(n["x"], n["gm"], n["bt"], eps=1e-5)
+        b = g.residual_layer_norm(n["x"], n["r2"], n["gm"], n["bt"], n["bs"])
+        return a + b
+
+    check(build, {"x": [2, 3, 6], "r2": [2, 3, 6], "gm": [6], "bt": [6], "bs": [6]},
+          ["x", "r2", "gm", "bt", "bs"])  # fmt: skip
+
+
+def test_shape_ops() -> None:
+    def build(g: rlx.Graph, n: dict) -> rlx.Node:
+        x = n["x"]  # [2, 3, 4]
+        t = g.transpose(g.reshape(x, [6, 4]), [1, 0])  # [4, 6]
+        e = g.expand(g.narrow(t, 0, 1, 2), [3, 2, 6])  # [3, 2, 6]
+        c = g.concat([g.narrow(x, 2, 0, 2), g.reverse(x, 1)], axis=2)  # [2, 3, 6]
+        return g.sum(e, 0) + g.sum(c, 1)  # [2, 6]
+
+    check(build, {"x": [2, 3, 4]}, ["x"])
+
+
+def test_embedding_gather_accumulates_repeated_rows() -> None:
+    idx = np.array([[1, 3, 1], [0, 1, 4]], np.int32)
+    check(lambda g, n: g.gather(n["tab"], n["idx"]) * 2.0, {"tab": [5, 3]}, ["tab"],
+          feeds_extra={"idx": idx})  # fmt: skip
+
+
+def test_scatter_add_and_resize() -> None:
+    idx = np.array([2, 0, 2], np.int32)
+
+    def build(g: rlx.Graph, n: dict) -> rlx.Node:
+        s = g.scatter_add(n["u"], n["idx"], 4)  # [4, 2, 2, 3]
+        return g.resize_nearest2x(s)
+
+    check(build, {"u": [3, 2, 2, 3]}, ["u"], feeds_extra={"idx": idx})
+
+
+def test_param_used_twice_gets_the_sum() -> None:
+    check(lambda g, n: g.tanh(n["w"] @ n["w"]) + n["w"] * n["w"], {"w": [3, 3]}, ["w"])
+
+
+# ------------------------------------------------------- backward-op rules
+def test_gather_axis_backward_op() -> None:
+    idx = np.array([2, 0, 2, 1], np.int32)
+    check(lambda g, n: g.gather_axis(n["x"], n["idx"], 1), {"x": [2, 3, 2]}, ["x"],
+          tol=F32_THUNK, feeds_extra={"idx": idx})  # fmt: skip
+
+
+def test_cumsum_backward_op() -> None:
+    def build(g: rlx.Graph, n: dict) -> rlx.Node:
+        return g.cumsum(n["x"], 1) + g.cumsum(n["x"], -1, exclusive=True)
+
+    check(build, {"x": [2, 4, 3]}, ["x"], tol=F32_THUNK)
+
+
+def test_rms_norm_backward_op() -> None:
+    def build(g: rlx.Graph, n: dict) -> rlx.Node:
+        return g.rms_norm(n["x"], n["gm"], eps=1e-5) + g.rms_norm(n["x"], n["gm"], n["bt"])
+
+    check(build, {"x": [2, 3, 8], "gm": [8], "bt": [8]}, ["x", "gm", "bt"], tol=F32_THUNK)
+
+
+ATTN_CASES = [
+    ("causal", 2, None),
+    ("none", 1, None),
+    ("sliding_window", 2, 0.3),
+    ("causal", 4, None),
+]
+
+
+@pytest.mark.parametrize("mask,kvh,scale", ATTN_CASES)
+def test_attention_backward_op(mask: str, kvh: int, scale: float | None) -> None:
+    heads, d = 4, 4
+
+    def build(g: rlx.Graph, n: dict) -> rlx.Node:
+        win = 2 if mask == "sliding_window" else 0
+        return g.attention(n["q"], n["k"], n["v"], heads=heads, kv_heads=kvh, mask=mask,
+                           window=win, score_scale=scale)  # fmt: skip
+
+    check(build, {"q": [1, 5, heads * d], "k": [1, 5, kvh * d], "v": [1, 5, kvh * d]},
+          ["q", "k", "v"], tol=F32_THUNK)  # fmt: skip
+
+
+def test_rope_backward_op() -> None:
+    rng = _rng()
+    ang = rng.uniform(0, 3, (4, 2))
+    extra = {"cos": np.cos(ang).astype(np.float32), "sin": np.sin(ang).astype(np.float32)}
+
+    def build(g: rlx.Graph, n: dict) -> rlx.Node:
+        return g.rope(n["x"], n["cos"], n["sin"], head_dim=4)
+
+    check(build, {"x": [1, 4, 8]}, ["x"], tol=F32_THUNK, feeds_extra=extra)
+
+
+def test_conv2d_and_max_pool_backward_ops() -> None:
+    def build(g: rlx.Graph, n: dict) -> rlx.Node:
+        y = g.conv2d(n["x"], n["w"], n["b"], stride=1, padding=1)
+        return g.max_pool2d(y, 2)
+
+    check(build, {"x": [1, 2, 4, 4], "w": [3, 2, 3, 3], "b": [3]}, ["x", "w", "b"],
+          tol=F32_THUNK)  # fmt: skip
+
+
+def test_gated_residual_and_ada_layer_norm_backward_ops() -> None:
+    def build(g: rlx.Graph, n: dict) -> rlx.Node:
+        a = g.ada_layer_norm(n["x"], n["sc"], n["sh"])
+        return g.gated_residual(a, n["y"], n["gt"])
+
+    shapes = {"x": [2, 3, 4], "sc": [2, 1, 4], "sh": [2, 1, 4], "y": [2, 3, 4], "gt": [2, 1, 4]}
+    check(build, shapes, list(shapes), tol=F32_THUNK)
+
+
+# ------------------------------------------------------------------ errors
+def test_integer_wrt_is_a_grad_error() -> None:
+    g = rlx.Graph("e")
+    i = g.input("i", [3], "i32")
+    x = g.input("x", [3])
+    loss = g.sum(x * g.cast(i, "f32"))
+    with pytest.raises(GradError, match=r"\[grad\] wrt %0 'i' \(input\) is i32"):
+        grad(g, loss, [i])
+    assert isinstance(GradError("x"), rlx.RlxError)
+
+
+def test_op_without_rule_is_named() -> None:
+    g = rlx.Graph("e")
+    x = g.input("x", [1, 2, 4, 4])
+    loss = g.sum(g.avg_pool2d(x, 2))
+    with pytest.raises(NotDifferentiableError, match=r"\[grad\] pool2d .*mean pooling"):
+        grad(g, loss, [x])
+    g2 = rlx.Graph("e2")
+    x2 = g2.input("x", [4, 4])
+    loss2 = g2.sum(g2.im2col(g2.reshape(x2, [1, 1, 4, 4]), 2))
+    with pytest.raises(NotDifferentiableError, match=r"\[grad\] im2_col \(node %2"):
+        grad(g2, loss2, [x2])
+
+
+def test_integer_paths_carry_no_gradient_and_unused_wrt_is_zero() -> None:
+    g = rlx.Graph("z")
+    x = g.input("x", [4])
+    u = g.input("u", [2, 2])
+    top = g.cast(g.argmax(x, 0), "f32")  # an integer path: no gradient, no error
+    loss = g.sum(x * x) + top
+    dx, du = grad(g, loss, [x, u])
+    g.outputs(dx, du)
+    xv = np.array([1.0, -2.0, 3.0, 0.5])
+    got = evaluate(g, {"x": xv, "u": np.ones((2, 2))})
+    np.testing.assert_allclose(got[0], 2 * xv, rtol=1e-12)
+    np.testing.assert_array_equal(got[1], np.zeros((2, 2)))
+
+
+def test_rule_table_covers_the_families() -> None:
+    ops = set(differentiable_ops())
+    for op in ["activation", "binary", "mat_mul", "reduce", "softmax", "softmax_cross_entropy",
+               "layer_norm", "rms_norm", "attention", "rope", "conv2d", "pool2d", "gather",
+               "gather_axis", "cumsum", "concat", "narrow", "transpose", "reshape"]:  # fmt: skip
+        assert op in ops
