@@ -166,8 +166,10 @@ FORWARD: dict[str, Callable[[dict, list[Arr]], Arr]] = {
 }
 
 
-def evaluate(graph: rlx.Graph, feeds: dict[str, Arr]) -> list[Arr]:
-    """Values of the graph's outputs, every float computed in float64."""
+def evaluate(graph: rlx.Graph, feeds: dict[str, Arr], every: bool = False) -> list[Arr]:
+    """Values of the graph's outputs (of every node when ``every``), every
+    float computed in float64. An in-place ``scatter_nd`` into a state has
+    the updated value."""
     gj = json.loads(graph.to_json())
     vals: list[Any] = []
     for node in gj["nodes"]:
@@ -184,6 +186,10 @@ def evaluate(graph: rlx.Graph, feeds: dict[str, Arr]) -> list[Arr]:
                 v = v.astype(np.int64)
             elif node["shape"]["dtype"] == "bool":
                 v = v != 0
+        elif kind == "scatter_nd":
+            v = np.array(xs[0], np.float64)
+            idx = np.asarray(xs[1]).astype(np.int64)
+            v[tuple(np.moveaxis(idx, -1, 0))] = xs[2]
         elif kind in FORWARD:
             v = FORWARD[kind](op, xs)
         elif kind in OPS:
@@ -197,7 +203,7 @@ def evaluate(graph: rlx.Graph, feeds: dict[str, Arr]) -> list[Arr]:
         if v.dtype.kind == "f":
             v = v.astype(np.float64)
         vals.append(v)
-    return [vals[i] for i in gj["outputs"]]
+    return vals if every else [vals[i] for i in gj["outputs"]]
 
 
 def fd_grad(f: Callable[[Arr], float], x: Arr, h: float = 1e-6) -> Arr:
