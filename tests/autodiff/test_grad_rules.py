@@ -79,10 +79,7 @@ def compiled(g: rlx.Graph, feeds: dict, want: list, wrt: list[str], device: str)
         if "_backward" in str(e):
             pytest.skip(f"backward op not lowered yet: {e}")
         raise
-    args = {
-        k: v.astype(np.int32 if v.dtype.kind in "iu" else np.float32)
-        for k, v in feeds.items()
-    }
+    args = {k: v.astype(np.int32 if v.dtype.kind in "iu" else np.float32) for k, v in feeds.items()}
     out = list(exe.run(**args).values())
     for name, got, w in zip(wrt, out[1:], want):
         err = rel_err(got, w)
@@ -143,6 +140,23 @@ def test_matmul_transposed_operand_and_bias_act() -> None:
         return g.matmul_bias_act(n["a"], g.transpose(n["w"], [1, 0]), n["b"], act="gelu")
 
     check(build, {"a": [3, 4], "w": [5, 4], "b": [5]}, ["a", "w", "b"])
+
+
+@pytest.mark.parametrize("scheme", ["f32", "q8_0"])
+def test_dequant_matmul_input_gradient(scheme: str) -> None:
+    # frozen quantised weights (LoRA's base): only x gets a gradient
+    w = np.random.default_rng(3).standard_normal((5, 32)).astype(np.float32)
+    codes = rlx.quantize(w, scheme) if scheme != "f32" else None
+
+    def build(g: rlx.Graph, n: dict) -> rlx.Node:
+        if codes is None:
+            wq = g.constant(w.view(np.uint8), dtype="u8")
+            return g.dequant_matmul(n["x"], wq, scheme="f32", n=5, k=32)
+        wq = g.constant(codes.w_q, dtype="u8")
+        aux = [g.constant(a) for a in codes.aux]
+        return g.dequant_matmul(n["x"], wq, *aux, scheme=codes.scheme, n=codes.n, k=codes.k)
+
+    check(build, {"x": [3, 32]}, ["x"], tol=F32_THUNK)
 
 
 @pytest.mark.parametrize("kind", ["sum", "mean", "max", "min", "prod"])

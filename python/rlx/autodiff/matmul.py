@@ -60,12 +60,12 @@ def _fused_mat_mul_bias_act(ctx: Ctx, node: Node, dy: Node) -> list[Optional[Nod
     g = ctx.g
     a, w, bias = node.inputs
     act = node.attrs.get("act")
-    dz = dy
+    dz: Optional[Node] = dy
     if act is not None:
         z = g.matmul(a, w) + bias
         dz = act_grad(ctx, act, z, node, dy, node)
-        if dz is None:
-            return [None, None, None]
+    if dz is None:
+        return [None, None, None]
     ga, gw = matmul_grads(ctx, a, w, dz, ctx.needs(0), ctx.needs(1))
     gbias = ctx.sum_to(dz, bias.shape) if ctx.needs(2) else None
     return [ga, gw, gbias]
