@@ -147,7 +147,22 @@ def _ada(op: dict, xs: list[Arr]) -> Arr:
     return nx * (1.0 + sc) + sh
 
 
+def _group_norm(op: dict, xs: list[Arr]) -> Arr:
+    x, gm, bt = xs
+    n, c = x.shape[:2]
+    xr = _ln(x.reshape(n, op["num_groups"], -1), op["eps"]).reshape(x.shape)
+    return xr * gm[None, :, None, None] + bt[None, :, None, None]
+
+
+def _ln2d(op: dict, xs: list[Arr]) -> Arr:
+    x, gm, bt = xs
+    y = _ln(x.transpose(0, 2, 3, 1), op["eps"]) * gm + bt
+    return y.transpose(0, 3, 1, 2)
+
+
 FORWARD: dict[str, Callable[[dict, list[Arr]], Arr]] = {
+    "group_norm": _group_norm,
+    "layer_norm2d": _ln2d,
     "layer_norm": lambda op, xs: _ln(xs[0], op["eps"]) * xs[1] + xs[2],
     "rms_norm": lambda op, xs: _rms(xs[0], op["eps"]) * xs[1] + (xs[2] if len(xs) > 2 else 0.0),
     "fused_residual_ln": lambda op, xs: _norm_res(op, xs, False),

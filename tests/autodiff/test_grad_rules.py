@@ -196,6 +196,14 @@ def test_layer_norm_and_fused_residual_norms() -> None:
           ["x", "r2", "gm", "bt", "bs"])  # fmt: skip
 
 
+def test_group_norm_and_layer_norm2d() -> None:
+    def build(g: rlx.Graph, n: dict) -> rlx.Node:
+        a = g.group_norm(n["x"], n["gm"], n["bt"], num_groups=2)
+        return a + g.layer_norm2d(n["x"], n["gm"], n["bt"])
+
+    check(build, {"x": [2, 4, 3, 2], "gm": [4], "bt": [4]}, ["x", "gm", "bt"])
+
+
 def test_shape_ops() -> None:
     def build(g: rlx.Graph, n: dict) -> rlx.Node:
         x = n["x"]  # [2, 3, 4]

@@ -138,3 +138,45 @@ def _gated_residual(ctx: Ctx, node: Node, dy: Node) -> list[Optional[Node]]:
     packed = ctx.g.gated_residual_backward(y, gate, dy)
     dx, dyy, dgate = _unpack(ctx, node, packed, [y, y, gate])
     return [ctx.like(dx, x), dyy, dgate]
+
+
+def _normalized_grad(ctx: Ctx, xr: Node, eps: float, dxh: Node) -> tuple[Node, Node]:
+    """For ``x̂ = (x − μ)/σ`` over the last axis of ``xr``: ``dL/dx`` given
+    ``dL/dx̂``, and ``x̂`` itself."""
+    g = ctx.g
+    mu = g.mean(xr, -1, keep_dims=True)
+    xc = xr - mu
+    rstd = g.rsqrt(g.mean(xc * xc, -1, keep_dims=True) + eps)
+    xhat = xc * rstd
+    m1 = g.mean(dxh, -1, keep_dims=True)
+    m2 = g.mean(dxh * xhat, -1, keep_dims=True)
+    return rstd * (dxh - m1 - xhat * m2), xhat
+
+
+@rule("group_norm")
+def _group_norm(ctx: Ctx, node: Node, dy: Node) -> list[Optional[Node]]:
+    g = ctx.g
+    x, gamma, beta = node.inputs
+    n, c = x.shape[0], x.shape[1]
+    groups = int(node.attrs["num_groups"])
+    dims = list(x.shape)
+    gam = g.reshape(gamma, [1, c, 1, 1])
+    dxh = g.reshape(dy * gam, [n, groups, -1])
+    dxr, xhat = _normalized_grad(ctx, g.reshape(x, [n, groups, -1]), node.attrs["eps"], dxh)
+    out: list[Optional[Node]] = [g.reshape(dxr, dims) if ctx.needs(0) else None, None, None]
+    if ctx.needs(1):
+        out[1] = g.sum(dy * g.reshape(xhat, dims), [0, 2, 3])
+    if ctx.needs(2):
+        out[2] = g.sum(dy, [0, 2, 3])
+    return out
+
+
+@rule("layer_norm2d")
+def _layer_norm2d(ctx: Ctx, node: Node, dy: Node) -> list[Optional[Node]]:
+    g = ctx.g
+    x, gamma, _ = node.inputs
+    to_last, back = [0, 2, 3, 1], [0, 3, 1, 2]
+    need = (ctx.needs(0), ctx.needs(1), ctx.needs(2))
+    xl, dyl = g.transpose(x, to_last), g.transpose(dy, to_last)
+    gx, gg, gb = layer_norm_grads(ctx, xl, gamma, node.attrs["eps"], dyl, need)
+    return [g.transpose(gx, back) if gx is not None else None, gg, gb]
