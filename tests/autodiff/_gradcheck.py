@@ -98,6 +98,30 @@ def _conv2d(op: dict, xs: list[Arr]) -> Arr:
     return out
 
 
+def _conv_t(op: dict, xs: list[Arr]) -> Arr:
+    x, w = xs[0], xs[1]
+    (sh, sw), (ph, pw), (dh, dw) = op["stride"], op["padding"], op["dilation"]
+    (oph, opw), groups = op["output_padding"], op["groups"]
+    n, ci, h, wi = x.shape
+    _, cog, kh, kw = w.shape
+    ho = (h - 1) * sh - 2 * ph + dh * (kh - 1) + oph + 1
+    wo = (wi - 1) * sw - 2 * pw + dw * (kw - 1) + opw + 1
+    full = np.zeros((n, cog * groups, ho + 2 * ph + sh, wo + 2 * pw + sw))
+    cig = ci // groups
+    for gi in range(groups):
+        xg = x[:, gi * cig : (gi + 1) * cig]
+        for ky in range(kh):
+            for kx in range(kw):
+                contrib = np.einsum("nchw,co->nohw", xg, w[gi * cig : (gi + 1) * cig, :, ky, kx])
+                full[:, gi * cog : (gi + 1) * cog,
+                     ky * dh : ky * dh + (h - 1) * sh + 1 : sh,
+                     kx * dw : kx * dw + (wi - 1) * sw + 1 : sw] += contrib  # fmt: skip
+    out = full[:, :, ph : ph + ho, pw : pw + wo]
+    if len(xs) > 2:
+        out = out + xs[2][None, :, None, None]
+    return out
+
+
 def _max_pool(op: dict, xs: list[Arr]) -> Arr:
     (x,) = xs
     (kh, kw), (sh, sw), (ph, pw) = op["kernel"], op["stride"], op["padding"]
@@ -111,6 +135,21 @@ def _max_pool(op: dict, xs: list[Arr]) -> Arr:
             out = np.maximum(
                 out, xp[:, :, ky : ky + (ho - 1) * sh + 1 : sh, kx : kx + (wo - 1) * sw + 1 : sw]
             )
+    return out
+
+
+def _avg_pool(op: dict, xs: list[Arr]) -> Arr:
+    (x,) = xs
+    (kh, kw), (sh, sw), (ph, pw) = op["kernel"], op["stride"], op["padding"]
+    n, c, h, w = x.shape
+    ho = (h + 2 * ph - kh) // sh + 1
+    wo = (w + 2 * pw - kw) // sw + 1
+    out = np.zeros((n, c, ho, wo))
+    for i in range(ho):
+        for j in range(wo):
+            y0, x0 = max(i * sh - ph, 0), max(j * sw - pw, 0)
+            y1, x1 = min(i * sh - ph + kh, h), min(j * sw - pw + kw, w)
+            out[:, :, i, j] = x[:, :, y0:y1, x0:x1].mean((2, 3))
     return out
 
 
@@ -172,7 +211,8 @@ FORWARD: dict[str, Callable[[dict, list[Arr]], Arr]] = {
     "attention": _attention,
     "rope": _rope,
     "conv2d": _conv2d,
-    "pool2d": lambda op, xs: _max_pool(op, xs),
+    "conv_transpose2d": _conv_t,
+    "pool2d": lambda op, xs: _max_pool(op, xs) if op["kind"] == "max" else _avg_pool(op, xs),
     "softmax_cross_entropy": _sce,
     "scatter_add": _scatter_add,
     "reverse": lambda op, xs: np.flip(xs[0], [a % xs[0].ndim for a in op["axes"]]),

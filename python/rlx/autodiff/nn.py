@@ -6,6 +6,8 @@ from __future__ import annotations
 import math
 from typing import Optional
 
+import numpy as np
+
 from rlx.autodiff._core import Ctx, rule
 from rlx.node import Node
 
@@ -118,15 +120,63 @@ def _conv2d(ctx: Ctx, node: Node, dy: Node) -> list[Optional[Node]]:
     return out
 
 
+@rule("conv_transpose2d")
+def _conv_transpose2d(ctx: Ctx, node: Node, dy: Node) -> list[Optional[Node]]:
+    # convT(x, w) is conv2d's input gradient at x: its adjoint in x is conv2d
+    # with the same weight, and its weight gradient conv2d's weight gradient
+    # with the roles of x and dy swapped
+    g = ctx.g
+    ins = node.inputs
+    x, w = ins[0], ins[1]
+    at = node.attrs
+    common = {k: at[k] for k in ("stride", "padding", "dilation", "groups")}
+    out: list[Optional[Node]] = [None] * len(ins)
+    if ctx.needs(0):
+        out[0] = g.apply(dict(common, op="conv2d"), dy, w)
+    if ctx.needs(1):
+        op = dict(common, op="conv2d_backward_weight", kernel=list(w.shape[2:]))
+        out[1] = g.apply(op, dy, x)
+    if len(ins) > 2 and ctx.needs(2):
+        out[2] = g.sum(dy, [0, 2, 3])
+    return out
+
+
 @rule("pool2d")
 def _pool2d(ctx: Ctx, node: Node, dy: Node) -> list[Optional[Node]]:
     (x,) = node.inputs
     at = node.attrs
+    if at["kind"] == "mean":
+        return [_avg_pool_grad(ctx, node, x, dy)]
     if at["kind"] != "max":
-        raise ctx.fail(node, f"{at['kind']} pooling has no gradient rule (max pooling has)")
+        raise ctx.fail(node, f"{at['kind']} pooling has no gradient rule")
     op = {"op": "max_pool2d_backward", "kernel": at["kernel"], "stride": at["stride"],
           "padding": at["padding"]}  # fmt: skip
     return [ctx.g.apply(op, x, dy)]
+
+
+def _avg_pool_grad(ctx: Ctx, node: Node, x: Node, dy: Node) -> Node:
+    """Mean pooling (padding excluded from the divisor): every input takes
+    ``dy / count`` of each window it is in — a depthwise transposed conv of
+    ``dy / count`` with a ones kernel."""
+    g = ctx.g
+    at = node.attrs
+    (kh, kw), (sh, sw), (ph, pw) = at["kernel"], at["stride"], at["padding"]
+    dims = list(x.shape)
+    if not all(isinstance(d, int) for d in dims):
+        raise ctx.fail(node, f"mean-pool gradient needs static dims, got {dims}")
+    _, c, h, w = (int(d) for d in dims)
+    ho, wo = int(dy.shape[2]), int(dy.shape[3])
+
+    def count(n_out: int, size: int, k: int, s: int, p: int) -> np.ndarray:
+        starts = np.arange(n_out) * s - p
+        return np.minimum(starts + k, size) - np.maximum(starts, 0)
+
+    cnt = np.outer(count(ho, h, kh, sh, ph), count(wo, w, kw, sw, pw)).astype(np.float64)
+    inv = g.constant((1.0 / cnt).astype(np.float32), dtype=dy.dtype)
+    ones = g.constant(1.0, dtype=dy.dtype, shape=[c, 1, kh, kw])
+    out_pad = [h + 2 * ph - (ho - 1) * sh - kh, w + 2 * pw - (wo - 1) * sw - kw]
+    return g.conv_transpose2d(dy * inv, ones, stride=[sh, sw], padding=[ph, pw],
+                              output_padding=out_pad, groups=c)  # fmt: skip
 
 
 @rule("log_mel")
