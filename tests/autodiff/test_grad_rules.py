@@ -321,6 +321,21 @@ def test_gated_residual_and_ada_layer_norm_backward_ops() -> None:
     check(build, shapes, list(shapes), tol=F32_THUNK)
 
 
+def test_scan_emits_scan_backward_per_operand_group() -> None:
+    body = rlx.Graph("body")
+    c, x = body.input("c", [2]), body.input("x", [2])
+    nc = c * 0.5 + x
+    body.outputs(nc, body.tanh(nc))
+    g = rlx.Graph("s")
+    c0, xs = g.input("c0", [2]), g.input("xs", [3, 2])
+    y = g.scan(body, [c0], [xs])
+    dc, dxs = grad(g, g.sum(y), [c0, xs])
+    bwd = [n for n in g.nodes if n.op == "scan_backward"]
+    assert [n.attrs["wrt_xs"] for n in bwd] == [False, True]
+    assert [n.shape for n in bwd] == [(2,), (6,)]
+    assert dc.shape == (2,) and dxs.shape == (3, 2)
+
+
 # ------------------------------------------------------------------ errors
 def test_integer_wrt_is_a_grad_error() -> None:
     g = rlx.Graph("e")

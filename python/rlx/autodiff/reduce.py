@@ -89,3 +89,35 @@ def _softmax_ce(ctx: Ctx, node: Node, dy: Node) -> list[Optional[Node]]:
 def _cumsum(ctx: Ctx, node: Node, dy: Node) -> list[Optional[Node]]:
     at = node.attrs
     return [ctx.g.cumsum_backward(dy, at["axis"], exclusive=bool(at["exclusive"]))]
+
+
+@rule("scan")
+def _scan(ctx: Ctx, node: Node, dy: Node) -> list[Optional[Node]]:
+    """``scan_backward`` once for the carries and once for the scanned
+    operands (each only when needed); each result is a flat concatenation,
+    split back here."""
+    g = ctx.g
+    at = node.attrs
+    ins = node.inputs
+    nc = int(at["num_carry"])
+    if at.get("reverse"):
+        raise ctx.fail(node, "a reversed scan has no backward op")
+    out: list[Optional[Node]] = [None] * len(ins)
+    for wrt_xs, span in ((False, range(nc)), (True, range(nc, len(ins)))):
+        if not any(ctx.needs(i) for i in span):
+            continue
+        op = {"op": "scan_backward", "body": at["body"], "num_carry": nc,
+              "length": at["length"], "wrt_xs": wrt_xs}  # fmt: skip
+        packed = g.apply(op, *ins, dy)
+        start = 0
+        for i in span:
+            x = ins[i]
+            n = 1
+            for d in x.shape:
+                if not isinstance(d, int):
+                    raise ctx.fail(node, f"scan operand with symbolic dim {d!r}")
+                n *= d
+            if ctx.needs(i):
+                out[i] = g.reshape(g.narrow(packed, 0, start, n), list(x.shape))
+            start += n
+    return out
