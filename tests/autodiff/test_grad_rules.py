@@ -303,6 +303,18 @@ def test_avg_pool2d(kernel: int, stride: int, pad: int) -> None:
           {"x": [1, 2, 5, 4]}, ["x"])  # fmt: skip
 
 
+@pytest.mark.parametrize("inverse", [False, True])
+@pytest.mark.parametrize("norm", ["backward", "ortho", "forward"])
+def test_fft(inverse: bool, norm: str) -> None:
+    check(lambda g, n: g.fft(n["x"], inverse=inverse, norm=norm), {"x": [2, 8]}, ["x"])
+
+
+def test_log_mel_backward_op() -> None:
+    filt = np.abs(np.random.default_rng(2).standard_normal((3, 5))).astype(np.float32)
+    check(lambda g, n: g.log_mel(n["spec"], n["filt"], n_fft=8), {"spec": [2, 16]}, ["spec"],
+          tol=F32_THUNK, feeds_extra={"filt": filt})  # fmt: skip
+
+
 def test_conv_transpose2d() -> None:
     def build(g: rlx.Graph, n: dict) -> rlx.Node:
         return g.conv_transpose2d(n["x"], n["w"], n["b"], stride=2, padding=1, output_padding=1,

@@ -179,6 +179,19 @@ def _avg_pool_grad(ctx: Ctx, node: Node, x: Node, dy: Node) -> Node:
                               output_padding=out_pad, groups=c)  # fmt: skip
 
 
+#: the norm whose transform is the adjoint of a transform with this norm
+_ADJOINT_NORM = {"backward": "forward", "ortho": "ortho", "forward": "backward"}
+
+
+@rule("fft")
+def _fft(ctx: Ctx, node: Node, dy: Node) -> list[Optional[Node]]:
+    # on the real block layout the transform is real-linear; its transpose is
+    # the complex adjoint: the opposite direction with the swapped norm
+    at = node.attrs
+    op = {"op": "fft", "inverse": not at["inverse"], "norm": _ADJOINT_NORM[at["norm"]]}
+    return [ctx.g.apply(op, dy)]
+
+
 @rule("log_mel")
 def _log_mel(ctx: Ctx, node: Node, dy: Node) -> list[Optional[Node]]:
     spec, filters = node.inputs
