@@ -10,6 +10,7 @@ formulas below (written from the op docs, not from rlx's kernels).
 from __future__ import annotations
 
 import json
+import weakref
 from typing import Any, Callable
 
 import numpy as np
@@ -221,11 +222,19 @@ FORWARD: dict[str, Callable[[dict, list[Arr]], Arr]] = {
 }
 
 
+#: parsed JSON per graph (valid while its node count and outputs are unchanged)
+_PARSED: weakref.WeakKeyDictionary[Any, tuple[Any, Any]] = weakref.WeakKeyDictionary()
+
+
 def evaluate(graph: rlx.Graph, feeds: dict[str, Arr], every: bool = False) -> list[Arr]:
     """Values of the graph's outputs (of every node when ``every``), every
     float computed in float64. An in-place ``scatter_nd`` into a state has
     the updated value."""
-    gj = json.loads(graph.to_json())
+    key = (len(graph), tuple(graph._g.outputs()))
+    hit = _PARSED.get(graph)
+    if hit is None or hit[0] != key:
+        hit = _PARSED[graph] = (key, json.loads(graph.to_json()))
+    gj = hit[1]
     vals: list[Any] = []
     for node in gj["nodes"]:
         op = node["op"]
