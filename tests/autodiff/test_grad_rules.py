@@ -35,7 +35,8 @@ def _rng() -> np.random.Generator:
 
 
 def check(build: Case, shapes: dict, wrt: list[str], tol: float = TIGHT,
-          feeds_extra: dict | None = None, positive: tuple[str, ...] = ()) -> float:  # fmt: skip
+          feeds_extra: dict | None = None, positive: tuple[str, ...] = (),
+          devices: tuple[str, ...] | None = None) -> float:  # fmt: skip
     """Build, differentiate w.r.t. ``wrt`` and compare with finite differences."""
     rng = _rng()
     g = rlx.Graph("gc")
@@ -64,7 +65,7 @@ def check(build: Case, shapes: dict, wrt: list[str], tol: float = TIGHT,
         err = rel_err(got, want)
         assert err <= tol, f"d/d{name}: relative error {err:.2e} > {tol:.0e}"
         worst = max(worst, err)
-    for device in DEVICES:
+    for device in DEVICES if devices is None else devices:
         compiled(g, feeds, vals[1:], wrt, device)
     return worst
 
@@ -346,6 +347,18 @@ def test_scan_emits_scan_backward_per_operand_group() -> None:
     assert [n.attrs["wrt_xs"] for n in bwd] == [False, True]
     assert [n.shape for n in bwd] == [(2,), (6,)]
     assert dc.shape == (2,) and dxs.shape == (3, 2)
+
+
+def test_metal_sim_runs_the_backward_graph() -> None:
+    """A few backward graphs through the Metal plan's kernels (msl-sim)."""
+
+    def block(g: rlx.Graph, n: dict) -> rlx.Node:
+        x = g.layer_norm(n["x"], n["gm"], n["bt"])
+        z = x @ n["w"]
+        return g.softmax(g.gelu(z), -1) + g.mean(z * z, -1, keep_dims=True)
+
+    check(block, {"x": [2, 3, 4], "gm": [4], "bt": [4], "w": [4, 5]}, ["x", "gm", "bt", "w"],
+          devices=("metal-sim",))  # fmt: skip
 
 
 # ------------------------------------------------------------------ errors

@@ -77,8 +77,10 @@ def test_update_rules_in_float64_match_torch(name: str) -> None:
     assert st[STEP_STATE][0] == fx[f"{name}.loss"].shape[0]
 
 
-@pytest.mark.parametrize("device", ["host", "reference"])
-@pytest.mark.parametrize("name", list(CONFIGS))
+@pytest.mark.parametrize(
+    "name,device",
+    [(n, d) for n in CONFIGS for d in ("host", "reference")] + [("adamw_clip", "metal-sim")],
+)
 def test_matches_torch_optim(name: str, device: str) -> None:
     fx = np.load(FIX)
     opt, clip = CONFIGS[name]
