@@ -124,6 +124,13 @@ def test_where_fma_cast() -> None:
     check(build, {"a": [3, 4], "b": [3, 4]}, ["a", "b"])
 
 
+def test_elementwise_region() -> None:
+    steps = [("mul", "x0", "x1"), ("tanh", "s0"), ("add", "s1", "x0"), ("exp", "s2"),
+             ("div", "s3", "x1")]  # fmt: skip
+    check(lambda g, n: g.elementwise_region([n["a"], n["b"]], steps), {"a": [3, 4], "b": [4]},
+          ["a", "b"], positive=("b",))  # fmt: skip
+
+
 @pytest.mark.parametrize("gate_first", [False, True])
 def test_swiglu(gate_first: bool) -> None:
     check(lambda g, n: g.swiglu(n["x"], gate_first=gate_first), {"x": [3, 8]}, ["x"])

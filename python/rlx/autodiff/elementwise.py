@@ -149,3 +149,31 @@ def _swiglu(ctx: Ctx, node: Node, dy: Node) -> list[Optional[Node]]:
     d_gate = dy * val * s * (1.0 + gate * (1.0 - s))
     parts = [d_gate, d_val] if node.attrs["gate_first"] else [d_val, d_gate]
     return [g.concat(parts, axis=-1)]
+
+
+@rule("elementwise_region")
+def _region(ctx: Ctx, node: Node, dy: Node) -> list[Optional[Node]]:
+    # recompute the chain with ordinary ops, then differentiate that chain
+    from rlx.autodiff._core import grad
+
+    g = ctx.g
+    ins = node.inputs
+    vals: list[Node] = []
+
+    def operand(a: dict[str, int]) -> Node:
+        return ins[a["input"]] if "input" in a else vals[a["step"]]
+
+    for st in node.attrs["steps"]:
+        kind = st["step"]
+        if kind == "unary":
+            vals.append(g.activation(operand(st["a"]), st["act"]))
+        elif kind == "binary":
+            vals.append(g.binary(operand(st["a"]), operand(st["b"]), st["kind"]))
+        else:
+            vals.append(g.cast(operand(st["a"]), st["to"]))
+    want = [i for i in range(len(ins)) if ctx.needs(i)]
+    grads = grad(g, vals[-1], [ins[i] for i in want], seed=dy)
+    out: list[Optional[Node]] = [None] * len(ins)
+    for i, gi in zip(want, grads):
+        out[i] = gi
+    return out
