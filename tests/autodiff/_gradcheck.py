@@ -73,6 +73,21 @@ def _rope(op: dict, xs: list[Arr]) -> Arr:
     return xh.reshape(x.shape)
 
 
+def _fused_block(op: dict, xs: list[Arr]) -> Arr:
+    x, w_qkv, w_out = xs[:3]
+    h, d = op["heads"], op["head_dim"]
+    inner = h * d
+    qkv = x @ w_qkv
+    q, k, v = (qkv[..., i * inner : (i + 1) * inner] for i in range(3))
+    extra = xs[3:]
+    if op["rope"]:
+        ro = {"head_dim": d, "n_rot": d, "kind": "neox"}
+        q, k = _rope(ro, [q, extra[0], extra[1]]), _rope(ro, [k, extra[0], extra[1]])
+        extra = extra[2:]
+    at = {"heads": h, "head_dim": d, "layout": "bshd", "mask": op["mask"], "window": 0}
+    return _attention(at, [q, k, v, *extra]) @ w_out
+
+
 def _conv2d(op: dict, xs: list[Arr]) -> Arr:
     x, w = xs[0], xs[1]
     (sh, sw), (ph, pw), (dh, dw) = op["stride"], op["padding"], op["dilation"]
@@ -210,6 +225,7 @@ FORWARD: dict[str, Callable[[dict, list[Arr]], Arr]] = {
     "ada_layer_norm": _ada,
     "gated_residual": lambda op, xs: xs[0] + xs[2] * xs[1],
     "attention": _attention,
+    "fused_attention_block": _fused_block,
     "rope": _rope,
     "conv2d": _conv2d,
     "conv_transpose2d": _conv_t,

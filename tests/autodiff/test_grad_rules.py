@@ -55,6 +55,7 @@ def check(build: Case, shapes: dict, wrt: list[str], tol: float = TIGHT,
     feeds.update(extra)
     feeds["r"] = rng.standard_normal([int(d) for d in out.shape])
     vals = evaluate(g, feeds)
+    forward_matches_compiled(build, shapes, extra, feeds)
     worst = 0.0
     for name, got in zip(wrt, vals[1:]):
 
@@ -68,6 +69,21 @@ def check(build: Case, shapes: dict, wrt: list[str], tol: float = TIGHT,
     for device in DEVICES if devices is None else devices:
         compiled(g, feeds, vals[1:], wrt, device)
     return worst
+
+
+def forward_matches_compiled(build: Case, shapes: dict, extra: dict, feeds: dict) -> None:
+    """The float64 evaluator's forward (the function the differences are taken
+    of) agrees with rlx's own compiled forward on the reference device."""
+    g = rlx.Graph("fwd")
+    nodes = {n: g.input(n, s) for n, s in shapes.items()}
+    for n, v in extra.items():
+        nodes[n] = g.input(n, list(v.shape), "i32" if v.dtype.kind in "iu" else "f32")
+    g.outputs(build(g, nodes))
+    want = evaluate(g, feeds)[0]
+    args = {k: v.astype(np.int32 if v.dtype.kind in "iu" else np.float32)
+            for k, v in feeds.items() if k in nodes}  # fmt: skip
+    got = next(iter(rlx.compile(g, device="reference").run(**args).values()))
+    assert rel_err(got, want) <= HOST, f"forward: relative error {rel_err(got, want):.2e}"
 
 
 def compiled(g: rlx.Graph, feeds: dict, want: list, wrt: list[str], device: str) -> None:
@@ -283,6 +299,18 @@ def test_attention_backward_op(mask: str, kvh: int, scale: float | None) -> None
 
     check(build, {"q": [1, 5, heads * d], "k": [1, 5, kvh * d], "v": [1, 5, kvh * d]},
           ["q", "k", "v"], tol=F32_THUNK)  # fmt: skip
+
+
+def test_fused_attention_block_with_rope() -> None:
+    ang = _rng().uniform(0, 3, (4, 2))
+    extra = {"cos": np.cos(ang).astype(np.float32), "sin": np.sin(ang).astype(np.float32)}
+
+    def build(g: rlx.Graph, n: dict) -> rlx.Node:
+        return g.fused_attention_block(n["x"], n["wqkv"], n["wo"], heads=2, cos=n["cos"],
+                                       sin=n["sin"])  # fmt: skip
+
+    check(build, {"x": [1, 4, 6], "wqkv": [6, 24], "wo": [8, 6]}, ["x", "wqkv", "wo"],
+          tol=F32_THUNK, feeds_extra=extra)  # fmt: skip
 
 
 def test_rope_backward_op() -> None:

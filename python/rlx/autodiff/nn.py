@@ -199,3 +199,36 @@ def _log_mel(ctx: Ctx, node: Node, dy: Node) -> list[Optional[Node]]:
         raise ctx.fail(node, "the mel filter bank gets no gradient")
     op = {"op": "log_mel_backward", "n_fft": node.attrs["n_fft"]}
     return [ctx.g.apply(op, spec, filters, dy), None]
+
+
+@rule("fused_attention_block")
+def _fused_attention_block(ctx: Ctx, node: Node, dy: Node) -> list[Optional[Node]]:
+    # recompute as QKV matmul → narrows → NeoX RoPE → attention → output
+    # matmul, and differentiate that (its attention uses attention_backward)
+    from rlx.autodiff._core import grad
+
+    g = ctx.g
+    at = node.attrs
+    ins = node.inputs
+    x, w_qkv, w_out = ins[:3]
+    rope = bool(at["rope"])
+    extra = ins[3:]
+    for i in range(3, len(ins)):
+        if ctx.needs(i):
+            raise ctx.fail(node, "the cos / sin tables and the mask get no gradient")
+    heads, d = int(at["heads"]), int(at["head_dim"])
+    inner = heads * d
+    qkv = x @ w_qkv
+    q, k, v = (g.narrow(qkv, 2, i * inner, inner) for i in range(3))
+    if rope:
+        cos, sin = extra[0], extra[1]
+        q = g.rope(q, cos, sin, head_dim=d)
+        k = g.rope(k, cos, sin, head_dim=d)
+    mask_input = extra[2] if rope and len(extra) > 2 else (extra[0] if not rope and extra else None)
+    a = g.attention(q, k, v, heads=heads, head_dim=d, mask=at["mask"], mask_input=mask_input)
+    y = a @ w_out
+    want = [i for i in range(3) if ctx.needs(i)]
+    out: list[Optional[Node]] = [None] * len(ins)
+    for i, gi in zip(want, grad(g, y, [ins[i] for i in want], seed=dy)):
+        out[i] = gi
+    return out
