@@ -20,14 +20,18 @@ def keep_dims_of(ctx: Ctx, y: Node, x: Node, axes: list[int], keep: bool) -> Nod
     return ctx.g.reshape(y, dims)
 
 
-def _count(ctx: Ctx, node: Node, x: Node, axes: list[int]) -> int:
+def _mean_scale(ctx: Ctx, x: Node, axes: list[int]) -> Node:
+    """``1 / count`` of the reduced elements: a constant, or computed at run
+    time when a reduced dim is symbolic."""
+    g = ctx.g
     n = 1
     for a in axes:
         d = x.shape[a]
         if not isinstance(d, int):
-            raise ctx.fail(node, f"mean over symbolic dim {d!r}")
+            ones = g.expand(ctx.scalar(1.0, x), list(x.shape))
+            return 1.0 / g.sum(ones, axes, keep_dims=True)
         n *= d
-    return n
+    return ctx.scalar(1.0 / n, x)
 
 
 @rule("reduce")
@@ -42,7 +46,7 @@ def _reduce(ctx: Ctx, node: Node, dy: Node) -> list[Optional[Node]]:
     if kind == "sum":
         return [g.expand(dyk, list(x.shape))]
     if kind == "mean":
-        return [g.expand(dyk * (1.0 / _count(ctx, node, x, axes)), list(x.shape))]
+        return [g.expand(dyk * _mean_scale(ctx, x, axes), list(x.shape))]
     yk = keep_dims_of(ctx, node, x, axes, keep)
     if kind in ("max", "min"):
         # ties share the gradient evenly (torch.amax / amin)
