@@ -185,6 +185,24 @@ def _scatter_add(op: dict, xs: list[Arr]) -> Arr:
     return out
 
 
+def _gather_nd(op: dict, xs: list[Arr]) -> Arr:
+    data, idx = xs
+    idx = idx.astype(np.int64)
+    q = idx.shape[-1]
+    lead = np.array(data.shape[:q])
+    idx = np.where(idx < 0, idx + lead, idx)
+    return data[tuple(np.moveaxis(idx, -1, 0))]
+
+
+def _gather_elements(op: dict, xs: list[Arr]) -> Arr:
+    data, idx = xs
+    ax = op["axis"] % data.ndim
+    idx = idx.astype(np.int64)
+    coords = list(np.indices(idx.shape))
+    coords[ax] = np.where(idx < 0, idx + data.shape[ax], idx)
+    return data[tuple(coords)]
+
+
 def _norm_res(op: dict, xs: list[Arr], rms: bool) -> Arr:
     hb = op["has_bias"]
     h = xs[0] + xs[1] + (xs[2] if hb else 0.0)
@@ -232,6 +250,8 @@ FORWARD: dict[str, Callable[[dict, list[Arr]], Arr]] = {
     "pool2d": lambda op, xs: _max_pool(op, xs) if op["kind"] == "max" else _avg_pool(op, xs),
     "softmax_cross_entropy": _sce,
     "scatter_add": _scatter_add,
+    "gather_nd": _gather_nd,
+    "gather_elements": _gather_elements,
     "reverse": lambda op, xs: np.flip(xs[0], [a % xs[0].ndim for a in op["axes"]]),
     "arg_max": lambda op, xs: np.argmax(xs[0], op["axis"]),
     "resize_nearest2x": lambda op, xs: xs[0].repeat(2, axis=2).repeat(2, axis=3),

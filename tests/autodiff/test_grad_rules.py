@@ -245,6 +245,21 @@ def test_embedding_gather_accumulates_repeated_rows() -> None:
           feeds_extra={"idx": idx})  # fmt: skip
 
 
+@pytest.mark.parametrize("axis", [0, 1, -1])
+def test_gather_elements(axis: int) -> None:
+    idx = np.array([[[1, -1], [0, 2], [2, 2]], [[0, 0], [1, 1], [-2, 0]]], np.int32)
+    if axis == 0:
+        idx = np.clip(idx, -2, 1)
+    check(lambda g, n: g.gather_elements(n["x"], n["idx"], axis), {"x": [2, 3, 3]}, ["x"],
+          feeds_extra={"idx": idx})  # fmt: skip
+
+
+def test_gather_nd() -> None:
+    idx = np.array([[[0, 2], [1, -1]], [[0, 2], [1, 0]]], np.int32)
+    check(lambda g, n: g.gather_nd(n["x"], n["idx"]), {"x": [2, 3, 4]}, ["x"],
+          feeds_extra={"idx": idx})  # fmt: skip
+
+
 def test_scatter_add_and_resize() -> None:
     idx = np.array([2, 0, 2], np.int32)
 

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from typing import Optional
 
+import numpy as np
+
 from rlx.autodiff._core import Ctx, rule
 from rlx.node import Node
 
@@ -115,3 +117,73 @@ def _resize(ctx: Ctx, node: Node, dy: Node) -> list[Optional[Node]]:
     g = ctx.g
     blocks = g.reshape(dy, [n, c, h, 2, w, 2])
     return [g.sum(blocks, [3, 5])]
+
+
+def _static_dims(ctx: Ctx, node: Node, x: Node) -> list[int]:
+    dims = list(x.shape)
+    if not all(isinstance(d, int) for d in dims):
+        raise ctx.fail(node, f"needs static dims, got {dims}")
+    return [int(d) for d in dims]
+
+
+def _wrap_index(ctx: Ctx, idx: Node, bound: int) -> Node:
+    """``idx`` as f32 (index arithmetic runs in f32, exact below 2²⁴; the
+    kernels do arithmetic on floats) with negative entries counted from
+    ``bound``."""
+    g = ctx.g
+    i = idx if idx.dtype == "f32" else g.cast(idx, "f32")
+    return g.where(g.lt(i, 0.0), i + float(bound), i)
+
+
+def _flat_index(ctx: Ctx, node: Node, flat: Node, total: int) -> Node:
+    if total >= 1 << 24:
+        raise ctx.fail(node, f"{total} elements: flat indices past 2^24 are not exact in f32")
+    return ctx.g.cast(ctx.g.reshape(flat, [-1]), "i32")
+
+
+@rule("gather_elements")
+def _gather_elements(ctx: Ctx, node: Node, dy: Node) -> list[Optional[Node]]:
+    # scatter-add dy into data's flattened positions Σ coord_k·stride_k,
+    # where coord_axis = idx and the other coords are the element's own
+    g = ctx.g
+    data, idx = node.inputs
+    dims = _static_dims(ctx, node, data)
+    idims = _static_dims(ctx, node, idx)
+    rank = len(dims)
+    ax = _axis(node.attrs["axis"], rank)
+    strides = [int(np.prod(dims[k + 1 :])) for k in range(rank)]
+    flat = _wrap_index(ctx, idx, dims[ax]) * float(strides[ax])
+    for k in range(rank):
+        if k == ax or idims[k] == 1:
+            continue
+        shape = [1] * rank
+        shape[k] = idims[k]
+        coord = np.arange(idims[k], dtype=np.float32).reshape(shape) * strides[k]
+        flat = flat + g.constant(coord, dtype="f32")
+    total = int(np.prod(dims))
+    upd = g.reshape(dy, [-1, 1])
+    out = g.scatter_add(upd, _flat_index(ctx, node, flat, total), total)
+    return [g.reshape(out, dims), None]
+
+
+@rule("gather_nd")
+def _gather_nd(ctx: Ctx, node: Node, dy: Node) -> list[Optional[Node]]:
+    g = ctx.g
+    data, idx = node.inputs
+    if int(node.attrs["batch_dims"]) != 0:
+        raise ctx.fail(node, "gather_nd with batch_dims > 0 has no gradient rule")
+    dims = _static_dims(ctx, node, data)
+    idims = _static_dims(ctx, node, idx)
+    q = idims[-1]
+    lead, rest = dims[:q], dims[q:]
+    strides = [int(np.prod(lead[k + 1 :])) for k in range(q)]
+    flat = None
+    for k in range(q):
+        col = _wrap_index(ctx, g.narrow(idx, -1, k, 1), lead[k]) * float(strides[k])
+        flat = col if flat is None else flat + col
+    assert flat is not None
+    rest_n = int(np.prod(rest)) if rest else 1
+    upd = g.reshape(dy, [-1, rest_n])
+    n_lead = int(np.prod(lead))
+    out = g.scatter_add(upd, _flat_index(ctx, node, flat, n_lead), n_lead)
+    return [g.reshape(out, dims), None]
