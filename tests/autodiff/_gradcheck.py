@@ -203,6 +203,17 @@ def _gather_elements(op: dict, xs: list[Arr]) -> Arr:
     return data[tuple(coords)]
 
 
+def _scatter_elements(op: dict, xs: list[Arr]) -> Arr:
+    data, idx, upd = xs
+    ax = op["axis"] % data.ndim
+    out = np.array(data, np.float64)
+    coords = list(np.indices(idx.shape))
+    idx = idx.astype(np.int64)
+    coords[ax] = np.where(idx < 0, idx + data.shape[ax], idx)
+    out[tuple(coords)] = upd
+    return out
+
+
 def _norm_res(op: dict, xs: list[Arr], rms: bool) -> Arr:
     hb = op["has_bias"]
     h = xs[0] + xs[1] + (xs[2] if hb else 0.0)
@@ -252,6 +263,7 @@ FORWARD: dict[str, Callable[[dict, list[Arr]], Arr]] = {
     "scatter_add": _scatter_add,
     "gather_nd": _gather_nd,
     "gather_elements": _gather_elements,
+    "scatter_elements": _scatter_elements,
     "reverse": lambda op, xs: np.flip(xs[0], [a % xs[0].ndim for a in op["axes"]]),
     "arg_max": lambda op, xs: np.argmax(xs[0], op["axis"]),
     "resize_nearest2x": lambda op, xs: xs[0].repeat(2, axis=2).repeat(2, axis=3),

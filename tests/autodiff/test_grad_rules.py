@@ -260,6 +260,20 @@ def test_gather_nd() -> None:
           feeds_extra={"idx": idx})  # fmt: skip
 
 
+def test_replace_scatters() -> None:
+    nd_idx = np.array([[2], [0]], np.int32)
+    el_idx = np.array(
+        [[1, 0, 2], [2, 0, 1]], np.int32
+    )  # no duplicates: replace order is unspecified
+
+    def build(g: rlx.Graph, n: dict) -> rlx.Node:
+        a = g.scatter_nd(n["x"], n["ndi"], n["u"])  # rows 2 and 0 of x replaced
+        return g.scatter_elements(a, n["eli"], n["v"], 1)
+
+    check(build, {"x": [3, 3], "u": [2, 3], "v": [2, 3]}, ["x", "u", "v"],
+          feeds_extra={"ndi": nd_idx, "eli": el_idx})  # fmt: skip
+
+
 def test_scatter_add_and_resize() -> None:
     idx = np.array([2, 0, 2], np.int32)
 

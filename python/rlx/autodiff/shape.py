@@ -187,3 +187,25 @@ def _gather_nd(ctx: Ctx, node: Node, dy: Node) -> list[Optional[Node]]:
     n_lead = int(np.prod(lead))
     out = g.scatter_add(upd, _flat_index(ctx, node, flat, n_lead), n_lead)
     return [g.reshape(out, dims), None]
+
+
+@rule("scatter_nd", "scatter_elements")
+def _scatter(ctx: Ctx, node: Node, dy: Node) -> list[Optional[Node]]:
+    # replace-scatter: the overwritten positions of data get no gradient;
+    # each update gets dy at the position it was written to
+    g = ctx.g
+    data, idx, upd = node.inputs
+    out: list[Optional[Node]] = [None, None, None]
+    axis = node.attrs.get("axis")
+    if ctx.needs(0):
+        zeros = ctx.zeros(list(upd.shape), dy.dtype)
+        if node.op == "scatter_nd":
+            out[0] = g.scatter_nd(dy, idx, zeros)
+        else:
+            out[0] = g.scatter_elements(dy, idx, zeros, axis)
+    if ctx.needs(2):
+        if node.op == "scatter_nd":
+            out[2] = g.gather_nd(dy, idx)
+        else:
+            out[2] = g.gather_elements(dy, idx, axis)
+    return out
