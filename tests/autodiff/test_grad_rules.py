@@ -489,6 +489,23 @@ def test_integer_paths_carry_no_gradient_and_unused_wrt_is_zero() -> None:
     np.testing.assert_array_equal(got[1], np.zeros((2, 2)))
 
 
+def test_seed_and_intermediate_wrt() -> None:
+    g = rlx.Graph("seed")
+    x = g.input("x", [3])
+    h = g.tanh(x)
+    y = h * h
+    s = g.input("s", [3])
+    dx, dh = grad(g, y, [x, h], seed=s)
+    g.outputs(dx, dh)
+    xv, sv = np.array([0.3, -1.0, 2.0]), np.array([1.0, 2.0, -0.5])
+    got = evaluate(g, {"x": xv, "s": sv})
+    t = np.tanh(xv)
+    np.testing.assert_allclose(got[1], 2 * t * sv, rtol=1e-12)
+    np.testing.assert_allclose(got[0], 2 * t * (1 - t * t) * sv, rtol=1e-12)
+    with pytest.raises(GradError, match="seed shape"):
+        grad(g, y, [x], seed=g.input("bad", [2]))
+
+
 def test_rule_table_covers_the_families() -> None:
     ops = set(differentiable_ops())
     for op in ["activation", "binary", "mat_mul", "reduce", "softmax", "softmax_cross_entropy",
