@@ -380,6 +380,36 @@ def test_log_mel_backward_op() -> None:
           tol=F32_THUNK, feeds_extra={"filt": filt})  # fmt: skip
 
 
+def test_spd_bi_map() -> None:
+    def build(g: rlx.Graph, n: dict) -> rlx.Node:
+        xs = (n["x"] + g.transpose(n["x"], [0, 2, 1])) * 0.5  # the op checks symmetry
+        return g.spd("bi_map", xs, n["w"])
+
+    check(build, {"x": [2, 3, 3], "w": [3, 2]}, ["x", "w"])
+
+
+def test_spd_log_eig_directional() -> None:
+    """Eigen-function ops see only symmetric inputs: compare ⟨∇, V⟩ with the
+    central difference along a symmetric direction V."""
+    rng = _rng()
+    a = rng.standard_normal((2, 3, 3))
+    x0 = a @ a.transpose(0, 2, 1) + 3 * np.eye(3)
+    v = rng.standard_normal((2, 3, 3))
+    v = v + v.transpose(0, 2, 1)
+    r = rng.standard_normal((2, 3, 3))
+    g = rlx.Graph("spd")
+    x, rr = g.input("x", [2, 3, 3]), g.input("r", [2, 3, 3])
+    loss = g.sum(g.spd("log_eig", x) * rr)
+    (dx,) = grad(g, loss, [x])
+    g.outputs(loss, dx)
+    got = float((evaluate(g, {"x": x0, "r": r})[1] * v).sum())
+    h = 1e-6
+    fp = float(evaluate(g, {"x": x0 + h * v, "r": r})[0])
+    fm = float(evaluate(g, {"x": x0 - h * v, "r": r})[0])
+    want = (fp - fm) / (2 * h)
+    assert abs(got - want) <= TIGHT * max(abs(want), 1.0)
+
+
 def test_conv_transpose2d() -> None:
     def build(g: rlx.Graph, n: dict) -> rlx.Node:
         return g.conv_transpose2d(n["x"], n["w"], n["b"], stride=2, padding=1, output_padding=1,

@@ -232,3 +232,23 @@ def _fused_attention_block(ctx: Ctx, node: Node, dy: Node) -> list[Optional[Node
     for i, gi in zip(want, grad(g, y, [ins[i] for i in want], seed=dy)):
         out[i] = gi
     return out
+
+
+@rule("spd")
+def _spd(ctx: Ctx, node: Node, dy: Node) -> list[Optional[Node]]:
+    # x: spd_backward (the symmetric gradient for the eigen-function ops);
+    # BiMap's weight: d(Wᵀ X W) → Σ_b X W dYᵀ + Xᵀ W dY
+    g = ctx.g
+    at = node.attrs
+    ins = node.inputs
+    out: list[Optional[Node]] = [None] * len(ins)
+    if ctx.needs(0):
+        out[0] = g.spd_backward(at["kind"], *ins, dy, eps=at["eps"])
+    if len(ins) > 1 and ctx.needs(1):
+        if at["kind"] != "bi_map":
+            raise ctx.fail(node, f"spd {at['kind']}: its second operand gets no gradient")
+        x, w = ins
+        xt = g.transpose(x, [0, 2, 1])
+        dyt = g.transpose(dy, [0, 2, 1])
+        out[1] = g.sum(x @ w @ dyt + xt @ w @ dy, 0)
+    return out
