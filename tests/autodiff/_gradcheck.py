@@ -214,6 +214,22 @@ def _scatter_elements(op: dict, xs: list[Arr]) -> Arr:
     return out
 
 
+def _im2col(op: dict, xs: list[Arr]) -> Arr:
+    (x,) = xs
+    (kh, kw), (sh, sw), (ph, pw), (dh, dw) = (op[k] for k in ("kernel", "stride", "padding",
+                                                               "dilation"))  # fmt: skip
+    n, c, h, w = x.shape
+    ho = (h + 2 * ph - dh * (kh - 1) - 1) // sh + 1
+    wo = (w + 2 * pw - dw * (kw - 1) - 1) // sw + 1
+    xp = np.pad(x, ((0, 0), (0, 0), (ph, ph), (pw, pw)))
+    out = np.zeros((n, c, kh, kw, ho, wo))
+    for ky in range(kh):
+        for kx in range(kw):
+            out[:, :, ky, kx] = xp[:, :, ky * dh : ky * dh + (ho - 1) * sh + 1 : sh,
+                                   kx * dw : kx * dw + (wo - 1) * sw + 1 : sw]  # fmt: skip
+    return out.reshape(n, c * kh * kw, ho * wo)
+
+
 def _norm_res(op: dict, xs: list[Arr], rms: bool) -> Arr:
     hb = op["has_bias"]
     h = xs[0] + xs[1] + (xs[2] if hb else 0.0)
@@ -263,6 +279,10 @@ FORWARD: dict[str, Callable[[dict, list[Arr]], Arr]] = {
     "scatter_add": _scatter_add,
     "gather_nd": _gather_nd,
     "gather_elements": _gather_elements,
+    "im2_col": _im2col,
+    "grouped_mat_mul": lambda op, xs: np.einsum(
+        "mk,mkn->mn", xs[0], xs[1][xs[2].astype(np.int64)]
+    ),  # fmt: skip
     "scatter_elements": _scatter_elements,
     "reverse": lambda op, xs: np.flip(xs[0], [a % xs[0].ndim for a in op["axes"]]),
     "arg_max": lambda op, xs: np.argmax(xs[0], op["axis"]),

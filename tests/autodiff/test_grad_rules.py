@@ -410,6 +410,18 @@ def test_spd_log_eig_directional() -> None:
     assert abs(got - want) <= TIGHT * max(abs(want), 1.0)
 
 
+@pytest.mark.parametrize("kernel,stride,pad,dil", [(2, 1, 0, 1), (3, 2, 1, 1), (2, 1, 1, 2)])
+def test_im2col(kernel: int, stride: int, pad: int, dil: int) -> None:
+    check(lambda g, n: g.im2col(n["x"], kernel, stride=stride, padding=pad, dilation=dil),
+          {"x": [1, 2, 5, 4]}, ["x"])  # fmt: skip
+
+
+def test_grouped_matmul() -> None:
+    e = np.array([1, 0, 2, 1], np.int32)
+    check(lambda g, n: g.grouped_matmul(n["x"], n["w"], n["e"]), {"x": [4, 3], "w": [3, 3, 2]},
+          ["x", "w"], feeds_extra={"e": e})  # fmt: skip
+
+
 def test_conv_transpose2d() -> None:
     def build(g: rlx.Graph, n: dict) -> rlx.Node:
         return g.conv_transpose2d(n["x"], n["w"], n["b"], stride=2, padding=1, output_padding=1,
@@ -500,8 +512,10 @@ def test_op_without_rule_is_named() -> None:
     grad(g, loss, [x])  # argmin is an integer path: no error
     g2 = rlx.Graph("e2")
     x2 = g2.input("x", [4, 4])
-    loss2 = g2.sum(g2.im2col(g2.reshape(x2, [1, 1, 4, 4]), 2))
-    with pytest.raises(NotDifferentiableError, match=r"\[grad\] im2_col \(node %2"):
+    loss2 = g2.sum(g2.lstm(g2.reshape(x2, [1, 4, 4]), *(g2.input(n, s) for n, s in (
+        ("wi", [1, 8, 4]), ("wh", [1, 8, 2]), ("b", [1, 8]), ("h0", [1, 1, 2]),
+        ("c0", [1, 1, 2]))), hidden=2))  # fmt: skip
+    with pytest.raises(NotDifferentiableError, match=r"\[grad\] lstm \(node %\d+ 'lstm"):
         grad(g2, loss2, [x2])
 
 

@@ -99,3 +99,20 @@ def _dequant_mat_mul(ctx: Ctx, node: Node, dy: Node) -> list[Optional[Node]]:
     dyf = dy if dy.dtype == "f32" else g.cast(dy, "f32")
     dx = g.matmul(dyf, g.transpose(wt, [1, 0]))
     return [dx if x.dtype == "f32" else g.cast(dx, x.dtype)] + [None] * (len(ins) - 1)
+
+
+@rule("grouped_mat_mul")
+def _grouped_mat_mul(ctx: Ctx, node: Node, dy: Node) -> list[Optional[Node]]:
+    # y[i] = x[i] @ w[e_i]: dx[i] = dy[i] @ w[e_i]ᵀ; dw[e] = Σ_{e_i = e} x[i]ᵀ dy[i]
+    g = ctx.g
+    x, w, idx = node.inputs
+    dx = dw = None
+    if ctx.needs(0):
+        dx = g.grouped_matmul(dy, g.transpose(w, [0, 2, 1]), idx)
+    if ctx.needs(1):
+        experts = w.shape[0]
+        if not isinstance(experts, int):
+            raise ctx.fail(node, f"symbolic expert count {experts!r}")
+        outer = g.unsqueeze(x, 2) * g.unsqueeze(dy, 1)  # [m, k, n]
+        dw = g.scatter_add(outer, idx, experts)
+    return [dx, dw, None]

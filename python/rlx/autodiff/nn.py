@@ -252,3 +252,32 @@ def _spd(ctx: Ctx, node: Node, dy: Node) -> list[Optional[Node]]:
         dyt = g.transpose(dy, [0, 2, 1])
         out[1] = g.sum(x @ w @ dyt + xt @ w @ dy, 0)
     return out
+
+
+@rule("im2_col")
+def _im2col(ctx: Ctx, node: Node, dy: Node) -> list[Optional[Node]]:
+    # col2im: each column entry (c, ky, kx) goes back to its tap, summed — a
+    # grouped transposed conv whose kernel is one-hot at (ky, kx)
+    g = ctx.g
+    (x,) = node.inputs
+    at = node.attrs
+    (kh, kw), (sh, sw) = at["kernel"], at["stride"]
+    (ph, pw), (dh, dw) = at["padding"], at["dilation"]
+    dims = list(x.shape)
+    if not all(isinstance(d, int) for d in dims):
+        raise ctx.fail(node, f"needs static dims, got {dims}")
+    n, c, h, w = (int(d) for d in dims)
+    ho = (h + 2 * ph - dh * (kh - 1) - 1) // sh + 1
+    wo = (w + 2 * pw - dw * (kw - 1) - 1) // sw + 1
+    taps = kh * kw
+    onehot = np.zeros((c * taps, 1, kh, kw), np.float32)
+    for ch in range(c):
+        for t in range(taps):
+            onehot[ch * taps + t, 0, t // kw, t % kw] = 1.0
+    cols = g.reshape(dy, [n, c * taps, ho, wo])
+    out_pad = [h + 2 * ph - dh * (kh - 1) - 1 - (ho - 1) * sh,
+               w + 2 * pw - dw * (kw - 1) - 1 - (wo - 1) * sw]  # fmt: skip
+    dx = g.conv_transpose2d(cols, g.constant(onehot, dtype=dy.dtype), stride=[sh, sw],
+                            padding=[ph, pw], dilation=[dh, dw], output_padding=out_pad,
+                            groups=c)  # fmt: skip
+    return [dx]
