@@ -133,3 +133,29 @@ def test_state_read_after_its_in_place_write_is_still_rejected() -> None:
     g.outputs(late)
     with pytest.raises(rlx.GraphError, match=r"'write' writes State 'w' in place.*'late_reader'"):
         rlx.compile(g, device="host")
+
+
+def test_compiled_step_trains_a_classifier() -> None:
+    """A 64→256→10 GELU MLP, AdamW + clipping, log-softmax cross-entropy built
+    from ordinary ops: 100 compiled steps on one batch drive the loss down by
+    more than 100× (every thunk native on host)."""
+    g = rlx.Graph("mlp")
+    x, y = g.input("x", [64, 64]), g.input("y", [64, 10])
+    w1, b1 = g.state("w1", [64, 256]), g.state("b1", [256])
+    w2, b2 = g.state("w2", [256, 10]), g.state("b2", [10])
+    z = g.gelu(x @ w1 + b1) @ w2 + b2
+    z = z - g.max(z, -1, keep_dims=True)
+    logp = z - g.log(g.sum(g.exp(z), -1, keep_dims=True))
+    loss = -g.mean(g.sum(y * logp, -1))
+    train_step(g, loss, [w1, b1, w2, b2], AdamW(lr=1e-2), clip_norm=1.0)
+    exe = rlx.compile(g, device="host")
+    assert exe.stats["fallback_thunks"] == 0
+    rng = np.random.default_rng(0)
+    exe.set_state("w1", (rng.standard_normal((64, 256)) * 0.1).astype(np.float32))
+    exe.set_state("w2", (rng.standard_normal((256, 10)) * 0.1).astype(np.float32))
+    xs = rng.standard_normal((64, 64)).astype(np.float32)
+    ys = np.eye(10, dtype=np.float32)[rng.integers(0, 10, 64)]
+    first = float(next(iter(exe.run(x=xs, y=ys).values())))
+    for _ in range(99):
+        last = float(next(iter(exe.run(x=xs, y=ys).values())))
+    assert last < first / 100, (first, last)
