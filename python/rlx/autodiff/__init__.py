@@ -12,7 +12,7 @@ cross-entropy, log-mel).
 >>> (dw,) = rlx.grad(g, loss, [w])
 """
 
-from rlx.autodiff import elementwise, matmul, nn, norm, reduce, shape  # noqa: F401
+from rlx.autodiff import elementwise, matmul, nn, norm, recurrent, reduce, shape  # noqa: F401
 from rlx.autodiff._core import RULES, GradError, NotDifferentiableError, grad
 
 
