@@ -196,7 +196,7 @@ def _scatter(ctx: Ctx, node: Node, dy: Node) -> list[Optional[Node]]:
     g = ctx.g
     data, idx, upd = node.inputs
     out: list[Optional[Node]] = [None, None, None]
-    axis = node.attrs.get("axis")
+    axis = int(node.attrs.get("axis") or 0)
     if ctx.needs(0):
         zeros = ctx.zeros(list(upd.shape), dy.dtype)
         if node.op == "scatter_nd":
