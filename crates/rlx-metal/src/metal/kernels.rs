@@ -74,6 +74,9 @@ pub enum Family {
     Vq,
     /// FFT (Stockham radix-4/2, direct DFT) and log-mel.
     Signal,
+    /// Training gradients (attention, norms, RoPE, cumsum, gather, pooling,
+    /// conv, adaLN, log-mel, cross-entropy).
+    Backward,
 }
 
 /// Every family.
@@ -101,6 +104,7 @@ pub const ALL_FAMILIES: &[Family] = &[
     Family::Rng,
     Family::Vq,
     Family::Signal,
+    Family::Backward,
 ];
 
 impl Family {
@@ -130,6 +134,7 @@ impl Family {
             Family::Rng => "rng.metal",
             Family::Vq => "vq.metal",
             Family::Signal => "signal.metal",
+            Family::Backward => "backward.metal",
         }
     }
 
@@ -159,6 +164,7 @@ impl Family {
             Family::Rng => include_str!("../../kernels/rng.metal"),
             Family::Vq => include_str!("../../kernels/vq.metal"),
             Family::Signal => include_str!("../../kernels/signal.metal"),
+            Family::Backward => include_str!("../../kernels/backward.metal"),
         }
     }
 }

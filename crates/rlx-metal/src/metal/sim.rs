@@ -271,3 +271,7 @@ mod tests_vision;
 #[cfg(test)]
 #[path = "sim_tests_quant_formats.rs"]
 mod tests_quant_formats;
+
+#[cfg(test)]
+#[path = "sim_tests_backward.rs"]
+mod tests_backward;

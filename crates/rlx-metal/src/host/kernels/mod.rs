@@ -21,6 +21,8 @@ use half::{bf16, f16};
 use thiserror::Error;
 
 pub mod attention;
+pub mod backward;
+pub mod backward_conv;
 pub mod conv;
 pub mod elementwise;
 pub mod indexing;

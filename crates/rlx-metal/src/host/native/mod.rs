@@ -41,6 +41,7 @@ macro_rules! by_word {
     };
 }
 
+mod backward;
 mod elementwise;
 mod fused_mlp;
 mod indexing;
@@ -73,6 +74,7 @@ pub fn has_native(t: &Thunk) -> bool {
         || scan::handles(t)
         || misc::handles(t)
         || signal::handles(t)
+        || backward::handles(t)
 }
 
 /// Run `t` natively, or `None` if it has no native kernel.
@@ -109,6 +111,9 @@ pub(crate) fn run(t: &Thunk, mem: &Mem, st: &mut Staging, _s: &ThunkSchedule) ->
     }
     if signal::handles(t) {
         return Some(signal::run(t, mem, st));
+    }
+    if backward::handles(t) {
+        return Some(backward::run(t, mem));
     }
     None
 }

@@ -5,6 +5,7 @@
 //! elementwise grids, one threadgroup per row) live here.
 
 mod attention;
+mod backward;
 mod binary;
 mod conv;
 mod elementwise;
@@ -141,6 +142,7 @@ const FAMILIES: &[fn(usize, &Thunk) -> Option<Lowered>] = &[
     vision::lower,
     misc::lower,
     signal::lower,
+    backward::lower,
 ];
 
 /// The command of thunk `i`: a dispatch, `Host` when no kernel covers it,
