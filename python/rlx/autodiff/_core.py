@@ -75,11 +75,15 @@ class Ctx:
         return NotDifferentiableError(f"[grad] {node.op} (node %{node.id} '{node.name}'): {why}")
 
     # ------------------------------------------------------------ helpers
-    def zeros(self, dims: Sequence[Dim], dtype: str) -> Node:
-        """Zeros of ``dims`` (symbolic dims allowed: a broadcast scalar)."""
+    def full(self, dims: Sequence[Dim], value: float, dtype: str) -> Node:
+        """``value`` over ``dims`` (symbolic dims allowed: a broadcast scalar)."""
         if all(isinstance(d, int) for d in dims):
-            return self.g.constant(0.0, dtype=dtype, shape=list(dims))
-        return self.g.expand(self.g.constant(0.0, dtype=dtype, shape=[]), list(dims))
+            return self.g.constant(value, dtype=dtype, shape=list(dims))
+        return self.g.expand(self.g.constant(value, dtype=dtype, shape=[]), list(dims))
+
+    def zeros(self, dims: Sequence[Dim], dtype: str) -> Node:
+        """Zeros of ``dims``."""
+        return self.full(dims, 0.0, dtype)
 
     def sum_to(self, grad: Node, dims: Sequence[Dim]) -> Node:
         """Sum ``grad`` (a broadcast result) back to ``dims`` (numpy broadcasting rules)."""
@@ -172,13 +176,15 @@ def grad(
                 reach.add(i)
     ctx = Ctx(graph, reach)
     grads: dict[int, Node] = {}
+    if seed is not None and list(seed.shape) != list(loss.shape):
+        raise GradError(
+            f"[grad] seed shape {list(seed.shape)} differs from loss {list(loss.shape)}"
+        )
     if loss.id in reach:
         if seed is None:
-            seed = ctx.zeros(loss.shape, loss.dtype) + 1.0
-        elif list(seed.shape) != list(loss.shape):
-            raise GradError(
-                f"[grad] seed shape {list(seed.shape)} differs from loss {list(loss.shape)}"
-            )
+            seed = ctx.full(loss.shape, 1.0, loss.dtype)
+        elif seed.dtype != loss.dtype:
+            seed = graph.cast(seed, loss.dtype)
         grads[loss.id] = seed
     for i in range(loss.id, -1, -1):
         dy = grads.get(i)
