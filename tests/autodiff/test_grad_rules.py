@@ -513,18 +513,6 @@ def test_scan_emits_scan_backward_per_operand_group() -> None:
     assert dc.shape == (2,) and dxs.shape == (3, 2)
 
 
-def test_metal_sim_runs_the_backward_graph() -> None:
-    """A few backward graphs through the Metal plan's kernels (msl-sim)."""
-
-    def block(g: rlx.Graph, n: dict) -> rlx.Node:
-        x = g.layer_norm(n["x"], n["gm"], n["bt"])
-        z = x @ n["w"]
-        return g.softmax(g.gelu(z), -1) + g.mean(z * z, -1, keep_dims=True)
-
-    check(block, {"x": [2, 3, 4], "gm": [4], "bt": [4], "w": [4, 5]}, ["x", "gm", "bt", "w"],
-          devices=("metal-sim",))  # fmt: skip
-
-
 # ------------------------------------------------------------------ errors
 def test_integer_wrt_is_a_grad_error() -> None:
     g = rlx.Graph("e")

@@ -89,20 +89,22 @@ def test_tiny_llama_gradients_match_torch() -> None:
 
 
 def compiled_check(g: rlx.Graph, feeds: dict, names: list[str], fx: dict) -> None:
-    """Once the ``*_backward`` ops lower, the compiled host step must agree too."""
-    try:
-        exe = rlx.compile(g, device="host")
-    except rlx.UnsupportedOpError as e:
-        if "_backward" in str(e):
-            pytest.skip(f"backward op not lowered yet: {e}")
-        raise
-    for n in names:
-        exe.set_param(n, feeds[n])
-    out = list(exe.run(ids=feeds["ids"], targets=feeds["targets"]).values())
-    for n, got in zip(names, out[1:]):
-        want = fx[f"grad.{n}"]
-        err = float(np.abs(got - want).max() / np.abs(want).max())
-        assert err <= TOL, f"host {n}: relative error {err:.2e}"
+    """The compiled backward graph (host kernels, and the Metal plan through
+    msl-sim) agrees with torch too."""
+    for device in ("host", "metal-sim"):
+        try:
+            exe = rlx.compile(g, device=device)
+        except rlx.UnsupportedOpError as e:
+            if "_backward" in str(e):
+                pytest.skip(f"backward op not lowered yet: {e}")
+            raise
+        for n in names:
+            exe.set_param(n, feeds[n])
+        out = list(exe.run(ids=feeds["ids"], targets=feeds["targets"]).values())
+        for n, got in zip(names, out[1:]):
+            want = fx[f"grad.{n}"]
+            err = float(np.abs(got - want).max() / np.abs(want).max())
+            assert err <= TOL, f"{device} {n}: relative error {err:.2e}"
 
 
 def test_tiny_llama_adamw_steps_match_torch() -> None:
