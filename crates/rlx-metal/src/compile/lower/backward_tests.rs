@@ -49,7 +49,15 @@ fn gqa_attention_expands_kv_and_sums_the_groups() {
     assert_eq!(q, ["binary_broadcast", "binary_broadcast", "attention_bwd"]);
     // the k gradient of the 4 heads is summed back per kv head
     let k = names(&attention(Wrt::K, MaskKind::Causal));
-    assert_eq!(k, ["binary_broadcast", "binary_broadcast", "attention_bwd", "reduce"]);
+    assert_eq!(
+        k,
+        [
+            "binary_broadcast",
+            "binary_broadcast",
+            "attention_bwd",
+            "reduce"
+        ]
+    );
     // a binary mask becomes the additive bias [b, heads, s, kv] (kind 3)
     let g = attention(Wrt::V, MaskKind::Custom);
     let c = lower(&g, &CompileOptions::default()).unwrap();
@@ -98,7 +106,9 @@ fn partial_interleaved_rope_is_a_bad_param() {
     };
     let r = g.add(op, &[dy, cos, sin], "r").unwrap();
     g.set_outputs(&[r]).unwrap();
-    let e = lower(&g, &CompileOptions::default()).unwrap_err().to_string();
+    let e = lower(&g, &CompileOptions::default())
+        .unwrap_err()
+        .to_string();
     assert!(e.starts_with("[rope_backward] unsupported kind"), "{e}");
 }
 
@@ -108,7 +118,13 @@ fn scan_backward_is_a_host_op() {
     let c = input(&mut body, &[4]);
     let x = input(&mut body, &[4]);
     let s = body
-        .add(Op::Binary { kind: BinaryOp::Add }, &[c, x], "s")
+        .add(
+            Op::Binary {
+                kind: BinaryOp::Add,
+            },
+            &[c, x],
+            "s",
+        )
         .unwrap();
     body.set_outputs(&[s, s]).unwrap();
     let mut g = Graph::new("t");
