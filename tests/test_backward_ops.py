@@ -520,3 +520,45 @@ def test_softmax_cross_entropy_ignored_rows_and_metal_forward() -> None:
     (loss,) = got.values()
     np.testing.assert_allclose(loss, sce_np(z.astype(np.float64), good), rtol=1e-5, atol=1e-6)
 
+
+# ---------------------------------------------------------------- scan
+
+
+@pytest.mark.parametrize("wrt_xs", [False, True])
+def test_scan_backward_host_op(wrt_xs: bool) -> None:
+    """scan_backward lowers to a host op evaluated by rlx.reference.scan_grad."""
+    rng = R(17 + wrt_xs)
+    c0, xs, dy = (f32(rng.standard_normal(s)) for s in ((3,), (5, 3), (5, 3)))
+
+    def body() -> rlx.Graph:
+        b = rlx.Graph("body")
+        c, x = b.input("c", [3]), b.input("x", [3])
+        n = b.tanh(b.add(b.mul(c, x), c))
+        b.outputs(n, b.sigmoid(n))
+        return b
+
+    def fwd_np(c0: A, xs: A) -> A:
+        c, ys = c0, []
+        for x in xs:
+            c = np.tanh(c * x + c)
+            ys.append(1 / (1 + np.exp(-c)))
+        return np.stack(ys)
+
+    def fwd(g: rlx.Graph) -> rlx.Node:
+        return g.scan(body(), [g.input("c0", [3])], [g.input("xs", [5, 3])])
+
+    g = rlx.Graph("bwd")
+    g.outputs(g.scan_backward(body(), [g.input("c0", [3])], [g.input("xs", [5, 3])],
+                              g.input("dy", [5, 3]), wrt_xs=wrt_xs))
+    feeds = {"c0": c0, "xs": xs, "dy": dy}
+    args = {"c0": c0.astype(np.float64), "xs": xs.astype(np.float64)}
+    gf = rlx.Graph("fwd")
+    gf.outputs(fwd(gf))
+    assert np.abs(run(gf, "host", feeds) - fwd_np(**args)).max() <= 1e-5
+    name = "xs" if wrt_xs else "c0"
+    want = fd_grad(lambda v: fwd_np(**{**args, name: v}), args[name], dy).reshape(-1)
+    for device in ("reference", "host"):
+        exe = rlx.compile(g, device=device)
+        assert "host_op" in exe.stats["by_thunk"]
+        (got,) = exe.run(**feeds).values()
+        assert np.abs(got - want).max() <= 1e-6 * np.abs(want).max(), device

@@ -38,8 +38,6 @@ KNOWN_GAPS: dict[str, str] = {
     "BatchElementwiseRegion": NO_PRODUCER,
     "SoftmaxCrossEntropyDense": NO_METAL,
     "WelchPeaks": NO_METAL,
-    "HostOp": "scan_backward lowers to it, but its numpy evaluation (autodiff of the body) "
-    "is missing",
     **dict.fromkeys(
         ["GaussianSplatRender", "GaussianSplatRenderBackward", "GaussianSplatPrepare",
          "GaussianSplatRasterize"],
