@@ -498,6 +498,17 @@ def test_symbolic_dims_compile() -> None:
         assert rel_err(a, b) <= HOST
 
 
+def test_scan_values() -> None:
+    def build(g: rlx.Graph, n: dict) -> rlx.Node:
+        body = rlx.Graph("body")
+        c, x = body.input("c", [2]), body.input("x", [2])
+        nc = body.tanh(c * 0.5 + x)
+        body.outputs(nc, nc * x)
+        return g.scan(body, [n["c0"]], [n["xs"]])
+
+    check(build, {"c0": [2], "xs": [3, 2]}, ["c0", "xs"])
+
+
 def test_scan_emits_scan_backward_per_operand_group() -> None:
     body = rlx.Graph("body")
     c, x = body.input("c", [2]), body.input("x", [2])
