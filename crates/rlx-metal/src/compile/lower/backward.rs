@@ -341,11 +341,7 @@ fn modulated(ctx: &mut Ctx<'_>, norm: Option<(f32, bool)>) -> Result<(), Compile
     let h = *xd.last().ok_or_else(|| ctx.bad_param("x", "rank 0"))?;
     let (nx, nm) = (count(ctx, &xd)?, count(ctx, &md)?);
     let mod_rows = nm / h.max(1);
-    let seq_per_mod = if mod_rows == 0 {
-        0
-    } else {
-        nx / h.max(1) / mod_rows
-    };
+    let seq_per_mod = (nx / h.max(1)).checked_div(mod_rows).unwrap_or(0);
     let dtype = ctx.out_shape().dtype;
     let (work, dt) = match dtype {
         DType::F16 => (DType::F16, HalfFlag::F16),

@@ -316,7 +316,8 @@ pub fn rope_backward(
     check_len(K, "cos", cos.len(), d.cos_len)?;
     check_len(K, "sin", sin.len(), d.cos_len)?;
     let half = d.n_rot / 2;
-    if d.head_dim == 0 || d.n_rot > d.head_dim || d.hidden % d.head_dim != 0 || half == 0 {
+    if d.head_dim == 0 || d.n_rot > d.head_dim || !d.hidden.is_multiple_of(d.head_dim) || half == 0
+    {
         return Err(invalid(K, format!("bad geometry {d:?}")));
     }
     let table_rows = d.cos_len / half;

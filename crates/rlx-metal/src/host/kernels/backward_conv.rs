@@ -57,7 +57,7 @@ impl Window2d {
                 format!("stride, dilation and groups must be ≥ 1: {self:?}"),
             ));
         }
-        if self.c % self.groups != 0 || self.c_out % self.groups != 0 {
+        if !self.c.is_multiple_of(self.groups) || !self.c_out.is_multiple_of(self.groups) {
             return Err(invalid(
                 k,
                 format!("groups {} must divide the channels", self.groups),

@@ -112,7 +112,11 @@ pub(super) fn lower(i: usize, t: &Thunk) -> Option<Lowered> {
             };
             // the kernel divides by these: the host kernel reports bad geometry
             let half = r.n_rot / 2;
-            if r.head_dim == 0 || half == 0 || r.n_rot > r.head_dim || r.hidden % r.head_dim != 0 {
+            if r.head_dim == 0
+                || half == 0
+                || r.n_rot > r.head_dim
+                || !r.hidden.is_multiple_of(r.head_dim)
+            {
                 return None;
             }
             let offs = [r.dy, r.cos, r.sin, r.dx];
@@ -282,8 +286,8 @@ fn conv_ok(a: &Window2dArgs) -> bool {
     a.sh > 0
         && a.sw > 0
         && a.groups > 0
-        && a.c % a.groups == 0
-        && a.c_out % a.groups == 0
+        && a.c.is_multiple_of(a.groups)
+        && a.c_out.is_multiple_of(a.groups)
         && prod(&[a.n, a.c, a.h, a.w]).is_some()
         && prod(&[a.n, a.c_out, a.h_out, a.w_out]).is_some()
         && prod(&[a.c_out, a.c, a.kh, a.kw]).is_some()
