@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, Optional
 
 from rlx._rlx import __version__, pass_names, set_int8_activations
 from rlx._types import dtype_name
+from rlx.autodiff import grad
 from rlx.custom import register_op
 from rlx.errors import (
     DTypeError,
@@ -65,4 +66,5 @@ __all__ = [
     "register_op",
     "set_int8_activations",
     "dtype_name",
+    "grad",
 ]
