@@ -603,7 +603,8 @@ def main(argv: list[str] | None = None) -> int:
     bench.add_argument(
         "--profile",
         action="store_true",
-        help="print where a decode step's time goes per thunk kind (as RLX_PROFILE=1)",
+        help="print where a decode step's time goes per thunk kind, after a prompt of the "
+        "largest --depth (as RLX_PROFILE=1)",
     )
     bench.set_defaults(fn=_cmd_bench)
     insp = sub.add_parser(

@@ -181,7 +181,8 @@ def run(
     """All figures for model ``name`` (a packaged name or a path): ``pp64``,
     ``pp256``, ``tg32``, ``tg128`` unless ``standard`` is false; with
     ``depths`` ``tg64@dN`` per depth; with ``profile`` a
-    :func:`decode_profile` (depth 0) under ``"profile"``."""
+    :func:`decode_profile` (after a prompt of the largest depth, else 0)
+    under ``"profile"``."""
     t0 = time.perf_counter()
     model = load(name)
     out: dict[str, Any] = {"model": name, "load_s": round(time.perf_counter() - t0, 3)}
@@ -192,7 +193,7 @@ def run(
     for d in depths:
         out[f"tg64@d{d}"] = round(depth_decode_tps(model, d, 64, repeats), 1)
     if profile:
-        out["profile"] = decode_profile(model)
+        out["profile"] = decode_profile(model, depth=max(depths, default=0))
     out["compile_s"] = round(model.timings["compile"], 3)
     out["peak_rss_mib"] = round(peak_rss_mib(), 1)
     return out
