@@ -91,7 +91,7 @@ pub(super) fn qk<const FMA: bool>(
     let gs = q.len() / d;
     assert!(k.fits(d) && col + k.n <= sn && gs * sn <= scores.len());
     #[cfg(target_arch = "x86_64")]
-    if FMA && d % 8 == 0 {
+    if FMA && d.is_multiple_of(8) {
         // SAFETY: FMA builds run only on AVX2 + FMA CPUs (module doc); the
         // bounds were checked above.
         return unsafe { x86::qk(q, d, k, scores, sn, col) };
@@ -118,7 +118,7 @@ pub(super) fn pv<const FMA: bool>(
     let gs = part.len() / (d + 2);
     assert!(v.fits(d) && col + v.n <= sn && gs * sn <= w.len());
     #[cfg(target_arch = "x86_64")]
-    if FMA && d % 8 == 0 {
+    if FMA && d.is_multiple_of(8) {
         // SAFETY: as in `qk`.
         return unsafe { x86::pv(w, sn, col, d, v, part) };
     }
