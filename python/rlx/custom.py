@@ -42,7 +42,6 @@ ShapeFn = Callable[..., Any]
 HostFn = Callable[..., None]
 
 _SHAPE_FNS: dict[str, ShapeFn] = {}
-GridFn = Callable[[int], Any]
 
 # attribute key of the kernel spec (``GPU_KERNEL_KEY`` in the Rust thunk)
 GPU_KERNEL_KEY = "__msl__"

@@ -480,22 +480,7 @@ fn encode<E: std::fmt::Display>(
     enc.set_compute_pipeline_state(p);
     enc.set_bytes(0, d.args.len() as u64, d.args.as_ptr().cast());
     for (k, b) in d.bindings.iter().enumerate() {
-        let (buffer, offset) =
-            match b.buffer {
-                Buf::Arena => (&bufs.arena, b.offset),
-                Buf::State => (&bufs.state, b.offset),
-                Buf::Weights(s) => {
-                    let seg = bufs.segments.get(s).and_then(Option::as_ref).ok_or(
-                        DeviceError::Segment {
-                            index: d.thunk,
-                            thunk,
-                            segment: s,
-                            count: bufs.segments.len(),
-                        },
-                    )?;
-                    (&seg.buffer, seg.start + b.offset)
-                }
-            };
+        let (buffer, offset) = resolve(*b, d.thunk, thunk, bufs)?;
         enc.set_buffer(k as u64 + 1, Some(buffer), offset as u64);
     }
     for (i, &n) in d.threadgroup_memory.iter().enumerate() {

@@ -263,7 +263,7 @@ fn user_dispatch<E: std::fmt::Display>(
     };
     let lib = user_library(&format!("{}.metal", u.op), &u.source).map_err(kernel_err)?;
     let range = |o: &super::plan::UserOperand| {
-        let end = o.binding.offset.checked_add(o.len).unwrap_or(usize::MAX);
+        let end = o.binding.offset.saturating_add(o.len);
         o.binding.offset..end
     };
     let mut inputs = Vec::with_capacity(u.inputs.len());
