@@ -4,6 +4,7 @@ splatting and user custom ops."""
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Sequence
 from typing import Any, Optional
 
@@ -147,6 +148,16 @@ class MiscOps(GraphBase):
 
         shapes = [(tuple(n.shape), n.dtype) for n in inputs]
         dims, dtype = _custom.infer(op_name, shapes, attrs)
+        key = _custom.GPU_KERNEL_KEY
+        if key in attrs:
+            raise _custom.CustomOpError(f"[{op_name}] attribute name '{key}' is reserved")
+        if op_name in _custom.registered_gpu_ops():
+            if not all(isinstance(d, int) for d in dims):
+                raise _custom.CustomOpError(
+                    f"[{op_name}] a GPU op needs a concrete output shape, got {dims}"
+                )
+            count = math.prod(dims)
+            attrs = {**attrs, _custom.GPU_KERNEL_KEY: _custom.kernel_attrs(op_name, count)}
         return self.custom(op_name, list(inputs), dims, dtype, attrs=attrs, name=name)
 
     def custom(

@@ -8,7 +8,7 @@ use super::{index_i32, numel, Ctx};
 use crate::compile::error::CompileError;
 use crate::thunk::binary::BinaryBroadcast;
 use crate::thunk::conv::ResizeNearest2x;
-use crate::thunk::host::CustomOp;
+use crate::thunk::host::{CustomGpuOp, CustomOp, GPU_KERNEL_KEY};
 use crate::thunk::indexing::{CpuIndexing, Gather, GatherAxis, IndexingThunk, ScatterAdd};
 use crate::thunk::shape::{Concat, Narrow, Reverse, Transpose};
 use crate::thunk::HalfFlag;
@@ -362,6 +362,11 @@ pub(super) fn lower(ctx: &mut Ctx<'_>, op: &Op) -> Result<(), CompileError> {
     }
 }
 
+/// True when a custom op's attributes hold a raw-GPU kernel.
+fn op_attrs_have_kernel(op: &Op) -> bool {
+    matches!(op, Op::Custom { attrs, .. } if attrs.get(GPU_KERNEL_KEY).is_some())
+}
+
 /// A user op registered from Python: its operands and result as (offset,
 /// elements, shape), attributes as JSON bytes.
 pub(super) fn lower_custom(ctx: &mut Ctx<'_>, op: &Op) -> Result<(), CompileError> {
@@ -383,11 +388,22 @@ pub(super) fn lower_custom(ctx: &mut Ctx<'_>, op: &Op) -> Result<(), CompileErro
         ctx.u32(numel(&ctx.out_dims()), "elements")?,
         out_shape,
     );
-    ctx.push(CustomOp {
-        name: name.clone(),
-        inputs,
-        output,
-        attrs: attrs.to_string().into_bytes(),
-    });
+    let (name, attrs) = (name.clone(), attrs.to_string().into_bytes());
+    // `rlx.register_gpu_op` ops carry their MSL kernel in the attributes
+    if op_attrs_have_kernel(op) {
+        ctx.push(CustomGpuOp {
+            name,
+            inputs,
+            output,
+            attrs,
+        });
+    } else {
+        ctx.push(CustomOp {
+            name,
+            inputs,
+            output,
+            attrs,
+        });
+    }
     Ok(())
 }

@@ -48,6 +48,8 @@ pub(crate) enum Lowered {
     Host,
     /// Nothing (a `Nop` or an empty thunk).
     Skip,
+    /// A user kernel (`CustomGpuOp`).
+    User(super::plan::UserDispatch),
 }
 
 /// The `_f32` / `_f16` suffix of a kernel name.
