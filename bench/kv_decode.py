@@ -8,7 +8,12 @@ place, attention reads the first ``kv_len`` rows. Reports the median time per
 layer of the whole step and of attention alone (a second graph without the
 writes), and the GB/s of K/V bytes attention reads.
 
-    python bench/kv_decode.py [--cap 2048] [--kv-len 1024] [--layers 16] [--runs 50]
+    python bench/kv_decode.py [--cap 2048] [--kv-len 1024] [--layers 16] [--runs 50] [--cpu]
+
+``--cpu`` times with the process's CPU clock instead of the wall clock: on a
+machine shared with other work (load above the core count) wall time mostly
+measures the scheduler; with ``RLX_NUM_THREADS=1`` CPU time is the kernel's
+cost.
 
 Timings are not asserted anywhere; machines are noisy.
 """
@@ -26,13 +31,13 @@ import rlx
 SHAPES = [("smollm2", 9, 3, 64, 0), ("qwen2.5", 14, 2, 64, 0), ("gemma3", 4, 1, 256, 512)]
 
 
-def median_time(fn: Callable[[], object], runs: int) -> float:
+def median_time(fn: Callable[[], object], runs: int, clock: Callable[[], float]) -> float:
     fn()
     times = []
     for _ in range(runs):
-        t0 = time.perf_counter()
+        t0 = clock()
         fn()
-        times.append(time.perf_counter() - t0)
+        times.append(clock() - t0)
     return statistics.median(times)
 
 
@@ -61,9 +66,12 @@ def main() -> None:
     ap.add_argument("--kv-len", type=int, default=1024)
     ap.add_argument("--layers", type=int, default=16)
     ap.add_argument("--runs", type=int, default=50)
+    ap.add_argument("--cpu", action="store_true", help="process CPU time, not wall time")
     a = ap.parse_args()
+    clock = time.process_time if a.cpu else time.perf_counter
     rng = np.random.default_rng(0)
     print(f"decode attention, C={a.cap}, kv_len={a.kv_len}, f32 cache, "
+          f"{'CPU' if a.cpu else 'wall'} time, "
           f"median of {a.runs} runs / {a.layers} layers")
     print(f"{'model':8} {'heads':>5} {'kv':>3} {'d':>4} {'win':>4} | "
           f"{'attn µs':>8} {'GB/s':>6} | {'write+attn µs':>13}")
@@ -80,7 +88,7 @@ def main() -> None:
             assert ex.stats["fallback_thunks"] == 0, ex.stats
             run = ex._native.run
             fb = ex._fallback
-            res.append(median_time(lambda run=run, fb=fb: run(fb), a.runs) / a.layers)
+            res.append(median_time(lambda run=run, fb=fb: run(fb), a.runs, clock) / a.layers)
         seen = min(a.kv_len, win + 1) if win else a.kv_len
         kv_bytes = 2 * seen * kvh * d * 4
         print(f"{name:8} {h:5} {kvh:3} {d:4} {win:4} | {res[0] * 1e6:8.1f} "

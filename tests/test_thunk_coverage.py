@@ -27,33 +27,26 @@ from rlx.thunk_coverage import (
     thunk_table,
 )
 
-BACKWARD = "backward family not lowered yet"
-SPLAT = "Gaussian splats not lowered yet (issue 19 point 5)"
+SPLAT_BWD = (
+    "splat gradient runs as a Metal host command: its per-splat sums over pixels have "
+    "no kernel yet (native on host)"
+)
 NO_PRODUCER = "no lowering or pass produces it yet (issue 19)"
 NO_METAL = "runs as a Metal host command: no kernel lowering yet"
 KNOWN_GAPS: dict[str, str] = {
+    # the seed casts f32 -> i64 this way in f32-widened Metal arenas; ours keep
+    # real dtypes, and an int round trip saturates / maps NaN to 0 where
+    # truncation does not, so no graph means it
     "CastTruncF32": NO_PRODUCER,
+    # rewrite_simple_elementwise_regions makes it for a one-step region at
+    # its own destination, which the planner never lays out (fresh outputs)
     "ActivationInPlace": NO_PRODUCER,
-    "GeluApproxOut": NO_PRODUCER,
+    # the seed uses it for arenas past 4 GiB only (too large for a probe)
     "GeluApproxHost": NO_PRODUCER,
     "BatchElementwiseRegion": NO_PRODUCER,
     "SoftmaxCrossEntropyDense": NO_METAL,
-    "SoftmaxCrossEntropyWithLogits": NO_METAL,
     "WelchPeaks": NO_METAL,
-    **dict.fromkeys(
-        ["SoftmaxCrossEntropyBackward", "AttentionBackward", "AdaLayerNormBackward",
-         "GatedResidualBackward", "RmsNormBackwardInput", "RmsNormBackwardGamma",
-         "RmsNormBackwardBeta", "RopeBackward", "CumsumBackward", "GatherBackward",
-         "MaxPool2dBackward", "Conv2dBackwardInput", "Conv2dBackwardWeight",
-         "LogMelBackward", "HostOp"],
-        BACKWARD,
-    ),
-    **dict.fromkeys(
-        ["GaussianSplatRender", "GaussianSplatRenderBackward", "GaussianSplatPrepare",
-         "GaussianSplatRasterize"],
-        SPLAT,
-    ),
-    "CustomGpuOp": "no graph API yet (rlx.register_gpu_op, issue 19 point 6): no probe",
+    "GaussianSplatRenderBackward": SPLAT_BWD,
 }
 
 VARIANTS = [(v, n) for v, n in _rlx.thunk_variants() if v != "Nop"]

@@ -7,7 +7,8 @@ from typing import TYPE_CHECKING, Optional
 
 from rlx._rlx import __version__, pass_names, set_int8_activations
 from rlx._types import dtype_name
-from rlx.custom import register_op
+from rlx.autodiff import grad
+from rlx.custom import register_gpu_op, register_op
 from rlx.errors import (
     DTypeError,
     GraphError,
@@ -62,7 +63,9 @@ __all__ = [
     "load",
     "pass_names",
     "quantize",
+    "register_gpu_op",
     "register_op",
     "set_int8_activations",
     "dtype_name",
+    "grad",
 ]

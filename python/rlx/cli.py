@@ -317,13 +317,24 @@ def _cmd_bench(args: argparse.Namespace) -> int:
     from rlx.models import bench
 
     _check_model_path(args.model)
-    res = bench.run(args.model, repeats=args.repeats)
+    profile = args.profile or os.environ.get("RLX_PROFILE", "").strip() not in ("", "0")
+    res = bench.run(
+        args.model,
+        repeats=args.repeats,
+        depths=tuple(args.depth),
+        profile=profile,
+        standard=not args.depth_only,
+    )
     if args.json:
         print(json.dumps(res))
     else:
         for k, v in res.items():
+            if k == "profile":
+                continue
             unit = " tok/s" if k.startswith(("pp", "tg")) else ""
             print(f"{k:14} {v}{unit}")
+        if "profile" in res:
+            print(bench.format_profile(res["profile"]))
     return 0
 
 
@@ -596,6 +607,23 @@ def main(argv: list[str] | None = None) -> int:
     bench.add_argument("--json", action="store_true", help="print one JSON object")
     bench.add_argument(
         "--repeats", type=_at_least(1), default=3, help="runs per figure (median)"
+    )
+    bench.add_argument(
+        "--depth",
+        type=_at_least(0),
+        nargs="*",
+        default=[],
+        metavar="N",
+        help="also tg64@dN: 64 decode steps after an N-token prompt",
+    )
+    bench.add_argument(
+        "--depth-only", action="store_true", help="skip pp64 / pp256 / tg32 / tg128"
+    )
+    bench.add_argument(
+        "--profile",
+        action="store_true",
+        help="print where a decode step's time goes per thunk kind, after a prompt of the "
+        "largest --depth (as RLX_PROFILE=1)",
     )
     bench.set_defaults(fn=_cmd_bench)
     insp = sub.add_parser(

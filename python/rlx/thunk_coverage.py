@@ -37,8 +37,9 @@ __all__ = [
 
 def host_by_design(variant: str) -> bool:
     """True for the seed's explicit host variants (``*Host``, ``HostOp``,
-    ``CustomOp``): they may call back into Python (no native kernel needed)."""
-    return variant.endswith("Host") or variant in ("HostOp", "CustomOp")
+    ``CustomOp``) and ``CustomGpuOp`` (whose host path is the user's Python
+    fallback): they may call back into Python (no native kernel needed)."""
+    return variant.endswith("Host") or variant in ("HostOp", "CustomOp", "CustomGpuOp")
 
 
 # Variants the seed's own Metal backend runs on the host (its doc comments in
@@ -179,6 +180,29 @@ def _custom_probe_op() -> str:
 
     register_op("rlx_probe_double", lambda shape: shape, host)
     return "rlx_probe_double"
+
+
+_PROBE_MSL = """
+#include <metal_stdlib>
+using namespace metal;
+kernel void probe_triple(device const float* x [[buffer(0)]],
+                         device float* out [[buffer(1)]],
+                         constant uint& n [[buffer(2)]],
+                         uint i [[thread_position_in_grid]]) {
+    if (i < n) { out[i] = 3.0f * x[i]; }
+}
+"""
+
+
+def _custom_gpu_probe_op() -> str:
+    """Registers (once) and names a user GPU op tripling its input."""
+    from rlx.custom import register_gpu_op
+
+    def host(inputs: list[np.ndarray], out: np.ndarray) -> None:
+        out[...] = inputs[0] * 3
+
+    register_gpu_op("rlx_probe_triple", _PROBE_MSL, kernel="probe_triple", fallback=host)
+    return "rlx_probe_triple"
 
 
 def _split_last(p: ProbeGraph) -> None:
@@ -402,6 +426,8 @@ PROBES: dict[str, Probe] = {
         lambda p: _splat_rasterize(p))),
     "CustomOp": Probe("op custom_op (rlx.register_op)", _b(
         lambda p: p.g.custom_op(_custom_probe_op(), p.x("a", [4, 8])))),
+    "CustomGpuOp": Probe("op custom_op (rlx.register_gpu_op)", _b(
+        lambda p: p.g.custom_op(_custom_gpu_probe_op(), p.x("a", [4, 8])))),
     "SpdHost": Probe("op spd (log_eig)", _b(lambda p: p.g.spd(
         "log_eig", p.x("a", [2, 2], data=[[2.0, 0.5], [0.5, 1.0]])))),
     "ScanHost": Probe("op scan", _b(lambda p: p.g.scan(

@@ -209,6 +209,32 @@ def test_bench_figures_on_tiny_model(tiny: Tiny) -> None:
     assert all(res[k] > 0 for k in ("pp64", "pp256", "tg32", "tg128", "peak_rss_mib"))
 
 
+def test_bench_depth_and_decode_profile_shape(tiny: Tiny) -> None:
+    """``rlx bench --depth N --profile``: a ``tg64@dN`` per depth and a decode
+    profile whose parts (thunk kinds, executor, Python) add up to the step."""
+    from rlx.models import bench
+
+    path, _ = tiny("llama", "Q8_0")
+    res = bench.run(str(path), repeats=1, depths=(0, 20), profile=True, standard=False)
+    assert "pp64" not in res and res["tg64@d0"] > 0 and res["tg64@d20"] > 0
+    p = res["profile"]
+    parts = ("gemv", "attention", "norm", "other", "executor", "python")
+    assert set(p["ms_per_token"]) == {*parts, "total"}
+    ms = p["ms_per_token"]
+    assert all(ms[k] >= 0 for k in parts if k != "executor") and ms["total"] > 0
+    assert abs(sum(ms[k] for k in parts) - ms["total"]) < 1e-3 * ms["total"] + 1e-3
+    assert abs(sum(p["fraction"].values()) - 1.0) < 1e-3
+    assert ms["gemv"] > 0 and ms["attention"] > 0  # the tiny llama has both
+    assert p["by_thunk"] and sum(p["by_thunk"].values()) <= ms["total"]
+    text = bench.format_profile(p)
+    assert "attention" in text and "python" in text and "ms/token" in text
+    assert bench.thunk_kind("attention") == "attention"
+    assert bench.thunk_kind("rms_norm") == "norm"
+    assert bench.thunk_kind("dequant_matmul_gguf") == "gemv"
+    assert bench.thunk_kind("fused_mlp_down_residual") == "gemv"
+    assert bench.thunk_kind("rope") == "other"
+
+
 @pytest.mark.parametrize(
     ("pattern", "windows"),
     [(2, [5, 0, 5]), (3, [5, 5, 0]), ([True, False, False], [5, 0, 0])],

@@ -57,7 +57,9 @@ def test_activation(act: str, dt: str) -> None:
     g = rlx.Graph()
     x = g.input("x", [33, 7], dt)
     g.outputs(g.activation(x, act))
-    check(g, {"x": _act_input(act, n, dt).reshape(33, 7)}, expect=["activation_out"])
+    # the f32 tanh GELU has the seed's own thunk
+    thunk = "gelu_approx_out" if (act, dt) == ("gelu_approx", "f32") else "activation_out"
+    check(g, {"x": _act_input(act, n, dt).reshape(33, 7)}, expect=[thunk])
 
 
 @pytest.mark.parametrize("dt", ["f32", "f16"])

@@ -1,6 +1,7 @@
 """Gaussian splats: projection against closed forms, blending against a per-pixel
 loop, prepare + rasterize == render, and the analytic backward against finite
-differences of the forward (float64, smooth regime: radius_scale 8, no cutoffs)."""
+differences of the forward (float64, smooth regime: radius_scale 8, no cutoffs).
+The backward is packed one row per splat ``[g, 14 + 3k]``."""
 
 from __future__ import annotations
 
@@ -174,9 +175,9 @@ def test_backward_finite_differences(use_sh: bool) -> None:
     d_img = np.random.default_rng(5).standard_normal((H, W, 3))
     params = [pos, scales, rots, opac, colors, sh]
     packed = render_backward_fn(*params, meta, CFG, d_img)
-    sizes = [p.size for p in params]
-    assert packed.size == sum(sizes)
-    parts = np.split(packed, np.cumsum(sizes)[:-1])
+    widths = [p.size // 3 for p in params]  # columns per splat (g = 3)
+    assert packed.shape == (3, sum(widths))
+    parts = [c.ravel() for c in np.split(packed, np.cumsum(widths)[:-1], axis=1)]
     for pi, p in enumerate(params):
         for j in range(p.size):
             h = 1e-6
@@ -250,7 +251,7 @@ def test_splat_thunks() -> None:
     clipped = np.clip(dl.astype(np.float64), -0.5, 0.5)
     np.testing.assert_allclose(
         a.read(pko, sum(p.size for p in params)),
-        render_backward_fn(*params, meta, CFG, clipped),
+        render_backward_fn(*params, meta, CFG, clipped).ravel(),
         rtol=1e-5,
         atol=1e-6,
     )

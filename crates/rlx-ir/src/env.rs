@@ -57,6 +57,12 @@ pub const VARS: &[EnvVar] = &[
                   (one slice per thunk run, compile stages, generation steps)",
     },
     EnvVar {
+        name: "RLX_PROFILE",
+        default: "0",
+        meaning: "1 = `rlx bench` also prints where a decode step's time goes per thunk kind \
+                  (as `--profile`)",
+    },
+    EnvVar {
         name: "RLX_CACHE_DIR",
         default: "~/.cache/rlx",
         meaning: "where assembled model files and compiled kernels are cached",

@@ -545,6 +545,90 @@ struct LogMelArgs {
     uint n_mels;
 };
 
+// backward.metal attention_bwd_f32: operands [b, heads, L, d] (bhsd) or
+// [b, L, heads, d]; mask kinds as AttnArgs; wrt 0 q, 1 k, 2 v; scale 1/sqrt(d).
+struct AttnBwdArgs {
+    uint batch;
+    uint seq;
+    uint kv_seq;
+    uint heads;
+    uint head_dim;
+    uint mask_kind;
+    uint window;
+    uint wrt;
+    uint bhsd;
+    float scale;
+};
+
+// backward.metal rms_norm_bwd_f32: x / dy [rows, h]; wrt 0 input, 1 gamma, 2 beta.
+struct RmsBwdArgs {
+    uint rows;
+    uint h;
+    float eps;
+    uint wrt;
+};
+
+// backward.metal rope_bwd_f32: [batch, seq, hidden], cos / sin cos_len floats.
+struct RopeBwdArgs {
+    uint batch;
+    uint seq;
+    uint hidden;
+    uint head_dim;
+    uint n_rot;
+    uint cos_len;
+};
+
+// backward.metal cumsum_bwd_f32: [rows, cols].
+struct CumsumBwdArgs {
+    uint rows;
+    uint cols;
+    uint exclusive;
+};
+
+// backward.metal gather_bwd_f32: dy [outer, num_idx, trailing] -> [outer, axis_dim, trailing].
+struct GatherBwdArgs {
+    uint outer;
+    uint axis_dim;
+    uint num_idx;
+    uint trailing;
+};
+
+// backward.metal conv2d gradients: x [n, c, h, w], y [n, c_out, h_out, w_out].
+struct Window2dArgs {
+    uint n;
+    uint c;
+    uint h;
+    uint w;
+    uint c_out;
+    uint h_out;
+    uint w_out;
+    uint kh;
+    uint kw;
+    uint sh;
+    uint sw;
+    uint ph;
+    uint pw;
+    uint dh;
+    uint dw;
+    uint groups;
+};
+
+// backward.metal ada_ln_bwd_* / gated_residual_bwd_*: mod_rows rows of h, each
+// covering seq_per_mod rows.
+struct ModBwdArgs {
+    uint h;
+    uint seq_per_mod;
+    uint mod_rows;
+    float eps;
+    uint layer_norm;
+};
+
+// backward.metal softmax_ce_*: logits [n, c], labels i32 [n].
+struct SceArgs {
+    uint n;
+    uint c;
+};
+
 static_assert(sizeof(UnaryArgs) == 8 && alignof(UnaryArgs) == 4, "UnaryArgs layout");
 static_assert(sizeof(CastArgs) == 4 && alignof(CastArgs) == 4, "CastArgs layout");
 static_assert(sizeof(BinaryArgs) == 8 && alignof(BinaryArgs) == 4, "BinaryArgs layout");
@@ -613,6 +697,24 @@ static_assert(sizeof(RngArgs) == 32 && alignof(RngArgs) == 4, "RngArgs layout");
 static_assert(sizeof(VqArgs) == 16 && alignof(VqArgs) == 4, "VqArgs layout");
 static_assert(sizeof(AxialRopeArgs) == 32 && alignof(AxialRopeArgs) == 4, "AxialRopeArgs layout");
 
+// splat.metal splat_prepare_f32 (one thread per splat) and
+// splat_rasterize_f32 (one thread per pixel): Gaussian splats.
+struct SplatArgs {
+    uint count;                   // splats g
+    uint sh_coeffs;               // k per splat
+    uint width;
+    uint height;
+    uint tile_size;
+    uint tiles_x;
+    uint tiles_y;
+    uint max_splat_steps;         // 0 = unlimited
+    uint max_list_entries;        // 0 = unlimited
+    float radius_scale;
+    float alpha_cutoff;
+    float transmittance_threshold;
+};
+static_assert(sizeof(SplatArgs) == 48 && alignof(SplatArgs) == 4, "SplatArgs layout");
+
 // vision.metal conv2d_* / conv_transpose2d_* / im2col_*: NCHW geometry; h,
 // w are the input's size (c_out and groups unused by im2col).
 struct Conv2dArgs {
@@ -673,5 +775,14 @@ static_assert(sizeof(QuantFormatArgs) == 20 && alignof(QuantFormatArgs) == 4, "Q
 static_assert(sizeof(ScaledArgs) == 32 && alignof(ScaledArgs) == 4, "ScaledArgs layout");
 static_assert(sizeof(FftArgs) == 20 && alignof(FftArgs) == 4, "FftArgs layout");
 static_assert(sizeof(LogMelArgs) == 16 && alignof(LogMelArgs) == 4, "LogMelArgs layout");
+
+static_assert(sizeof(AttnBwdArgs) == 40 && alignof(AttnBwdArgs) == 4, "AttnBwdArgs layout");
+static_assert(sizeof(RmsBwdArgs) == 16 && alignof(RmsBwdArgs) == 4, "RmsBwdArgs layout");
+static_assert(sizeof(RopeBwdArgs) == 24 && alignof(RopeBwdArgs) == 4, "RopeBwdArgs layout");
+static_assert(sizeof(CumsumBwdArgs) == 12 && alignof(CumsumBwdArgs) == 4, "CumsumBwdArgs layout");
+static_assert(sizeof(GatherBwdArgs) == 16 && alignof(GatherBwdArgs) == 4, "GatherBwdArgs layout");
+static_assert(sizeof(Window2dArgs) == 64 && alignof(Window2dArgs) == 4, "Window2dArgs layout");
+static_assert(sizeof(ModBwdArgs) == 20 && alignof(ModBwdArgs) == 4, "ModBwdArgs layout");
+static_assert(sizeof(SceArgs) == 8 && alignof(SceArgs) == 4, "SceArgs layout");
 
 #endif  // RLX_METAL_ARGS_H

@@ -4,6 +4,14 @@ Prefill ``ppN``: ``N`` random token ids from an empty cache (the graph for
 that bucket compiled beforehand, compile time reported apart). Decode
 ``tgN``: ``N`` single-token steps after a one-token prompt (llama-bench's
 ``tg`` convention). Each figure is the median of ``repeats`` runs.
+
+``--depth N``: ``tg64@dN``, 64 decode steps after a prompt of ``N`` tokens
+(llama-bench's ``-n 64 -d N``); the prompt is fed once and each repeat
+rewinds the cache to it.
+
+``--profile`` (or ``RLX_PROFILE=1``): :func:`decode_profile`, where one
+decode step's time goes, per thunk kind, plus the executor's and Python's
+share between the thunks.
 """
 
 from __future__ import annotations
@@ -12,7 +20,7 @@ import resource
 import statistics
 import sys
 import time
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 
@@ -59,15 +67,133 @@ def decode_tps(model: DecoderModel, n: int, repeats: int) -> float:
     return n / statistics.median(times)
 
 
-def run(name: str, repeats: int = 3) -> dict[str, Any]:
-    """All figures for model ``name`` (a packaged name or a path)."""
+def depth_decode_tps(model: DecoderModel, depth: int, n: int, repeats: int) -> float:
+    """Median tokens/s of ``n`` decode steps after a ``depth``-token prompt
+    (the prompt is fed once; every round rewinds the cache to it)."""
+    ids = _ids(model, depth + n + 1, 2)
+    model.reset(depth + n + 1)
+    model._feed(ids[: depth + 1])
+    times = []
+    for r in range(repeats + 1):
+        model._n = depth + 1  # rewind: the next steps overwrite the same slots
+        t0 = time.perf_counter()
+        for t in ids[depth + 1 :]:
+            model._feed([t])
+        if r:  # the first round compiles and warms up
+            times.append(time.perf_counter() - t0)
+    return n / statistics.median(times)
+
+
+#: Thunk kinds of :func:`decode_profile`: first match wins (substrings of
+#: the lower-cased thunk name, e.g. ``attention``, ``rms_norm``,
+#: ``dequant_matmul_gguf``, ``fused_mlp_down_residual``).
+KINDS: tuple[tuple[str, tuple[str, ...]], ...] = (
+    ("attention", ("attention", "attn", "sdpa")),
+    ("norm", ("norm",)),
+    ("gemv", ("matmul", "gemv", "gemm", "quant", "linear", "mlp", "dense")),
+)
+
+
+def thunk_kind(name: str) -> str:
+    """``gemv``, ``attention``, ``norm`` or ``other`` for a thunk name."""
+    low = name.lower()
+    return next((k for k, keys in KINDS if any(s in low for s in keys)), "other")
+
+
+def decode_profile(model: DecoderModel, n: int = 64, depth: int = 0) -> dict[str, Any]:
+    """Where a decode step's time goes: ``n`` steps after a ``depth``-token
+    prompt with the executor's per-thunk clocks on. Milliseconds per token
+    by thunk kind (``gemv``, ``attention``, ``norm``, ``other``), then
+    ``executor`` (inside ``Executable.run`` but outside the thunks: input
+    binding, output copies, FFI, the lock) and ``python`` (the rest of the
+    step: embedding lookup, RoPE tables, feeds), ``total`` and each part's
+    fraction of it; ``by_thunk`` has ms per token per thunk name. The
+    clocks add ~1 µs per thunk."""
+    ids = _ids(model, depth + n + 2, 3)
+    model.reset(depth + n + 2)
+    model._feed(ids[: depth + 1])
+    model._feed(ids[depth + 1 : depth + 2])  # compile + warm the decode graph
+    exe = model.compiled(1, decode=True)[2]
+    inside = [0.0]
+    orig: dict[str, Callable[..., Any]] = {}
+    for meth in ("run", "run_active"):
+        fn = getattr(exe, meth, None)
+        if fn is None:
+            continue
+        orig[meth] = fn
+
+        def timed(*a: Any, _fn: Callable[..., Any] = fn, **kw: Any) -> Any:
+            t0 = time.perf_counter()
+            try:
+                return _fn(*a, **kw)
+            finally:
+                inside[0] += time.perf_counter() - t0
+
+        setattr(exe, meth, timed)
+    try:
+        exe.profile(True)
+        t0 = time.perf_counter()
+        for t in ids[depth + 2 :]:
+            model._feed([t])
+        wall = time.perf_counter() - t0
+        prof = exe.profile(False)
+    finally:
+        for meth in orig:
+            delattr(exe, meth)
+    ms = 1e3 / n
+    kinds = {k: 0.0 for k in ("gemv", "attention", "norm", "other")}
+    by_thunk = {}
+    for name, (secs, _calls) in prof.items():
+        kinds[thunk_kind(name)] += secs * ms
+        by_thunk[name] = round(secs * ms, 4)
+    thunks = sum(kinds.values())
+    parts = {**kinds, "executor": inside[0] * ms - thunks, "python": (wall - inside[0]) * ms}
+    total = wall * ms
+    return {
+        "depth": depth,
+        "tokens": n,
+        "ms_per_token": {k: round(v, 4) for k, v in parts.items()} | {"total": round(total, 4)},
+        "fraction": {k: round(v / total, 4) for k, v in parts.items()},
+        "by_thunk": dict(sorted(by_thunk.items(), key=lambda kv: -kv[1])),
+    }
+
+
+def format_profile(p: dict[str, Any]) -> str:
+    """A :func:`decode_profile` result as a small table."""
+    ms, fr = p["ms_per_token"], p["fraction"]
+    lines = [f"decode profile: {p['tokens']} tokens after a {p['depth']}-token prompt, "
+             f"{ms['total']:.3f} ms/token ({1e3 / ms['total']:.1f} tok/s)"]  # fmt: skip
+    for k in ("gemv", "attention", "norm", "other", "executor", "python"):
+        lines.append(f"  {k:10} {ms[k]:8.3f} ms  {100 * fr[k]:5.1f} %")
+    lines.append("  top thunks (ms/token):")
+    for name, v in list(p["by_thunk"].items())[:8]:
+        lines.append(f"    {name:32} {v:8.3f}")
+    return "\n".join(lines)
+
+
+def run(
+    name: str,
+    repeats: int = 3,
+    depths: tuple[int, ...] = (),
+    profile: bool = False,
+    standard: bool = True,
+) -> dict[str, Any]:
+    """All figures for model ``name`` (a packaged name or a path): ``pp64``,
+    ``pp256``, ``tg32``, ``tg128`` unless ``standard`` is false; with
+    ``depths`` ``tg64@dN`` per depth; with ``profile`` a
+    :func:`decode_profile` (after a prompt of the largest depth, else 0)
+    under ``"profile"``."""
     t0 = time.perf_counter()
     model = load(name)
     out: dict[str, Any] = {"model": name, "load_s": round(time.perf_counter() - t0, 3)}
-    for n in (64, 256):
+    for n in (64, 256) if standard else ():
         out[f"pp{n}"] = round(prefill_tps(model, n, repeats), 1)
-    for n in (32, 128):
+    for n in (32, 128) if standard else ():
         out[f"tg{n}"] = round(decode_tps(model, n, repeats), 1)
+    for d in depths:
+        out[f"tg64@d{d}"] = round(depth_decode_tps(model, d, 64, repeats), 1)
+    if profile:
+        out["profile"] = decode_profile(model, depth=max(depths, default=0))
     out["compile_s"] = round(model.timings["compile"], 3)
     out["peak_rss_mib"] = round(peak_rss_mib(), 1)
     return out

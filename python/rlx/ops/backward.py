@@ -216,8 +216,13 @@ class BackwardOps(GraphBase):
         max_anisotropy: float = 1e3,
         name: str = "",
     ) -> Node:
-        """Splat gradient: one row of packed gradients per splat ``[g, 26]`` with sh ``[g, 4,
-        3]``."""
+        """Gradient of ``Σ d_loss ⊙ gaussian_splat_render(...)`` → ``[g, 14 + 3k]``, one
+        row per splat: position (3), scale (3), rotation (4), opacity (1), colour
+        (3, zero when ``sh`` is used), SH coefficients (``3k``, coefficient-major).
+        ``d_loss`` is clipped to ``±loss_grad_clip``; SH bands above ``sh_band``
+        get a zero gradient (frozen); ``max_anisotropy`` is accepted and unused.
+        Tile assignment, culling, the stopping rule and the clamps are treated
+        as constants."""
         op = {
             "op": "gaussian_splat_render_backward",
             "cfg": cfg.to_json(),

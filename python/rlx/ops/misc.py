@@ -4,6 +4,7 @@ splatting and user custom ops."""
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Sequence
 from typing import Any, Optional
 
@@ -98,7 +99,17 @@ class MiscOps(GraphBase):
         cfg: SplatConfig,
         name: str = "",
     ) -> Node:
-        """3-D Gaussian splatting forward → ``[height, width, 3]``."""
+        """3-D Gaussian splatting forward (Kerbl et al. 2023) → ``[height, width, 3]``.
+
+        Operands: ``positions [g, 3]``, ``scales [g, 3]`` (standard deviations,
+        already activated), ``rotations [g, 4]`` (quaternions ``w, x, y, z``, any
+        norm), ``opacities [g]`` (in [0, 1]), ``colors [g, 3]`` (used when ``sh``
+        has ``k = 0`` coefficients), ``sh [g, k, 3]`` (view-dependent colour of
+        degree ``min(3, ⌊√k⌋ − 1)``, ``max(0, 0.5 + Σ Y·sh)``) and ``camera [20]``
+        (row-major 4×4 world→camera matrix with OpenCV axes, then ``fx, fy, cx,
+        cy`` in pixels). Splats are projected (EWA), binned into ``tile_size``
+        tiles, depth sorted and composited front to back over a black
+        background; see ``python/rlx/reference/splat.py`` for every rule."""
         ins = [positions, scales, rotations, opacities, colors, sh, camera]
         return self._add({"op": "gaussian_splat_render", "cfg": cfg.to_json()}, ins, name)
 
@@ -115,14 +126,18 @@ class MiscOps(GraphBase):
         cfg: SplatConfig,
         name: str = "",
     ) -> Node:
-        """Per-splat screen-space preparation → ``[g, 16]``."""
+        """Per-splat screen-space preparation → ``[g, 16]`` records: ``u, v, depth,
+        radius, conic a b c, opacity, r g b, tile x0 y0 x1 y1 (exclusive),
+        valid`` (culled splats are all-zero rows). Operands as
+        :meth:`gaussian_splat_render`."""
         ins = [positions, scales, rotations, opacities, colors, sh, camera]
         return self._add({"op": "gaussian_splat_prepare", "cfg": cfg.to_json()}, ins, name)
 
     def gaussian_splat_rasterize(
         self, prep: Node, camera: Node, *, cfg: SplatConfig, name: str = ""
     ) -> Node:
-        """Rasterise prepared splats ``[g, 16]`` → ``[height, width, 3]``."""
+        """Rasterise prepared splats ``[g, 16]`` (from :meth:`gaussian_splat_prepare`)
+        → ``[height, width, 3]``; ``rasterize(prepare(x)) == render(x)``."""
         op = {"op": "gaussian_splat_rasterize", "cfg": cfg.to_json()}
         return self._add(op, [prep, camera], name)
 
@@ -133,6 +148,16 @@ class MiscOps(GraphBase):
 
         shapes = [(tuple(n.shape), n.dtype) for n in inputs]
         dims, dtype = _custom.infer(op_name, shapes, attrs)
+        key = _custom.GPU_KERNEL_KEY
+        if key in attrs:
+            raise _custom.CustomOpError(f"[{op_name}] attribute name '{key}' is reserved")
+        if op_name in _custom.registered_gpu_ops():
+            if not all(isinstance(d, int) for d in dims):
+                raise _custom.CustomOpError(
+                    f"[{op_name}] a GPU op needs a concrete output shape, got {dims}"
+                )
+            count = math.prod(dims)
+            attrs = {**attrs, _custom.GPU_KERNEL_KEY: _custom.kernel_attrs(op_name, count)}
         return self.custom(op_name, list(inputs), dims, dtype, attrs=attrs, name=name)
 
     def custom(

@@ -177,6 +177,7 @@ from rlx.reference import interp as _interp  # noqa: E402,F401
 from rlx.reference import misc as _misc  # noqa: E402,F401
 from rlx.reference import quant as _quant  # noqa: E402,F401
 from rlx.reference import rng as _rng  # noqa: E402,F401
+from rlx.reference import scan_grad as _scan_grad  # noqa: E402,F401
 from rlx.reference import sequence as _sequence  # noqa: E402,F401
 from rlx.reference import signal as _signal  # noqa: E402,F401
 from rlx.reference import splat as _splat  # noqa: E402,F401

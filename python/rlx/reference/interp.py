@@ -28,8 +28,8 @@ cumsum_backward, gather_backward, attention_backward, rope_backward,
 max_pool2d_backward, conv2d_backward_input / weight, ada_layer_norm_backward,
 gated_residual_backward (x rows grouped contiguously per modulation row),
 scaled_mat_mul, dequant_grouped_mat_mul and the four gaussian_splat ops.
-Anything else raises ``KeyError`` naming the op. Not covered:
-``scan_backward`` (needs autodiff of the body).
+Anything else raises ``KeyError`` naming the op. ``scan_backward`` is
+evaluated by :mod:`rlx.reference.scan_grad`.
 """
 
 from __future__ import annotations
@@ -77,7 +77,7 @@ def eval_graph(graph: dict, args: list[np.ndarray]) -> list[np.ndarray]:
         elif kind == "constant":
             v = np.asarray(op["values"], np.float64).astype(misc.np_dtype(node["shape"]["dtype"]))
             vals.append(
-                np.broadcast_to(v, misc.static_dims(node["shape"]))
+                np.broadcast_to(v.reshape(()), misc.static_dims(node["shape"]))
                 if v.size == 1
                 else v.reshape(misc.static_dims(node["shape"]))
             )
@@ -101,7 +101,10 @@ def run_scan(
 
 @reference("host_op")
 def host_op(t: dict, mem: Memory) -> None:
-    """One IR op evaluated in numpy on the operand views (see the module doc)."""
+    """One IR op evaluated in numpy on the operand views (see the module doc).
+    Takes the flat form or the thunk's serde form (``desc`` holding ``op``,
+    ``inputs`` and ``output`` as ``(offset, shape)`` pairs)."""
+    t = t.get("desc", t)
     xs = [misc.operand_view(mem, e) for e in t["inputs"]]
     out = misc.operand_view(mem, t["output"])
     op = t["op"]
@@ -110,7 +113,7 @@ def host_op(t: dict, mem: Memory) -> None:
         xs[5][...] = st
         out[...] = o.reshape(out.shape)
         return
-    out[...] = eval_op(op, xs, t["output"][2]).reshape(out.shape)
+    out[...] = eval_op(op, xs, t["output"][-1]).reshape(out.shape)
 
 
 @reference("scan_host")

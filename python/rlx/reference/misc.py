@@ -51,8 +51,9 @@ def static_dims(shape: dict) -> tuple[int, ...]:
 
 
 def operand_view(mem: Memory, entry: list) -> np.ndarray:
-    """View of an ``(offset, len, shape)`` operand, shaped and typed by its Shape."""
-    off, _length, shape = entry
+    """View of an ``(offset, len, shape)`` or ``(offset, shape)`` operand, shaped
+    and typed by its Shape."""
+    off, shape = entry[0], entry[-1]
     return mem.view(off, static_dims(shape), np_dtype(shape["dtype"]))
 
 

@@ -8,9 +8,11 @@ sh ``[g, K, 3]`` and the camera ``meta [20]``.
 
 * ``meta``: ``view[16]`` (row-major 4×4 world→camera, OpenCV axes: x right,
   y down, z forward), then ``fx, fy, cx, cy`` in pixels.
-* Colour: when ``sh`` holds at least one coefficient per splat (``K ≥ 1``),
-  the degree-0 term ``max(0.5 + C0·sh[:, 0], 0)`` with ``C0 = 0.28209479177387814``;
-  otherwise ``colors``. Higher SH bands are ignored (view-independent colour).
+* Colour: when ``sh`` holds ``K ≥ 1`` coefficients per splat, real spherical
+  harmonics of degree ``min(3, ⌊√K⌋ − 1)`` (the paper's basis and signs) of
+  the viewing direction ``normalise(p − c)`` (``c = −Rᵀt`` the camera centre),
+  ``max(0.5 + Σ Y·sh, 0)`` per channel with ``Y₀ = C0 = 0.28209479177387814``;
+  otherwise ``colors``.
 * Projection (EWA splatting, Zwicker et al. 2002): ``t = V p``; a splat with
   ``t_z ≤ 0.2`` is culled. Mean ``u = fx·t_x/t_z + cx``, ``v = fy·t_y/t_z + cy``;
   ``Σ = R S Sᵀ Rᵀ``; ``Σ' = J W Σ Wᵀ Jᵀ + 0.3·I`` with ``W`` the view rotation and
@@ -31,13 +33,15 @@ sh ``[g, K, 3]`` and the camera ``meta [20]``.
 * Prepare layout ``[g, 16]``: ``u, v, depth, radius, conic_a, conic_b, conic_c,
   opacity, r, g, b, tile_x0, tile_y0, tile_x1, tile_y1 (exclusive), valid``;
   culled rows are all zero (valid = 0).
-* Backward packing (flat f32): ``d positions [g·3] ∥ d scales [g·3] ∥
-  d rotations [g·4] ∥ d opacities [g] ∥ d colors [g·3] ∥ d sh [g·K·3]`` (only
-  the DC coefficient is nonzero; ``d colors`` is zero when SH is used).
-  ``loss_grad_clip > 0`` clamps ``d_loss`` elementwise to ±clip first. The
-  gradient ignores the (piecewise constant) radius/tile assignment, the
-  stopping rule and the 0.99 clamp's kink; ``sh_band`` and ``max_anisotropy``
-  are accepted and do not change it.
+* Backward packing ``[g, 14 + 3K]``, one row per splat: ``d position (3),
+  d scale (3), d rotation (4), d opacity (1), d colour (3), d sh (3K,
+  coefficient-major)``; ``d colour`` is zero when SH is used, and SH
+  coefficients of bands above ``sh_band`` get zero (the colour still uses
+  every band). ``loss_grad_clip > 0`` clamps ``d_loss`` elementwise to ±clip
+  first. The gradient ignores the (piecewise constant) radius/tile
+  assignment, the stopping rule and the clamps' kinks (a clamped alpha
+  passes nothing to opacity / shape); ``max_anisotropy`` is accepted and does
+  not change it.
 """
 
 from __future__ import annotations
@@ -63,10 +67,69 @@ def quat_to_rot(q: np.ndarray) -> np.ndarray:
     )
 
 
-def _colors(colors: np.ndarray, sh: np.ndarray | None):
-    if sh is not None and sh.size >= 3 * colors.shape[0] and colors.shape[0] > 0:
-        return np.maximum(0.5 + C0 * sh.reshape(colors.shape[0], -1, 3)[:, 0], 0.0)
-    return colors
+C1 = 0.4886025119029199
+C2 = (1.0925484305920792, -1.0925484305920792, 0.31539156525252005, -1.0925484305920792,
+      0.5462742152960396)
+C3 = (-0.5900435899266435, 2.890611442640554, -0.4570457994644658, 0.3731763325901154,
+      -0.4570457994644658, 1.445305721320277, -0.5900435899266435)
+
+
+def sh_basis(d: np.ndarray) -> np.ndarray:
+    """Real SH basis (the paper's signs) of unit directions ``[g, 3]`` → ``[g, 16]``."""
+    x, y, z = d[:, 0], d[:, 1], d[:, 2]
+    xx, yy, zz = x * x, y * y, z * z
+    return np.stack([
+        np.full_like(x, C0), -C1 * y, C1 * z, -C1 * x,
+        C2[0] * x * y, C2[1] * y * z, C2[2] * (2 * zz - xx - yy), C2[3] * x * z,
+        C2[4] * (xx - yy),
+        C3[0] * y * (3 * xx - yy), C3[1] * x * y * z, C3[2] * y * (4 * zz - xx - yy),
+        C3[3] * z * (2 * zz - 3 * xx - 3 * yy), C3[4] * x * (4 * zz - xx - yy),
+        C3[5] * z * (xx - yy), C3[6] * x * (xx - 3 * yy),
+    ], -1)
+
+
+def sh_basis_grad(d: np.ndarray) -> np.ndarray:
+    """``∂ sh_basis / ∂ d`` (polynomial gradients) → ``[g, 16, 3]``."""
+    x, y, z = d[:, 0], d[:, 1], d[:, 2]
+    xx, yy, zz = x * x, y * y, z * z
+    o = np.zeros_like(x)
+    rows = [
+        (o, o, o), (o, o - C1, o), (o, o, o + C1), (o - C1, o, o),
+        (C2[0] * y, C2[0] * x, o), (o, C2[1] * z, C2[1] * y),
+        (-2 * C2[2] * x, -2 * C2[2] * y, 4 * C2[2] * z), (C2[3] * z, o, C2[3] * x),
+        (2 * C2[4] * x, -2 * C2[4] * y, o),
+        (6 * C3[0] * x * y, C3[0] * (3 * xx - 3 * yy), o),
+        (C3[1] * y * z, C3[1] * x * z, C3[1] * x * y),
+        (-2 * C3[2] * x * y, C3[2] * (4 * zz - xx - 3 * yy), 8 * C3[2] * y * z),
+        (-6 * C3[3] * x * z, -6 * C3[3] * y * z, C3[3] * (6 * zz - 3 * xx - 3 * yy)),
+        (C3[4] * (4 * zz - 3 * xx - yy), -2 * C3[4] * x * y, 8 * C3[4] * x * z),
+        (2 * C3[5] * x * z, -2 * C3[5] * y * z, C3[5] * (xx - yy)),
+        (C3[6] * (3 * xx - 3 * yy), -6 * C3[6] * x * y, o),
+    ]
+    return np.stack([np.stack(r, -1) for r in rows], 1)
+
+
+def sh_used(k: int) -> int:
+    """Basis functions the forward uses for ``k`` coefficients: ``(deg+1)²``."""
+    return 0 if k == 0 else min(16, (int(np.sqrt(k)) ** 2))
+
+
+def _colors(pos: np.ndarray, colors: np.ndarray, sh: np.ndarray | None, meta: np.ndarray):
+    """``(rgb, raw, dir, dist, k)``: the splat colours, before the clamp, the
+    viewing directions, their lengths and the SH coefficients per splat."""
+    g = colors.shape[0]
+    k = sh.size // (3 * g) if (sh is not None and g > 0) else 0
+    if k == 0:
+        return colors, colors, None, None, 0
+    view = meta[:16].reshape(4, 4)
+    centre = -view[:3, :3].T @ view[:3, 3]
+    diff = pos - centre
+    dist = np.linalg.norm(diff, axis=1)
+    dirs = np.where(dist[:, None] > 0, diff / np.where(dist > 0, dist, 1.0)[:, None],
+                    np.array([0.0, 0.0, 1.0]))
+    n = sh_used(k)
+    raw = 0.5 + np.einsum("gj,gjc->gc", sh_basis(dirs)[:, :n], sh.reshape(g, k, 3)[:, :n])
+    return np.maximum(raw, 0.0), raw, dirs, dist, k
 
 
 def _project(pos: np.ndarray, scales: np.ndarray, rots: np.ndarray, meta: np.ndarray):
@@ -136,7 +199,7 @@ def prepare_fn(
     y0 = np.clip(np.floor((p["v"] - rad) / ts), 0, ty)
     y1 = np.clip(np.floor((p["v"] + rad + ts - 1) / ts), 0, ty)
     valid = (p["t"][:, 2] > NEAR) & (p["det"] > 0) & (x1 > x0) & (y1 > y0)
-    col = _colors(colors, sh)
+    col = _colors(pos, colors, sh, meta)[0]
     rec = np.concatenate(
         [
             np.stack([p["u"], p["v"], p["t"][:, 2], rad], -1),
@@ -252,8 +315,9 @@ def render_backward_fn(
     cfg: dict,
     d_img: np.ndarray,
     clip: float = 0.0,
+    sh_band: int = 3,
 ) -> np.ndarray:
-    """Analytic gradient of ``Σ d_img ⊙ render(...)``; returns the packed flat vector."""
+    """Analytic gradient of ``Σ d_img ⊙ render(...)``; returns ``[g, 14 + 3K]``."""
     g = pos.shape[0]
     if clip > 0:
         d_img = np.clip(d_img, -clip, clip)
@@ -323,17 +387,24 @@ def render_backward_fn(
     gq = (gqh - p["qh"] * np.sum(p["qh"] * gqh, 1, keepdims=True)) / np.where(
         p["qn"] > 0, p["qn"], 1.0
     )
-    k = sh.size // (3 * g) if (sh is not None and g > 0) else 0
+    rgb, raw, dirs, dist, k = _colors(pos, colors, sh, meta)
     gsh = np.zeros((g, k, 3))
     gcolors = np.zeros((g, 3))
     if k >= 1:
-        gsh[:, 0] = C0 * gcol * ((0.5 + C0 * sh.reshape(g, k, 3)[:, 0]) > 0)
+        n = sh_used(k)
+        gc = gcol * (raw > 0)
+        live = min(n, (int(sh_band) + 1) ** 2)
+        gsh[:, :live] = sh_basis(dirs)[:, :live, None] * gc[:, None, :]
+        if n > 1:
+            # colour_c = 0.5 + Σ_j Y_j(d) sh_jc, d = (p − centre) / |p − centre|
+            w = np.einsum("gc,gjc->gj", gc, sh.reshape(g, k, 3)[:, :n])
+            gdir = np.einsum("gj,gja->ga", w, sh_basis_grad(dirs)[:, :n])
+            along = np.sum(gdir * dirs, 1, keepdims=True)
+            gpos = gpos + (gdir - dirs * along) / np.where(dist > 0, dist, 1.0)[:, None]
     else:
         gcolors = gcol
-    parts = [gpos, gscale, gq, go[:, None], gcolors]
-    parts = [np.where(valid[:, None], x, 0.0) for x in parts]
-    gsh = np.where(valid[:, None, None], gsh, 0.0)
-    return np.concatenate([x.ravel() for x in parts] + [gsh.ravel()])
+    parts = [gpos, gscale, gq, go[:, None], gcolors, gsh.reshape(g, 3 * k)]
+    return np.where(valid[:, None], np.concatenate(parts, 1), 0.0)
 
 
 # ---------------------------------------------------------------- thunks
@@ -382,5 +453,7 @@ def gaussian_splat_render_backward(t: dict, mem: Memory) -> None:
     d = mem.view(t["d_loss_off"], (int(t["height"]), int(t["width"]), 3), np.float32).astype(
         np.float64
     )
-    packed = render_backward_fn(*ops, t, d, float(t.get("loss_grad_clip", 0.0)))
-    mem.view(t["packed_off"], packed.size, np.float32)[...] = packed
+    packed = render_backward_fn(
+        *ops, t, d, float(t.get("loss_grad_clip", 0.0)), int(t.get("sh_band", 3))
+    )
+    mem.view(t["packed_off"], packed.shape, np.float32)[...] = packed

@@ -164,11 +164,15 @@ pub(super) fn infer(op: &Op, inputs: &[&Shape]) -> Result<Shape> {
                     ),
                 ));
             }
-            // Checked before squaring so that a huge band cannot overflow.
-            if *sh_band > 3 || (*sh_band as usize + 1).pow(2) > k {
+            // Checked before squaring so that a huge band cannot overflow;
+            // k = 0 (colours, no SH) takes band 0.
+            if *sh_band > 3 || (*sh_band as usize + 1).pow(2) > k.max(1) {
                 return Err(IrError::attr(
                     op.name(),
-                    format!("sh_band {sh_band} needs <= 3 and (band+1)² <= {k} SH coefficients"),
+                    format!(
+                        "sh_band {sh_band} needs <= 3 and (band+1)² <= {k} SH coefficients \
+                         (band 0 without SH)"
+                    ),
                 ));
             }
             let pos = inputs[0];

@@ -832,7 +832,8 @@ pub enum Op {
         cfg: SplatConfig,
         /// Clip on |d_loss|.
         loss_grad_clip: f32,
-        /// Spherical-harmonics band used (≤ 3; needs `(band + 1)² ≤ k`).
+        /// Highest spherical-harmonics band that gets a gradient (≤ 3;
+        /// needs `(band + 1)² ≤ k`, or band 0 when `k = 0`).
         sh_band: u32,
         /// Largest allowed scale ratio.
         max_anisotropy: f32,

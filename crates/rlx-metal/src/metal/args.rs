@@ -787,6 +787,16 @@ pub use moe::MoeArgs;
 mod signal;
 pub use signal::{FftArgs, LogMelArgs};
 
+#[path = "args_splat.rs"]
+mod splat;
+pub use splat::SplatArgs;
+#[path = "args_backward.rs"]
+mod backward;
+pub use backward::{
+    AttnBwdArgs, CumsumBwdArgs, GatherBwdArgs, ModBwdArgs, RmsBwdArgs, RopeBwdArgs, SceArgs,
+    Window2dArgs,
+};
+
 #[cfg(test)]
 #[path = "args_tests.rs"]
 mod tests;

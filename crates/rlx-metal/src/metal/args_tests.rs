@@ -71,6 +71,15 @@ fn header_and_rust_assert_the_same_layouts() {
         ("AxialRopeArgs", size_of::<AxialRopeArgs>()),
         ("FftArgs", size_of::<FftArgs>()),
         ("LogMelArgs", size_of::<LogMelArgs>()),
+        ("SplatArgs", size_of::<SplatArgs>()),
+        ("AttnBwdArgs", size_of::<AttnBwdArgs>()),
+        ("RmsBwdArgs", size_of::<RmsBwdArgs>()),
+        ("RopeBwdArgs", size_of::<RopeBwdArgs>()),
+        ("CumsumBwdArgs", size_of::<CumsumBwdArgs>()),
+        ("GatherBwdArgs", size_of::<GatherBwdArgs>()),
+        ("Window2dArgs", size_of::<Window2dArgs>()),
+        ("ModBwdArgs", size_of::<ModBwdArgs>()),
+        ("SceArgs", size_of::<SceArgs>()),
     ];
     let header = header_sizes();
     assert_eq!(header.len(), rust.len(), "{header:?}");

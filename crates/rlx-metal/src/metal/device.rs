@@ -22,10 +22,13 @@
 //!   a memory barrier over the writable buffers (arena, state): metal 0.33
 //!   exposes `memoryBarrierWithResources`, not the scope form. `Host` ends
 //!   the encoder, commits, waits, runs the thunk on the host over the same
-//!   unified memory, then continues in a new command buffer.
+//!   unified memory, then continues in a new command buffer. `User` (a
+//!   `rlx.register_gpu_op` kernel) compiles the user's source once per
+//!   executor, binds the inputs at 0.., the output after them and the
+//!   output's element count with `setBytes`, then dispatches likewise.
 
 use super::kernels::{source, Family};
-use super::plan::{Command, Dispatch, MetalPlan};
+use super::plan::{Command, Dispatch, MetalPlan, UserDispatch, UserOperand};
 use crate::host::buffer::{Mem, Segment};
 use crate::host::exec::{HostExecutor, Mode, RunError};
 use crate::thunk::{Buf, Thunk, ThunkSchedule};
@@ -48,6 +51,15 @@ pub enum DeviceError<E: std::fmt::Display = String> {
     Compile {
         /// The `.metal` file.
         file: &'static str,
+        /// The compiler's message.
+        message: String,
+    },
+    /// The Metal compiler rejected a user kernel's source
+    /// (`rlx.register_gpu_op`).
+    #[error("[{op}] user Metal library failed to compile: {message}")]
+    UserCompile {
+        /// The registered op.
+        op: String,
         /// The compiler's message.
         message: String,
     },
@@ -231,6 +243,8 @@ pub struct MetalExecutor {
     device: Device,
     queue: CommandQueue,
     pipelines: HashMap<String, ComputePipelineState>,
+    /// User kernels' pipelines by (source, function).
+    user_pipelines: HashMap<(String, String), ComputePipelineState>,
     host: HostExecutor,
 }
 
@@ -243,6 +257,7 @@ impl MetalExecutor {
             device,
             queue,
             pipelines: HashMap::new(),
+            user_pipelines: HashMap::new(),
             host: HostExecutor::new(Mode::Native),
         })
     }
@@ -250,10 +265,40 @@ impl MetalExecutor {
     /// Build (or find) the pipeline of every kernel `plan` uses.
     pub fn prepare(&mut self, plan: &MetalPlan) -> Result<(), DeviceError> {
         for c in &plan.commands {
-            if let Command::Dispatch(d) = c {
-                self.pipeline(d)?;
+            match c {
+                Command::Dispatch(d) => {
+                    self.pipeline(d)?;
+                }
+                Command::User(u) => self.user_pipeline(u)?,
+                Command::Host { .. } | Command::Barrier => {}
             }
         }
+        Ok(())
+    }
+
+    /// Compile a user kernel's library (once per source) and its pipeline.
+    fn user_pipeline(&mut self, u: &UserDispatch) -> Result<(), DeviceError> {
+        let key = (u.source.to_string(), u.function.clone());
+        if self.user_pipelines.contains_key(&key) {
+            return Ok(());
+        }
+        let lib = self
+            .device
+            .new_library_with_source(&u.source, &CompileOptions::new())
+            .map_err(|message| DeviceError::UserCompile {
+                op: u.op.clone(),
+                message,
+            })?;
+        let err = |message| DeviceError::Pipeline {
+            function: format!("{}.{}", u.op, u.function),
+            message,
+        };
+        let f = lib.get_function(&u.function, None).map_err(err)?;
+        let p = self
+            .device
+            .new_compute_pipeline_state_with_function(&f)
+            .map_err(err)?;
+        self.user_pipelines.insert(key, p);
         Ok(())
     }
 
@@ -322,6 +367,18 @@ impl MetalExecutor {
                     })?;
                     encode(enc, p, d, t.name(), bufs)?;
                 }
+                Command::User(u) => {
+                    let t = thunk_of(u.thunk)?;
+                    let key = (u.source.to_string(), u.function.clone());
+                    let p = self
+                        .user_pipelines
+                        .get(&key)
+                        .ok_or_else(|| DeviceError::Pipeline {
+                            function: format!("{}.{}", u.op, u.function),
+                            message: "not prepared (call MetalExecutor::prepare)".into(),
+                        })?;
+                    encode_user(enc, p, u, t.name(), bufs)?;
+                }
                 Command::Barrier => enc.memory_barrier_with_resources(&writable),
                 Command::Host { thunk } => {
                     thunk_of(*thunk)?;
@@ -364,6 +421,54 @@ fn finish<E: std::fmt::Display>(
     }
 }
 
+/// The buffer and byte offset of a binding.
+fn resolve<'a, E: std::fmt::Display>(
+    b: super::plan::BufferBinding,
+    index: usize,
+    thunk: &'static str,
+    bufs: &'a DeviceBuffers,
+) -> Result<(&'a Buffer, usize), DeviceError<E>> {
+    Ok(match b.buffer {
+        Buf::Arena => (&bufs.arena, b.offset),
+        Buf::State => (&bufs.state, b.offset),
+        Buf::Weights(s) => {
+            let seg =
+                bufs.segments
+                    .get(s)
+                    .and_then(Option::as_ref)
+                    .ok_or(DeviceError::Segment {
+                        index,
+                        thunk,
+                        segment: s,
+                        count: bufs.segments.len(),
+                    })?;
+            (&seg.buffer, seg.start + b.offset)
+        }
+    })
+}
+
+/// Encode one user kernel dispatch (binding convention in the module docs).
+fn encode_user<E: std::fmt::Display>(
+    enc: &ComputeCommandEncoderRef,
+    p: &ComputePipelineState,
+    u: &UserDispatch,
+    thunk: &'static str,
+    bufs: &DeviceBuffers,
+) -> Result<(), DeviceError<E>> {
+    enc.set_compute_pipeline_state(p);
+    let operands: Vec<&UserOperand> = u.inputs.iter().chain([&u.output]).collect();
+    for (k, o) in operands.iter().enumerate() {
+        let (buffer, offset) = resolve(o.binding, u.thunk, thunk, bufs)?;
+        enc.set_buffer(k as u64, Some(buffer), offset as u64);
+    }
+    let count = u.count.to_le_bytes();
+    enc.set_bytes(operands.len() as u64, 4, count.as_ptr().cast());
+    let [gx, gy, gz] = u.grid.map(u64::from);
+    let [tx, ty, tz] = u.threadgroup.map(u64::from);
+    enc.dispatch_thread_groups(MTLSize::new(gx, gy, gz), MTLSize::new(tx, ty, tz));
+    Ok(())
+}
+
 /// Encode one dispatch.
 fn encode<E: std::fmt::Display>(
     enc: &ComputeCommandEncoderRef,
@@ -375,22 +480,7 @@ fn encode<E: std::fmt::Display>(
     enc.set_compute_pipeline_state(p);
     enc.set_bytes(0, d.args.len() as u64, d.args.as_ptr().cast());
     for (k, b) in d.bindings.iter().enumerate() {
-        let (buffer, offset) =
-            match b.buffer {
-                Buf::Arena => (&bufs.arena, b.offset),
-                Buf::State => (&bufs.state, b.offset),
-                Buf::Weights(s) => {
-                    let seg = bufs.segments.get(s).and_then(Option::as_ref).ok_or(
-                        DeviceError::Segment {
-                            index: d.thunk,
-                            thunk,
-                            segment: s,
-                            count: bufs.segments.len(),
-                        },
-                    )?;
-                    (&seg.buffer, seg.start + b.offset)
-                }
-            };
+        let (buffer, offset) = resolve(*b, d.thunk, thunk, bufs)?;
         enc.set_buffer(k as u64 + 1, Some(buffer), offset as u64);
     }
     for (i, &n) in d.threadgroup_memory.iter().enumerate() {

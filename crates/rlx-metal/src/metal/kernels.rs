@@ -74,6 +74,11 @@ pub enum Family {
     Vq,
     /// FFT (Stockham radix-4/2, direct DFT) and log-mel.
     Signal,
+    /// Gaussian splats: prepare and rasterize.
+    Splat,
+    /// Training gradients (attention, norms, RoPE, cumsum, gather, pooling,
+    /// conv, adaLN, log-mel, cross-entropy).
+    Backward,
 }
 
 /// Every family.
@@ -101,6 +106,8 @@ pub const ALL_FAMILIES: &[Family] = &[
     Family::Rng,
     Family::Vq,
     Family::Signal,
+    Family::Splat,
+    Family::Backward,
 ];
 
 impl Family {
@@ -130,6 +137,8 @@ impl Family {
             Family::Rng => "rng.metal",
             Family::Vq => "vq.metal",
             Family::Signal => "signal.metal",
+            Family::Splat => "splat.metal",
+            Family::Backward => "backward.metal",
         }
     }
 
@@ -159,6 +168,8 @@ impl Family {
             Family::Rng => include_str!("../../kernels/rng.metal"),
             Family::Vq => include_str!("../../kernels/vq.metal"),
             Family::Signal => include_str!("../../kernels/signal.metal"),
+            Family::Splat => include_str!("../../kernels/splat.metal"),
+            Family::Backward => include_str!("../../kernels/backward.metal"),
         }
     }
 }

@@ -10,6 +10,10 @@
 //!   grid, threads per threadgroup and threadgroup-memory lengths;
 //! * [`Command::Host`]: a thunk without an MSL kernel yet (it runs through
 //!   the host executor or its callback, after the device has drained);
+//! * [`Command::User`]: a user kernel (`rlx.register_gpu_op`, a
+//!   `CustomGpuOp` thunk): its MSL source compiled as its own library,
+//!   inputs at `[[buffer(i)]]`, the output after them, then the output's
+//!   element count;
 //! * nothing, for `Nop` and empty thunks.
 //!
 //! [`Command::Barrier`]s come from byte-range hazards (`Thunk::io()`), not
@@ -26,8 +30,10 @@
 
 use super::kernels::Family;
 use super::lower::{lower, Lowered};
-use crate::thunk::{buffer_of, raw_offset, Buf, ByteRange, ThunkSchedule};
+use crate::thunk::host::CustomGpuOp;
+use crate::thunk::{buffer_of, raw_offset, Buf, ByteRange, Thunk, ThunkSchedule};
 use std::fmt;
+use std::sync::Arc;
 
 /// A kernel: its family (`.metal` file) and function (host) name.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -77,6 +83,65 @@ pub struct Dispatch {
     pub threadgroup_memory: Vec<usize>,
 }
 
+/// One operand of a [`UserDispatch`]: where it lives and its byte length
+/// (bound on its own, so a write past its end is caught).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct UserOperand {
+    /// Buffer and offset.
+    pub binding: BufferBinding,
+    /// Bytes.
+    pub len: usize,
+}
+
+/// A user kernel dispatch (`CustomGpuOp`, see the module docs).
+#[derive(Debug, Clone, PartialEq)]
+pub struct UserDispatch {
+    /// Index of the thunk in the schedule.
+    pub thunk: usize,
+    /// The registered op name (labels the library in messages).
+    pub op: String,
+    /// The user's MSL source.
+    pub source: Arc<str>,
+    /// The kernel function to run.
+    pub function: String,
+    /// Inputs, bound at `[[buffer(0)]]` ...
+    pub inputs: Vec<UserOperand>,
+    /// The output, bound after the inputs.
+    pub output: UserOperand,
+    /// Output elements, a `constant uint&` after the output.
+    pub count: u32,
+    /// Threadgroups per grid (x, y, z).
+    pub grid: [u32; 3],
+    /// Threads per threadgroup (x, y, z).
+    pub threadgroup: [u32; 3],
+}
+
+impl UserDispatch {
+    /// The dispatch of thunk `thunk`, or `None` when its attributes hold no
+    /// well-formed kernel (it then runs its host fallback).
+    pub fn of(thunk: usize, t: &CustomGpuOp) -> Option<UserDispatch> {
+        let spec = t.kernel_spec()?;
+        let operand = |o: &crate::thunk::host::CustomOperand| {
+            let len = (o.1 as usize).checked_mul(o.2.dtype.size_bytes())?;
+            Some(UserOperand {
+                binding: BufferBinding::of(o.0),
+                len,
+            })
+        };
+        Some(UserDispatch {
+            thunk,
+            op: t.name.clone(),
+            source: Arc::from(spec.source),
+            function: spec.kernel,
+            inputs: t.inputs.iter().map(operand).collect::<Option<_>>()?,
+            output: operand(&t.output)?,
+            count: t.output.1,
+            grid: spec.grid,
+            threadgroup: spec.threadgroup,
+        })
+    }
+}
+
 /// One command of a [`MetalPlan`].
 #[derive(Debug, Clone, PartialEq)]
 pub enum Command {
@@ -87,6 +152,8 @@ pub enum Command {
         /// Index of the thunk in the schedule.
         thunk: usize,
     },
+    /// Run a user kernel.
+    User(UserDispatch),
     /// Memory barrier (buffers scope) between dispatches.
     Barrier,
 }
@@ -136,21 +203,34 @@ impl MetalPlan {
         let mut commands = Vec::with_capacity(schedule.thunks.len());
         let mut hz = Hazards::default();
         for (i, t) in schedule.thunks.iter().enumerate() {
-            match lower(i, t) {
+            let lowered = match t {
+                Thunk::CustomGpuOp(c) => {
+                    UserDispatch::of(i, c).map_or(Lowered::Host, Lowered::User)
+                }
+                _ => lower(i, t),
+            };
+            let guard = |hz: &mut Hazards, commands: &mut Vec<Command>| {
+                let io = t.io();
+                if hz.conflicts(&io.reads, &io.writes) {
+                    commands.push(Command::Barrier);
+                    hz.clear();
+                }
+                hz.reads.extend(io.reads);
+                hz.writes.extend(io.writes);
+            };
+            match lowered {
                 Lowered::Skip => {}
                 Lowered::Host => {
                     commands.push(Command::Host { thunk: i });
                     hz.clear();
                 }
                 Lowered::Dispatch(d) => {
-                    let io = t.io();
-                    if hz.conflicts(&io.reads, &io.writes) {
-                        commands.push(Command::Barrier);
-                        hz.clear();
-                    }
-                    hz.reads.extend(io.reads);
-                    hz.writes.extend(io.writes);
+                    guard(&mut hz, &mut commands);
                     commands.push(Command::Dispatch(d));
+                }
+                Lowered::User(u) => {
+                    guard(&mut hz, &mut commands);
+                    commands.push(Command::User(u));
                 }
             }
         }
@@ -162,7 +242,7 @@ impl MetalPlan {
         let mut s = PlanStats::default();
         for c in &self.commands {
             match c {
-                Command::Dispatch(_) => s.dispatches += 1,
+                Command::Dispatch(_) | Command::User(_) => s.dispatches += 1,
                 Command::Barrier => s.barriers += 1,
                 Command::Host { .. } => s.host += 1,
             }
@@ -192,6 +272,11 @@ impl fmt::Display for MetalPlan {
                     }
                     writeln!(f)?;
                 }
+                Command::User(u) => writeln!(
+                    f,
+                    "dispatch #{} user:{}.{} grid={:?} tg={:?}",
+                    u.thunk, u.op, u.function, u.grid, u.threadgroup
+                )?,
                 Command::Barrier => writeln!(f, "barrier")?,
                 Command::Host { thunk } => writeln!(f, "host #{thunk}")?,
             }

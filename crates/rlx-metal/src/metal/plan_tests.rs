@@ -44,6 +44,7 @@ fn shape(p: &MetalPlan) -> Vec<String> {
         .iter()
         .map(|c| match c {
             Command::Dispatch(d) => format!("D{}", d.thunk),
+            Command::User(u) => format!("U{}", u.thunk),
             Command::Barrier => "B".into(),
             Command::Host { thunk } => format!("H{thunk}"),
         })
@@ -226,4 +227,47 @@ fn dispatch_fields() {
     assert_eq!(row_threads(1), 32);
     assert_eq!(row_threads(33), 64);
     assert_eq!(row_threads(5000), 1024);
+}
+
+fn gpu_op(attrs: &str) -> Thunk {
+    use crate::thunk::host::CustomGpuOp;
+    use rlx_ir::{DType, Shape};
+    let shape = Shape::new(vec![rlx_ir::shape::Dim::Static(N as usize)], DType::F32);
+    CustomGpuOp {
+        name: "my_op".into(),
+        inputs: vec![
+            (0, N, shape.clone()),
+            (tag_segment(1, 64), N, shape.clone()),
+        ],
+        output: (128, N, shape),
+        attrs: attrs.as_bytes().to_vec(),
+    }
+    .into()
+}
+
+#[test]
+fn custom_gpu_op_is_a_user_dispatch_with_its_operands() {
+    let attrs = r#"{"scale": 2, "__msl__": {"source": "kernel void k() {}", "kernel": "k",
+        "grid": [3, 1, 1], "threadgroup": [8, 1, 1]}}"#;
+    let plan = MetalPlan::build(&schedule(vec![act(0, 0), gpu_op(attrs)]));
+    assert_eq!(plan.stats().dispatches, 2);
+    // the user kernel reads bytes 0..64, which the activation writes
+    assert!(matches!(plan.commands[1], Command::Barrier));
+    let Command::User(u) = &plan.commands[2] else {
+        panic!("not a user dispatch: {plan}");
+    };
+    assert_eq!((u.op.as_str(), u.function.as_str()), ("my_op", "k"));
+    assert_eq!((u.grid, u.threadgroup, u.count), ([3, 1, 1], [8, 1, 1], N));
+    assert_eq!(u.inputs[1].binding.buffer, Buf::Weights(1));
+    assert_eq!((u.inputs[1].binding.offset, u.inputs[1].len), (64, 64));
+    assert_eq!((u.output.binding.offset, u.output.len), (128, 64));
+    assert!(plan.to_string().contains("user:my_op.k grid=[3, 1, 1]"));
+}
+
+#[test]
+fn custom_gpu_op_without_a_kernel_spec_is_a_host_command() {
+    for attrs in ["{}", "not json", r#"{"__msl__": {"kernel": "k"}}"#] {
+        let plan = MetalPlan::build(&schedule(vec![gpu_op(attrs)]));
+        assert_eq!(plan.commands, vec![Command::Host { thunk: 0 }], "{attrs}");
+    }
 }

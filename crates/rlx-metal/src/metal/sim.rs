@@ -14,7 +14,7 @@
 //! `clang++` at run time (see msl-sim).
 
 use super::kernels::{source, Family};
-use super::plan::{Command, Dispatch, MetalPlan};
+use super::plan::{Command, Dispatch, MetalPlan, UserDispatch};
 use crate::host::buffer::{Mem, Segment};
 use crate::host::exec::{HostExecutor, Mode, RunError};
 use crate::thunk::{Buf, Thunk, ThunkSchedule};
@@ -135,6 +135,10 @@ impl SimExecutor {
                     let t = thunk_of(d.thunk)?;
                     dispatch(d, t.name(), arena, state, segments)?;
                 }
+                Command::User(u) => {
+                    let t = thunk_of(u.thunk)?;
+                    user_dispatch(u, t.name(), arena, state, segments)?;
+                }
                 Command::Host { thunk } => {
                     thunk_of(*thunk)?;
                     let segs: Vec<Segment> = segments
@@ -220,6 +224,83 @@ fn dispatch<E: std::fmt::Display>(
     .map_err(kernel_err)
 }
 
+/// A user's library, compiled once per process and source text.
+fn user_library(label: &str, source: &str) -> Result<Library, msl_sim::Error> {
+    static LIBS: OnceLock<Mutex<HashMap<String, Library>>> = OnceLock::new();
+    let mut libs = LIBS
+        .get_or_init(Default::default)
+        .lock()
+        .unwrap_or_else(|p| p.into_inner());
+    if let Some(l) = libs.get(source) {
+        return Ok(l.clone());
+    }
+    let lib = Library::from_source(label, source)?;
+    libs.insert(source.to_string(), lib.clone());
+    Ok(lib)
+}
+
+/// A user kernel through msl-sim. Each operand is bound as a buffer of its
+/// own length (inputs copied, the output written back), so msl-sim's guard
+/// bytes catch a write past the end of any of them.
+fn user_dispatch<E: std::fmt::Display>(
+    u: &UserDispatch,
+    thunk: &'static str,
+    arena: &mut [u8],
+    state: &mut [u8],
+    segments: &[&[u8]],
+) -> Result<(), SimError<E>> {
+    let index = u.thunk;
+    let kernel_err = |source| SimError::Kernel {
+        index,
+        thunk,
+        source,
+    };
+    let bad = |message: String| {
+        kernel_err(msl_sim::Error::Dispatch {
+            kernel: u.op.clone(),
+            message,
+        })
+    };
+    let lib = user_library(&format!("{}.metal", u.op), &u.source).map_err(kernel_err)?;
+    let range = |o: &super::plan::UserOperand| {
+        let end = o.binding.offset.saturating_add(o.len);
+        o.binding.offset..end
+    };
+    let mut inputs = Vec::with_capacity(u.inputs.len());
+    for (k, o) in u.inputs.iter().enumerate() {
+        let src: &[u8] = match o.binding.buffer {
+            Buf::Arena => &*arena,
+            Buf::State => &*state,
+            Buf::Weights(s) => segments.get(s).copied().unwrap_or_default(),
+        };
+        let bytes = src
+            .get(range(o))
+            .ok_or_else(|| bad(format!("input {k} lies outside its buffer")))?;
+        inputs.push(bytes.to_vec());
+    }
+    let out_buf: &mut [u8] = match u.output.binding.buffer {
+        Buf::Arena => arena,
+        Buf::State => state,
+        Buf::Weights(_) => return Err(bad("the output is in a read-only weights segment".into())),
+    };
+    let out = out_buf
+        .get_mut(range(&u.output))
+        .ok_or_else(|| bad("the output lies outside its buffer".into()))?;
+    let count = u.count.to_le_bytes();
+    let mut bindings: Vec<Binding<'_>> = inputs
+        .iter_mut()
+        .map(|b| Binding::Buffer(b.as_mut_slice()))
+        .collect();
+    bindings.push(Binding::Buffer(out));
+    bindings.push(Binding::Bytes(&count));
+    let grid = Grid {
+        groups: u.grid,
+        threads: u.threadgroup,
+    };
+    lib.dispatch_bindings(&u.function, &mut bindings, grid, &[])
+        .map_err(kernel_err)
+}
+
 #[cfg(test)]
 #[path = "sim_tests.rs"]
 mod tests;
@@ -271,3 +352,7 @@ mod tests_vision;
 #[cfg(test)]
 #[path = "sim_tests_quant_formats.rs"]
 mod tests_quant_formats;
+
+#[cfg(test)]
+#[path = "sim_tests_backward.rs"]
+mod tests_backward;

@@ -102,6 +102,34 @@ impl ThunkOp for CustomGpuOp {
     }
 }
 
+/// The attribute key under which `rlx.register_gpu_op` stores the kernel
+/// of a [`CustomGpuOp`] (the rest of the attributes are the user's).
+pub const GPU_KERNEL_KEY: &str = "__msl__";
+
+/// The raw-GPU kernel of a [`CustomGpuOp`]: MSL source, the kernel's host
+/// name and the dispatch shape. Binding convention: input `i` at
+/// `[[buffer(i)]]`, the output at `[[buffer(inputs)]]`, the output's
+/// element count as a `constant uint&` at `[[buffer(inputs + 1)]]`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct GpuKernelSpec {
+    /// MSL source of the user's library.
+    pub source: String,
+    /// The `kernel` function to dispatch.
+    pub kernel: String,
+    /// Threadgroups per grid (x, y, z).
+    pub grid: [u32; 3],
+    /// Threads per threadgroup (x, y, z).
+    pub threadgroup: [u32; 3],
+}
+
+impl CustomGpuOp {
+    /// The kernel stored in the attributes, if they hold a well-formed one.
+    pub fn kernel_spec(&self) -> Option<GpuKernelSpec> {
+        let v: serde_json::Value = serde_json::from_slice(&self.attrs).ok()?;
+        serde_json::from_value(v.get(GPU_KERNEL_KEY)?.clone()).ok()
+    }
+}
+
 /// An SPD-manifold op (`Op::Spd` / `Op::SpdBackward`) evaluated on the
 /// host in f64. The shapes carry each operand's dtype as the arena stores
 /// it (f32, f64 or f16), so an operand spans `elements · dtype size` bytes;

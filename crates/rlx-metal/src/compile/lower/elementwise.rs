@@ -9,9 +9,9 @@
 use super::{numel, Ctx};
 use crate::compile::error::CompileError;
 use crate::thunk::binary::{BiasAdd, BinaryBroadcast, BinaryFull, Compare, Fma, Where};
-use crate::thunk::elementwise::{ActivationOut, Cast, CastHost, FusedSwiGLU};
-use crate::thunk::is_arena;
+use crate::thunk::elementwise::{ActivationOut, Cast, CastHost, FusedSwiGLU, GeluApproxOut};
 use crate::thunk::region::{act_code, binop_code, ElementwiseRegion};
+use crate::thunk::{is_arena, HalfFlag};
 use rlx_ir::op::{Activation, BinaryOp, RegionOperand, RegionStep};
 use rlx_ir::{DType, Op};
 
@@ -96,9 +96,19 @@ pub(super) fn lower(ctx: &mut Ctx<'_>, op: &Op) -> Result<(), CompileError> {
     }
 }
 
+/// An activation. The f32 tanh GELU gets the seed's dedicated thunk
+/// (`GeluApproxOut`, same formula as the generic unary kernel).
 fn activation(ctx: &mut Ctx<'_>, act: Activation) -> Result<(), CompileError> {
     let dt = ctx.half_flag(ctx.out_shape().dtype, "operand")?;
     let len = ctx.u32(numel(&ctx.out_dims()), "elements")?;
+    if act == Activation::GeluApprox && dt == HalfFlag::F32 {
+        ctx.push(GeluApproxOut {
+            src: ctx.input(0),
+            dst: ctx.out(),
+            len,
+        });
+        return Ok(());
+    }
     ctx.push(ActivationOut {
         src: ctx.input(0),
         dst: ctx.out(),

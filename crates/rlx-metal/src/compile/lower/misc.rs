@@ -11,6 +11,7 @@
 //! * `Spd` / `SpdBackward` → [`SpdHost`] with every operand's real shape
 //!   (the kernel computes in f64 whatever the arena dtype).
 //! * `Custom` → the custom-op lowering in [`super::shape`].
+//! * Gaussian splats → [`super::splat`].
 
 use super::{numel, CompileError, Ctx};
 use crate::thunk::host::{RngNormal, RngUniform, SpdHost, VqAssign};
@@ -28,6 +29,9 @@ fn fill_key(ctx: &Ctx<'_>, seed: Option<u64>) -> u64 {
 pub(super) fn lower(ctx: &mut Ctx<'_>, op: &Op) -> Result<(), CompileError> {
     match op {
         Op::Custom { .. } => super::shape::lower_custom(ctx, op),
+        Op::GaussianSplatRender { .. }
+        | Op::GaussianSplatPrepare { .. }
+        | Op::GaussianSplatRasterize { .. } => super::splat::lower(ctx, op),
         Op::RngNormal {
             mean, scale, seed, ..
         } => {

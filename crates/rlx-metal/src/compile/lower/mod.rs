@@ -17,6 +17,7 @@
 //! the op and node — never a silent `Nop`.
 
 mod attention;
+mod backward;
 pub(crate) mod conv;
 mod elementwise;
 mod matmul;
@@ -27,6 +28,7 @@ mod reduce;
 mod sequence;
 mod shape;
 mod signal;
+mod splat;
 
 use super::error::CompileError;
 use super::plan::{plan, Value, ValueKind, DEFAULT_ALIGN};
@@ -372,6 +374,10 @@ fn lower_node(ctx: &mut Ctx<'_>) -> Result<(), CompileError> {
         OpFamily::Sequence => sequence::lower(ctx, &op),
         OpFamily::Misc => misc::lower(ctx, &op),
         OpFamily::Backward if matches!(op, Op::SpdBackward { .. }) => misc::lower(ctx, &op),
+        OpFamily::Backward if matches!(op, Op::GaussianSplatRenderBackward { .. }) => {
+            splat::lower(ctx, &op)
+        }
+        OpFamily::Backward => backward::lower(ctx, &op),
         OpFamily::Signal => signal::lower(ctx, &op),
         _ => Err(ctx.unsupported(format!(
             "lowering of the {:?} family is not implemented yet",

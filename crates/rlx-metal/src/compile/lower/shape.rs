@@ -8,7 +8,7 @@ use super::{index_i32, numel, Ctx};
 use crate::compile::error::CompileError;
 use crate::thunk::binary::BinaryBroadcast;
 use crate::thunk::conv::ResizeNearest2x;
-use crate::thunk::host::CustomOp;
+use crate::thunk::host::{CustomGpuOp, CustomOp, GPU_KERNEL_KEY};
 use crate::thunk::indexing::{CpuIndexing, Gather, GatherAxis, IndexingThunk, ScatterAdd};
 use crate::thunk::shape::{Concat, Narrow, Reverse, Transpose};
 use crate::thunk::HalfFlag;
@@ -26,37 +26,58 @@ pub(super) fn scatters_into_state(g: &Graph, id: NodeId) -> bool {
             .is_some_and(|&d| matches!(g.node(d).op, Op::State { .. }))
 }
 
-/// An in-place scatter is only sound when nothing else reads the state
-/// leaf (another reader would see the updated rows, in whatever order the
-/// schedule puts it): the scatter must be its only consumer and the leaf
-/// no graph output.
+/// An in-place scatter is only sound when every other read of the state
+/// leaf happens before it: thunks run in node order, so each other
+/// consumer (and, through view-like ops that may alias the state, each of
+/// their consumers) must come earlier in the graph than the scatter, none
+/// may be a graph output, and the scatter's own indices / updates may not
+/// read the state. That allows a training step to read a parameter kept in
+/// a `State` and write its update back at the end.
 fn check_sole_consumer(ctx: &Ctx<'_>) -> Result<(), CompileError> {
     let g = ctx.graph;
     let state = ctx.node().inputs[0];
-    let others: Vec<String> = g
-        .nodes
-        .iter()
-        .enumerate()
-        .filter(|&(i, n)| i != ctx.node && n.inputs.contains(&state))
-        .map(|(i, n)| format!("node {i} '{}' ({})", n.name, n.op.name()))
-        .collect();
-    let is_output = g.outputs.contains(&state);
-    if others.is_empty() && !is_output && ctx.node().inputs[1..].iter().all(|&i| i != state) {
-        return Ok(());
+    let aliases = |n: &Op| {
+        matches!(
+            n,
+            Op::Reshape { .. }
+                | Op::Cast { .. }
+                | Op::Expand { .. }
+                | Op::Transpose { .. }
+                | Op::Narrow { .. }
+        )
+    };
+    let mut who: Vec<String> = Vec::new();
+    // values whose bytes may be the state's: the leaf and its view-like users
+    let mut stack = vec![state];
+    let mut seen = vec![state];
+    while let Some(v) = stack.pop() {
+        if g.outputs.contains(&v) {
+            who.push(format!("a graph output (node {v})"));
+        }
+        for (i, n) in g.nodes.iter().enumerate() {
+            if !n.inputs.contains(&v) || (i == ctx.node && v == state) {
+                continue;
+            }
+            if i >= ctx.node {
+                who.push(format!("node {i} '{}' ({})", n.name, n.op.name()));
+            } else if aliases(&n.op) && !seen.contains(&i) {
+                seen.push(i);
+                stack.push(i);
+            }
+        }
     }
-    let mut who = others;
-    if is_output {
-        who.push("a graph output".into());
+    if ctx.node().inputs[1..].contains(&state) {
+        who.push("another operand of this scatter".into());
     }
     if who.is_empty() {
-        who.push("another operand of this scatter".into());
+        return Ok(());
     }
     Err(CompileError::Ir(rlx_ir::IrError::Verify {
         node: ctx.node,
         op: ctx.node().op.name().to_string(),
         msg: format!(
-            "'{}' writes State '{}' in place, so the state may have no other consumer; \
-             it is also read by {}",
+            "'{}' writes State '{}' in place, so every other read of the state must come \
+             before it; it is also read by {}",
             ctx.node().name,
             g.node(state).name,
             who.join(", ")
@@ -341,6 +362,11 @@ pub(super) fn lower(ctx: &mut Ctx<'_>, op: &Op) -> Result<(), CompileError> {
     }
 }
 
+/// True when a custom op's attributes hold a raw-GPU kernel.
+fn op_attrs_have_kernel(op: &Op) -> bool {
+    matches!(op, Op::Custom { attrs, .. } if attrs.get(GPU_KERNEL_KEY).is_some())
+}
+
 /// A user op registered from Python: its operands and result as (offset,
 /// elements, shape), attributes as JSON bytes.
 pub(super) fn lower_custom(ctx: &mut Ctx<'_>, op: &Op) -> Result<(), CompileError> {
@@ -362,11 +388,22 @@ pub(super) fn lower_custom(ctx: &mut Ctx<'_>, op: &Op) -> Result<(), CompileErro
         ctx.u32(numel(&ctx.out_dims()), "elements")?,
         out_shape,
     );
-    ctx.push(CustomOp {
-        name: name.clone(),
-        inputs,
-        output,
-        attrs: attrs.to_string().into_bytes(),
-    });
+    let (name, attrs) = (name.clone(), attrs.to_string().into_bytes());
+    // `rlx.register_gpu_op` ops carry their MSL kernel in the attributes
+    if op_attrs_have_kernel(op) {
+        ctx.push(CustomGpuOp {
+            name,
+            inputs,
+            output,
+            attrs,
+        });
+    } else {
+        ctx.push(CustomOp {
+            name,
+            inputs,
+            output,
+            attrs,
+        });
+    }
     Ok(())
 }

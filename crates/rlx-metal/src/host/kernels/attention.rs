@@ -2,17 +2,34 @@
 //! grouped-query heads, five mask kinds, logit soft-capping) and rotary
 //! position embedding.
 //!
-//! SDPA works one query row (one batch, position, head) at a time with a
-//! two-pass softmax: scores for the visible key range, their max, then
-//! `exp(s - max)` weights accumulated against V in f32. Rows are
-//! independent, so rayon splits the flat list of output rows; causal and
-//! sliding-window masks shrink the key range instead of masking scores.
-//! GQA maps query head `h` to KV head `h / (heads / kv_heads)` by index —
-//! K and V are never repeated.
+//! SDPA works one *unit* (batch, query position, KV head) at a time, for
+//! all the query heads of that KV head's GQA group, with a two-pass
+//! softmax in f32: scores for the visible key range, their max, then
+//! `exp(s - max)` weights accumulated against V (see `attention_core`).
+//! Causal and sliding-window masks shrink the key range instead of masking
+//! scores. GQA maps query head `h` to KV head `h / (heads / kv_heads)` by
+//! index — K and V are never repeated.
+//!
+//! Prefill (many query rows) splits the units across rayon's pool. Decode
+//! (at most [`DECODE_ROWS`] query rows per call) has only a few units, so
+//! each unit's key range is also cut into pieces (flash decoding) that the
+//! spinning decode [`team`] runs — the same threads as the decode GEMVs, so
+//! no second pool competes for the cores — and the pieces' partial softmax
+//! states are combined on the caller.
+
+use std::cell::RefCell;
 
 use rayon::prelude::*;
 
 use super::{check_len, invalid, numel, Elem, Result, PAR_MIN};
+use crate::host::team;
+
+#[path = "attention_core.rs"]
+mod sdpa_core;
+#[path = "attention_simd.rs"]
+mod sdpa_simd;
+pub(crate) use self::sdpa_core::exp_nonpos;
+use self::sdpa_core::{finish, Job, Scratch};
 
 /// Memory layout of q / k / v / out.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -70,275 +87,123 @@ pub struct AttnOpts {
     pub kv_len: Option<i64>,
 }
 
-/// f32 dot product over eight independent lanes (vectorises).
-#[inline(always)]
-fn dot<T: Elem>(a: &[f32], b: &[T]) -> f32 {
-    let mut acc = [0f32; 8];
-    let (ac, bc) = (a.chunks_exact(8), b.chunks_exact(8));
-    let (ar, br) = (ac.remainder(), bc.remainder());
-    for (x, y) in ac.zip(bc) {
-        for l in 0..8 {
-            acc[l] += x[l] * y[l].to_f32();
-        }
-    }
-    let mut s: f32 = acc.iter().sum();
-    for (x, y) in ar.iter().zip(br) {
-        s += x * y.to_f32();
-    }
-    s
-}
+/// Query rows (`batch · s`) up to which a call takes the decode path.
+pub const DECODE_ROWS: usize = 4;
 
-/// Per-thread reusable buffers of [`sdpa`] (grown once, never shrunk, so a
-/// warm decode loop allocates nothing).
-#[derive(Default)]
-struct Scratch {
-    /// Queries of the head subset, widened to f32 (`gs · d`).
-    qf: Vec<f32>,
-    /// One key / value row widened to f32 (`d`).
-    krow: Vec<f32>,
-    /// Scores, then probabilities, head-major (`gs · n`).
-    scores: Vec<f32>,
-    /// Output accumulators (`gs · d`).
-    acc: Vec<f32>,
-}
+/// Fewest keys worth a piece of their own on the decode path.
+const MIN_PIECE_KEYS: usize = 64;
 
 thread_local! {
-    static SCRATCH: std::cell::RefCell<Scratch> = std::cell::RefCell::new(Scratch::default());
+    static SCRATCH: RefCell<Scratch> = RefCell::new(Scratch::default());
+    /// The decode path's pieces, on the calling thread.
+    static PARTS: RefCell<Vec<f32>> = const { RefCell::new(Vec::new()) };
 }
 
-/// `out` as a raw pointer shared by the parallel tasks, each of which
-/// writes its own disjoint rows.
+/// A buffer shared by parallel tasks, each of which writes its own
+/// disjoint range.
 #[derive(Clone, Copy)]
-struct OutPtr<T>(*mut T);
-// SAFETY: tasks write pairwise-disjoint rows (one query position and head
-// subset each), so sharing the pointer across threads is race-free.
-unsafe impl<T: Send> Send for OutPtr<T> {}
-unsafe impl<T: Send> Sync for OutPtr<T> {}
+struct SharedPtr<T>(*mut T);
+// SAFETY: tasks write pairwise-disjoint ranges (one unit or piece each),
+// so sharing the pointer across threads is race-free.
+unsafe impl<T: Send> Send for SharedPtr<T> {}
+unsafe impl<T: Send> Sync for SharedPtr<T> {}
 
-impl<T> OutPtr<T> {
+impl<T> SharedPtr<T> {
     /// Elements `r..r + n`.
     ///
     /// # Safety
     /// The range must lie inside the slice the pointer came from and no
     /// other live reference may overlap it.
     #[allow(clippy::mut_from_ref)]
-    unsafe fn row(&self, r: usize, n: usize) -> &mut [T] {
+    unsafe fn range(&self, r: usize, n: usize) -> &mut [T] {
         // SAFETY: the caller's contract.
         unsafe { std::slice::from_raw_parts_mut(self.0.add(r), n) }
     }
 }
 
-/// `e^x` for `x ≤ 0` (scores minus their row max), vectorisable: Cephes'
-/// `expf` range reduction `x = n·ln2 + r` and degree-6 polynomial (relative
-/// error ~1e-7); inputs below -87 give ~1e-38 instead of underflowing.
-#[inline(always)]
-pub(crate) fn exp_nonpos(x: f32) -> f32 {
-    const LOG2E: f32 = std::f32::consts::LOG2_E;
-    const MAGIC: f32 = 12_582_912.0; // 1.5·2^23: adding it rounds to an integer
-    const C1: f32 = 0.693_359_4;
-    const C2: f32 = -2.121_944_4e-4;
-    let x = x.max(-87.0);
-    let n = (x * LOG2E + MAGIC) - MAGIC;
-    let r = x - n * C1 - n * C2;
-    let z = r * r;
-    let p = ((((1.987_569_1e-4 * r + 1.398_2e-3) * r + 8.333_452e-3) * r + 4.166_579_6e-2) * r
-        + 1.666_666_5e-1)
-        * r
-        + 0.5;
-    let y = p * z + r + 1.0;
-    y * f32::from_bits(((n as i32 + 127) as u32) << 23)
-}
-
-/// Everything one [`sdpa`] task needs.
-struct Job<'a, T> {
-    layout: Layout,
-    mask: Mask<'a, T>,
-    softcap: f32,
-    scale: f32,
-    q: &'a [T],
-    k: &'a [T],
-    v: &'a [T],
-    out: OutPtr<T>,
-    s: usize,
-    kv_s: usize,
-    len: usize,
-    heads: usize,
-    kv_heads: usize,
-    d: usize,
-    group: usize,
-    parts: usize,
-    per: usize,
-}
-
-impl<T: Elem> Job<'_, T> {
-    /// Row offset of query (and output) `(bi, i, h)`.
-    #[inline(always)]
-    fn q_row(&self, bi: usize, i: usize, h: usize) -> usize {
-        match self.layout {
-            Layout::Bshd => ((bi * self.s + i) * self.heads + h) * self.d,
-            Layout::Bhsd => ((bi * self.heads + h) * self.s + i) * self.d,
-        }
-    }
-
-    /// Row offset of key / value `(bi, g, j)`.
-    #[inline(always)]
-    fn key_row(&self, bi: usize, g: usize, j: usize) -> usize {
-        match self.layout {
-            Layout::Bshd => ((bi * self.kv_s + j) * self.kv_heads + g) * self.d,
-            Layout::Bhsd => ((bi * self.kv_heads + g) * self.kv_s + j) * self.d,
-        }
-    }
-
-    /// Task `item`: one (batch, query position, KV head, head subset).
-    #[inline(always)]
-    fn run(&self, item: usize, sc: &mut Scratch) {
-        let (d, s, parts) = (self.d, self.s, self.parts);
-        let p = item % parts;
-        let g = (item / parts) % self.kv_heads;
-        let i = (item / (parts * self.kv_heads)) % s;
-        let bi = item / (parts * self.kv_heads * s);
-        let h0 = g * self.group + p * self.per;
-        let gs = self.per.min((g + 1) * self.group - h0);
-        let len = self.len;
-        let abs = len as isize - s as isize + i as isize;
-        let (lo, hi) = match self.mask {
-            Mask::Causal => (0, (abs + 1).clamp(0, len as isize) as usize),
-            Mask::SlidingWindow(w) => {
-                let hi = (abs + 1).clamp(0, len as isize) as usize;
-                let lo = (abs - w.min(isize::MAX as usize) as isize).clamp(0, hi as isize) as usize;
-                (lo, hi)
-            }
-            _ => (0, len),
-        };
-        let n = hi - lo;
-        let Scratch {
-            qf,
-            krow,
-            scores,
-            acc,
-        } = sc;
-        qf.clear();
-        for h in h0..h0 + gs {
-            let r = self.q_row(bi, i, h);
-            qf.extend(self.q[r..r + d].iter().map(|x| x.to_f32()));
-        }
-        krow.resize(d, 0.0);
-        scores.resize(n * gs, 0.0);
-        // pass 1: every visible key row is read once for all gs heads
-        for (jj, j) in (lo..hi).enumerate() {
-            let kr = self.key_row(bi, g, j);
-            krow.iter_mut()
-                .zip(&self.k[kr..kr + d])
-                .for_each(|(o, x)| *o = x.to_f32());
-            for t in 0..gs {
-                let mut x = dot(krow, &qf[t * d..t * d + d]) * self.scale;
-                if self.softcap > 0.0 {
-                    x = self.softcap * (x / self.softcap).tanh();
-                }
-                match self.mask {
-                    Mask::Custom(m) if m[(bi * s + i) * self.kv_s + j].to_f32() == 0.0 => {
-                        x = f32::NEG_INFINITY
-                    }
-                    Mask::Bias(m) => {
-                        x += m[((bi * self.heads + h0 + t) * s + i) * self.kv_s + j].to_f32()
-                    }
-                    _ => {}
-                }
-                scores[t * n + jj] = x;
-            }
-        }
-        // softmax numerators per head, in place: -1 marks a masked key
-        // (never read below); NaN / +inf poison the head's row
-        acc.clear();
-        acc.resize(gs * d, 0.0);
-        for t in 0..gs {
-            let row = &mut scores[t * n..(t + 1) * n];
-            let bad = row.iter().any(|x| x.is_nan() || *x == f32::INFINITY);
-            let max = row.iter().fold(f32::NEG_INFINITY, |m, &x| m.max(x));
-            let r = self.q_row(bi, i, h0 + t);
-            if bad || max == f32::NEG_INFINITY {
-                let fill = T::from_f32(if bad { f32::NAN } else { 0.0 });
-                // SAFETY: row `r` (d elements, in bounds: q_len was checked
-                // against `out`) belongs to exactly this task.
-                unsafe { self.out.row(r, d) }.fill(fill);
-                row.fill(-1.0);
-                continue;
-            }
-            for x in row.iter_mut() {
-                let e = exp_nonpos(*x - max);
-                *x = if *x == f32::NEG_INFINITY { -1.0 } else { e };
-            }
-        }
-        // pass 2: every visible value row is read once
-        let mut sums = [0f32; 64];
-        for c0 in (0..gs).step_by(64) {
-            let cn = (gs - c0).min(64);
-            sums[..cn].fill(0.0);
-            for (jj, j) in (lo..hi).enumerate() {
-                let vr = self.key_row(bi, g, j);
-                let mut widened = false;
-                for t in 0..cn {
-                    let pw = scores[(c0 + t) * n + jj];
-                    if pw < 0.0 {
-                        continue; // masked: its value is never read
-                    }
-                    if !widened {
-                        krow.iter_mut()
-                            .zip(&self.v[vr..vr + d])
-                            .for_each(|(o, x)| *o = x.to_f32());
-                        widened = true;
-                    }
-                    sums[t] += pw;
-                    let a = &mut acc[(c0 + t) * d..(c0 + t) * d + d];
-                    a.iter_mut()
-                        .zip(krow.iter())
-                        .for_each(|(a, x)| *a += pw * x);
-                }
-            }
-            for t in 0..cn {
-                if sums[t] == 0.0
-                    && scores[(c0 + t) * n..(c0 + t + 1) * n]
-                        .iter()
-                        .all(|&x| x < 0.0)
-                {
-                    continue; // written above (no visible key or a poisoned row)
-                }
-                let r = self.q_row(bi, i, h0 + c0 + t);
-                let inv = 1.0 / sums[t];
-                let a = &acc[(c0 + t) * d..(c0 + t) * d + d];
-                // SAFETY: as above.
-                let o = unsafe { self.out.row(r, d) };
-                o.iter_mut()
-                    .zip(a)
-                    .for_each(|(o, a)| *o = T::from_f32(a * inv));
-            }
-        }
-    }
-}
-
-/// [`Job::run`] compiled for AVX2 + FMA (8-wide dot products, exp and
+/// [`Job::partial`] compiled for AVX2 + FMA (8-wide dot products, exp and
 /// accumulation).
 ///
 /// # Safety
 /// The CPU must support AVX2 and FMA.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma")]
-unsafe fn run_avx2<T: Elem>(job: &Job<'_, T>, item: usize, sc: &mut Scratch) {
-    job.run(item, sc)
+unsafe fn partial_avx2<T: Elem>(
+    job: &Job<'_, T>,
+    unit: usize,
+    c: usize,
+    sc: &mut Scratch,
+    part: &mut [f32],
+) {
+    job.partial::<true>(unit, c, sc, part)
 }
 
-/// One task on this thread's scratch, through the widest build the CPU has.
-fn run_item<T: Elem>(job: &Job<'_, T>, item: usize, avx2: bool) {
+/// Piece `c` of `unit` on this thread's scratch, through the widest build
+/// the CPU has.
+fn partial<T: Elem>(job: &Job<'_, T>, unit: usize, c: usize, part: &mut [f32], avx2: bool) {
     SCRATCH.with(|cell| {
         let mut sc = cell.borrow_mut();
         #[cfg(target_arch = "x86_64")]
         if avx2 {
             // SAFETY: `avx2` is only true when the CPU reported AVX2 and FMA.
-            return unsafe { run_avx2(job, item, &mut sc) };
+            return unsafe { partial_avx2(job, unit, c, &mut sc, part) };
         }
         let _ = avx2;
-        job.run(item, &mut sc)
+        job.partial::<false>(unit, c, &mut sc, part)
     })
+}
+
+/// Prefill path: `unit` whole, its output rows written at once.
+fn run_unit<T: Elem>(job: &Job<'_, T>, unit: usize, out: SharedPtr<T>, avx2: bool) {
+    let (bi, i, g) = job.unit_coords(unit);
+    let (d, st) = (job.d, job.part_len());
+    let mut part = SCRATCH.with(|cell| std::mem::take(&mut cell.borrow_mut().part));
+    part.resize(st, 0.0);
+    partial(job, unit, 0, &mut part, avx2);
+    for t in 0..job.group {
+        let r = job.q_row(bi, i, g * job.group + t);
+        // SAFETY: row `r` (d elements, in bounds: q_len was checked against
+        // `out`) belongs to exactly this unit.
+        finish(&mut part, st, 1, t, d, unsafe { out.range(r, d) });
+    }
+    SCRATCH.with(|cell| cell.borrow_mut().part = part);
+}
+
+/// Decode path: every unit cut into `job.splits` pieces run on the team,
+/// then combined here.
+fn run_split<T: Elem>(
+    job: &Job<'_, T>,
+    units: usize,
+    parallel: bool,
+    out: SharedPtr<T>,
+    avx2: bool,
+) {
+    let (d, st, splits) = (job.d, job.part_len(), job.splits);
+    let mut parts = PARTS.with(|p| std::mem::take(&mut *p.borrow_mut()));
+    parts.resize(units * splits * st, 0.0);
+    let shared = SharedPtr(parts.as_mut_ptr());
+    let task = |it: usize| {
+        // SAFETY: task `it` owns floats it·st..(it+1)·st of `parts`, which
+        // holds units·splits·st and outlives the call.
+        let part = unsafe { shared.range(it * st, st) };
+        partial(job, it / splits, it % splits, part, avx2);
+    };
+    if !parallel {
+        (0..units * splits).for_each(task);
+    } else {
+        team::for_each(units * splits, &task);
+    }
+    for unit in 0..units {
+        let (bi, i, g) = job.unit_coords(unit);
+        let mine = &mut parts[unit * splits * st..(unit + 1) * splits * st];
+        for t in 0..job.group {
+            let r = job.q_row(bi, i, g * job.group + t);
+            // SAFETY: row `r` is in bounds (q_len was checked against
+            // `out`) and no task runs any more.
+            finish(mine, st, splits, t, d, unsafe { out.range(r, d) });
+        }
+    }
+    PARTS.with(|p| *p.borrow_mut() = parts);
 }
 
 /// Scaled dot-product attention `out = softmax(mask(cap(q·kᵀ·scale)))·v`.
@@ -352,11 +217,12 @@ fn run_item<T: Elem>(job: &Job<'_, T>, item: usize, avx2: bool) {
 /// else an error) and query `i` sits at absolute position `L - s + i`;
 /// masks keep their `kv_s` stride.
 ///
-/// Work is split per (batch, query position, KV head, subset of that KV
-/// head's query heads): each task streams its visible K rows once for all
-/// its query heads, then its V rows once. Subsets are only split below a
-/// whole GQA group when there are too few tasks to keep every thread busy
-/// (decode). On x86-64 with AVX2 + FMA the task body is compiled 8-wide.
+/// Work is split per (batch, query position, KV head): each task streams
+/// its visible K rows once for all the query heads of the GQA group, then
+/// its V rows once. With at most [`DECODE_ROWS`] query rows the visible
+/// keys are also cut into pieces run on the decode team and combined
+/// (flash decoding), so two threads help even with one KV head. On x86-64
+/// with AVX2 + FMA the task body is compiled 8-wide.
 #[allow(clippy::too_many_arguments)]
 pub fn sdpa<T: Elem>(
     dims: &AttnDims,
@@ -367,6 +233,23 @@ pub fn sdpa<T: Elem>(
     k: &[T],
     v: &[T],
     out: &mut [T],
+) -> Result<()> {
+    sdpa_checked(dims, layout, mask, opts, q, k, v, out, None)
+}
+
+/// [`sdpa`] with the decode path's pieces per unit forced to `splits`
+/// (tests: the result must not depend on the split).
+#[allow(clippy::too_many_arguments)]
+fn sdpa_checked<T: Elem>(
+    dims: &AttnDims,
+    layout: Layout,
+    mask: Mask<'_, T>,
+    opts: AttnOpts,
+    q: &[T],
+    k: &[T],
+    v: &[T],
+    out: &mut [T],
+    splits: Option<usize>,
 ) -> Result<()> {
     const K: &str = "sdpa";
     let AttnDims {
@@ -412,29 +295,70 @@ pub fn sdpa<T: Elem>(
     } else {
         opts.scale
     };
+    sdpa_split(
+        dims,
+        layout,
+        mask,
+        scale,
+        opts.softcap,
+        len,
+        q,
+        k,
+        v,
+        out,
+        splits,
+    );
+    Ok(())
+}
+
+/// The body of [`sdpa`] after its checks; `splits` forces the decode path
+/// with that many pieces per unit.
+#[allow(clippy::too_many_arguments)]
+fn sdpa_split<T: Elem>(
+    dims: &AttnDims,
+    layout: Layout,
+    mask: Mask<'_, T>,
+    scale: f32,
+    softcap: f32,
+    len: usize,
+    q: &[T],
+    k: &[T],
+    v: &[T],
+    out: &mut [T],
+    splits: Option<usize>,
+) {
+    let AttnDims {
+        batch,
+        seq: s,
+        kv_seq: kv_s,
+        heads,
+        kv_heads,
+        head_dim: d,
+    } = *dims;
     let group = heads / kv_heads;
-    let base = batch * s * kv_heads;
-    let threads = rayon::current_num_threads().max(1);
-    // split GQA groups only when whole groups leave threads idle
-    let parts = if base >= 2 * threads {
-        1
-    } else {
-        (2 * threads).div_ceil(base).min(group)
-    };
-    let per = group.div_ceil(parts);
-    let parts = group.div_ceil(per);
-    let items = base * parts;
-    let work = (per * len * d).max(1);
-    let min_items = (PAR_MIN / work).max(1);
+    let units = batch * s * kv_heads;
+    let work = (group * len * d).max(1);
+    let decode = batch * s <= DECODE_ROWS;
+    let splits = splits.unwrap_or_else(|| {
+        let threads = team::threads();
+        if !decode || threads == 1 || units * work < PAR_MIN {
+            1
+        } else {
+            // a few pieces per thread so a slow core takes fewer
+            (4 * threads)
+                .div_ceil(units)
+                .min(len / MIN_PIECE_KEYS)
+                .max(1)
+        }
+    });
     let job = Job {
         layout,
         mask,
-        softcap: opts.softcap,
+        softcap,
         scale,
         q,
         k,
         v,
-        out: OutPtr(out.as_mut_ptr()),
         s,
         kv_s,
         len,
@@ -442,22 +366,26 @@ pub fn sdpa<T: Elem>(
         kv_heads,
         d,
         group,
-        parts,
-        per,
+        splits: splits.max(1),
     };
     #[cfg(target_arch = "x86_64")]
     let avx2 = std::is_x86_feature_detected!("avx2") && std::is_x86_feature_detected!("fma");
     #[cfg(not(target_arch = "x86_64"))]
     let avx2 = false;
-    if items <= min_items {
-        (0..items).for_each(|it| run_item(&job, it, avx2));
-    } else {
-        (0..items)
-            .into_par_iter()
-            .with_min_len(min_items)
-            .for_each(|it| run_item(&job, it, avx2));
+    let out = SharedPtr(out.as_mut_ptr());
+    if decode || splits > 1 {
+        let parallel = units * splits > 1 && units * work >= PAR_MIN;
+        return run_split(&job, units, parallel, out, avx2);
     }
-    Ok(())
+    let min_units = (PAR_MIN / work).max(1);
+    if units <= min_units {
+        (0..units).for_each(|u| run_unit(&job, u, out, avx2));
+    } else {
+        (0..units)
+            .into_par_iter()
+            .with_min_len(min_units)
+            .for_each(|u| run_unit(&job, u, out, avx2));
+    }
 }
 
 /// Rotary embedding geometry.

@@ -21,6 +21,8 @@ use half::{bf16, f16};
 use thiserror::Error;
 
 pub mod attention;
+pub mod backward;
+pub mod backward_conv;
 pub mod conv;
 pub mod elementwise;
 pub mod indexing;
@@ -35,6 +37,8 @@ pub mod sequence_rnn;
 pub mod shape;
 pub mod signal;
 pub mod spd;
+pub mod splat;
+pub mod splat_backward;
 
 /// Errors from kernel precondition checks. Messages start with the kernel
 /// name in brackets.

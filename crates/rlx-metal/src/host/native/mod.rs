@@ -41,6 +41,7 @@ macro_rules! by_word {
     };
 }
 
+mod backward;
 mod elementwise;
 mod fused_mlp;
 mod indexing;
@@ -52,6 +53,7 @@ mod quant_formats;
 mod scan;
 mod sequence;
 mod signal;
+mod splat;
 
 use super::buffer::{Mem, Plain};
 use super::exec::{NativeError, Staging};
@@ -73,6 +75,8 @@ pub fn has_native(t: &Thunk) -> bool {
         || scan::handles(t)
         || misc::handles(t)
         || signal::handles(t)
+        || splat::handles(t)
+        || backward::handles(t)
 }
 
 /// Run `t` natively, or `None` if it has no native kernel.
@@ -109,6 +113,12 @@ pub(crate) fn run(t: &Thunk, mem: &Mem, st: &mut Staging, _s: &ThunkSchedule) ->
     }
     if signal::handles(t) {
         return Some(signal::run(t, mem, st));
+    }
+    if splat::handles(t) {
+        return Some(splat::run(t, mem));
+    }
+    if backward::handles(t) {
+        return Some(backward::run(t, mem));
     }
     None
 }

@@ -5,6 +5,7 @@
 //! elementwise grids, one threadgroup per row) live here.
 
 mod attention;
+mod backward;
 mod binary;
 mod conv;
 mod elementwise;
@@ -22,6 +23,7 @@ mod sequence;
 mod shape;
 mod signal;
 mod softmax;
+mod splat;
 mod vision;
 
 use super::args::KernelArgs;
@@ -46,6 +48,8 @@ pub(crate) enum Lowered {
     Host,
     /// Nothing (a `Nop` or an empty thunk).
     Skip,
+    /// A user kernel (`CustomGpuOp`).
+    User(super::plan::UserDispatch),
 }
 
 /// The `_f32` / `_f16` suffix of a kernel name.
@@ -141,6 +145,8 @@ const FAMILIES: &[fn(usize, &Thunk) -> Option<Lowered>] = &[
     vision::lower,
     misc::lower,
     signal::lower,
+    splat::lower,
+    backward::lower,
 ];
 
 /// The command of thunk `i`: a dispatch, `Host` when no kernel covers it,

@@ -1,0 +1,320 @@
+//! The task body of [`super::sdpa`], shared by its prefill and decode paths.
+//!
+//! A *unit* is one (batch, query position, KV head): the `group` query heads
+//! of that KV head's GQA group against the keys the position sees. A unit
+//! may be cut into `splits` *pieces* of its visible key range (flash
+//! decoding): each piece leaves, per query head, a partial softmax state
+//! `[max, sum, acc[d]]` — the running max of its scores, the sum of
+//! `exp(score − max)` and the `exp(score − max)`-weighted sum of value rows
+//! — and [`finish`] rescales the pieces to their common max and divides:
+//! `out = Σ_c acc_c·e^{m_c−M} / Σ_c sum_c·e^{m_c−M}` with `M = max_c m_c`.
+//! With one piece the factor is `e^0 = 1` exactly, so the prefill path is
+//! the plain two-pass softmax.
+//!
+//! Per piece the keys are read in blocks of [`BLOCK`] rows (widened to f32
+//! once unless they are f32 already); every query head of the group passes
+//! over a block while it is in L1 (`attention_simd`), then the values the
+//! same way. Scores are kept head-major so the max / exp passes run over
+//! contiguous rows.
+//!
+//! Markers inside a head's partial: `max = NaN` means a NaN or `+inf`
+//! score poisoned the head (its output row becomes NaN, as IEEE softmax
+//! would give); `max = -inf` means the piece saw no visible key. A key whose
+//! final score is `-inf` gets weight marker `-1` and its value row is never
+//! read, so a NaN stored in a masked value does not leak.
+
+use std::any::TypeId;
+
+use super::sdpa_simd::{pv, qk, Rows};
+use super::{Elem, Layout, Mask};
+
+/// Key rows per block: a block of K (then V) is read from memory once and
+/// stays in L1 while every query head of the group passes over it.
+const BLOCK: usize = 64;
+
+/// `x` itself when `T` is `f32` (no widening copy needed).
+#[inline(always)]
+fn as_f32<T: Elem>(x: &[T]) -> Option<&[f32]> {
+    if TypeId::of::<T>() == TypeId::of::<f32>() {
+        // SAFETY: `T` is `f32`, so the slice has exactly this type.
+        Some(unsafe { std::slice::from_raw_parts(x.as_ptr().cast::<f32>(), x.len()) })
+    } else {
+        None
+    }
+}
+
+/// `e^x` for `x ≤ 0` (scores minus their row max), vectorisable: Cephes'
+/// `expf` range reduction `x = n·ln2 + r` and degree-6 polynomial (relative
+/// error ~1e-7); inputs below -87 give ~1e-38 instead of underflowing.
+#[inline(always)]
+pub(crate) fn exp_nonpos(x: f32) -> f32 {
+    const LOG2E: f32 = std::f32::consts::LOG2_E;
+    const MAGIC: f32 = 12_582_912.0; // 1.5·2^23: adding it rounds to an integer
+    const C1: f32 = 0.693_359_4;
+    const C2: f32 = -2.121_944_4e-4;
+    let x = x.max(-87.0);
+    let n = (x * LOG2E + MAGIC) - MAGIC;
+    let r = x - n * C1 - n * C2;
+    let z = r * r;
+    let p = ((((1.987_569_1e-4 * r + 1.398_2e-3) * r + 8.333_452e-3) * r + 4.166_579_6e-2) * r
+        + 1.666_666_5e-1)
+        * r
+        + 0.5;
+    let y = p * z + r + 1.0;
+    y * f32::from_bits(((n as i32 + 127) as u32) << 23)
+}
+
+/// Per-thread reusable buffers of a piece (grown once, never shrunk, so a
+/// warm decode loop allocates nothing).
+#[derive(Default)]
+pub(super) struct Scratch {
+    /// The group's queries, widened to f32 and pre-scaled (`group · d`).
+    qf: Vec<f32>,
+    /// A block of key / value rows widened to f32 when they are not f32
+    /// already (`BLOCK · d`).
+    block: Vec<f32>,
+    /// Scores, then weights, head-major (`group · n`).
+    scores: Vec<f32>,
+    /// The partial of a prefill unit (`group · (d + 2)`).
+    pub(super) part: Vec<f32>,
+}
+
+/// Everything a piece needs.
+pub(super) struct Job<'a, T> {
+    pub layout: Layout,
+    pub mask: Mask<'a, T>,
+    pub softcap: f32,
+    pub scale: f32,
+    pub q: &'a [T],
+    pub k: &'a [T],
+    pub v: &'a [T],
+    pub s: usize,
+    pub kv_s: usize,
+    pub len: usize,
+    pub heads: usize,
+    pub kv_heads: usize,
+    pub d: usize,
+    pub group: usize,
+    /// Pieces per unit.
+    pub splits: usize,
+}
+
+impl<T: Elem> Job<'_, T> {
+    /// Row offset of query (and output) `(bi, i, h)`.
+    #[inline(always)]
+    pub fn q_row(&self, bi: usize, i: usize, h: usize) -> usize {
+        match self.layout {
+            Layout::Bshd => ((bi * self.s + i) * self.heads + h) * self.d,
+            Layout::Bhsd => ((bi * self.heads + h) * self.s + i) * self.d,
+        }
+    }
+
+    /// Row offset of key / value `(bi, g, j)`.
+    #[inline(always)]
+    fn key_row(&self, bi: usize, g: usize, j: usize) -> usize {
+        match self.layout {
+            Layout::Bshd => ((bi * self.kv_s + j) * self.kv_heads + g) * self.d,
+            Layout::Bhsd => ((bi * self.kv_heads + g) * self.kv_s + j) * self.d,
+        }
+    }
+
+    /// `(batch, position, kv head)` of `unit`.
+    #[inline(always)]
+    pub fn unit_coords(&self, unit: usize) -> (usize, usize, usize) {
+        let g = unit % self.kv_heads;
+        let i = (unit / self.kv_heads) % self.s;
+        (unit / (self.kv_heads * self.s), i, g)
+    }
+
+    /// Floats of one piece's partial (`group · (d + 2)`).
+    pub fn part_len(&self) -> usize {
+        self.group * (self.d + 2)
+    }
+
+    /// Keys `[lo, hi)` query position `i` may see.
+    #[inline(always)]
+    fn visible(&self, i: usize) -> (usize, usize) {
+        let len = self.len;
+        let abs = len as isize - self.s as isize + i as isize;
+        match self.mask {
+            Mask::Causal => (0, (abs + 1).clamp(0, len as isize) as usize),
+            Mask::SlidingWindow(w) => {
+                let hi = (abs + 1).clamp(0, len as isize) as usize;
+                let lo = (abs - w.min(isize::MAX as usize) as isize).clamp(0, hi as isize) as usize;
+                (lo, hi)
+            }
+            _ => (0, len),
+        }
+    }
+
+    /// Piece `c` of `unit` into `part` (`part_len()` floats).
+    #[inline(always)]
+    pub fn partial<const FMA: bool>(
+        &self,
+        unit: usize,
+        c: usize,
+        sc: &mut Scratch,
+        part: &mut [f32],
+    ) {
+        let (d, gs, s) = (self.d, self.group, self.s);
+        let (bi, i, g) = self.unit_coords(unit);
+        let (lo, hi) = self.visible(i);
+        let all = hi - lo;
+        let (a, b) = (lo + all * c / self.splits, lo + all * (c + 1) / self.splits);
+        let n = b - a;
+        let Scratch {
+            qf, block, scores, ..
+        } = sc;
+        qf.clear();
+        for t in 0..gs {
+            let r = self.q_row(bi, i, g * gs + t);
+            qf.extend(self.q[r..r + d].iter().map(|x| x.to_f32() * self.scale));
+        }
+        scores.resize(n * gs, 0.0);
+        // pass 1: every key block once, for all the group's heads
+        for col in (0..n).step_by(BLOCK) {
+            let rows = self.rows(self.k, bi, g, a + col, BLOCK.min(n - col), block);
+            qk::<FMA>(qf, d, rows, scores, n, col);
+        }
+        let elementwise = matches!(self.mask, Mask::Custom(_) | Mask::Bias(_));
+        if self.softcap > 0.0 || elementwise {
+            for t in 0..gs {
+                for (jj, j) in (a..b).enumerate() {
+                    let x = &mut scores[t * n + jj];
+                    if self.softcap > 0.0 {
+                        *x = self.softcap * (*x / self.softcap).tanh();
+                    }
+                    match self.mask {
+                        Mask::Custom(m) if m[(bi * s + i) * self.kv_s + j].to_f32() == 0.0 => {
+                            *x = f32::NEG_INFINITY
+                        }
+                        Mask::Bias(m) => {
+                            *x +=
+                                m[((bi * self.heads + g * gs + t) * s + i) * self.kv_s + j].to_f32()
+                        }
+                        _ => {}
+                    }
+                }
+            }
+        }
+        // weights per head, in place; -1 marks a key that is never read
+        for (t, p) in part.chunks_exact_mut(d + 2).enumerate().take(gs) {
+            let srow = &mut scores[t * n..(t + 1) * n];
+            let bad = srow.iter().any(|x| x.is_nan() || *x == f32::INFINITY);
+            let max = srow.iter().fold(f32::NEG_INFINITY, |m, &x| m.max(x));
+            if bad || max == f32::NEG_INFINITY {
+                p[0] = if bad { f32::NAN } else { f32::NEG_INFINITY };
+                p[1] = 0.0;
+                srow.fill(-1.0);
+                continue;
+            }
+            let mut sum = 0f32;
+            for x in srow.iter_mut() {
+                let masked = *x == f32::NEG_INFINITY;
+                let e = exp_nonpos(*x - max);
+                sum += if masked { 0.0 } else { e };
+                *x = if masked { -1.0 } else { e };
+            }
+            p[0] = max;
+            p[1] = sum;
+        }
+        // pass 2: every value block once
+        for p in part.chunks_exact_mut(d + 2).take(gs) {
+            p[2..].fill(0.0);
+        }
+        for col in (0..n).step_by(BLOCK) {
+            let rows = self.rows(self.v, bi, g, a + col, BLOCK.min(n - col), block);
+            pv::<FMA>(scores, n, col, d, rows, &mut part[..gs * (d + 2)]);
+        }
+    }
+
+    /// Rows `j0..j0 + nb` of KV head `g` of `x` (K or V) as f32: in place
+    /// when `T` is f32, else widened into `buf`.
+    #[inline(always)]
+    fn rows<'b>(
+        &self,
+        x: &'b [T],
+        bi: usize,
+        g: usize,
+        j0: usize,
+        nb: usize,
+        buf: &'b mut Vec<f32>,
+    ) -> Rows<'b> {
+        let d = self.d;
+        let stride = match self.layout {
+            Layout::Bshd => self.kv_heads * d,
+            Layout::Bhsd => d,
+        };
+        let off = self.key_row(bi, g, j0);
+        if let Some(data) = as_f32(x) {
+            return Rows {
+                data,
+                off,
+                stride,
+                n: nb,
+            };
+        }
+        buf.clear();
+        for j in 0..nb {
+            let r = off + j * stride;
+            buf.extend(x[r..r + d].iter().map(|v| v.to_f32()));
+        }
+        Rows {
+            data: buf,
+            off: 0,
+            stride: d,
+            n: nb,
+        }
+    }
+}
+
+/// Output row of head `t` from the `splits` pieces of its unit (`parts`
+/// holds them piece-major, `stride` floats apart; piece 0's accumulator is
+/// reused as the sum). No visible key gives zeros, a poisoned head NaN.
+#[inline(always)]
+pub(super) fn finish<T: Elem>(
+    parts: &mut [f32],
+    stride: usize,
+    splits: usize,
+    t: usize,
+    d: usize,
+    out: &mut [T],
+) {
+    let at = |c: usize| c * stride + t * (d + 2);
+    let mut m = f32::NEG_INFINITY;
+    for c in 0..splits {
+        let x = parts[at(c)];
+        if x.is_nan() {
+            out.fill(T::from_f32(f32::NAN));
+            return;
+        }
+        m = m.max(x);
+    }
+    if m == f32::NEG_INFINITY {
+        out.fill(T::from_f32(0.0));
+        return;
+    }
+    let (head, rest) = parts.split_at_mut(stride);
+    let p0 = &mut head[at(0)..at(0) + d + 2];
+    let f0 = exp_nonpos(p0[0] - m);
+    let mut sum = p0[1] * f0;
+    if f0 != 1.0 {
+        p0[2..].iter_mut().for_each(|a| *a *= f0);
+    }
+    for c in 1..splits {
+        let pc = &rest[at(c) - stride..at(c) - stride + d + 2];
+        if pc[0] == f32::NEG_INFINITY {
+            continue;
+        }
+        let f = exp_nonpos(pc[0] - m);
+        sum += pc[1] * f;
+        p0[2..]
+            .iter_mut()
+            .zip(&pc[2..])
+            .for_each(|(a, x)| *a += f * x);
+    }
+    let inv = 1.0 / sum;
+    out.iter_mut()
+        .zip(&p0[2..])
+        .for_each(|(o, a)| *o = T::from_f32(a * inv));
+}
