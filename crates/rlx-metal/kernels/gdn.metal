@@ -1,4 +1,5 @@
-// gdn.metal -- gated DeltaNet recurrence (decode-friendly recurrent form).
+// gdn.metal -- gated DeltaNet recurrence: the recurrent form (decode, short
+// runs; first kernel below) and the chunked WY form (prefill; second).
 //
 // Per (batch b, head h) the state S is [n, n] (row i = value dim, column
 // j = key dim); for t = 0 .. seq-1:

@@ -11,6 +11,11 @@
 //!   threads still read step `t`'s inputs while one writes its output);
 //!   a recurrent state updated in place is the one overlap they handle.
 //!
+//! Gated DeltaNet runs in the host's two forms: from `seq ≥`
+//! [`CHUNKED_FROM`] tokens (prefill) the chunked WY form
+//! (`gated_delta_net_chunked_*`, chunks of 64 tokens), below it (decode,
+//! short runs) the token-by-token `gated_delta_net_*`.
+//!
 //! Everything else runs natively: one layer in one or two directions,
 //! stacked unidirectional layers (one dispatch: the layers loop inside the
 //! threadgroup), the carry rows (`L` rows of final h, then the LSTM's `L`
