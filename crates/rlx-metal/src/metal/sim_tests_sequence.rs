@@ -85,11 +85,27 @@ fn recurrences_lower_to_their_kernels() {
     if let Thunk::GatedDeltaNet(g) = &mut half {
         g.f16 = true;
     }
-    let k = only_kernel(half);
+    let k = only_kernel(half.clone());
     assert_eq!(
         k,
         Some(("gated_delta_net_f16".into(), [2, 3, 2], [128, 1, 1]))
     );
+    // prefill from the host's CHUNKED_FROM: the chunked form, one
+    // threadgroup per (batch, head), min(n, 8) simdgroups
+    let k = only_kernel(gdn(0, st, 1 << 20, 16, 16));
+    assert_eq!(
+        k,
+        Some(("gated_delta_net_chunked_f32".into(), [1, 3, 2], [256, 1, 1]))
+    );
+    if let Thunk::GatedDeltaNet(g) = &mut half {
+        g.seq = 80;
+    }
+    assert_eq!(
+        only_kernel(half),
+        Some(("gated_delta_net_chunked_f16".into(), [1, 3, 2], [160, 1, 1]))
+    );
+    let k = only_kernel(gdn(0, st, 1 << 20, 15, 16));
+    assert_eq!(k.map(|k| k.0), Some("gated_delta_net_f32".into()));
     let scan = SelectiveScan {
         x: 0,
         delta: 4096,
@@ -180,9 +196,21 @@ fn unsupported_recurrences_stay_on_the_host() {
 
 #[test]
 fn gdn_state_carries_across_thunks_like_one_scan() {
-    // one thunk over seq 7 vs two thunks (3 then 4 steps) sharing the state
-    // buffer: the same operands, laid out per thunk
-    let (b, h, n, s) = (2usize, 3usize, 16usize, 7usize);
+    // one thunk over seq 7 vs two thunks (3 then 4 steps): recurrent only
+    gdn_carry(7, 3);
+}
+
+#[test]
+fn gdn_chunked_prefill_then_recurrent_like_one_scan() {
+    // one chunked thunk over seq 80 (past one chunk) vs a chunked 70-token
+    // prefill then a 10-token recurrent run on the state it left
+    gdn_carry(80, 70);
+}
+
+/// One thunk over `s` tokens vs two thunks (`split` then `s − split`
+/// tokens) sharing the state buffer: the same operands, laid out per thunk.
+fn gdn_carry(s: usize, split: usize) {
+    let (b, h, n) = (2usize, 3usize, 16usize);
     let q = uniform(1, b * s * h * n, -0.3, 0.3);
     let k = uniform(2, b * s * h * n, -0.3, 0.3);
     let v = uniform(3, b * s * h * n, -1.0, 1.0);
@@ -235,7 +263,7 @@ fn gdn_state_carries_across_thunks_like_one_scan() {
         (out, decode(rlx_ir::DType::F32, &state))
     };
     let (one_o, one_s) = run(&[(0, s)]);
-    let (two_o, two_s) = run(&[(0, 3), (3, s)]);
+    let (two_o, two_s) = run(&[(0, split), (split, s)]);
     for (what, a, b) in [("out", &one_o, &two_o), ("state", &one_s, &two_s)] {
         for (i, (x, y)) in a.iter().zip(b.iter()).enumerate() {
             assert!(

@@ -11,12 +11,18 @@
 //!   threads still read step `t`'s inputs while one writes its output);
 //!   a recurrent state updated in place is the one overlap they handle.
 //!
+//! Gated DeltaNet runs in the host's two forms: from `seq ≥`
+//! [`CHUNKED_FROM`] tokens (prefill) the chunked WY form
+//! (`gated_delta_net_chunked_*`, chunks of 64 tokens), below it (decode,
+//! short runs) the token-by-token `gated_delta_net_*`.
+//!
 //! Everything else runs natively: one layer in one or two directions,
 //! stacked unidirectional layers (one dispatch: the layers loop inside the
 //! threadgroup), the carry rows (`L` rows of final h, then the LSTM's `L`
 //! rows of final c), the SSM scans with or without a recurrent state.
 
 use super::{aliased, kernel, row_threads, suffix, Lowered};
+use crate::host::kernels::sequence::CHUNKED_FROM;
 use crate::metal::args::{GdnArgs, KernelArgs, Mamba2Args, RnnArgs, SsmArgs};
 use crate::metal::kernels::Family;
 use crate::metal::plan::{BufferBinding, Dispatch};
@@ -26,6 +32,10 @@ use crate::thunk::{HalfFlag, Thunk};
 /// State rows per threadgroup of `gdn.metal` / `ssm.metal`
 /// (`RLX_GDN_ROWS`, `RLX_SSM_ROWS`).
 const SCAN_ROWS: u32 = 4;
+
+/// Most simdgroups per threadgroup of `gated_delta_net_chunked`
+/// (`RLX_GDNC_SG`; each owns up to 16 state rows).
+const GDN_CHUNKED_SG: u32 = 8;
 
 /// Widest state row the scan kernels hold (`32 · RLX_*_COLS`).
 pub const MAX_SCAN_STATE: u32 = 128;
@@ -99,6 +109,14 @@ fn scan(i: usize, t: &Thunk) -> Option<Lowered> {
             };
             let dt = if g.f16 { HalfFlag::F16 } else { HalfFlag::F32 };
             let offs = [g.q, g.k, g.v, g.g, g.beta, g.state, g.dst];
+            // prefill: the chunked form from the host's threshold, one
+            // threadgroup per (batch, head); decode / short runs: recurrent
+            if g.seq as usize >= CHUNKED_FROM {
+                let grid = [1, g.heads, g.batch];
+                let threads = 32 * g.state_size.min(GDN_CHUNKED_SG);
+                let f = format!("gated_delta_net_chunked_{}", suffix(dt));
+                return Some(dispatch(i, Family::Gdn, f, &args, &offs, grid, threads));
+            }
             let grid = [g.state_size.div_ceil(SCAN_ROWS), g.heads, g.batch];
             let f = format!("gated_delta_net_{}", suffix(dt));
             Some(dispatch(i, Family::Gdn, f, &args, &offs, grid, threads))
