@@ -208,9 +208,19 @@ impl QAct {
 /// the residual `x − dx·qx` (at most `dx/2`) is quantised again with the
 /// step `dx/256`.
 #[target_feature(enable = "avx2,fma,avx512f,avx512bw,avx512vl")]
-unsafe fn quantize(x: &[f32], q: &mut [i8], mut q2: Option<&mut [i8]>, d: &mut [f32], s: &mut [f32]) {
+unsafe fn quantize(
+    x: &[f32],
+    q: &mut [i8],
+    mut q2: Option<&mut [i8]>,
+    d: &mut [f32],
+    s: &mut [f32],
+) {
     let blocks = x.chunks_exact(32).zip(q.chunks_exact_mut(32));
-    for (bi, (((xb, qb), db), sb)) in blocks.zip(d.iter_mut()).zip(s.chunks_exact_mut(2)).enumerate() {
+    for (bi, (((xb, qb), db), sb)) in blocks
+        .zip(d.iter_mut())
+        .zip(s.chunks_exact_mut(2))
+        .enumerate()
+    {
         let mut amax = 0f32;
         let mut finite = true;
         for &v in xb {
@@ -233,7 +243,12 @@ unsafe fn quantize(x: &[f32], q: &mut [i8], mut q2: Option<&mut [i8]>, d: &mut [
         if let Some(q2) = q2.as_deref_mut() {
             let rb = &mut q2[32 * bi..32 * bi + 32];
             let inv2 = inv * 256.0;
-            for (h, ((xh, qh), rh)) in xb.chunks_exact(16).zip(qb.chunks_exact(16)).zip(rb.chunks_exact_mut(16)).enumerate() {
+            for (h, ((xh, qh), rh)) in xb
+                .chunks_exact(16)
+                .zip(qb.chunks_exact(16))
+                .zip(rb.chunks_exact_mut(16))
+                .enumerate()
+            {
                 let mut t = sums[h] * 256;
                 for ((o, &v), &c) in rh.iter_mut().zip(xh).zip(qh) {
                     let r = (v - dx * f32::from(c)) * inv2;
