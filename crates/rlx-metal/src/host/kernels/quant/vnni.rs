@@ -20,6 +20,16 @@
 //! `x` holding a non-finite value gives `dx = NaN`, so the affected outputs
 //! are NaN rather than silently wrong.
 //!
+//! A single activation row (decode) is by default rounded on two levels
+//! ([`super::set_int8_activation_levels`]): the residual `x − dx·qx` is
+//! coded again as `qx2` with the step `dx/256`, and each run's integer dot
+//! becomes `256·Σ q·qx + Σ q·qx2` (one shift and one more `vpdpbusd`),
+//! scaled by `dx/256`: the bound above shrinks 128-fold (`dx/256` per
+//! element, `dx/512` but where `qx2` clamps at 127), close to f32
+//! activations (top-1 of the accuracy passage decoded one token at a time:
+//! 1.000 on SmolLM2 / Gemma3 / Qwen2.5, against 0.969 / 0.956 / 0.983 with
+//! one level).
+//!
 //! Work split: one task per chunk of weight rows (a few per thread); each
 //! task walks its rows for groups of up to four activation rows, so a
 //! block's codes are unpacked once per group and its bytes stay in L1
