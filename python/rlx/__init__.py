@@ -5,7 +5,12 @@ from rlx import _boot  # noqa: F401  # isort: skip
 
 from typing import TYPE_CHECKING, Optional
 
-from rlx._rlx import __version__, pass_names, set_int8_activations
+from rlx._rlx import (
+    __version__,
+    pass_names,
+    set_int8_activation_levels,
+    set_int8_activations,
+)
 from rlx._types import dtype_name
 from rlx.autodiff import grad
 from rlx.custom import register_gpu_op, register_op
@@ -65,6 +70,7 @@ __all__ = [
     "quantize",
     "register_gpu_op",
     "register_op",
+    "set_int8_activation_levels",
     "set_int8_activations",
     "dtype_name",
     "grad",

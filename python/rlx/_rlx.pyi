@@ -19,6 +19,7 @@ __all__ = [
     "env_vars",
     "gguf_dequantize_rows",
     "pass_names",
+    "set_int8_activation_levels",
     "set_int8_activations",
     "thunk_variants",
 ]
@@ -108,6 +109,13 @@ def thunk_variants() -> list[tuple[str, str]]:
 def set_int8_activations(enabled: bool) -> bool:
     """Turns the host's int8-activation matmul paths (AVX-512 VNNI, m <= 8)
     on or off for the process; returns the previous setting."""
+
+def set_int8_activation_levels(levels: int) -> int:
+    """How many int8 code levels the host's single-row (decode)
+    int8-activation GEMVs use: 2 (the default) adds a residual level
+    (``x ~ dx*qx + dx/256*qx2``, about 16-bit activations), 1 rounds to
+    ``dx*qx`` alone as llama.cpp does; returns the previous count. Raises
+    ``RlxError`` for other values."""
 
 @final
 class Executable:

@@ -768,9 +768,26 @@ fn set_int8_activations(enabled: bool) -> bool {
     rlx_metal::host::kernels::quant::set_int8_activations(enabled)
 }
 
+/// Sets how many int8 code levels the host's single-row (decode)
+/// int8-activation GEMVs use, 1 or 2
+/// (`rlx_metal::host::kernels::quant::set_int8_activation_levels`);
+/// returns the previous count.
+#[pyfunction]
+fn set_int8_activation_levels(levels: u32) -> PyResult<u32> {
+    if !(1..=2).contains(&levels) {
+        return Err(crate::errors::RlxError::new_err(format!(
+            "[set_int8_activation_levels] {levels} levels: need 1 or 2"
+        )));
+    }
+    Ok(rlx_metal::host::kernels::quant::set_int8_activation_levels(
+        levels,
+    ))
+}
+
 pub(crate) fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<PyExecutable>()?;
     m.add_function(wrap_pyfunction!(pass_names, m)?)?;
     m.add_function(wrap_pyfunction!(set_int8_activations, m)?)?;
+    m.add_function(wrap_pyfunction!(set_int8_activation_levels, m)?)?;
     Ok(())
 }

@@ -233,6 +233,9 @@ fn int_dots(ty: GgmlType, m: usize) -> bool {
 /// Per-output bound of the activation rounding of the integer-dot path:
 /// `½ Σ_e |w_je| · dx_b(e)` with `dx_b = max|x_b| / 127` per block of 32
 /// of each activation row (module `vnni`); zero where the path is not used.
+/// A single row (`m = 1`) is rounded on two code levels by default
+/// (`set_int8_activation_levels`), to within `dx_b / 256` per element
+/// (`dx_b / 512` but where the residual code clamps at 127): 1/128 of that.
 pub(super) fn rounding_bound(
     ty: GgmlType,
     x: &[f32],
@@ -246,6 +249,7 @@ pub(super) fn rounding_bound(
     }
     let rows: Vec<Vec<f64>> = (0..n).map(|j| naive_row(ty, w, j, k)).collect();
     let mut out = vec![0f64; m * n];
+    let half = if m == 1 { 0.5 / 128.0 } else { 0.5 };
     for i in 0..m {
         let xi = &x[i * k..(i + 1) * k];
         let dx: Vec<f64> = xi
@@ -253,7 +257,7 @@ pub(super) fn rounding_bound(
             .map(|b| f64::from(b.iter().fold(0f32, |a, v| a.max(v.abs()))) / 127.0)
             .collect();
         for (j, r) in rows.iter().enumerate() {
-            out[i * n + j] = 0.5
+            out[i * n + j] = half
                 * r.iter()
                     .enumerate()
                     .map(|(e, v)| v.abs() * dx[e / 32])

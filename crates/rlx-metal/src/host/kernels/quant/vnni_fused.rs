@@ -4,20 +4,22 @@
 //! chunks of one or two matrices.
 
 use super::super::driver::{gemv_fused, Epilogue};
-use super::{available, gemv_rows, with_qact, QAct, VFmt, PAR_MIN_BYTES_M1};
+use super::{available, gemv_rows, with_qact, QAct, VFmt, PAR_MIN_BYTES_M1, RESIDUAL};
 use super::{VQ2K, VQ3K, VQ4K, VQ4_0, VQ4_1, VQ5K, VQ5_0, VQ5_1, VQ6K, VQ8_0};
 use crate::host::kernels::Elem;
 use rlx_ir::GgmlType;
+use std::sync::atomic::Ordering;
 
 /// [`gemv_rows`] over whole rows of `w` (`w.len() / rb` of them, at least
-/// `out.len()`) into f32, for the fused decode GEMVs.
+/// `out.len()`) into f32, for the fused decode GEMVs (`TWO`: `qa` holds
+/// two code levels).
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
-unsafe fn dots_m1<V: VFmt>(w: &[u8], rb: usize, qa: &QAct, out: &mut [f32]) {
+unsafe fn dots_m1<V: VFmt, const TWO: bool>(w: &[u8], rb: usize, qa: &QAct, out: &mut [f32]) {
     let rows = out.len().min(w.len() / rb.max(1));
     // SAFETY: `rows` whole rows are in `w`; `qa` holds one activation row
     // of `k` elements matching `rb` (checked by `try_fused`), the caller
     // checked the features.
-    unsafe { gemv_rows::<V, f32>(w.as_ptr(), rb, rb / V::BB, qa, &mut out[..rows]) }
+    unsafe { gemv_rows::<V, f32, TWO>(w.as_ptr(), rb, rb / V::BB, qa, &mut out[..rows]) }
 }
 
 /// The fused decode GEMVs of [`gemv_fused`] on the
@@ -40,7 +42,8 @@ pub(in crate::host::kernels::quant) fn try_fused<T: Elem>(
     }
     with_vfmt!(ty, V => {
         with_qact(|qa| {
-            qa.fill(x, 1, k);
+            let two = RESIDUAL.load(Ordering::Relaxed);
+            qa.fill(x, 1, k, two);
             let qa = &*qa;
             let bytes = mats.len().saturating_mul(n).saturating_mul(rb);
             let tasks = if bytes < PAR_MIN_BYTES_M1 {
@@ -49,8 +52,13 @@ pub(in crate::host::kernels::quant) fn try_fused<T: Elem>(
                 crate::host::team::threads()
             };
             // SAFETY: `available()` holds; the driver passes whole rows.
-            let dots = |w: &[u8], o: &mut [f32]| unsafe { dots_m1::<V>(w, rb, qa, o) };
-            gemv_fused(mats, rb, n, out, tasks, &dots, epi);
+            if two {
+                let dots = |w: &[u8], o: &mut [f32]| unsafe { dots_m1::<V, true>(w, rb, qa, o) };
+                gemv_fused(mats, rb, n, out, tasks, &dots, epi);
+            } else {
+                let dots = |w: &[u8], o: &mut [f32]| unsafe { dots_m1::<V, false>(w, rb, qa, o) };
+                gemv_fused(mats, rb, n, out, tasks, &dots, epi);
+            }
         });
         true
     }, _ => false)
