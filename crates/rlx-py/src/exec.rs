@@ -99,9 +99,13 @@ impl SegStore {
 type SharedState = Arc<Mutex<AlignedBuf>>;
 
 /// A compiled, runnable graph.
+///
+/// The compiled plan (schedule, Metal plan, per-thunk JSON) is immutable
+/// after compile and shared by every [`PyExecutable::instance`] of it; each
+/// instance owns its arena, weights segments and state buffer.
 #[pyclass(name = "Executable", module = "rlx._rlx")]
 pub struct PyExecutable {
-    compiled: Compiled,
+    compiled: Arc<Compiled>,
     arena: AlignedBuf,
     stores: Vec<SegStore>,
     /// `stores` as raw segments, rebuilt whenever a store changes.
@@ -110,11 +114,11 @@ pub struct PyExecutable {
     exec: HostExecutor,
     /// The schedule as Metal commands (figures in `stats`; what
     /// `device="metal-sim"` runs).
-    plan: MetalPlan,
+    plan: Arc<MetalPlan>,
     /// Set for `device="metal-sim"`: runs `plan` through msl-sim.
     sim: Option<SimExecutor>,
     /// Per-thunk JSON handed to the fallback (built once).
-    thunk_json: Vec<String>,
+    thunk_json: Arc<Vec<String>>,
     /// Whether the schedule verifier ran at compile (`RLX_VERIFY=1`).
     verified_at_compile: bool,
     /// Active-extent plan (the scaled thunks are made per run).
@@ -199,8 +203,8 @@ impl PyExecutable {
         if verified_at_compile {
             verify(&compiled).map_err(compile_err)?;
         }
-        let thunk_json = compiled.schedule.thunks.iter().map(thunk_to_json).collect();
-        let plan = MetalPlan::build(&compiled.schedule);
+        let thunk_json = Arc::new(compiled.schedule.thunks.iter().map(thunk_to_json).collect());
+        let plan = Arc::new(MetalPlan::build(&compiled.schedule));
         Ok(PyExecutable {
             plan,
             sim: (device == "metal-sim").then(SimExecutor::new),
@@ -210,10 +214,90 @@ impl PyExecutable {
             state: Arc::new(Mutex::new(alloc("state buffer", compiled.state_bytes)?)),
             exec: HostExecutor::new(mode),
             thunk_json,
-            compiled,
+            compiled: Arc::new(compiled),
             verified_at_compile,
             active: None,
         })
+    }
+
+    /// Another instance of this compiled plan, without compiling again: it
+    /// shares the schedule, the Metal plan and the weights (owned segments
+    /// are copied, zero-copy bindings point at the same memory and keep its
+    /// owner alive) but has its own zeroed arena and state buffer (e.g. one
+    /// KV cache per concurrent sequence), its own profiling / tracing and
+    /// the active-extent plan set so far. With `state_of`, the instance uses
+    /// that executable's state buffer from the start (as `share_state`
+    /// would, without allocating its own first; identical state tables
+    /// only).
+    #[pyo3(signature = (state_of = None))]
+    fn instance(
+        &self,
+        py: Python<'_>,
+        state_of: Option<&Bound<'_, PyExecutable>>,
+    ) -> PyResult<Self> {
+        let shared = match state_of {
+            None => None,
+            Some(o) => {
+                let o = o
+                    .try_borrow()
+                    .map_err(|_| RlxError::new_err("[instance] the state owner is in use"))?;
+                let (mine, theirs) = (state_table(&self.compiled), state_table(&o.compiled));
+                if mine != theirs {
+                    return Err(RlxError::new_err(format!(
+                        "[instance] state tables differ: this plan has {}; the owner has {}",
+                        describe_states(&mine),
+                        describe_states(&theirs)
+                    )));
+                }
+                Some(Arc::clone(&o.state))
+            }
+        };
+        let mut stores = Vec::with_capacity(self.stores.len());
+        for (i, st) in self.stores.iter().enumerate() {
+            stores.push(match st {
+                SegStore::Unset => SegStore::Unset,
+                SegStore::Owned(b) => {
+                    let mut copy = alloc(&format!("weights segment {i}"), b.len())?;
+                    copy.as_mut_slice().copy_from_slice(b.as_slice());
+                    SegStore::Owned(copy)
+                }
+                SegStore::External { _owner, ptr, len } => SegStore::External {
+                    _owner: _owner.clone_ref(py),
+                    ptr: *ptr,
+                    len: *len,
+                },
+            });
+        }
+        let segments = stores.iter_mut().map(SegStore::segment).collect();
+        let mode = self.exec.mode();
+        Ok(PyExecutable {
+            compiled: Arc::clone(&self.compiled),
+            arena: alloc("activation arena", self.compiled.arena_bytes)?,
+            stores,
+            segments,
+            state: match shared {
+                Some(st) => st,
+                None => Arc::new(Mutex::new(alloc(
+                    "state buffer",
+                    self.compiled.state_bytes,
+                )?)),
+            },
+            exec: HostExecutor::new(mode),
+            plan: Arc::clone(&self.plan),
+            sim: self.sim.as_ref().map(|_| SimExecutor::new()),
+            thunk_json: Arc::clone(&self.thunk_json),
+            verified_at_compile: self.verified_at_compile,
+            active: self.active.clone(),
+        })
+    }
+
+    /// True when `other` runs the same compiled plan (one is an
+    /// [`instance`](Self::instance) of the other, or both of a third).
+    fn shares_plan_with(&self, other: &Bound<'_, PyExecutable>) -> bool {
+        match other.try_borrow() {
+            Ok(o) => Arc::ptr_eq(&self.compiled, &o.compiled),
+            Err(_) => true, // `other` is `self`
+        }
     }
 
     /// Switch per-thunk timing of runs on (clearing earlier figures) or off.
@@ -478,7 +562,7 @@ impl PyExecutable {
         };
         let (sim_schedule, plan) = match &scaled_run {
             Some((s, p)) => (s, p),
-            None => (schedule, &self.plan),
+            None => (schedule, &*self.plan),
         };
         let segments = &self.segments;
         let state = &self.state;
