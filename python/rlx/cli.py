@@ -490,9 +490,9 @@ def _serve_args(sub: Any) -> None:
     srv.add_argument(
         "--batch",
         action=argparse.BooleanOptionalAction,
-        default=True,
+        default=False,
         help="continuous batching: the slots' decode steps run as one batched step "
-        "(default on for attention-only models; --no-batch runs each slot on its own)",
+        "(attention-only models; default off: each slot runs on its own thread)",
     )
     srv.add_argument(
         "--batch-ctx",

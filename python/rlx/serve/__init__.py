@@ -9,9 +9,9 @@ or the ``ID`` of an ``ID=PATH`` argument.
 
 A decoder model runs ``slots`` generations at once, each on its own
 :meth:`rlx.DecoderModel.session` (own KV cache); more requests wait in a
-FIFO queue (see :mod:`rlx.serve.engine`). With ``--batch`` (the default for
-attention-only models) the running generations decode together, one batched
-step for all (continuous batching, :mod:`rlx.serve.batching`). The web stack is an optional extra:
+FIFO queue (see :mod:`rlx.serve.engine`). With ``--batch`` (attention-only
+models) the running generations decode together, one batched step for all
+(continuous batching, :mod:`rlx.serve.batching`). The web stack is an optional extra:
 ``pip install rlx[serve]`` (starlette, uvicorn).
 
 >>> from rlx.serve import load_models, create_app      # doctest: +SKIP
@@ -73,7 +73,7 @@ def load_models(
     default_max_tokens: Optional[int] = None,
     device: str = "host",
     progress: bool = False,
-    batch: bool = True,
+    batch: bool = False,
     batch_ctx: Optional[int] = None,
 ) -> list[Any]:
     """Load every model in ``specs`` (see :func:`model_id`) and wrap it for
