@@ -44,6 +44,8 @@ PROMPTS = [
     "The best way to cook rice is",
 ]
 LEVELS = (1, 2, 4)
+#: table labels of the engines (``--engines`` keys)
+LABELS = {"rlx": "rlx serve --batch", "rlx-nobatch": "rlx serve", "llama.cpp": "llama-server"}
 
 
 def _free_port() -> int:
@@ -201,7 +203,8 @@ def _table(figs: dict[str, dict[int, list[float]]], engines: list[str], args: An
         "|---|" + "---:|" * len(LEVELS),
     ]
     for e in engines:
-        out.append(f"| {e} | " + " | ".join(f"{med[e].get(n, 0):.1f}" for n in LEVELS) + " |")
+        cells = " | ".join(f"{med[e].get(n, 0):.1f}" for n in LEVELS)
+        out.append(f"| {LABELS.get(e, e)} | {cells} |")
     if "llama.cpp" in engines:
         for e in engines:
             if e == "llama.cpp":
@@ -210,7 +213,7 @@ def _table(figs: dict[str, dict[int, list[float]]], engines: list[str], args: An
             for n in LEVELS:
                 a, b = med[e].get(n), med["llama.cpp"].get(n)
                 cells.append(f"{a / b:.2f}×" if a and b else "–")
-            out.append(f"| **{e} / llama.cpp** | " + " | ".join(cells) + " |")
+            out.append(f"| **{LABELS.get(e, e)} / llama-server** | " + " | ".join(cells) + " |")
     return out
 
 
