@@ -37,8 +37,9 @@
 use crate::errors::{
     ir_err, GraphError, KernelError, RlxError, ShapeError, UnsupportedOpError, WeightFormatError,
 };
+use crate::exec_util::{alloc, binding_tuple};
 use crate::exec_util::{
-    describe_states, memview, readonly_memview, state_table, thunk_table, thunk_to_json,
+    describe_states, memview, readonly_memview, state_table, thunk_table, thunk_to_json, SegStore,
 };
 use crate::graph::PyGraph;
 use pyo3::exceptions::PyValueError;
@@ -46,8 +47,7 @@ use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyList};
 use rlx_metal::compile::active::ActivePlan;
 use rlx_metal::compile::{
-    compile, verify::verify_schedule, verify::VerifyContext, Binding, CompileError, CompileOptions,
-    Compiled,
+    compile, verify::verify_schedule, verify::VerifyContext, CompileError, CompileOptions, Compiled,
 };
 use rlx_metal::host::buffer::{AlignedBuf, Mem, Segment};
 use rlx_metal::host::exec::{HostExecutor, Mode, RunError};
@@ -56,44 +56,6 @@ use rlx_metal::metal::sim::{SimBuffers, SimError, SimExecutor};
 use rlx_metal::thunk::ByteRange;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
-
-/// Where the bytes of one weights segment live.
-enum SegStore {
-    /// Not given yet (a param before `set_param` / `bind_param`).
-    Unset,
-    /// Owned, 64-byte aligned bytes.
-    Owned(AlignedBuf),
-    /// Bytes owned by a Python object, kept alive here (see the module doc).
-    External {
-        /// The owner (keeps the memory alive).
-        _owner: PyObject,
-        /// First byte.
-        ptr: *const u8,
-        /// Length in bytes.
-        len: usize,
-    },
-}
-
-// SAFETY: `External` holds an address into memory its owner keeps alive;
-// the address is only dereferenced by kernels during a run (read-only).
-unsafe impl Send for SegStore {}
-unsafe impl Sync for SegStore {}
-
-impl SegStore {
-    fn segment(&mut self) -> Segment {
-        match self {
-            SegStore::Unset => Segment::EMPTY,
-            SegStore::Owned(b) => Segment {
-                ptr: b.as_mut_ptr(),
-                len: b.len(),
-            },
-            SegStore::External { ptr, len, .. } => Segment {
-                ptr: *ptr,
-                len: *len,
-            },
-        }
-    }
-}
 
 /// The state buffer, shareable between executables.
 type SharedState = Arc<Mutex<AlignedBuf>>;
@@ -134,21 +96,6 @@ fn compile_err(e: CompileError) -> PyErr {
         CompileError::UnboundDim { .. } => ShapeError::new_err(e.to_string()),
         _ => GraphError::new_err(e.to_string()),
     }
-}
-
-fn binding_tuple(kind: &str, b: &Binding) -> (String, String, usize, usize, Vec<usize>, String) {
-    (
-        kind.to_string(),
-        b.name.clone(),
-        b.node,
-        b.offset,
-        b.shape
-            .dims
-            .iter()
-            .map(|d| d.as_static().unwrap_or(0))
-            .collect(),
-        b.shape.dtype.name().to_string(),
-    )
 }
 
 #[pymethods]
@@ -763,17 +710,6 @@ impl PyExecutable {
             )
         })
     }
-}
-
-/// `len` zeroed bytes for `what`, or an `RlxError` (never an abort) when
-/// the machine cannot provide them.
-fn alloc(what: &str, len: usize) -> PyResult<AlignedBuf> {
-    AlignedBuf::try_zeroed(len).map_err(|_| {
-        RlxError::new_err(format!(
-            "[compile] cannot allocate the {what} of {len} bytes \
-             (out of memory or past the address space)"
-        ))
-    })
 }
 
 /// Lock the state buffer unless a run holds it. A lock poisoned by a
