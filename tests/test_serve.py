@@ -43,7 +43,8 @@ PROMPTS = ["hello world", "the cat sat", "one two three", "zebra fish"]
 
 @pytest.fixture(scope="module")
 def srv() -> Iterator[ServerThread]:
-    models = load_models([str(LLAMA), str(BERT)], slots=4, chat_template=TEMPLATE)
+    # continuous batching on: every stream must still equal its request alone
+    models = load_models([str(LLAMA), str(BERT)], slots=4, chat_template=TEMPLATE, batch=True)
     s = ServerThread(models)
     yield s
     s.stop()
@@ -239,6 +240,7 @@ def test_concurrent_streams_are_isolated(srv: ServerThread) -> None:
         got, first, last = _at_once(client, batch)
         assert got == [alone[reqs.index(r)] for r in batch]
         assert max(first) < min(last), "the four streams did not overlap"
+    assert srv.health()["engines"][MODEL]["batch_steps"] > 0  # they ran batched
 
 
 def test_more_requests_than_slots_queue(srv: ServerThread) -> None:
@@ -384,7 +386,7 @@ def test_rlx_serve_command() -> None:
     import subprocess
     import sys
 
-    cmd = [sys.executable, "-m", "rlx.cli", "serve", f"tiny={LLAMA}", "--port", "0"]
+    cmd = [sys.executable, "-m", "rlx.cli", "serve", f"tiny={LLAMA}", "--port", "0", "--batch"]
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         line = proc.stdout.readline() if proc.stdout else ""

@@ -164,6 +164,10 @@ class Executable:
         """Use ``other``'s state buffer (identical state tables only)."""
     def shares_state_with(self, other: Executable) -> bool:
         """True when both use one state buffer."""
+    def instance(self, state_of: Optional[Executable] = None) -> Executable:
+        """Another instance of the compiled plan: own arena and state, shared weights."""
+    def shares_plan_with(self, other: Executable) -> bool:
+        """True when both run one compiled plan."""
     def reset_state(self) -> None:
         """Zero-fill the state buffer."""
     def bindings(self) -> list[tuple[str, str, int, int, list[int], str]]:

@@ -480,6 +480,8 @@ def _cmd_serve(args: argparse.Namespace) -> int:
         chat_template=template,
         default_max_tokens=args.max_tokens,
         progress=sys.stderr.isatty(),
+        batch=args.batch,
+        batch_ctx=args.batch_ctx,
     )
     return serve.run(models, host=args.host, port=args.port, log_level=args.log_level)
 
@@ -506,6 +508,20 @@ def _serve_args(sub: Any) -> None:
         type=_at_least(1),
         default=4,
         help="generations at once per model, each with its own KV cache (default 4)",
+    )
+    srv.add_argument(
+        "--batch",
+        action=argparse.BooleanOptionalAction,
+        default=False,
+        help="continuous batching: the slots' decode steps run as one batched step "
+        "(attention-only models; default off: each slot runs on its own thread)",
+    )
+    srv.add_argument(
+        "--batch-ctx",
+        type=_at_least(2),
+        default=None,
+        help="positions per batched slot (its KV cache; default: the model's context, "
+        "at most 2048); longer requests run on their own",
     )
     srv.add_argument(
         "--queue",

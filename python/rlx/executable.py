@@ -119,9 +119,14 @@ class Executable:
         #: the graph's name (trace slices carry it)
         self.name = str(getattr(graph, "name", "graph"))
         t0 = time.perf_counter()
-        self._native = _rlx.Executable(native_graph, device, dims, rng_seed, rng_offset)
+        native = _rlx.Executable(native_graph, device, dims, rng_seed, rng_offset)
         if _trace.TRACER is not None:
-            _trace.TRACER.compiled(self._native, self.name, t0, time.perf_counter())
+            _trace.TRACER.compiled(native, self.name, t0, time.perf_counter())
+        self._attach(native)
+
+    def _attach(self, native: Any) -> None:
+        """Views of ``native``'s buffers and its binding table."""
+        self._native = native
         self._arena = np.frombuffer(self._native.arena_view(), dtype=np.uint8)
         segments = [self._segment_array(i) for i in range(self._native.segment_count())]
         state = np.frombuffer(self._native.state_view(), dtype=np.uint8)
@@ -304,6 +309,36 @@ class Executable:
             self._native.share_state(other._native)
             self._mem.state = np.frombuffer(self._native.state_view(), dtype=np.uint8)
             self._lock = other._lock  # one lock per shared state buffer
+
+    def instance(self, share_state_with: Optional[Executable] = None) -> Executable:
+        """Another executable running this one's compiled plan, without
+        compiling again: same schedule and weights (params bound zero-copy
+        point at the same memory, copied ones are copied), its own zeroed
+        arena and state buffer (e.g. a KV cache per concurrent sequence) and
+        its own lock, so it runs independently of this one. The active-extent
+        plan set so far carries over; state sharing does not: the instance
+        has its own state, or ``share_state_with``'s from the start (as
+        :meth:`share_state`, without allocating one first)."""
+        other = share_state_with
+        if other is not None and not isinstance(other, Executable):
+            raise TypeError(f"[instance] expects an rlx.Executable, got {type(other).__name__}")
+        with self._hold() if other is None else self._hold_pair(other):
+            native = self._native.instance(None if other is None else other._native)
+            out = object.__new__(Executable)
+            out.device = self.device
+            out._lock = GroupLock() if other is None else other._lock
+            out.name = self.name
+            out._attach(native)
+            out._set = set(self._set)
+            out._bound = dict(self._bound)
+            return out
+
+    def shares_plan_with(self, other: Executable) -> bool:
+        """True when both run one compiled plan (see :meth:`instance`)."""
+        if other is self:
+            return True
+        with self._hold_pair(other):
+            return bool(self._native.shares_plan_with(other._native))
 
     def shares_state_with(self, other: Executable) -> bool:
         """True when both executables use one state buffer."""

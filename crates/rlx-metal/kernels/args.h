@@ -243,7 +243,7 @@ struct AttnArgs {
     uint window;
     float scale;
     float softcap;    // 0: off
-    uint has_kv_len;  // buffer(5) holds the run-time key length
+    uint has_kv_len;  // buffer(5) holds the run-time key length (1), one per batch entry (2)
     uint rope;        // NeoX-rotate q and k (FusedAttn)
     uint q_sb;
     uint q_ss;

@@ -6,7 +6,9 @@
 // and the packed qkv rows of FusedAttn (q, k, v bound at the packed
 // buffer + 0 / inner / 2·inner). GQA: query head h reads kv head
 // h / (heads / kv_heads). Run-time key length L = clamp(kv_len[0], 1,
-// kv_seq) when has_kv_len (else kv_seq): keys 0..L only, query i sits at
+// kv_seq) when has_kv_len = 1, clamp(kv_len[b], 1, kv_seq) for batch entry
+// b when has_kv_len = 2 (one length per sequence: batched decode), else
+// kv_seq: keys 0..L only, query i sits at
 // absolute position L - seq + i. Masks: 0 none, 1 causal (j <= abs),
 // 2 custom [b, seq, kv_seq] (0 hides the key), 3 additive bias
 // [b, heads, seq, kv_seq], 4 sliding window (abs - window <= j <= abs).
@@ -32,7 +34,7 @@
 //   (bk·(head_dim|1)) and the probabilities (2·nsg·32).
 //
 // bindings (both): args AttnArgs; buffer(1) q, (2) k, (3) v, (4) mask
-// (kinds 2, 3), (5) kv_len int[1] (has_kv_len), (6) cos, (7) sin (rope),
+// (kinds 2, 3), (5) kv_len int[1] or int[batch] (has_kv_len), (6) cos, (7) sin (rope),
 // (8) out. Unused bindings may point anywhere.
 #include <metal_stdlib>
 #include "args.h"
@@ -97,12 +99,12 @@ static inline float att_score(constant AttnArgs& a, float dot, device const T* m
     return x;
 }
 
-static inline uint att_len(constant AttnArgs& a, device const int* kv_len)
+static inline uint att_len(constant AttnArgs& a, device const int* kv_len, uint b)
 {
     if (a.has_kv_len == 0) {
         return a.kv_seq;
     }
-    return uint(clamp(kv_len[0], 1, int(a.kv_seq)));
+    return uint(clamp(kv_len[a.has_kv_len == 2 ? b : 0], 1, int(a.kv_seq)));
 }
 
 template <typename T>
@@ -131,7 +133,7 @@ kernel void attention_decode(constant AttnArgs&  a      [[buffer(0)]],
     const uint i = (tg / a.heads) % a.seq;
     const uint b = tg / (a.heads * a.seq);
     const uint g = h / (a.heads / a.kv_heads);
-    const uint L = att_len(a, kv_len);
+    const uint L = att_len(a, kv_len, b);
     const uint2 r = att_range(a, L, i);
 
     device const T* qrow = q + b * a.q_sb + i * a.q_ss + h * a.q_sh;
@@ -239,7 +241,7 @@ kernel void attention_prefill(constant AttnArgs&  a      [[buffer(0)]],
     const uint h = (tg / nqb) % a.heads;
     const uint b = tg / (nqb * a.heads);
     const uint g = h / (a.heads / a.kv_heads);
-    const uint L = att_len(a, kv_len);
+    const uint L = att_len(a, kv_len, b);
     const uint tpg = nsg * 32;
     const uint i0 = qb * bq;
 

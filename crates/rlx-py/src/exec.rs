@@ -37,8 +37,9 @@
 use crate::errors::{
     ir_err, GraphError, KernelError, RlxError, ShapeError, UnsupportedOpError, WeightFormatError,
 };
+use crate::exec_util::{alloc, binding_tuple};
 use crate::exec_util::{
-    describe_states, memview, readonly_memview, state_table, thunk_table, thunk_to_json,
+    describe_states, memview, readonly_memview, state_table, thunk_table, thunk_to_json, SegStore,
 };
 use crate::graph::PyGraph;
 use pyo3::exceptions::PyValueError;
@@ -46,8 +47,7 @@ use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyList};
 use rlx_metal::compile::active::ActivePlan;
 use rlx_metal::compile::{
-    compile, verify::verify_schedule, verify::VerifyContext, Binding, CompileError, CompileOptions,
-    Compiled,
+    compile, verify::verify_schedule, verify::VerifyContext, CompileError, CompileOptions, Compiled,
 };
 use rlx_metal::host::buffer::{AlignedBuf, Mem, Segment};
 use rlx_metal::host::exec::{HostExecutor, Mode, RunError};
@@ -57,51 +57,17 @@ use rlx_metal::thunk::ByteRange;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
-/// Where the bytes of one weights segment live.
-enum SegStore {
-    /// Not given yet (a param before `set_param` / `bind_param`).
-    Unset,
-    /// Owned, 64-byte aligned bytes.
-    Owned(AlignedBuf),
-    /// Bytes owned by a Python object, kept alive here (see the module doc).
-    External {
-        /// The owner (keeps the memory alive).
-        _owner: PyObject,
-        /// First byte.
-        ptr: *const u8,
-        /// Length in bytes.
-        len: usize,
-    },
-}
-
-// SAFETY: `External` holds an address into memory its owner keeps alive;
-// the address is only dereferenced by kernels during a run (read-only).
-unsafe impl Send for SegStore {}
-unsafe impl Sync for SegStore {}
-
-impl SegStore {
-    fn segment(&mut self) -> Segment {
-        match self {
-            SegStore::Unset => Segment::EMPTY,
-            SegStore::Owned(b) => Segment {
-                ptr: b.as_mut_ptr(),
-                len: b.len(),
-            },
-            SegStore::External { ptr, len, .. } => Segment {
-                ptr: *ptr,
-                len: *len,
-            },
-        }
-    }
-}
-
 /// The state buffer, shareable between executables.
 type SharedState = Arc<Mutex<AlignedBuf>>;
 
 /// A compiled, runnable graph.
+///
+/// The compiled plan (schedule, Metal plan, per-thunk JSON) is immutable
+/// after compile and shared by every [`PyExecutable::instance`] of it; each
+/// instance owns its arena, weights segments and state buffer.
 #[pyclass(name = "Executable", module = "rlx._rlx")]
 pub struct PyExecutable {
-    compiled: Compiled,
+    compiled: Arc<Compiled>,
     arena: AlignedBuf,
     stores: Vec<SegStore>,
     /// `stores` as raw segments, rebuilt whenever a store changes.
@@ -110,11 +76,11 @@ pub struct PyExecutable {
     exec: HostExecutor,
     /// The schedule as Metal commands (figures in `stats`; what
     /// `device="metal-sim"` runs).
-    plan: MetalPlan,
+    plan: Arc<MetalPlan>,
     /// Set for `device="metal-sim"`: runs `plan` through msl-sim.
     sim: Option<SimExecutor>,
     /// Per-thunk JSON handed to the fallback (built once).
-    thunk_json: Vec<String>,
+    thunk_json: Arc<Vec<String>>,
     /// Whether the schedule verifier ran at compile (`RLX_VERIFY=1`).
     verified_at_compile: bool,
     /// Active-extent plan (the scaled thunks are made per run).
@@ -130,21 +96,6 @@ fn compile_err(e: CompileError) -> PyErr {
         CompileError::UnboundDim { .. } => ShapeError::new_err(e.to_string()),
         _ => GraphError::new_err(e.to_string()),
     }
-}
-
-fn binding_tuple(kind: &str, b: &Binding) -> (String, String, usize, usize, Vec<usize>, String) {
-    (
-        kind.to_string(),
-        b.name.clone(),
-        b.node,
-        b.offset,
-        b.shape
-            .dims
-            .iter()
-            .map(|d| d.as_static().unwrap_or(0))
-            .collect(),
-        b.shape.dtype.name().to_string(),
-    )
 }
 
 #[pymethods]
@@ -199,8 +150,8 @@ impl PyExecutable {
         if verified_at_compile {
             verify(&compiled).map_err(compile_err)?;
         }
-        let thunk_json = compiled.schedule.thunks.iter().map(thunk_to_json).collect();
-        let plan = MetalPlan::build(&compiled.schedule);
+        let thunk_json = Arc::new(compiled.schedule.thunks.iter().map(thunk_to_json).collect());
+        let plan = Arc::new(MetalPlan::build(&compiled.schedule));
         Ok(PyExecutable {
             plan,
             sim: (device == "metal-sim").then(SimExecutor::new),
@@ -210,10 +161,90 @@ impl PyExecutable {
             state: Arc::new(Mutex::new(alloc("state buffer", compiled.state_bytes)?)),
             exec: HostExecutor::new(mode),
             thunk_json,
-            compiled,
+            compiled: Arc::new(compiled),
             verified_at_compile,
             active: None,
         })
+    }
+
+    /// Another instance of this compiled plan, without compiling again: it
+    /// shares the schedule, the Metal plan and the weights (owned segments
+    /// are copied, zero-copy bindings point at the same memory and keep its
+    /// owner alive) but has its own zeroed arena and state buffer (e.g. one
+    /// KV cache per concurrent sequence), its own profiling / tracing and
+    /// the active-extent plan set so far. With `state_of`, the instance uses
+    /// that executable's state buffer from the start (as `share_state`
+    /// would, without allocating its own first; identical state tables
+    /// only).
+    #[pyo3(signature = (state_of = None))]
+    fn instance(
+        &self,
+        py: Python<'_>,
+        state_of: Option<&Bound<'_, PyExecutable>>,
+    ) -> PyResult<Self> {
+        let shared = match state_of {
+            None => None,
+            Some(o) => {
+                let o = o
+                    .try_borrow()
+                    .map_err(|_| RlxError::new_err("[instance] the state owner is in use"))?;
+                let (mine, theirs) = (state_table(&self.compiled), state_table(&o.compiled));
+                if mine != theirs {
+                    return Err(RlxError::new_err(format!(
+                        "[instance] state tables differ: this plan has {}; the owner has {}",
+                        describe_states(&mine),
+                        describe_states(&theirs)
+                    )));
+                }
+                Some(Arc::clone(&o.state))
+            }
+        };
+        let mut stores = Vec::with_capacity(self.stores.len());
+        for (i, st) in self.stores.iter().enumerate() {
+            stores.push(match st {
+                SegStore::Unset => SegStore::Unset,
+                SegStore::Owned(b) => {
+                    let mut copy = alloc(&format!("weights segment {i}"), b.len())?;
+                    copy.as_mut_slice().copy_from_slice(b.as_slice());
+                    SegStore::Owned(copy)
+                }
+                SegStore::External { _owner, ptr, len } => SegStore::External {
+                    _owner: _owner.clone_ref(py),
+                    ptr: *ptr,
+                    len: *len,
+                },
+            });
+        }
+        let segments = stores.iter_mut().map(SegStore::segment).collect();
+        let mode = self.exec.mode();
+        Ok(PyExecutable {
+            compiled: Arc::clone(&self.compiled),
+            arena: alloc("activation arena", self.compiled.arena_bytes)?,
+            stores,
+            segments,
+            state: match shared {
+                Some(st) => st,
+                None => Arc::new(Mutex::new(alloc(
+                    "state buffer",
+                    self.compiled.state_bytes,
+                )?)),
+            },
+            exec: HostExecutor::new(mode),
+            plan: Arc::clone(&self.plan),
+            sim: self.sim.as_ref().map(|_| SimExecutor::new()),
+            thunk_json: Arc::clone(&self.thunk_json),
+            verified_at_compile: self.verified_at_compile,
+            active: self.active.clone(),
+        })
+    }
+
+    /// True when `other` runs the same compiled plan (one is an
+    /// [`instance`](Self::instance) of the other, or both of a third).
+    fn shares_plan_with(&self, other: &Bound<'_, PyExecutable>) -> bool {
+        match other.try_borrow() {
+            Ok(o) => Arc::ptr_eq(&self.compiled, &o.compiled),
+            Err(_) => true, // `other` is `self`
+        }
     }
 
     /// Switch per-thunk timing of runs on (clearing earlier figures) or off.
@@ -478,7 +509,7 @@ impl PyExecutable {
         };
         let (sim_schedule, plan) = match &scaled_run {
             Some((s, p)) => (s, p),
-            None => (schedule, &self.plan),
+            None => (schedule, &*self.plan),
         };
         let segments = &self.segments;
         let state = &self.state;
@@ -679,17 +710,6 @@ impl PyExecutable {
             )
         })
     }
-}
-
-/// `len` zeroed bytes for `what`, or an `RlxError` (never an abort) when
-/// the machine cannot provide them.
-fn alloc(what: &str, len: usize) -> PyResult<AlignedBuf> {
-    AlignedBuf::try_zeroed(len).map_err(|_| {
-        RlxError::new_err(format!(
-            "[compile] cannot allocate the {what} of {len} bytes \
-             (out of memory or past the address space)"
-        ))
-    })
 }
 
 /// Lock the state buffer unless a run holds it. A lock poisoned by a

@@ -2,7 +2,10 @@
 //! numpy reference protocol reads, and CPython memoryviews over the arena,
 //! state buffer and weights segments.
 
+use crate::errors::RlxError;
 use pyo3::prelude::*;
+use rlx_metal::compile::Binding;
+use rlx_metal::host::buffer::{AlignedBuf, Segment};
 
 /// The thunk as the reference protocol wants it: its fields plus `name`.
 /// A custom op's own `name` field becomes `kernel` (the seed's field name),
@@ -123,4 +126,72 @@ pub(crate) fn describe_states(t: &[(String, String, Vec<usize>, usize)]) -> Stri
         .map(|(n, dt, dims, off)| format!("'{n}' {dt}{dims:?} at {}", rlx_metal::thunk::Off(*off)))
         .collect::<Vec<_>>()
         .join(", ")
+}
+
+/// Where the bytes of one weights segment live.
+pub(crate) enum SegStore {
+    /// Not given yet (a param before `set_param` / `bind_param`).
+    Unset,
+    /// Owned, 64-byte aligned bytes.
+    Owned(AlignedBuf),
+    /// Bytes owned by a Python object, kept alive here (see the module doc).
+    External {
+        /// The owner (keeps the memory alive).
+        _owner: PyObject,
+        /// First byte.
+        ptr: *const u8,
+        /// Length in bytes.
+        len: usize,
+    },
+}
+
+// SAFETY: `External` holds an address into memory its owner keeps alive;
+// the address is only dereferenced by kernels during a run (read-only).
+unsafe impl Send for SegStore {}
+unsafe impl Sync for SegStore {}
+
+impl SegStore {
+    pub(crate) fn segment(&mut self) -> Segment {
+        match self {
+            SegStore::Unset => Segment::EMPTY,
+            SegStore::Owned(b) => Segment {
+                ptr: b.as_mut_ptr(),
+                len: b.len(),
+            },
+            SegStore::External { ptr, len, .. } => Segment {
+                ptr: *ptr,
+                len: *len,
+            },
+        }
+    }
+}
+
+/// `(kind, name, node, offset, dims, dtype)` of one binding.
+pub(crate) fn binding_tuple(
+    kind: &str,
+    b: &Binding,
+) -> (String, String, usize, usize, Vec<usize>, String) {
+    (
+        kind.to_string(),
+        b.name.clone(),
+        b.node,
+        b.offset,
+        b.shape
+            .dims
+            .iter()
+            .map(|d| d.as_static().unwrap_or(0))
+            .collect(),
+        b.shape.dtype.name().to_string(),
+    )
+}
+
+/// `len` zeroed bytes for `what`, or an `RlxError` (never an abort) when
+/// the machine cannot provide them.
+pub(crate) fn alloc(what: &str, len: usize) -> PyResult<AlignedBuf> {
+    AlignedBuf::try_zeroed(len).map_err(|_| {
+        RlxError::new_err(format!(
+            "[compile] cannot allocate the {what} of {len} bytes \
+             (out of memory or past the address space)"
+        ))
+    })
 }

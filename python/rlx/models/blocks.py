@@ -31,6 +31,14 @@ keys / values into states ``k<i>`` / ``v<i>`` ``[C, kv_dim]`` and attends to
 slots ``0..kv_len`` causally (sliding windows through the mask kind); the only
 output is ``logits``. Non-attention mixers add their own inputs and states
 (the short conv: ``conv_slots``, ``conv_rows``, state ``conv<i>``).
+
+``batch=N`` (in-place, attention-only models) builds the batched decode
+graph: the ``S ≤ N`` rows of ``x`` are the next tokens of ``S`` different
+sequences; states ``k<i>`` / ``v<i>`` are ``[N·C, kv_dim]`` (sequence ``b``
+owns slots ``b·C .. b·C + C``), ``slots`` ``[S, 1]`` holds ``b·C + position``
+of each row, ``kv_len`` is i32 ``[S]`` (each sequence's own length), the RoPE
+rows are each row's own position, and the logits are ``[S, vocab]``
+(``all_rows``). The weights are read once per step for all ``S`` sequences.
 """
 
 from __future__ import annotations
@@ -64,16 +72,30 @@ def build_decoder(
     all_rows: bool = False,
     inplace: bool = False,
     max_tokens: int = MAX_TOKENS,
+    batch: int = 0,
 ) -> Graph:
-    """The decoder graph for ``s`` new tokens after ``c`` cache slots."""
+    """The decoder graph for ``s`` new tokens after ``c`` cache slots; with
+    ``batch`` (in-place, attention layers only) the batched decode graph:
+    ``s`` sequences of a ``batch``-sequence cache, one token each (see the
+    module doc)."""
     own = spec.build_graph(cfg, w, s, c, all_rows, inplace, max_tokens)
     if own is not None:
+        if batch:
+            raise UnsupportedOpError(f"[{cfg.arch}] batched decode: this family builds its own graph")
         return own
     if s > max_tokens:
         raise UnsupportedOpError(f"[{cfg.arch}] {s} new tokens in one graph (max {max_tokens})")
-    g = Graph(f"{cfg.arch}_s{s}_c{c}{'_inplace' if inplace else ''}")
+    if batch:
+        kinds = {cfg.mixer(i) for i in range(cfg.n_layers)}
+        if not inplace or kinds != {"attention"} or s > batch:
+            raise UnsupportedOpError(
+                f"[{cfg.arch}] batched decode needs the in-place cache and attention layers "
+                f"only (layers: {', '.join(sorted(kinds))}) and at most {batch} rows"
+            )
+    tag = f"_b{batch}" if batch else ""
+    g = Graph(f"{cfg.arch}_s{s}_c{c}{'_inplace' if inplace else ''}{tag}")
     h = g.input("x", [1, s, cfg.hidden])
-    ctx = LayerCtx(g, w, cfg, spec, s, c, inplace, max_tokens)
+    ctx = LayerCtx(g, w, cfg, spec, s, c, inplace, max_tokens, batch)
     for i in range(cfg.n_layers):
         kind = MIXERS.get(cfg.mixer(i))
         if kind is None:

@@ -25,8 +25,9 @@ Two cache modes:
   available to test.
 
 Sessions: :meth:`DecoderModel.session` gives another sequence over the same
-weights (own compiled graphs, arenas and cache), so that several generations
-run at once from different threads (``rlx serve`` keeps one per slot).
+weights and compiled plans (own arenas and cache: instances of the plans the
+first session compiled), so that several generations run at once from
+different threads (``rlx serve`` keeps one per slot).
 
 Hybrid families (a layer mixer other than attention, e.g. LFM2's short
 conv) need the in-place mode: their recurrent states (:mod:`.mixers`) live
@@ -94,15 +95,22 @@ def _state_view(exe: Executable, name: str) -> np.ndarray:
 
 
 class _Runner:
-    """One compiled graph (``s`` new tokens after ``c`` cache slots)."""
+    """One compiled graph (``s`` new tokens after ``c`` cache slots), or
+    another instance of a ``template`` runner's compiled plan (a session's:
+    own arena and cache, no compile)."""
 
-    def __init__(self, model: DecoderModel, s: int, c: int, all_rows: bool) -> None:
+    def __init__(self, model: DecoderModel, s: int, c: int, all_rows: bool,
+                 template: Optional[_Runner] = None,
+                 owner: Optional[_Runner] = None) -> None:  # fmt: skip
         self.s, self.c, self.all_rows = s, c, all_rows
-        g = build_decoder(model.config, model.spec, model.weights, s, c, all_rows, model.inplace,
-                          max_tokens=BUCKETS[-1])  # fmt: skip
-        self.exe = rlx_compile(g, device=model.device)
-        for name in self.exe.params:
-            _bind(self.exe, name, model.weights.values[name])
+        if template is not None:  # on ``owner``'s cache when it has one
+            self.exe = template.exe.instance(None if owner is None else owner.exe)
+        else:
+            g = build_decoder(model.config, model.spec, model.weights, s, c, all_rows,
+                              model.inplace, max_tokens=BUCKETS[-1])  # fmt: skip
+            self.exe = rlx_compile(g, device=model.device)
+            for name in self.exe.params:
+                _bind(self.exe, name, model.weights.values[name])
         layers = range(model.config.n_layers)
         copy = c and not model.inplace
         self.k = [_state_view(self.exe, f"k{i}") for i in layers] if copy else []
@@ -113,8 +121,10 @@ class _Runner:
         self.active = False
         #: why not, when a thunk has no prefix form
         self.active_error = ""
-        if model.inplace and s > 1 and ACTIVE_EXTENT:
-            per_token = ("cos_", "sin_", "x_")  # x_*: a family's other token rows
+        per_token = ("cos_", "sin_", "x_")  # x_*: a family's other token rows
+        if template is not None:  # the active-extent plan came with the instance
+            self.active, self.active_error = template.active, template.active_error
+        elif model.inplace and s > 1 and ACTIVE_EXTENT:
             token = [n for n in self.exe.inputs
                      if n in ("x", "slots", "conv_slots") or n.startswith(per_token)]  # fmt: skip
             try:
@@ -181,6 +191,9 @@ class DecoderModel:
         self._inv_freq = [sc.inv_freq(b, rd) for b, sc in self.config.rope_groups()]
         #: serialises graph building across sessions (they share ``weights``)
         self._build_lock = threading.Lock()
+        #: the first runner compiled per key, shared by every session: the
+        #: others run instances of its plan (see :meth:`session`)
+        self._plans: dict[tuple[int, int, bool], _Runner] = {}
         self._init_sequence()
 
     def _init_sequence(self) -> None:
@@ -205,9 +218,10 @@ class DecoderModel:
         own compiled graphs, KV cache, position and lock. Several sessions
         generate at the same time from different threads, each isolated from
         the others (greedy output equals that of the model run alone); the
-        server (:mod:`rlx.serve`) keeps one per slot. Graphs are compiled on
-        the session's first use; memory per session is its arenas and KV
-        cache."""
+        server (:mod:`rlx.serve`) keeps one per slot. Each graph is compiled
+        once per model: a session runs its own instance of the compiled plan
+        (:meth:`rlx.Executable.instance`), so memory per session is its
+        arenas and KV cache."""
         s = copy.copy(self)
         s._init_sequence()
         return s
@@ -219,10 +233,14 @@ class DecoderModel:
         if r is None:
             t0 = time.perf_counter()
             with self._build_lock, trace.span(f"graph s={s} c={c}", "compile"):
-                r = self._runners[key] = _Runner(self, s, c, all_rows)
+                plan = self._plans.get(key)
+                owner = self._owners.get(c) if self.inplace else None
+                r = self._runners[key] = _Runner(self, s, c, all_rows, plan, owner)
+                if plan is None:
+                    self._plans[key] = r
             if self.inplace:  # one cache for every graph of this capacity
                 owner = self._owners.setdefault(c, r)
-                if owner is not r:
+                if owner is not r and not r.exe.shares_state_with(owner.exe):
                     r.exe.share_state(owner.exe)  # type: ignore[attr-defined]
             self.timings["compile"] += time.perf_counter() - t0
         return r

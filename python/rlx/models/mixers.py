@@ -45,10 +45,13 @@ class LayerCtx:
 
     def __init__(
         self, g: Graph, w: Weights, cfg: Config, spec: ArchSpec, s: int, c: int,
-        inplace: bool, max_tokens: int,
+        inplace: bool, max_tokens: int, batch: int = 0,
     ) -> None:  # fmt: skip
         self.g, self.w, self.cfg, self.spec = g, w, cfg, spec
         self.s, self.c, self.inplace, self.max_tokens = s, c, inplace, max_tokens
+        #: batched decode (0: off): the ``s`` rows are ``s`` sequences, one
+        #: token each, over a cache of ``batch`` sequences × ``c`` slots
+        self.batch = batch
         self._inputs: dict[str, Node] = {}
         #: outputs besides the logits (the copy-mode KV rows)
         self.outputs: list[Node] = []
@@ -152,6 +155,11 @@ def attention(ctx: LayerCtx, i: int, x: Node) -> Node:
                 "mask (the kernel's window keeps q − j <= w); load with inplace=False"
             )
         slots = ctx.input("slots", [s, 1], "i32")
+        if ctx.batch:
+            a = _batched_attention(ctx, i, q, k, v, slots, win)
+            if gate is not None:
+                a = g.mul(a, g.sigmoid(gate))
+            return w.linear(g, a, p + "attn_output.weight")
         a = g.attention(
             q,
             _scatter_cache(g, k, f"k{i}", slots, c, cfg),
@@ -181,6 +189,39 @@ def attention(ctx: LayerCtx, i: int, x: Node) -> Node:
     if gate is not None:
         a = g.mul(a, g.sigmoid(gate))
     return w.linear(g, a, p + "attn_output.weight")
+
+
+def _batched_attention(ctx: LayerCtx, i: int, q: Node, k: Node, v: Node, slots: Node,
+                       win: int) -> Node:  # fmt: skip
+    """Batched decode: row ``b`` of ``q / k / v [1, B, ·]`` is the next token
+    of sequence ``b``, whose cache is slots ``b·C .. b·C + C`` of states
+    ``k{i} / v{i} [batch·C, kv_dim]``. The new rows are scattered at
+    ``slots`` (``b·C + position``), then each sequence attends its own
+    ``C`` slots up to its own length (``kv_len`` i32 ``[B]``: one per
+    sequence), so every row equals that sequence decoded alone."""
+    g, cfg, b, c = ctx.g, ctx.cfg, ctx.s, ctx.c
+    kv_len = ctx.input("kv_len", [b], "i32")
+
+    def cache(new: Node, name: str) -> Node:
+        full = g.scatter_nd(g.state(name, [ctx.batch * c, cfg.kv_dim]), slots,
+                            g.reshape(new, [b, cfg.kv_dim]))  # fmt: skip
+        if b < ctx.batch:  # the first B sequences (a leading-axis view)
+            full = g.narrow(full, 0, 0, b * c)
+        return g.reshape(full, [b, c, cfg.kv_dim])
+
+    a = g.attention(
+        g.reshape(q, [b, 1, cfg.q_dim]),
+        cache(k, f"k{i}"),
+        cache(v, f"v{i}"),
+        heads=cfg.heads,
+        kv_heads=cfg.kv_heads,
+        head_dim=cfg.head_dim,
+        mask="causal",
+        window=max(win - 1, 0) if win else 0,
+        score_scale=cfg.score_scale,
+        kv_len=kv_len,  # type: ignore[call-arg]
+    )
+    return g.reshape(a, [1, b, cfg.q_dim])
 
 
 def _no_feeds(cfg: Config, n: int, n_new: int, s: int, max_tokens: int) -> dict:

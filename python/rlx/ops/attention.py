@@ -68,6 +68,8 @@ class AttentionOps(GraphBase):
         capacity ``kv_s`` filled up to ``kv_len`` rows; query ``i`` then sits
         at absolute position ``kv_len − s + i`` for the causal and sliding
         masks. ``1 ≤ kv_len ≤ kv_s`` is checked at run time (KernelError).
+        An int32 ``[b]`` ``kv_len`` gives one length per batch entry (several
+        sequences of one cache decoded in one step).
         """
         if head_dim is None:
             head_dim = self._head_dim(q, heads, layout, "attention")

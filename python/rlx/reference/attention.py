@@ -85,7 +85,8 @@ def attention(t: dict, mem: Memory) -> None:
     q ``[B, S, H·D]``, k/v ``[B, KV, KVH·D]``; the output has q's layout.
     Query ``i`` sits at absolute position ``L − seq + i`` where ``L`` is
     ``kv_seq``, or the int32 read at offset ``kv_len`` when that field is
-    set (then only keys ``0..L`` take part; ``1 ≤ L ≤ kv_seq``). ``mask_kind``:
+    set (then only keys ``0..L`` take part; ``1 ≤ L ≤ kv_seq``; with
+    ``kv_len_per_batch`` one int32 per batch entry). ``mask_kind``:
     0 none; 1 causal (``j ≤ abs_q``); 2 custom ``mask [B, S, KV]`` in ``dt``,
     non-zero = visible; 3 additive bias ``[B, H, S, KV]`` in ``dt``; 4 sliding
     window (causal and ``abs_q − j ≤ window``). ``score_scale`` 0 means
@@ -105,27 +106,35 @@ def attention(t: dict, mem: Memory) -> None:
 
     q, k, v = load("q", h, s), load("k", kvh, kv), load("v", kvh, kv)
     # run-time key length: only keys 0..n take part (the rest of the cache
-    # is never read), query i sits at n - s + i
-    n = kv
+    # is never read), query i sits at n - s + i; one n for every batch
+    # entry, or one per entry (``kv_len_per_batch``)
+    lens = [kv] * b
     if t.get("kv_len") is not None:
-        n = int(mem.view(t["kv_len"], (1,), I32)[0])
-        if not 1 <= n <= kv:
-            raise ValueError(
-                f"[attention] kv_len {n} out of range 1..={kv} (the key/value capacity)")
-        k, v = k[:, :, :n], v[:, :, :n]
+        per = bool(t.get("kv_len_per_batch", False))
+        lens = [int(x) for x in mem.view(t["kv_len"], (b if per else 1,), I32)]
+        lens = lens if per else lens * b
+        for n in lens:
+            if not 1 <= n <= kv:
+                raise ValueError(
+                    f"[attention] kv_len {n} out of range 1..={kv} (the key/value capacity)")
     kind = t.get("mask_kind", 0)
-    visible = bias = None
-    if kind == 2:
-        visible = (mem.view(t["mask"], (b, s, kv), dt)[..., :n] != 0)[:, None]
-    elif kind == 3:
-        bias = mem.view(t["mask"], (b, h, s, kv), dt)[..., :n].astype(np.float64)
-    elif kind != 0:
-        visible = _visible(kind, s, n, t.get("window", 0))
     scale = float(np.float32(t.get("score_scale", 0.0)))
     if scale == 0.0:
         scale = 1.0 / math.sqrt(d)
     cap = float(np.float32(t.get("attn_logit_softcap", 0.0)))
-    o = sdpa(q, k, v, scale, cap, visible, bias)
+    parts = []
+    for e in range(b):
+        n = lens[e]
+        visible = bias = None
+        if kind == 2:
+            visible = (mem.view(t["mask"], (b, s, kv), dt)[e : e + 1, :, :n] != 0)[:, None]
+        elif kind == 3:
+            bias = mem.view(t["mask"], (b, h, s, kv), dt)[e : e + 1, ..., :n].astype(np.float64)
+        elif kind != 0:
+            visible = _visible(kind, s, n, t.get("window", 0))
+        ke, ve = k[e : e + 1, :, :n], v[e : e + 1, :, :n]
+        parts.append(sdpa(q[e : e + 1], ke, ve, scale, cap, visible, bias))
+    o = np.concatenate(parts, axis=0) if parts else sdpa(q, k, v, scale, cap, None, None)
     if bhsd:
         store(mem.view(t["out"], (b, h, s, d), dt), o)
     else:

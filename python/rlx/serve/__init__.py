@@ -9,7 +9,9 @@ or the ``ID`` of an ``ID=PATH`` argument.
 
 A decoder model runs ``slots`` generations at once, each on its own
 :meth:`rlx.DecoderModel.session` (own KV cache); more requests wait in a
-FIFO queue (see :mod:`rlx.serve.engine`). The web stack is an optional extra:
+FIFO queue (see :mod:`rlx.serve.engine`). With ``--batch`` (attention-only
+models) the running generations decode together, one batched step for all
+(continuous batching, :mod:`rlx.serve.batching`). The web stack is an optional extra:
 ``pip install rlx[serve]`` (starlette, uvicorn).
 
 >>> from rlx.serve import load_models, create_app      # doctest: +SKIP
@@ -71,14 +73,20 @@ def load_models(
     default_max_tokens: Optional[int] = None,
     device: str = "host",
     progress: bool = False,
+    batch: bool = False,
+    batch_ctx: Optional[int] = None,
 ) -> list[Any]:
     """Load every model in ``specs`` (see :func:`model_id`) and wrap it for
     serving: decoder LLMs get an :class:`~rlx.serve.engine.Engine` with
-    ``slots`` slots, encoders an :class:`~rlx.serve.engine.Embedder`."""
+    ``slots`` slots (a :class:`~rlx.serve.batching.BatchEngine` when
+    ``batch`` and the model can batch: ``batch_ctx`` positions per slot),
+    encoders an :class:`~rlx.serve.engine.Embedder`."""
     _need_web_stack()
     import rlx
+    from rlx.models.batch import batchable
     from rlx.models.decoder import DecoderModel
     from rlx.serve.app import Served
+    from rlx.serve.batching import BatchEngine
     from rlx.serve.engine import Embedder, Engine
 
     out = []
@@ -96,7 +104,11 @@ def load_models(
             chat_template=chat_template,
             default_max_tokens=default_max_tokens,
         )
-        if isinstance(model, DecoderModel):
+        if isinstance(model, DecoderModel) and batch and batchable(model):
+            eng = BatchEngine(model, slots=slots, max_queue=max_queue, ctx=batch_ctx)
+            eng.warm()
+            served.engine = eng
+        elif isinstance(model, DecoderModel):
             served.engine = Engine(model, slots=slots, max_queue=max_queue)
         elif hasattr(model, "embed"):
             served.embedder = Embedder(model)

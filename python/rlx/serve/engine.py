@@ -15,8 +15,9 @@ KV cache, weights shared zero-copy), run by one worker thread each.
   the generation; the slot returns to the pool when the worker has stopped
   touching its session, never earlier.
 
-Decode steps of different slots are separate runs (m = 1 each); batching
-them into one m > 1 step (continuous batching) is not done here.
+Decode steps of different slots are separate runs here (m = 1 each);
+:class:`rlx.serve.batching.BatchEngine` batches them into one m > 1 step
+(continuous batching).
 """
 
 from __future__ import annotations
@@ -189,13 +190,12 @@ class Engine:
         self.active += 1
         self._cancels.add(cancel)
         try:
-            fut = loop.run_in_executor(self._pool, self._work, slot, job, cancel, emit)
+            self._launch(loop, slot, job, cancel, emit)
         except RuntimeError:  # the pool is shut down (server stopping)
-            self._release(slot, cancel, None)
+            self._finish(slot, cancel, None)
             raise APIError(
                 503, "The server is shutting down", "server_error", code="server_busy"
             ) from None
-        fut.add_done_callback(functools.partial(self._release, slot, cancel))
         try:
             while True:
                 ev = await events.get()
@@ -208,15 +208,32 @@ class Engine:
         finally:
             cancel.set()  # a no-op once the worker has finished
 
-    def _release(
-        self, slot: int, cancel: threading.Event, fut: Optional[asyncio.Future[str]]
+    def _launch(
+        self,
+        loop: asyncio.AbstractEventLoop,
+        slot: int,
+        job: Job,
+        cancel: threading.Event,
+        emit: Callable[[Event], None],
     ) -> None:
-        """Back to the pool once the worker is done with the slot's session."""
+        """Start the generation on the slot's worker thread (raises
+        RuntimeError when the pool is shut down); :meth:`_finish` runs on the
+        loop when it is over."""
+        fut = loop.run_in_executor(self._pool, self._work, slot, job, cancel, emit)
+        fut.add_done_callback(functools.partial(self._release, slot, cancel))
+
+    def _release(self, slot: int, cancel: threading.Event, fut: asyncio.Future[str]) -> None:
+        """The worker future's done-callback."""
+        outcome = None
+        if not fut.cancelled() and fut.exception() is None:
+            outcome = fut.result()
+        self._finish(slot, cancel, outcome)
+
+    def _finish(self, slot: int, cancel: threading.Event, outcome: Optional[str]) -> None:
+        """Back to the pool once the worker is done with the slot's session
+        (on the event loop); ``outcome`` as :meth:`_work` returns it."""
         self.active -= 1
         self._cancels.discard(cancel)
-        outcome = None
-        if fut is not None and not fut.cancelled() and fut.exception() is None:
-            outcome = fut.result()
         if outcome == "cancelled":
             self.cancelled += 1
         elif outcome is not None:

@@ -54,16 +54,19 @@ pub(super) fn infer(op: &Op, inputs: &[&Shape]) -> Result<Shape> {
             }
             let n_mask = mask.has_input() as usize;
             arity(op, inputs, 3 + n_mask + *dynamic_kv_len as usize)?;
+            let (q, k, v) = (inputs[0], inputs[1], inputs[2]);
             if *dynamic_kv_len {
+                // one length for every batch entry, or one per entry
                 let kl = inputs[3 + n_mask];
-                if kl.dtype != DType::I32 || kl.dims != [Dim::Static(1)] {
+                let (b, _) = batch_seq(*layout, q);
+                let per_batch = kl.rank() == 1 && kl.dims[0] == b;
+                if kl.dtype != DType::I32 || !(kl.dims == [Dim::Static(1)] || per_batch) {
                     return Err(IrError::shape(
                         op.name(),
-                        format!("kv_len must be i32 [1], got {kl}"),
+                        format!("kv_len must be i32 [1] or i32 [batch] ([{b}]), got {kl}"),
                     ));
                 }
             }
-            let (q, k, v) = (inputs[0], inputs[1], inputs[2]);
             float_dtype(op, q, "q")?;
             same_dtype(op, q, k)?;
             same_dtype(op, q, v)?;

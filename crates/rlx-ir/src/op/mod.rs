@@ -235,9 +235,10 @@ pub enum Op {
         score_scale: Option<f32>,
         /// `softcap·tanh(s/softcap)` on scores; `None` disables.
         softcap: Option<f32>,
-        /// When true a last operand `kv_len` (i32 `[1]`) gives, at run time,
-        /// how many leading keys are attended (`1 ≤ kv_len ≤ kv_s`); the
-        /// rest of k/v (unwritten cache rows) is never read.
+        /// When true a last operand `kv_len` (i32 `[1]`, or i32 `[b]`: one
+        /// per batch entry, e.g. batched decode of several sequences) gives,
+        /// at run time, how many leading keys are attended (`1 ≤ kv_len ≤
+        /// kv_s`); the rest of k/v (unwritten cache rows) is never read.
         #[serde(default)]
         dynamic_kv_len: bool,
     },

@@ -1,5 +1,6 @@
 //! metal-sim vs host for attention graphs: `Attention` (every mask kind,
-//! BSHD / BHSD, GQA, softcap, score scale, a run-time `kv_len`), `Rope`
+//! BSHD / BHSD, GQA, softcap, score scale, a run-time `kv_len`, one per
+//! batch entry), `Rope`
 //! (NeoX / interleaved, partial, per token), a llama-style block (RoPE on q
 //! and k, causal GQA attention) and the fused attention block
 //! (`FusedAttn` between two host matmuls). Each graph must lower its
@@ -65,6 +66,8 @@ struct Attn {
     softcap: Option<f32>,
     scale: Option<f32>,
     kv_len: Option<usize>,
+    /// One key length per batch entry (replaces `kv_len`).
+    lens: Option<&'static [usize]>,
 }
 
 fn attention_graph(a: &Attn, dt: DType) -> Graph {
@@ -83,12 +86,17 @@ fn attention_graph(a: &Attn, dt: DType) -> Graph {
         MaskKind::Bias => ins.push(input(&mut g, &[a.b, a.heads, a.s, a.kv], dt)),
         _ => {}
     }
-    if let Some(l) = a.kv_len {
+    let lens: Option<Vec<f64>> = match (a.lens, a.kv_len) {
+        (Some(ls), _) => Some(ls.iter().map(|&l| l as f64).collect()),
+        (None, Some(l)) => Some(vec![l as f64]),
+        (None, None) => None,
+    };
+    if let Some(values) = lens {
         let len = node(
             &mut g,
             Op::Constant {
-                shape: Shape::of(&[1], DType::I32),
-                values: vec![l as f64],
+                shape: Shape::of(&[values.len()], DType::I32),
+                values,
             },
             &[],
         );
@@ -109,7 +117,7 @@ fn attention_graph(a: &Attn, dt: DType) -> Graph {
             layout: a.layout,
             score_scale: a.scale,
             softcap: a.softcap,
-            dynamic_kv_len: a.kv_len.is_some(),
+            dynamic_kv_len: a.kv_len.is_some() || a.lens.is_some(),
         },
         &ins,
     );
@@ -131,6 +139,7 @@ fn attention_matches_host() {
         softcap: None,
         scale: None,
         kv_len: None,
+        lens: None,
     };
     let dec = Attn {
         b: 1,
@@ -173,6 +182,19 @@ fn attention_matches_host() {
         Attn {
             mask: MaskKind::Bias,
             kvh: 1,
+            ..dec
+        },
+        // batched decode: one key length per sequence
+        Attn {
+            b: 3,
+            lens: Some(&[33, 1, 17]),
+            ..dec
+        },
+        Attn {
+            b: 3,
+            mask: MaskKind::SlidingWindow,
+            layout: AttnLayout::Bhsd,
+            lens: Some(&[9, 30, 2]),
             ..dec
         },
     ];

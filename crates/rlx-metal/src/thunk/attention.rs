@@ -79,6 +79,11 @@ pub struct Attention {
     /// are still declared read in full (which rows count is a run-time fact).
     #[serde(default)]
     pub kv_len: Option<usize>,
+    /// Not in the seed: `kv_len` holds `batch` lengths (i32 `[batch]`), one
+    /// per batch entry (several sequences decoded in one step), instead of
+    /// one for all.
+    #[serde(default)]
+    pub kv_len_per_batch: bool,
 }
 
 impl ThunkOp for Attention {
@@ -100,7 +105,15 @@ impl ThunkOp for Attention {
             .read(self.k, kv)
             .read(self.v, kv)
             .read(self.mask, mask)
-            .read_if(self.kv_len.is_some(), self.kv_len.unwrap_or(0), IDX)
+            .read_if(
+                self.kv_len.is_some(),
+                self.kv_len.unwrap_or(0),
+                if self.kv_len_per_batch {
+                    IDX * self.batch as usize
+                } else {
+                    IDX
+                },
+            )
             .write(self.out, q)
     }
     fn safe_for_active_extent(&self) -> bool {
@@ -123,6 +136,7 @@ impl ThunkOp for Attention {
         let (q, k, v, o) = (Off(self.q), Off(self.k), Off(self.v), Off(self.out));
         write!(f, " q={q} k={k} v={v} out={o}")?;
         match self.kv_len {
+            Some(l) if self.kv_len_per_batch => write!(f, " kv_len[b]={}", Off(l)),
             Some(l) => write!(f, " kv_len={}", Off(l)),
             None => Ok(()),
         }

@@ -31,7 +31,21 @@ fn attention_dynamic_kv_len() {
     let kv = "f32[1, 64, 12]";
     ok(&op, &[q, kv, kv, "i32[1]"], "f32[1, 1, 36]");
     err(&op, &[q, kv, kv, "i64[1]"], "kv_len must be i32 [1]");
-    err(&op, &[q, kv, kv, "i32[2]"], "kv_len must be i32 [1]");
+    err(
+        &op,
+        &[q, kv, kv, "i32[2]"],
+        "kv_len must be i32 [1] or i32 [batch] ([1])",
+    );
+    // one length per batch entry (batched decode)
+    let (q4, kv4) = ("f32[4, 1, 36]", "f32[4, 64, 12]");
+    ok(&op, &[q4, kv4, kv4, "i32[4]"], "f32[4, 1, 36]");
+    ok(&op, &[q4, kv4, kv4, "i32[1]"], "f32[4, 1, 36]");
+    err(
+        &op,
+        &[q4, kv4, kv4, "i32[3]"],
+        "kv_len must be i32 [1] or i32 [batch] ([4])",
+    );
+    err(&op, &[q4, kv4, kv4, "i32[4, 1]"], "kv_len must be i32 [1]");
     err(&op, &[q, kv, kv], "expects 4 input(s), got 3");
 }
 

@@ -122,8 +122,11 @@ pub(super) fn lower(ctx: &mut Ctx<'_>, op: &Op) -> Result<(), CompileError> {
                 }
                 other => (0, *other),
             };
-            // the kv_len operand (i32 [1], checked by shape inference) is last
+            // the kv_len operand (i32 [1] or [batch], checked by shape
+            // inference) is last
             let kv_len = dynamic_kv_len.then(|| ctx.input(ctx.arity() - 1));
+            let kv_len_per_batch =
+                *dynamic_kv_len && ctx.in_dims(ctx.arity() - 1) != [1usize].as_slice();
             ctx.push(Attention {
                 q,
                 k,
@@ -143,6 +146,7 @@ pub(super) fn lower(ctx: &mut Ctx<'_>, op: &Op) -> Result<(), CompileError> {
                 score_scale: score_scale.unwrap_or(0.0),
                 attn_logit_softcap: softcap.unwrap_or(0.0),
                 kv_len,
+                kv_len_per_batch,
             });
             Ok(())
         }

@@ -388,6 +388,64 @@ fn sdpa_split<T: Elem>(
     }
 }
 
+/// [`sdpa`] with one run-time key length per batch entry (`lens[b]`, each
+/// `1 ≤ L ≤ kv_s`): several sequences of one fixed-capacity cache decoded
+/// in one step. Entry `b` is an independent SDPA over its own q / k / v /
+/// mask rows with `kv_len = lens[b]`, so each row equals the same sequence
+/// run alone.
+#[allow(clippy::too_many_arguments)]
+pub fn sdpa_per_batch<T: Elem>(
+    dims: &AttnDims,
+    layout: Layout,
+    mask: Mask<'_, T>,
+    scale: f32,
+    softcap: f32,
+    lens: &[i32],
+    q: &[T],
+    k: &[T],
+    v: &[T],
+    out: &mut [T],
+) -> Result<()> {
+    const K: &str = "sdpa";
+    let b = dims.batch;
+    check_len(K, "kv_len", lens.len(), b)?;
+    let one = AttnDims { batch: 1, ..*dims };
+    let qn = numel(K, &[dims.seq, dims.heads, dims.head_dim])?;
+    let kn = numel(K, &[dims.kv_seq, dims.kv_heads, dims.head_dim])?;
+    check_len(K, "q", q.len(), numel(K, &[b, qn])?)?;
+    check_len(K, "out", out.len(), numel(K, &[b, qn])?)?;
+    check_len(K, "k", k.len(), numel(K, &[b, kn])?)?;
+    check_len(K, "v", v.len(), numel(K, &[b, kn])?)?;
+    let mn = match mask {
+        Mask::Custom(_) => numel(K, &[dims.seq, dims.kv_seq])?,
+        Mask::Bias(_) => numel(K, &[dims.heads, dims.seq, dims.kv_seq])?,
+        _ => 0,
+    };
+    for (i, &len) in lens.iter().enumerate() {
+        let m = match mask {
+            Mask::Custom(m) => Mask::Custom(m.get(i * mn..(i + 1) * mn).unwrap_or(&[])),
+            Mask::Bias(m) => Mask::Bias(m.get(i * mn..(i + 1) * mn).unwrap_or(&[])),
+            other => other,
+        };
+        let opts = AttnOpts {
+            scale,
+            softcap,
+            kv_len: Some(i64::from(len)),
+        };
+        sdpa(
+            &one,
+            layout,
+            m,
+            opts,
+            &q[i * qn..(i + 1) * qn],
+            &k[i * kn..(i + 1) * kn],
+            &v[i * kn..(i + 1) * kn],
+            &mut out[i * qn..(i + 1) * qn],
+        )?;
+    }
+    Ok(())
+}
+
 /// Rotary embedding geometry.
 #[derive(Debug, Clone, Copy)]
 pub struct RopeDims {

@@ -422,6 +422,75 @@ fn sdpa_runtime_kv_len_equals_truncated_cache() {
 }
 
 #[test]
+fn sdpa_per_batch_lengths_equal_each_sequence_alone() {
+    // batched decode: entry e attends its own first lens[e] keys, exactly
+    // as the naive formula on its own truncated cache
+    let (b, cap, s) = (3usize, 9usize, 1usize);
+    let (heads, kv_heads, d) = (6usize, 2usize, 8usize);
+    let lens = [9i32, 1, 4];
+    let q = rand_vec(b * heads * s * d, 21);
+    let k = rand_vec(b * kv_heads * cap * d, 22);
+    let v = rand_vec(b * kv_heads * cap * d, 23);
+    let full = AttnDims {
+        batch: b,
+        seq: s,
+        kv_seq: cap,
+        heads,
+        kv_heads,
+        head_dim: d,
+    };
+    for mk in [MK::Causal, MK::Window(2)] {
+        let m = match mk {
+            MK::Window(w) => Mask::SlidingWindow(w),
+            _ => Mask::Causal,
+        };
+        let mut out = vec![f32::NAN; q.len()];
+        sdpa_per_batch(
+            &full,
+            Layout::Bhsd,
+            m,
+            0.0,
+            0.0,
+            &lens,
+            &q,
+            &k,
+            &v,
+            &mut out,
+        )
+        .unwrap();
+        let (qn, kn) = (heads * s * d, kv_heads * cap * d);
+        for (e, &len) in lens.iter().enumerate() {
+            let len = len as usize;
+            let one = AttnDims {
+                batch: 1,
+                kv_seq: len,
+                ..full
+            };
+            let kt = prefix_rows(&k[e * kn..(e + 1) * kn], 1, kv_heads, cap, len, d);
+            let vt = prefix_rows(&v[e * kn..(e + 1) * kn], 1, kv_heads, cap, len, d);
+            let want = naive(&one, &q[e * qn..(e + 1) * qn], &kt, &vt, mk, &[], 0.0, 0.0);
+            assert_close(&out[e * qn..(e + 1) * qn], &want, 1e-5);
+        }
+    }
+    let mut out = vec![0f32; q.len()];
+    let e = sdpa_per_batch(
+        &full,
+        Layout::Bhsd,
+        Mask::<f32>::Causal,
+        0.0,
+        0.0,
+        &[9, 10, 1],
+        &q,
+        &k,
+        &v,
+        &mut out,
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(e.contains("[sdpa] kv_len 10"), "{e}");
+}
+
+#[test]
 fn sdpa_kv_len_out_of_range_is_an_error() {
     let dm = AttnDims {
         batch: 1,

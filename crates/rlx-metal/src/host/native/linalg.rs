@@ -294,13 +294,23 @@ pub(super) fn run(t: &Thunk, mem: &Mem) -> NResult {
                 _ => Mask::SlidingWindow(a.window as usize),
             };
             let layout = if a.bhsd == 1 { Layout::Bhsd } else { Layout::Bshd };
-            let kv_len = match a.kv_len {
-                Some(off) => Some(i64::from(mem.get::<i32>("kv_len", off, 1)?[0])),
-                None => None,
-            };
-            let opts = AttnOpts { scale: a.score_scale, softcap: a.attn_logit_softcap, kv_len };
             let (q, k, v) = (mem.get::<T>("q", a.q, qn)?, mem.get::<T>("k", a.k, kn)?, mem.get::<T>("v", a.v, kn)?);
-            Ok(att::sdpa(&d, layout, mask, opts, q, k, v, mem.get_mut::<T>("out", a.out, qn)?)?)
+            let out = mem.get_mut::<T>("out", a.out, qn)?;
+            match a.kv_len {
+                Some(off) if a.kv_len_per_batch => {
+                    // one key length per batch entry: one SDPA per entry
+                    let lens = mem.get::<i32>("kv_len", off, d.batch)?;
+                    Ok(att::sdpa_per_batch(&d, layout, mask, a.score_scale, a.attn_logit_softcap, lens, q, k, v, out)?)
+                }
+                _ => {
+                    let kv_len = match a.kv_len {
+                        Some(off) => Some(i64::from(mem.get::<i32>("kv_len", off, 1)?[0])),
+                        None => None,
+                    };
+                    let opts = AttnOpts { scale: a.score_scale, softcap: a.attn_logit_softcap, kv_len };
+                    Ok(att::sdpa(&d, layout, mask, opts, q, k, v, out)?)
+                }
+            }
         }),
         FusedAttn(f) => fused_attn(f, mem),
         Rope(r) => by_dt!(r.dt, T => {

@@ -131,7 +131,11 @@ fn attention(i: usize, t: &Attention) -> Option<Lowered> {
         window: t.window,
         scale,
         softcap: t.attn_logit_softcap,
-        has_kv_len: t.kv_len.is_some() as u32,
+        has_kv_len: match (t.kv_len, t.kv_len_per_batch) {
+            (None, _) => 0,
+            (Some(_), false) => 1,
+            (Some(_), true) => 2,
+        },
         rope: 0,
         q_sb,
         q_ss,
@@ -299,6 +303,7 @@ mod tests {
             score_scale: 0.0,
             attn_logit_softcap: 0.0,
             kv_len: None,
+            kv_len_per_batch: false,
         }
     }
 

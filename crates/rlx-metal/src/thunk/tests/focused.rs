@@ -233,6 +233,7 @@ fn indexing_variants() {
 fn attention_reads_its_runtime_kv_len() {
     let t = Attention {
         kv_len: Some(X3),
+        kv_len_per_batch: false,
         ..samples::attention()
     };
     let io = Thunk::Attention(t).io();
