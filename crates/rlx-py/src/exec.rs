@@ -770,44 +770,7 @@ fn verify(c: &Compiled) -> Result<(), CompileError> {
     )
 }
 
-/// Every name `RLX_DISABLE_PASS` accepts: the graph fusions, then the
-/// thunk passes, each in running order.
-#[pyfunction]
-fn pass_names() -> Vec<String> {
-    rlx_metal::compile::all_pass_names()
-        .into_iter()
-        .map(String::from)
-        .collect()
-}
-
-/// Turns the host's int8-activation matmul paths on or off for the process
-/// (`rlx_metal::host::kernels::quant::set_int8_activations`); returns the
-/// previous setting.
-#[pyfunction]
-fn set_int8_activations(enabled: bool) -> bool {
-    rlx_metal::host::kernels::quant::set_int8_activations(enabled)
-}
-
-/// Sets how many int8 code levels the host's single-row (decode)
-/// int8-activation GEMVs use, 1 or 2
-/// (`rlx_metal::host::kernels::quant::set_int8_activation_levels`);
-/// returns the previous count.
-#[pyfunction]
-fn set_int8_activation_levels(levels: u32) -> PyResult<u32> {
-    if !(1..=2).contains(&levels) {
-        return Err(crate::errors::RlxError::new_err(format!(
-            "[set_int8_activation_levels] {levels} levels: need 1 or 2"
-        )));
-    }
-    Ok(rlx_metal::host::kernels::quant::set_int8_activation_levels(
-        levels,
-    ))
-}
-
 pub(crate) fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<PyExecutable>()?;
-    m.add_function(wrap_pyfunction!(pass_names, m)?)?;
-    m.add_function(wrap_pyfunction!(set_int8_activations, m)?)?;
-    m.add_function(wrap_pyfunction!(set_int8_activation_levels, m)?)?;
     Ok(())
 }

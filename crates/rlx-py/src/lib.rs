@@ -9,6 +9,7 @@ mod exec;
 mod exec_util;
 mod gguf;
 mod graph;
+mod settings;
 
 use pyo3::prelude::*;
 
@@ -29,6 +30,7 @@ fn _rlx(m: &Bound<'_, PyModule>) -> PyResult<()> {
     errors::register(m)?;
     graph::register(m)?;
     exec::register(m)?;
+    settings::register(m)?;
     gguf::register(m)?;
     m.add_function(wrap_pyfunction!(thunk_variants, m)?)?;
     Ok(())

@@ -81,7 +81,9 @@ def build_decoder(
     own = spec.build_graph(cfg, w, s, c, all_rows, inplace, max_tokens)
     if own is not None:
         if batch:
-            raise UnsupportedOpError(f"[{cfg.arch}] batched decode: this family builds its own graph")
+            raise UnsupportedOpError(
+                f"[{cfg.arch}] batched decode: this family builds its own graph"
+            )
         return own
     if s > max_tokens:
         raise UnsupportedOpError(f"[{cfg.arch}] {s} new tokens in one graph (max {max_tokens})")

@@ -778,15 +778,12 @@ pub use vision::{Conv2dArgs, LayerNorm2dArgs, Pool2dArgs, Resize2xArgs};
 #[path = "args_quant_formats.rs"]
 mod quant_formats;
 pub use quant_formats::{QuantFormatArgs, ScaledArgs};
-
 #[path = "args_moe.rs"]
 mod moe;
 pub use moe::MoeArgs;
-
 #[path = "args_signal.rs"]
 mod signal;
 pub use signal::{FftArgs, LogMelArgs};
-
 #[path = "args_splat.rs"]
 mod splat;
 pub use splat::SplatArgs;
