@@ -111,8 +111,8 @@ def set_int8_activations(enabled: bool) -> bool:
     on or off for the process; returns the previous setting."""
 
 def set_int8_activation_levels(levels: int) -> int:
-    """How many int8 code levels the host's single-row (decode)
-    int8-activation GEMVs use: 2 (the default) adds a residual level
+    """How many int8 code levels the host's int8-activation
+    matmuls (m <= 8: decode and batched decode) use: 2 (the default) adds a residual level
     (``x ~ dx*qx + dx/256*qx2``, about 16-bit activations), 1 rounds to
     ``dx*qx`` alone as llama.cpp does; returns the previous count. Raises
     ``RlxError`` for other values."""

@@ -28,11 +28,19 @@ def test_smollm2_knows_paris(smol: DecoderModel) -> None:
 
 
 def test_smollm2_chat_answer(smol: DecoderModel) -> None:
-    # Q4_1 SmolLM2 does not answer "Paris" here once activations are rounded to
-    # 8 bits in the decode matmuls: llama.cpp (llama-cpp-python 0.3.36,
-    # create_chat_completion, temperature 0) answers "L'Étoile, la Cité, la
-    # Nation, ..." and rlx agrees on the opening words.
-    text = "".join(smol.generate("What is the capital of France?", max_tokens=24, chat=True))
+    # With activations rounded to 8 bits on one level in the decode matmuls (as
+    # llama.cpp does) Q4_1 SmolLM2 does not answer "Paris" here: llama.cpp
+    # (llama-cpp-python 0.3.36, create_chat_completion, temperature 0) answers
+    # "L'Étoile, la Cité, la Nation, ..." and rlx with one level agrees on the
+    # opening words. The default two levels answer as f32 activations do.
+    ask = "What is the capital of France?"
+    text = "".join(smol.generate(ask, max_tokens=24, chat=True))
+    assert text.startswith("The capital of France is Paris"), text
+    old = rlx.set_int8_activation_levels(1)
+    try:
+        text = "".join(smol.generate(ask, max_tokens=24, chat=True))
+    finally:
+        rlx.set_int8_activation_levels(old)
     assert text.startswith("L'Étoile, la"), text
 
 

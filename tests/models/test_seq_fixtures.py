@@ -17,18 +17,20 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from rlx.models.registry import VISION_MODEL_TYPES
+from rlx.models.registry import AUDIO_MODEL_TYPES, VISION_MODEL_TYPES
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
 HF = FIXTURES / "hf"
 RNN = FIXTURES / "rnn"
 GGUF = FIXTURES / "gguf"
-#: the decoder fixtures (image classifiers such as resnet-tiny / vit-tiny have their own tests)
+#: the decoder fixtures (image classifiers such as resnet-tiny / vit-tiny and the
+#: whisper-tiny speech model have their own tests)
 HF_NAMES = sorted(
     p.name
     for p in (HF.iterdir() if HF.is_dir() else [])
     if p.is_dir()
-    and json.loads((p / "config.json").read_text()).get("model_type") not in VISION_MODEL_TYPES
+    and json.loads((p / "config.json").read_text()).get("model_type")
+    not in {**VISION_MODEL_TYPES, **AUDIO_MODEL_TYPES}
 )
 RNN_FILES = sorted(p.name for p in RNN.glob("*.npz")) if RNN.is_dir() else []
 #: <name>-q8_0.gguf and <name>-f16.gguf for every convertible fixture, <name>-f32.gguf for

@@ -22,8 +22,8 @@ fn set_int8_activations(enabled: bool) -> bool {
     rlx_metal::host::kernels::quant::set_int8_activations(enabled)
 }
 
-/// Sets how many int8 code levels the host's single-row (decode)
-/// int8-activation GEMVs use, 1 or 2
+/// Sets how many int8 code levels the host's int8-activation
+/// matmuls (m ≤ 8: decode and batched decode) use, 1 or 2
 /// (`rlx_metal::host::kernels::quant::set_int8_activation_levels`);
 /// returns the previous count.
 #[pyfunction]

@@ -363,13 +363,13 @@ pub fn set_int8_activations(on: bool) -> bool {
     }
 }
 
-/// Sets how many code levels the int8-activation paths use for a single
-/// activation row (decode GEMVs and the fused decode MLP) and returns the
+/// Sets how many code levels the int8-activation paths use (m ≤ 8:
+/// decode GEMVs, the fused decode MLP, batched decode) and returns the
 /// previous count: 2 (the default) adds a residual level, `x ≈ dx·qx +
 /// (dx/256)·qx2` with both codes in `−127..=127`, which cuts the rounding
 /// error 256-fold (from `dx/2` to `dx/512` per element) for one more
 /// `vpdpbusd` per 32 elements; 1 rounds to `dx·qx` alone, as llama.cpp
-/// does. `m > 1` calls always use one level. `levels` other than 1 or 2
+/// does. `levels` other than 1 or 2
 /// are taken as 2.
 pub fn set_int8_activation_levels(levels: u32) -> u32 {
     #[cfg(target_arch = "x86_64")]

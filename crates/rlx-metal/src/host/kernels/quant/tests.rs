@@ -233,7 +233,7 @@ fn int_dots(ty: GgmlType, m: usize) -> bool {
 /// Per-output bound of the activation rounding of the integer-dot path:
 /// `½ Σ_e |w_je| · dx_b(e)` with `dx_b = max|x_b| / 127` per block of 32
 /// of each activation row (module `vnni`); zero where the path is not used.
-/// A single row (`m = 1`) is rounded on two code levels by default
+/// The rows are rounded on two code levels by default
 /// (`set_int8_activation_levels`), to within `dx_b / 256` per element
 /// (`dx_b / 512` but where the residual code clamps at 127): 1/128 of that.
 pub(super) fn rounding_bound(
@@ -249,7 +249,7 @@ pub(super) fn rounding_bound(
     }
     let rows: Vec<Vec<f64>> = (0..n).map(|j| naive_row(ty, w, j, k)).collect();
     let mut out = vec![0f64; m * n];
-    let half = if m == 1 { 0.5 / 128.0 } else { 0.5 };
+    let half = 0.5 / 128.0;
     for i in 0..m {
         let xi = &x[i * k..(i + 1) * k];
         let dx: Vec<f64> = xi
@@ -490,6 +490,32 @@ fn integer_dot_types_odd_shapes() {
         .enumerate()
         {
             check(ty, m, nb * bs, n, 500 + 17 * t as u64 + s as u64);
+        }
+    }
+}
+
+#[test]
+fn integer_dot_rows_do_not_depend_on_the_batch() {
+    // a batched decode step (m = 2..8 rows) gives each row exactly what the
+    // same row gives alone (m = 1): continuous batching relies on it
+    for (t, &ty) in INT_DOT_TYPES.iter().enumerate() {
+        let (k, n) = (5 * ty.block_size(), 37);
+        let w = rand_rows(ty, n, k, 900 + t as u64);
+        for m in [2usize, 3, 4, 5, 8] {
+            let x = rand_vec(m * k, 950 + t as u64 + m as u64);
+            let mut all = vec![f32::NAN; m * n];
+            dequant_matmul(ty, Act::F32(&x), &w, Out::F32(&mut all), m, k, n).unwrap();
+            for i in 0..m {
+                let mut one = vec![f32::NAN; n];
+                let xi = &x[i * k..(i + 1) * k];
+                dequant_matmul(ty, Act::F32(xi), &w, Out::F32(&mut one), 1, k, n).unwrap();
+                let row = &all[i * n..(i + 1) * n];
+                let same = row
+                    .iter()
+                    .zip(&one)
+                    .all(|(a, b)| a.to_bits() == b.to_bits());
+                assert!(same, "{} m={m} row {i}: {row:?} vs {one:?}", ty.name());
+            }
         }
     }
 }

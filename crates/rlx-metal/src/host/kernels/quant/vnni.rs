@@ -20,7 +20,7 @@
 //! `x` holding a non-finite value gives `dx = NaN`, so the affected outputs
 //! are NaN rather than silently wrong.
 //!
-//! A single activation row (decode) is by default rounded on two levels
+//! The activations are by default rounded on two levels
 //! ([`super::set_int8_activation_levels`]): the residual `x − dx·qx` is
 //! coded again as `qx2` with the step `dx/256`, and each run's integer dot
 //! becomes `256·Σ q·qx + Σ q·qx2` (one shift and one more `vpdpbusd`),
@@ -62,12 +62,14 @@ pub(super) const MAX_M: usize = 8;
 /// Whether the int8-activation paths may run ([`super::set_int8_activations`]).
 static ENABLED: AtomicBool = AtomicBool::new(true);
 
-/// Whether single-row (decode) calls add the second, residual code level
+/// Whether the calls here (m ≤ 8: decode, batched decode, short prompts)
+/// add the second, residual code level
 /// ([`super::set_int8_activation_levels`]).
 static RESIDUAL: AtomicBool = AtomicBool::new(true);
 
-/// Sets whether `m = 1` calls quantise the activations on two levels (the
-/// default) or one; returns the previous setting.
+/// Sets whether the calls here quantise the activations on two levels
+/// (the default) or one (every `m` alike, so that a row's result does not
+/// depend on the rows batched with it); returns the previous setting.
 pub(super) fn set_residual(on: bool) -> bool {
     RESIDUAL.swap(on, Ordering::Relaxed)
 }
@@ -173,7 +175,7 @@ pub(super) fn try_run(
         return false;
     }
     with_vfmt!(ty, V => {
-        with_qact(|qa| match (out, m == 1 && RESIDUAL.load(Ordering::Relaxed)) {
+        with_qact(|qa| match (out, RESIDUAL.load(Ordering::Relaxed)) {
             (Out::F32(o), false) => run::<V, f32, false>(qa, x, w, rb, o, m, k, n, tasks),
             (Out::F16(o), false) => run::<V, half::f16, false>(qa, x, w, rb, o, m, k, n, tasks),
             (Out::F32(o), true) => run::<V, f32, true>(qa, x, w, rb, o, m, k, n, tasks),
@@ -295,7 +297,7 @@ unsafe fn hsum(v: __m256) -> f32 {
 /// Dots of one packed weight row (`nb` blocks at `w`) with `M` quantised
 /// activation rows starting at block `x0[i]` of `qa`.
 #[inline(always)]
-unsafe fn dot_rows<V: VFmt, const M: usize>(
+unsafe fn dot_rows<V: VFmt, const M: usize, const TWO: bool>(
     w: *const u8,
     nb: usize,
     qa: &QAct,
@@ -308,6 +310,7 @@ unsafe fn dot_rows<V: VFmt, const M: usize>(
     unsafe {
         let mut acc = [_mm256_setzero_ps(); M];
         let (q, d, s) = (qa.q.as_ptr(), qa.d.as_ptr(), qa.s.as_ptr());
+        let q2 = qa.q2.as_ptr();
         for blk in 0..nb {
             let p = w.add(blk * V::BB);
             V::scales(p, &mut a, &mut c);
@@ -331,7 +334,18 @@ unsafe fn dot_rows<V: VFmt, const M: usize>(
                     } else {
                         xq
                     };
-                    let dp = _mm256_dpbusd_epi32(_mm256_setzero_si256(), mag, xq);
+                    let mut dp = _mm256_dpbusd_epi32(_mm256_setzero_si256(), mag, xq);
+                    if TWO {
+                        // the residual level, exactly as in `dot_wrows`, so
+                        // that a row's result does not depend on `m`
+                        let xr = _mm256_loadu_si256(q2.add(32 * xb).cast());
+                        let xr = if V::SIGNED {
+                            _mm256_sign_epi8(xr, codes)
+                        } else {
+                            xr
+                        };
+                        dp = _mm256_dpbusd_epi32(_mm256_slli_epi32::<8>(dp), mag, xr);
+                    }
                     let sc = _mm256_mul_ps(av, _mm256_set1_ps(*d.add(xb)));
                     acc[i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dp), sc, acc[i]);
                     if V::SIGNED {
@@ -491,7 +505,7 @@ struct Dst<T> {
 unsafe impl<T: Send> Sync for Dst<T> {}
 
 /// Rows `j0..j0 + rows` of the output for every activation row (`TWO`:
-/// `qa` holds two code levels, only with `m = 1`).
+/// `qa` holds two code levels).
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
 unsafe fn chunk<V: VFmt, T: Elem, const TWO: bool>(
     w: &[u8],
@@ -512,7 +526,7 @@ unsafe fn chunk<V: VFmt, T: Elem, const TWO: bool>(
             ($g:literal) => {{
                 let x0: [usize; $g] = std::array::from_fn(|t| (i + t) * xb);
                 for j in j0..j0 + rows {
-                    let r = dot_rows::<V, $g>(w.as_ptr().add(j * rb), nb, qa, x0);
+                    let r = dot_rows::<V, $g, TWO>(w.as_ptr().add(j * rb), nb, qa, x0);
                     for (t, v) in r.into_iter().enumerate() {
                         *dst.ptr.add((i + t) * dst.n + j) = T::from_f32(v);
                     }
@@ -523,7 +537,6 @@ unsafe fn chunk<V: VFmt, T: Elem, const TWO: bool>(
             let out = std::slice::from_raw_parts_mut(dst.ptr.add(j0), rows);
             return gemv_rows::<V, T, TWO>(w.as_ptr().add(j0 * rb), rb, nb, qa, out);
         }
-        debug_assert!(!TWO, "two activation code levels only with m = 1");
         while i < m {
             let g = (m - i).min(4);
             match g {
@@ -539,7 +552,7 @@ unsafe fn chunk<V: VFmt, T: Elem, const TWO: bool>(
 
 /// `out[m, n] = x[m, k] @ dequant(w)ᵀ` for the format `V` (lengths checked
 /// by the caller, `k` a whole number of blocks, `m, n, k > 0`);
-/// `tasks` is how many threads to use; `TWO` (only with `m = 1`):
+/// `tasks` is how many threads to use; `TWO`:
 /// activations on two code levels.
 #[allow(clippy::too_many_arguments)]
 fn run<V: VFmt, T: Elem, const TWO: bool>(
