@@ -1,6 +1,6 @@
 """device="metal-sim" for the signal ops: FFT rows through signal.metal's
 Stockham kernel (power-of-two lengths) and direct DFT kernel (others), c64
-rows, the fused log-mel kernel, and Whisper's whole feature graph — each
+rows, the fused log-mel kernel, Welch peak picking, and Whisper's whole feature graph — each
 plan without a host command — against numpy.fft, the host device and
 transformers' Whisper extractor (fixture).
 
@@ -69,6 +69,43 @@ def test_fused_log_mel_matches_host() -> None:
             assert exe.stats["metal_host"] == 0, exe.report()
         outs[device] = list(exe.run(wave=wave).values())[0]
     assert np.abs(outs["metal-sim"] - outs["host"]).max() <= 1e-4
+
+
+@pytest.mark.parametrize(
+    ("n_fft", "segs", "batch", "k"), [(32, 4, 3, 5), (7, 1, 2, 4), (1000, 3, 2, 9), (2, 2, 1, 2)]
+)
+def test_welch_peaks(n_fft: int, segs: int, batch: int, k: int) -> None:
+    # numpy's stable arg sort of the float64 mean power (k up to all n_fft/2 + 1
+    # bins). Random spectra keep neighbouring powers ~1e-3 apart, far above the
+    # f32 rounding of the kernel's sums.
+    rng = np.random.default_rng(n_fft)
+    spec = rng.standard_normal((batch * segs, 2 * n_fft)).astype(np.float32)
+    g = rlx.Graph("welch")
+    x = g.input("spec", spec.shape, "f32")
+    g.outputs(g.welch_peaks(x, n_fft=n_fft, n_segments=segs, k=k))
+    (got,) = _sim(g, spec=spec)
+    nb = n_fft // 2 + 1
+    s = spec.astype(np.float64)
+    p = (s[:, :nb] ** 2 + s[:, n_fft : n_fft + nb] ** 2).reshape(batch, segs, nb).mean(1)
+    want = np.argsort(-p, axis=1, kind="stable")[:, :k]
+    np.testing.assert_array_equal(got, want.astype(np.float32))
+
+
+def test_welch_peaks_ties_and_nan_order_as_host() -> None:
+    # equal powers go to the lower bin; a NaN bin ranks above every number
+    # (the host's total order), on both devices
+    spec = np.zeros((2, 16), np.float32)
+    spec[0, [1, 3, 5]] = 2.0
+    spec[0, 2] = np.nan
+    spec[1, [0, 4]] = 1.0
+    outs = []
+    for device in ("host", "metal-sim"):
+        g = rlx.Graph("welch")
+        x = g.input("spec", spec.shape, "f32")
+        g.outputs(g.welch_peaks(x, n_fft=8, n_segments=1, k=5))
+        outs.append(list(rlx.compile(g, device=device).run(spec=spec).values())[0])
+    np.testing.assert_array_equal(outs[0], [[2, 1, 3, 0, 4], [0, 4, 1, 2, 3]])
+    np.testing.assert_array_equal(outs[1], outs[0])
 
 
 @pytest.mark.parametrize("i", [0, 1])

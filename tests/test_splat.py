@@ -279,7 +279,7 @@ def backward(params: list[np.ndarray], cam: np.ndarray, dl: np.ndarray, device: 
     ins = inputs(g, params)
     g.outputs(g.gaussian_splat_render_backward(*ins, g.input("dl", list(dl.shape)), cfg=cfg,
                                                **kw))
-    return run(g, device, feeds(params, cam, dl=dl), host_cmds=("gaussian_splat_render_backward",))
+    return run(g, device, feeds(params, cam, dl=dl))
 
 
 def test_backward_matches_finite_differences() -> None:
@@ -294,6 +294,9 @@ def test_backward_matches_finite_differences() -> None:
     dl64 = dl.astype(np.float64)
     cols = [3, 3, 4, 1, 3, 3 * k]
     parts = np.split(got.astype(np.float64), np.cumsum(cols)[:-1], axis=1)
+    # the Metal kernel (f32 inside) against the same differences
+    sim = backward(params, cam, dl, "metal-sim", sh_band=3, loss_grad_clip=1e3)
+    sim_parts = np.split(sim.astype(np.float64), np.cumsum(cols)[:-1], axis=1)
     h = 1e-5
     for pi, p in enumerate(base):
         fd = np.zeros(p.size)
@@ -309,6 +312,7 @@ def test_backward_matches_finite_differences() -> None:
             assert not parts[pi].any()  # colours are unused when SH is present
         scale = max(np.abs(fd).max(), 1e-3)
         np.testing.assert_allclose(parts[pi], fd, atol=1e-5 * scale, err_msg=NAMES[pi])
+        np.testing.assert_allclose(sim_parts[pi], fd, atol=1e-5 * scale, err_msg=NAMES[pi])
         assert np.abs(fd).max() > 1e-3 or NAMES[pi] == "color", NAMES[pi]
 
 

@@ -68,6 +68,11 @@ def test_smollm2_prefill_and_decode_on_metal_sim(smollm2_path: Path) -> None:
     want, got = host.next_logits(nxt), sim.next_logits(nxt)
     assert np.max(np.abs(got - want)) <= 1e-4 * float(np.max(np.abs(want)))
     assert int(np.argmax(got)) == int(np.argmax(want))
-    for n_new, decode in ((len(ids), False), (1, True)):
-        st = sim.compiled(n_new, decode)[2].stats
-        assert st["metal_host"] == 0 and st["metal_dispatches"] > 400
+    # prefill: one dispatch per thunk (> 400); decode: the decode-layer
+    # fusion (tests/test_metal_decode_fusion.py) leaves at most 8 per layer
+    # plus the final norm and head (measured: 213 for 30 layers)
+    layers = sim.config.n_layers
+    st = sim.compiled(len(ids), False)[2].stats
+    assert st["metal_host"] == 0 and st["metal_dispatches"] > 400
+    st = sim.compiled(1, True)[2].stats
+    assert st["metal_host"] == 0 and 4 * layers < st["metal_dispatches"] <= 8 * layers + 3

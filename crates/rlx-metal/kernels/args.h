@@ -545,6 +545,14 @@ struct LogMelArgs {
     uint n_mels;
 };
 
+// signal.metal welch_peaks_f32: spec [batch·n_segments, 2·n_fft] → [batch, k].
+struct WelchArgs {
+    uint batch;
+    uint n_fft;
+    uint n_segments;
+    uint k;
+};
+
 // backward.metal attention_bwd_f32: operands [b, heads, L, d] (bhsd) or
 // [b, L, heads, d]; mask kinds as AttnArgs; wrt 0 q, 1 k, 2 v; scale 1/sqrt(d).
 struct AttnBwdArgs {
@@ -715,6 +723,15 @@ struct SplatArgs {
 };
 static_assert(sizeof(SplatArgs) == 48 && alignof(SplatArgs) == 4, "SplatArgs layout");
 
+// splat.metal splat_render_backward_f32 (one threadgroup): the render's
+// settings plus the gradient's.
+struct SplatBwdArgs {
+    SplatArgs s;
+    float loss_grad_clip;         // <= 0: no clip
+    uint sh_band;                 // highest SH band with a gradient
+};
+static_assert(sizeof(SplatBwdArgs) == 56 && alignof(SplatBwdArgs) == 4, "SplatBwdArgs layout");
+
 // vision.metal conv2d_* / conv_transpose2d_* / im2col_*: NCHW geometry; h,
 // w are the input's size (c_out and groups unused by im2col).
 struct Conv2dArgs {
@@ -775,6 +792,7 @@ static_assert(sizeof(QuantFormatArgs) == 20 && alignof(QuantFormatArgs) == 4, "Q
 static_assert(sizeof(ScaledArgs) == 32 && alignof(ScaledArgs) == 4, "ScaledArgs layout");
 static_assert(sizeof(FftArgs) == 20 && alignof(FftArgs) == 4, "FftArgs layout");
 static_assert(sizeof(LogMelArgs) == 16 && alignof(LogMelArgs) == 4, "LogMelArgs layout");
+static_assert(sizeof(WelchArgs) == 16 && alignof(WelchArgs) == 4, "WelchArgs layout");
 
 static_assert(sizeof(AttnBwdArgs) == 40 && alignof(AttnBwdArgs) == 4, "AttnBwdArgs layout");
 static_assert(sizeof(RmsBwdArgs) == 16 && alignof(RmsBwdArgs) == 4, "RmsBwdArgs layout");
@@ -784,5 +802,10 @@ static_assert(sizeof(GatherBwdArgs) == 16 && alignof(GatherBwdArgs) == 4, "Gathe
 static_assert(sizeof(Window2dArgs) == 64 && alignof(Window2dArgs) == 4, "Window2dArgs layout");
 static_assert(sizeof(ModBwdArgs) == 20 && alignof(ModBwdArgs) == 4, "ModBwdArgs layout");
 static_assert(sizeof(SceArgs) == 8 && alignof(SceArgs) == 4, "SceArgs layout");
+
+// quant.metal qkv_head_* / norm_gate_up_*, norm_fused.metal norm_residual_f32:
+// the fused decode-layer kernels of the Metal plan (flags and fields there).
+struct HeadGemvArgs { uint k, n, head_dim, row_bytes, flags, n_rot, cache_rows, cache_row, op; float eps, head_eps, post_eps; };
+static_assert(sizeof(HeadGemvArgs) == 48 && alignof(HeadGemvArgs) == 4, "HeadGemvArgs layout");
 
 #endif  // RLX_METAL_ARGS_H

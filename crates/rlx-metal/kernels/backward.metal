@@ -34,6 +34,8 @@
 //   dlogits; one thread per row (labels outside [0, c): zero row).
 // softmax_ce_labels_f32   SceArgs; (1) logits (2) labels (3) loss; one
 //   thread per row: logsumexp − logit[label] (NaN for a label out of range).
+// softmax_ce_dense_f32    SceArgs; (1) logits (2) targets [n, c] (3) loss;
+//   one thread per row: −Σ_k t_k·(z_k − logsumexp(z)) (soft labels).
 #include <metal_stdlib>
 #include "args.h"
 using namespace metal;
@@ -580,4 +582,31 @@ kernel void softmax_ce_labels_f32(constant SceArgs&   a      [[buffer(0)]],
         den += exp(z[k] - mx);
     }
     loss[gid] = mx + log(den) - z[lab];
+}
+
+kernel void softmax_ce_dense_f32(constant SceArgs&   a       [[buffer(0)]],
+                                 device const float* logits  [[buffer(1)]],
+                                 device const float* targets [[buffer(2)]],
+                                 device float*       loss    [[buffer(3)]],
+                                 uint gid [[thread_position_in_grid]])
+{
+    if (gid >= a.n) {
+        return;
+    }
+    device const float* z = logits + (ulong)gid * a.c;
+    device const float* t = targets + (ulong)gid * a.c;
+    float mx = -INFINITY;
+    for (uint k = 0; k < a.c; ++k) {
+        mx = max(mx, z[k]);
+    }
+    float den = 0.0f;
+    for (uint k = 0; k < a.c; ++k) {
+        den += exp(z[k] - mx);
+    }
+    const float lse = mx + log(den);
+    float acc = 0.0f;
+    for (uint k = 0; k < a.c; ++k) {
+        acc += t[k] * (z[k] - lse);
+    }
+    loss[gid] = -acc;
 }

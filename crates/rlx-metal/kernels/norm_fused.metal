@@ -25,6 +25,11 @@
 //     (2) g [c], (3) b [c], (4) dst; one threadgroup per (sample, group):
 //     the group's cg·hw contiguous elements, two-pass mean / variance,
 //     dst = (v - mean) * (rsqrt(var + eps) * g[ch]) + b[ch]
+// norm_residual_f32  args HeadGemvArgs (k = h, post_eps): buffer(1) y,
+//     (2) res, (3) g, (4) b, (5) dst; dst = res + (y * rsqrt(mean(y^2) +
+//     post_eps) * g + b): a post-norm and its residual add (Gemma3) in one
+//     row pass, the Metal plan's fusion (metal::fuse); dst may be y or res
+//     itself (each thread reads its elements before writing them).
 #include <metal_stdlib>
 #include "args.h"
 using namespace metal;
@@ -275,3 +280,30 @@ template [[host_name(name)]] kernel void group_norm<T>(                         
     uint nsg [[simdgroups_per_threadgroup]]);
 RLX_GROUP_NORM("group_norm_f32", float)
 RLX_GROUP_NORM("group_norm_f16", half)
+
+kernel void norm_residual_f32(constant HeadGemvArgs& a   [[buffer(0)]],
+                              device const float*    y   [[buffer(1)]],
+                              device const float*    res [[buffer(2)]],
+                              device const float*    g   [[buffer(3)]],
+                              device const float*    b   [[buffer(4)]],
+                              device float*          dst [[buffer(5)]],
+                              uint row  [[threadgroup_position_in_grid]],
+                              uint lid  [[thread_position_in_threadgroup]],
+                              uint tpg  [[threads_per_threadgroup]],
+                              uint sid  [[simdgroup_index_in_threadgroup]],
+                              uint lane [[thread_index_in_simdgroup]],
+                              uint nsg  [[simdgroups_per_threadgroup]])
+{
+    threadgroup float part[32];
+    const ulong o = (ulong)row * a.k;
+    float ss = 0.0f;
+    for (uint i = lid; i < a.k; i += tpg) {
+        const float v = y[o + i];
+        ss += v * v;
+    }
+    ss = rlx_fused_sum(ss, part, sid, lane, nsg);
+    const float scale = rsqrt(ss / float(a.k) + a.post_eps);
+    for (uint i = lid; i < a.k; i += tpg) {
+        dst[o + i] = res[o + i] + (y[o + i] * scale * g[i] + b[i]);
+    }
+}

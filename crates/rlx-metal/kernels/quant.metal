@@ -226,6 +226,276 @@ kernel void quant_down_residual(constant MlpArgs&    a    [[buffer(0)]],
     }
 }
 
+// ---------------------------------------------------------------------------
+// Fused decode-layer kernels of the Metal plan (metal::fuse: one dispatch
+// for a run of decode thunks), f32 activations, m = 1. Both stage the GEMV
+// input in threadgroup memory first (hg_stage, k <= HG_MAXK):
+//   xs = x;  HG_POST: s = x + (y·rsqrt(mean(y²) + post_eps)·pg + pb), the
+//   post-norm and residual add of the previous block (with HG_WRITE_S,
+//   threadgroup 0 writes s to s_out, the residual stream; without it s_out
+//   is neither read nor written; HG_RAW: s = x + y, no post-norm);
+//   HG_NORM: xs = xs·rsqrt(mean(xs²) +
+//   eps)·g + b (the pre-norm). Unused buffers are bound but not read.
+// Then simdgroup s of HG_SG dots rows s, s + HG_SG, ... with xs (the lanes
+// take 16-element chunks round robin, as gemv_*).
+//
+// qkv_head_<type>  args HeadGemvArgs: buffer(1) x, (2) g, (3) b, (4) y,
+//     (5) pg, (6) pb, (7) s_out, (8) w, (9) bias, (10) hg, (11) hb,
+//     (12) cos, (13) sin, (14) idx (i32), (15) dst. One threadgroup per
+//     head of d = head_dim <= HG_MAXD rows (grid = n / d): y_j = w_j·xs
+//     (+ bias_j, HG_BIAS); HG_HNORM: the head's d values RMSNormed with
+//     hg / hb / head_eps; HG_ROPE: its first n_rot dims rotated with cos /
+//     sin row 0 (decode: one token), NeoX pairs (c, c + n_rot/2) or
+//     HG_INTERLEAVED (2c, 2c + 1); written to dst[h·d + c], or with
+//     HG_CACHE to row idx[0] of the cache (cache_rows rows of cache_row
+//     elements; a negative index adds cache_rows, out of range: nothing
+//     is written, as scatter_nd).
+// norm_gate_up_<type>  args HeadGemvArgs: buffer(1) x, (2) g, (3) b,
+//     (4) y, (5) pg, (6) pb, (7) s_out, (8) gate_w, (9) up_w, (10) dst:
+//     dst_j = act(gate_w_j·xs)·(up_w_j·xs), act silu (op 0) or tanh-GELU
+//     (op 1); NG_ROWS rows per threadgroup (grid = ceil(n / NG_ROWS)).
+#define HG_SG 8
+#define HG_THREADS 256
+#define HG_MAXK 4096
+#define HG_MAXD 512
+#define NG_ROWS 32
+#define HG_NORM 1u
+#define HG_BIAS 2u
+#define HG_HNORM 4u
+#define HG_ROPE 8u
+#define HG_INTERLEAVED 16u
+#define HG_CACHE 32u
+#define HG_POST 64u
+#define HG_RAW 128u
+#define HG_WRITE_S 256u
+
+static inline float hg_tg_sum(float v, threadgroup float* part, uint sid, uint lane) {
+    v = simd_sum(v);
+    if (lane == 0) {
+        part[sid] = v;
+    }
+    threadgroup_barrier(mem_flags::mem_threadgroup);
+    float t = lane < HG_SG ? part[lane] : 0.0f;
+    t = simd_sum(t);
+    threadgroup_barrier(mem_flags::mem_threadgroup);
+    return t;
+}
+
+static inline void hg_stage(constant HeadGemvArgs& a, device const float* x,
+                            device const float* g, device const float* b,
+                            device const float* y, device const float* pg,
+                            device const float* pb, device float* s_out, bool writer,
+                            threadgroup float* xs, threadgroup float* part,
+                            uint lid, uint sid, uint lane) {
+    if ((a.flags & HG_POST) != 0 && (a.flags & HG_RAW) != 0) {
+        for (uint i = lid; i < a.k; i += HG_THREADS) {
+            const float v = x[i] + y[i];
+            xs[i] = v;
+            if (writer) {
+                s_out[i] = v;
+            }
+        }
+    } else if ((a.flags & HG_POST) != 0) {
+        float ss = 0.0f;
+        for (uint i = lid; i < a.k; i += HG_THREADS) {
+            const float v = y[i];
+            ss += v * v;
+        }
+        ss = hg_tg_sum(ss, part, sid, lane);
+        const float scale = rsqrt(ss / float(a.k) + a.post_eps);
+        for (uint i = lid; i < a.k; i += HG_THREADS) {
+            const float v = x[i] + (y[i] * scale * pg[i] + pb[i]);
+            xs[i] = v;
+            if (writer) {
+                s_out[i] = v;
+            }
+        }
+    } else {
+        for (uint i = lid; i < a.k; i += HG_THREADS) {
+            xs[i] = x[i];
+        }
+    }
+    if ((a.flags & HG_NORM) != 0) {
+        float ss = 0.0f;
+        for (uint i = lid; i < a.k; i += HG_THREADS) {
+            ss += xs[i] * xs[i];
+        }
+        ss = hg_tg_sum(ss, part, sid, lane);
+        const float scale = rsqrt(ss / float(a.k) + a.eps);
+        for (uint i = lid; i < a.k; i += HG_THREADS) {
+            xs[i] = xs[i] * scale * g[i] + b[i];
+        }
+    }
+    threadgroup_barrier(mem_flags::mem_threadgroup);
+}
+
+// row·xs over the whole simdgroup (every lane gets the sum).
+template <typename Q>
+static inline float hg_dot(device const uchar* row, threadgroup const float* xs,
+                           uint k, uint lane) {
+    float acc = 0.0f;
+    for (uint c = lane; c < (k + 15) / 16; c += 32) {
+        float wv[16];
+        const uint e0 = 16 * c;
+        Q::decode16(row, e0, k, wv);
+        const uint cnt = min(16u, k - e0);
+        for (uint t = 0; t < cnt; ++t) {
+            acc += wv[t] * xs[e0 + t];
+        }
+    }
+    return simd_sum(acc);
+}
+
+template <typename Q>
+kernel void qkv_head(constant HeadGemvArgs& a     [[buffer(0)]],
+                     device const float*    x     [[buffer(1)]],
+                     device const float*    g     [[buffer(2)]],
+                     device const float*    b     [[buffer(3)]],
+                     device const float*    y     [[buffer(4)]],
+                     device const float*    pg    [[buffer(5)]],
+                     device const float*    pb    [[buffer(6)]],
+                     device float*          s_out [[buffer(7)]],
+                     device const uchar*    w     [[buffer(8)]],
+                     device const float*    bias  [[buffer(9)]],
+                     device const float*    hg    [[buffer(10)]],
+                     device const float*    hb    [[buffer(11)]],
+                     device const float*    cs    [[buffer(12)]],
+                     device const float*    sn    [[buffer(13)]],
+                     device const int*      idx   [[buffer(14)]],
+                     device float*          dst   [[buffer(15)]],
+                     uint h    [[threadgroup_position_in_grid]],
+                     uint lid  [[thread_position_in_threadgroup]],
+                     uint sid  [[simdgroup_index_in_threadgroup]],
+                     uint lane [[thread_index_in_simdgroup]])
+{
+    threadgroup float xs[HG_MAXK];
+    threadgroup float ys[HG_MAXD];
+    threadgroup float part[HG_SG];
+    const bool writer = h == 0 && (a.flags & HG_WRITE_S) != 0;
+    hg_stage(a, x, g, b, y, pg, pb, s_out, writer, xs, part, lid, sid, lane);
+    const uint d = a.head_dim;
+    const uint j0 = h * d;
+    for (uint r = sid; r < d; r += HG_SG) {
+        const float v = hg_dot<Q>(w + (ulong)(j0 + r) * a.row_bytes, xs, a.k, lane);
+        if (lane == 0) {
+            ys[r] = (a.flags & HG_BIAS) != 0 ? v + bias[j0 + r] : v;
+        }
+    }
+    threadgroup_barrier(mem_flags::mem_threadgroup);
+    if ((a.flags & HG_HNORM) != 0) {
+        float ss = 0.0f;
+        for (uint c = lid; c < d; c += HG_THREADS) {
+            ss += ys[c] * ys[c];
+        }
+        ss = hg_tg_sum(ss, part, sid, lane);
+        const float scale = rsqrt(ss / float(d) + a.head_eps);
+        for (uint c = lid; c < d; c += HG_THREADS) {
+            ys[c] = ys[c] * scale * hg[c] + hb[c];
+        }
+        threadgroup_barrier(mem_flags::mem_threadgroup);
+    }
+    device float* out = dst + j0;
+    if ((a.flags & HG_CACHE) != 0) {
+        long row = idx[0];
+        if (row < 0) {
+            row += long(a.cache_rows);
+        }
+        if (row < 0 || row >= long(a.cache_rows)) {
+            return;
+        }
+        out += (ulong)row * a.cache_row;
+    }
+    const uint half_rot = a.n_rot / 2;
+    for (uint c = lid; c < d; c += HG_THREADS) {
+        float v = ys[c];
+        if ((a.flags & HG_ROPE) != 0 && c < a.n_rot) {
+            uint pair;
+            bool first;
+            float xa;
+            float xb;
+            if ((a.flags & HG_INTERLEAVED) != 0) {
+                pair = c / 2;
+                first = (c & 1u) == 0;
+                xa = ys[first ? c : c - 1];
+                xb = ys[first ? c + 1 : c];
+            } else {
+                first = c < half_rot;
+                pair = first ? c : c - half_rot;
+                xa = ys[first ? c : c - half_rot];
+                xb = ys[first ? c + half_rot : c];
+            }
+            const float co = cs[pair];
+            const float si = sn[pair];
+            v = first ? xa * co - xb * si : xa * si + xb * co;
+        }
+        out[c] = v;
+    }
+}
+
+template <typename Q>
+kernel void norm_gate_up(constant HeadGemvArgs& a     [[buffer(0)]],
+                         device const float*    x     [[buffer(1)]],
+                         device const float*    g     [[buffer(2)]],
+                         device const float*    b     [[buffer(3)]],
+                         device const float*    y     [[buffer(4)]],
+                         device const float*    pg    [[buffer(5)]],
+                         device const float*    pb    [[buffer(6)]],
+                         device float*          s_out [[buffer(7)]],
+                         device const uchar*    gw    [[buffer(8)]],
+                         device const uchar*    uw    [[buffer(9)]],
+                         device float*          dst   [[buffer(10)]],
+                         uint tg   [[threadgroup_position_in_grid]],
+                         uint lid  [[thread_position_in_threadgroup]],
+                         uint sid  [[simdgroup_index_in_threadgroup]],
+                         uint lane [[thread_index_in_simdgroup]])
+{
+    threadgroup float xs[HG_MAXK];
+    threadgroup float part[HG_SG];
+    const bool writer = tg == 0 && (a.flags & HG_WRITE_S) != 0;
+    hg_stage(a, x, g, b, y, pg, pb, s_out, writer, xs, part, lid, sid, lane);
+    for (uint r = sid; r < NG_ROWS; r += HG_SG) {
+        const uint j = tg * NG_ROWS + r;
+        if (j >= a.n) {
+            break;  // the whole simdgroup
+        }
+        const ulong at = (ulong)j * a.row_bytes;
+        const float gv = hg_dot<Q>(gw + at, xs, a.k, lane);
+        const float u = hg_dot<Q>(uw + at, xs, a.k, lane);
+        if (lane == 0) {
+            const float act = a.op == 0
+                ? gv / (1.0f + exp(-gv))
+                : 0.5f * gv * (1.0f + precise::tanh(0.79788456080286536f
+                                                    * (gv + 0.044715f * gv * gv * gv)));
+            dst[j] = act * u;
+        }
+    }
+}
+
+#define RLX_DECODE(qkv_name, gate_up_name, Q)                                     \
+template [[host_name(qkv_name)]] kernel void qkv_head<Q>(                        \
+    constant HeadGemvArgs& a [[buffer(0)]], device const float* x [[buffer(1)]], \
+    device const float* g [[buffer(2)]], device const float* b [[buffer(3)]],    \
+    device const float* y [[buffer(4)]], device const float* pg [[buffer(5)]],   \
+    device const float* pb [[buffer(6)]], device float* s_out [[buffer(7)]],     \
+    device const uchar* w [[buffer(8)]], device const float* bias [[buffer(9)]], \
+    device const float* hg [[buffer(10)]], device const float* hb [[buffer(11)]], \
+    device const float* cs [[buffer(12)]], device const float* sn [[buffer(13)]], \
+    device const int* idx [[buffer(14)]], device float* dst [[buffer(15)]],      \
+    uint h [[threadgroup_position_in_grid]],                                     \
+    uint lid [[thread_position_in_threadgroup]],                                 \
+    uint sid [[simdgroup_index_in_threadgroup]],                                 \
+    uint lane [[thread_index_in_simdgroup]]);                                    \
+template [[host_name(gate_up_name)]] kernel void norm_gate_up<Q>(                \
+    constant HeadGemvArgs& a [[buffer(0)]], device const float* x [[buffer(1)]], \
+    device const float* g [[buffer(2)]], device const float* b [[buffer(3)]],    \
+    device const float* y [[buffer(4)]], device const float* pg [[buffer(5)]],   \
+    device const float* pb [[buffer(6)]], device float* s_out [[buffer(7)]],     \
+    device const uchar* gw [[buffer(8)]], device const uchar* uw [[buffer(9)]],  \
+    device float* dst [[buffer(10)]], uint tg [[threadgroup_position_in_grid]],  \
+    uint lid [[thread_position_in_threadgroup]],                                 \
+    uint sid [[simdgroup_index_in_threadgroup]],                                 \
+    uint lane [[thread_index_in_simdgroup]]);
+
 #define RLX_QUANT(gemv_name, gemm_name, gate_up_name, down_name, Q)                                                       \
 template [[host_name(gemv_name)]] kernel void quant_gemv<Q>(                 \
     constant QuantArgs& a [[buffer(0)]], device const uchar* x [[buffer(1)]],    \
@@ -267,3 +537,20 @@ RLX_QUANT("gemv_q6_k", "gemm_q6_k", "gate_up_q6_k", "down_residual_q6_k", QQ6K)
 RLX_QUANT("gemv_q8_k", "gemm_q8_k", "gate_up_q8_k", "down_residual_q8_k", QQ8K)
 RLX_QUANT("gemv_q1_0", "gemm_q1_0", "gate_up_q1_0", "down_residual_q1_0", QQ1_0)
 RLX_QUANT("gemv_q2_0", "gemm_q2_0", "gate_up_q2_0", "down_residual_q2_0", QQ2_0)
+RLX_DECODE("qkv_head_f32", "norm_gate_up_f32", QF32)
+RLX_DECODE("qkv_head_f16", "norm_gate_up_f16", QF16)
+RLX_DECODE("qkv_head_bf16", "norm_gate_up_bf16", QBF16)
+RLX_DECODE("qkv_head_q4_0", "norm_gate_up_q4_0", QQ4_0)
+RLX_DECODE("qkv_head_q4_1", "norm_gate_up_q4_1", QQ4_1)
+RLX_DECODE("qkv_head_q5_0", "norm_gate_up_q5_0", QQ5_0)
+RLX_DECODE("qkv_head_q5_1", "norm_gate_up_q5_1", QQ5_1)
+RLX_DECODE("qkv_head_q8_0", "norm_gate_up_q8_0", QQ8_0)
+RLX_DECODE("qkv_head_q8_1", "norm_gate_up_q8_1", QQ8_1)
+RLX_DECODE("qkv_head_q2_k", "norm_gate_up_q2_k", QQ2K)
+RLX_DECODE("qkv_head_q3_k", "norm_gate_up_q3_k", QQ3K)
+RLX_DECODE("qkv_head_q4_k", "norm_gate_up_q4_k", QQ4K)
+RLX_DECODE("qkv_head_q5_k", "norm_gate_up_q5_k", QQ5K)
+RLX_DECODE("qkv_head_q6_k", "norm_gate_up_q6_k", QQ6K)
+RLX_DECODE("qkv_head_q8_k", "norm_gate_up_q8_k", QQ8K)
+RLX_DECODE("qkv_head_q1_0", "norm_gate_up_q1_0", QQ1_0)
+RLX_DECODE("qkv_head_q2_0", "norm_gate_up_q2_0", QQ2_0)

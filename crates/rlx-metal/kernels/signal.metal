@@ -24,6 +24,14 @@
 // log_mel_f32        args LogMelArgs: buffer(1) spec [outer, 2·n_fft],
 //   (2) filters [n_mels, n_bins], (3) dst [outer, n_mels]; 1-D grid, one
 //   thread per (row, mel): log(Σ_k filters[m,k]·(re_k² + im_k²) + 1e-10).
+// welch_peaks_f32    args WelchArgs: buffer(1) spec [batch·n_segments,
+//   2·n_fft] block rows, (2) dst [batch, k] f32 bin indices;
+//   [[threadgroup(0)]] 4·nb bytes (nb = n_fft/2 + 1: the mean power's
+//   total-order keys), (1) 8·threads bytes of (key, bin) scratch, (2) nb
+//   bytes of taken flags. One threadgroup per batch row: the mean of
+//   re² + im² over the row's segments per bin, then k rounds of a
+//   threadgroup arg max (largest first in f32::total_cmp order, ties to the
+//   lower bin), each winner marked taken; rounds past nb write −1.
 #include <metal_stdlib>
 #include "args.h"
 using namespace metal;
@@ -174,4 +182,79 @@ kernel void log_mel_f32(constant LogMelArgs& a       [[buffer(0)]],
         acc += f[k] * (re * re + im * im);
     }
     dst[gid] = log(acc + 1e-10f);
+}
+
+// Rust's f32::total_cmp as a signed key: −NaN < −inf < … < −0 < +0 < … <
+// +inf < +NaN, the host's order for the bins' power.
+static inline int rlx_total_key(float v) {
+    const int i = as_type<int>(v);
+    return i ^ int(uint(i >> 31) >> 1);
+}
+
+// (key, bin) pairs: larger key first, ties to the lower bin; bin 0xffffffff
+// (nothing) last.
+static inline bool rlx_welch_before(int ka, uint ia, int kb, uint ib) {
+    if (ia == 0xffffffffu || ib == 0xffffffffu) {
+        return ib == 0xffffffffu && ia != 0xffffffffu;
+    }
+    return ka > kb || (ka == kb && ia < ib);
+}
+
+kernel void welch_peaks_f32(constant WelchArgs&   a       [[buffer(0)]],
+                            device const float*   spec    [[buffer(1)]],
+                            device float*         dst     [[buffer(2)]],
+                            threadgroup int*      key     [[threadgroup(0)]],
+                            threadgroup uint2*    scratch [[threadgroup(1)]],
+                            threadgroup uchar*    taken   [[threadgroup(2)]],
+                            uint row [[threadgroup_position_in_grid]],
+                            uint tid [[thread_position_in_threadgroup]],
+                            uint nt  [[threads_per_threadgroup]])
+{
+    if (row >= a.batch) {
+        return;
+    }
+    const uint nb = a.n_fft / 2u + 1u;
+    const float inv = 1.0f / (float)a.n_segments;
+    for (uint b = tid; b < nb; b += nt) {
+        float acc = 0.0f;
+        for (uint s = 0u; s < a.n_segments; ++s) {
+            device const float* r = spec + ((ulong)row * a.n_segments + s) * 2u * a.n_fft;
+            acc += r[b] * r[b] + r[a.n_fft + b] * r[a.n_fft + b];
+        }
+        key[b] = rlx_total_key(acc * inv);
+        taken[b] = 0;
+    }
+    threadgroup_barrier(mem_flags::mem_threadgroup);
+    for (uint r = 0u; r < a.k; ++r) {
+        int bk = 0;
+        uint bi = 0xffffffffu;
+        for (uint b = tid; b < nb; b += nt) {
+            if (taken[b] == 0 && rlx_welch_before(key[b], b, bk, bi)) {
+                bk = key[b];
+                bi = b;
+            }
+        }
+        scratch[tid] = uint2(as_type<uint>(bk), bi);
+        threadgroup_barrier(mem_flags::mem_threadgroup);
+        for (uint live = nt; live > 1u;) {
+            const uint h = (live + 1u) / 2u;
+            if (tid < live - h) {
+                const uint2 o = scratch[tid + h];
+                const uint2 m = scratch[tid];
+                if (rlx_welch_before(as_type<int>(o.x), o.y, as_type<int>(m.x), m.y)) {
+                    scratch[tid] = o;
+                }
+            }
+            threadgroup_barrier(mem_flags::mem_threadgroup);
+            live = h;
+        }
+        if (tid == 0u) {
+            const uint win = scratch[0].y;
+            dst[(ulong)row * a.k + r] = win == 0xffffffffu ? -1.0f : (float)win;
+            if (win != 0xffffffffu) {
+                taken[win] = 1;
+            }
+        }
+        threadgroup_barrier(mem_flags::mem_threadgroup);
+    }
 }

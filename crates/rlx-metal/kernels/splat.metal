@@ -40,6 +40,181 @@ static inline uint splat_sh_used(uint k)
     return k == 0 ? 0u : (k < 4 ? 1u : (k < 9 ? 4u : (k < 16 ? 9u : 16u)));
 }
 
+// Real SH basis (3DGS sign convention) of unit direction d, degree <= 3.
+static inline void splat_sh_basis(thread const float* d, thread float* out)
+{
+    const float x = d[0], y = d[1], z = d[2];
+    const float xx = x * x, yy = y * y, zz = z * z;
+    out[0] = SH_C0;
+    out[1] = -SH_C1 * y;
+    out[2] = SH_C1 * z;
+    out[3] = -SH_C1 * x;
+    out[4] = SH_C2[0] * x * y;
+    out[5] = SH_C2[1] * y * z;
+    out[6] = SH_C2[2] * (2.0f * zz - xx - yy);
+    out[7] = SH_C2[3] * x * z;
+    out[8] = SH_C2[4] * (xx - yy);
+    out[9] = SH_C3[0] * y * (3.0f * xx - yy);
+    out[10] = SH_C3[1] * x * y * z;
+    out[11] = SH_C3[2] * y * (4.0f * zz - xx - yy);
+    out[12] = SH_C3[3] * z * (2.0f * zz - 3.0f * xx - 3.0f * yy);
+    out[13] = SH_C3[4] * x * (4.0f * zz - xx - yy);
+    out[14] = SH_C3[5] * z * (xx - yy);
+    out[15] = SH_C3[6] * x * (xx - 3.0f * yy);
+}
+
+// One splat projected, with the intermediates the gradient needs.
+struct SplatProj {
+    float t[3];      // camera-space centre
+    float qn[4];     // normalised quaternion
+    float qnorm;     // the input's norm
+    float r[3][3];   // rotation
+    float m[3][3];   // R S
+    float sig[3][3]; // world covariance
+    float jw[2][3];  // J W
+    float conic[3];
+    float u, v, radius;
+    float rect[4];   // tile x0 y0 x1 y1 (exclusive)
+    float dir[3];    // unit viewing direction (k >= 1)
+    float dist;      // the distance it was normalised by
+    float raw[3];    // colour before the clamp at 0
+    float rgb[3];
+};
+
+// Project splat gid (the host's project()); false when it is culled.
+static inline bool splat_project(constant SplatArgs& a, device const float* pos,
+                                 device const float* scl, device const float* rot,
+                                 device const float* col, device const float* sh,
+                                 device const float* cam, uint gid, thread SplatProj& pr)
+{
+    float p[3];
+    for (uint c = 0; c < 3; ++c) {
+        p[c] = pos[(ulong)gid * 3 + c];
+    }
+    float w[3][3];
+    for (uint r = 0; r < 3; ++r) {
+        for (uint c = 0; c < 3; ++c) {
+            w[r][c] = cam[r * 4 + c];
+        }
+        pr.t[r] = w[r][0] * p[0] + w[r][1] * p[1] + w[r][2] * p[2] + cam[r * 4 + 3];
+    }
+    if (!(pr.t[2] > SPLAT_NEAR)) {
+        return false;
+    }
+    float qn = 0.0f;
+    for (uint c = 0; c < 4; ++c) {
+        pr.qn[c] = rot[(ulong)gid * 4 + c];
+        qn += pr.qn[c] * pr.qn[c];
+    }
+    qn = sqrt(qn);
+    pr.qnorm = qn;
+    if (qn > 0.0f) {
+        for (uint c = 0; c < 4; ++c) {
+            pr.qn[c] /= qn;
+        }
+    }
+    const float qw = pr.qn[0], qx = pr.qn[1], qy = pr.qn[2], qz = pr.qn[3];
+    const float rm[3][3] = {
+        {1.0f - 2.0f * (qy * qy + qz * qz), 2.0f * (qx * qy - qw * qz), 2.0f * (qx * qz + qw * qy)},
+        {2.0f * (qx * qy + qw * qz), 1.0f - 2.0f * (qx * qx + qz * qz), 2.0f * (qy * qz - qw * qx)},
+        {2.0f * (qx * qz - qw * qy), 2.0f * (qy * qz + qw * qx), 1.0f - 2.0f * (qx * qx + qy * qy)},
+    };
+    for (uint r = 0; r < 3; ++r) {
+        for (uint c = 0; c < 3; ++c) {
+            pr.r[r][c] = rm[r][c];
+            pr.m[r][c] = rm[r][c] * scl[(ulong)gid * 3 + c];
+        }
+    }
+    for (uint r = 0; r < 3; ++r) {
+        for (uint c = 0; c < 3; ++c) {
+            pr.sig[r][c] = pr.m[r][0] * pr.m[c][0] + pr.m[r][1] * pr.m[c][1] + pr.m[r][2] * pr.m[c][2];
+        }
+    }
+    const float fx = cam[16], fy = cam[17], cx = cam[18], cy = cam[19];
+    const float tz = pr.t[2];
+    const float j[2][3] = {
+        {fx / tz, 0.0f, -fx * pr.t[0] / (tz * tz)},
+        {0.0f, fy / tz, -fy * pr.t[1] / (tz * tz)},
+    };
+    for (uint r = 0; r < 2; ++r) {
+        for (uint c = 0; c < 3; ++c) {
+            pr.jw[r][c] = j[r][0] * w[0][c] + j[r][1] * w[1][c] + j[r][2] * w[2][c];
+        }
+    }
+    float s2[2][2];
+    for (uint r = 0; r < 2; ++r) {
+        for (uint c = 0; c < 2; ++c) {
+            float acc = 0.0f;
+            for (uint k = 0; k < 3; ++k) {
+                for (uint l = 0; l < 3; ++l) {
+                    acc += pr.jw[r][k] * pr.sig[k][l] * pr.jw[c][l];
+                }
+            }
+            s2[r][c] = acc + (r == c ? SPLAT_BLUR : 0.0f);
+        }
+    }
+    const float sa = s2[0][0], sb = s2[0][1], sc = s2[1][1];
+    const float det = sa * sc - sb * sb;
+    if (!(det > 0.0f)) {
+        return false;
+    }
+    const float mid = 0.5f * (sa + sc);
+    const float lambda = mid + sqrt(max(0.1f, mid * mid - det));
+    const float radius = ceil(a.radius_scale * sqrt(lambda));
+    const float u = fx * pr.t[0] / tz + cx;
+    const float v = fy * pr.t[1] / tz + cy;
+    const float ts = (float)a.tile_size;
+    pr.rect[0] = clamp(floor((u - radius) / ts), 0.0f, (float)a.tiles_x);
+    pr.rect[1] = clamp(floor((v - radius) / ts), 0.0f, (float)a.tiles_y);
+    pr.rect[2] = clamp(floor((u + radius + ts - 1.0f) / ts), 0.0f, (float)a.tiles_x);
+    pr.rect[3] = clamp(floor((v + radius + ts - 1.0f) / ts), 0.0f, (float)a.tiles_y);
+    if (!(pr.rect[2] > pr.rect[0]) || !(pr.rect[3] > pr.rect[1]) || !isfinite(radius)) {
+        return false;
+    }
+    pr.conic[0] = sc / det;
+    pr.conic[1] = -sb / det;
+    pr.conic[2] = sa / det;
+    pr.u = u, pr.v = v, pr.radius = radius;
+    pr.dist = 0.0f;
+    pr.dir[0] = pr.dir[1] = 0.0f;
+    pr.dir[2] = 1.0f;
+    const uint used = splat_sh_used(a.sh_coeffs);
+    if (used == 0) {
+        for (uint c = 0; c < 3; ++c) {
+            pr.rgb[c] = col[(ulong)gid * 3 + c];
+            pr.raw[c] = pr.rgb[c];
+        }
+        return true;
+    }
+    // viewing direction from the camera centre -W^T t to the splat
+    float dn = 0.0f;
+    float d[3];
+    for (uint c = 0; c < 3; ++c) {
+        const float centre = -(w[0][c] * cam[3] + w[1][c] * cam[7] + w[2][c] * cam[11]);
+        d[c] = p[c] - centre;
+        dn += d[c] * d[c];
+    }
+    dn = sqrt(dn);
+    pr.dist = dn;
+    if (dn > 0.0f) {
+        for (uint c = 0; c < 3; ++c) {
+            pr.dir[c] = d[c] / dn;
+        }
+    }
+    float basis[16];
+    splat_sh_basis(pr.dir, basis);
+    device const float* s = sh + (ulong)gid * a.sh_coeffs * 3;
+    for (uint c = 0; c < 3; ++c) {
+        float acc = 0.0f;
+        for (uint b = 0; b < used; ++b) {
+            acc += basis[b] * s[b * 3 + c];
+        }
+        pr.raw[c] = 0.5f + acc;
+        pr.rgb[c] = max(pr.raw[c], 0.0f);
+    }
+    return true;
+}
+
 kernel void splat_prepare_f32(constant SplatArgs&  a   [[buffer(0)]],
                               device const float*  pos [[buffer(1)]],
                               device const float*  scl [[buffer(2)]],
@@ -58,153 +233,24 @@ kernel void splat_prepare_f32(constant SplatArgs&  a   [[buffer(0)]],
     for (uint c = 0; c < 16; ++c) {
         rec[c] = 0.0f;
     }
-    float p[3];
-    for (uint c = 0; c < 3; ++c) {
-        p[c] = pos[(ulong)gid * 3 + c];
-    }
-    float w[3][3];
-    float t[3];
-    for (uint r = 0; r < 3; ++r) {
-        for (uint c = 0; c < 3; ++c) {
-            w[r][c] = cam[r * 4 + c];
-        }
-        t[r] = w[r][0] * p[0] + w[r][1] * p[1] + w[r][2] * p[2] + cam[r * 4 + 3];
-    }
-    if (!(t[2] > SPLAT_NEAR)) {
+    SplatProj pr;
+    if (!splat_project(a, pos, scl, rot, col, sh, cam, gid, pr)) {
         return;
     }
-    float q[4];
-    float qn = 0.0f;
-    for (uint c = 0; c < 4; ++c) {
-        q[c] = rot[(ulong)gid * 4 + c];
-        qn += q[c] * q[c];
-    }
-    qn = sqrt(qn);
-    if (qn > 0.0f) {
-        for (uint c = 0; c < 4; ++c) {
-            q[c] /= qn;
-        }
-    }
-    const float qw = q[0], qx = q[1], qy = q[2], qz = q[3];
-    const float rm[3][3] = {
-        {1.0f - 2.0f * (qy * qy + qz * qz), 2.0f * (qx * qy - qw * qz), 2.0f * (qx * qz + qw * qy)},
-        {2.0f * (qx * qy + qw * qz), 1.0f - 2.0f * (qx * qx + qz * qz), 2.0f * (qy * qz - qw * qx)},
-        {2.0f * (qx * qz - qw * qy), 2.0f * (qy * qz + qw * qx), 1.0f - 2.0f * (qx * qx + qy * qy)},
-    };
-    float m[3][3];
-    for (uint r = 0; r < 3; ++r) {
-        for (uint c = 0; c < 3; ++c) {
-            m[r][c] = rm[r][c] * scl[(ulong)gid * 3 + c];
-        }
-    }
-    float sig[3][3];
-    for (uint r = 0; r < 3; ++r) {
-        for (uint c = 0; c < 3; ++c) {
-            sig[r][c] = m[r][0] * m[c][0] + m[r][1] * m[c][1] + m[r][2] * m[c][2];
-        }
-    }
-    const float fx = cam[16], fy = cam[17], cx = cam[18], cy = cam[19];
-    const float tz = t[2];
-    const float j[2][3] = {
-        {fx / tz, 0.0f, -fx * t[0] / (tz * tz)},
-        {0.0f, fy / tz, -fy * t[1] / (tz * tz)},
-    };
-    float jw[2][3];
-    for (uint r = 0; r < 2; ++r) {
-        for (uint c = 0; c < 3; ++c) {
-            jw[r][c] = j[r][0] * w[0][c] + j[r][1] * w[1][c] + j[r][2] * w[2][c];
-        }
-    }
-    float s2[2][2];
-    for (uint r = 0; r < 2; ++r) {
-        for (uint c = 0; c < 2; ++c) {
-            float acc = 0.0f;
-            for (uint k = 0; k < 3; ++k) {
-                for (uint l = 0; l < 3; ++l) {
-                    acc += jw[r][k] * sig[k][l] * jw[c][l];
-                }
-            }
-            s2[r][c] = acc + (r == c ? SPLAT_BLUR : 0.0f);
-        }
-    }
-    const float sa = s2[0][0], sb = s2[0][1], sc = s2[1][1];
-    const float det = sa * sc - sb * sb;
-    if (!(det > 0.0f)) {
-        return;
-    }
-    const float mid = 0.5f * (sa + sc);
-    const float lambda = mid + sqrt(max(0.1f, mid * mid - det));
-    const float radius = ceil(a.radius_scale * sqrt(lambda));
-    const float u = fx * t[0] / tz + cx;
-    const float v = fy * t[1] / tz + cy;
-    const float ts = (float)a.tile_size;
-    const float x0 = clamp(floor((u - radius) / ts), 0.0f, (float)a.tiles_x);
-    const float y0 = clamp(floor((v - radius) / ts), 0.0f, (float)a.tiles_y);
-    const float x1 = clamp(floor((u + radius + ts - 1.0f) / ts), 0.0f, (float)a.tiles_x);
-    const float y1 = clamp(floor((v + radius + ts - 1.0f) / ts), 0.0f, (float)a.tiles_y);
-    if (!(x1 > x0) || !(y1 > y0) || !isfinite(radius)) {
-        return;
-    }
-    float rgb[3];
-    const uint used = splat_sh_used(a.sh_coeffs);
-    if (used == 0) {
-        for (uint c = 0; c < 3; ++c) {
-            rgb[c] = col[(ulong)gid * 3 + c];
-        }
-    } else {
-        // viewing direction from the camera centre -W^T t to the splat
-        float d[3];
-        float dn = 0.0f;
-        for (uint c = 0; c < 3; ++c) {
-            const float centre = -(w[0][c] * cam[3] + w[1][c] * cam[7] + w[2][c] * cam[11]);
-            d[c] = p[c] - centre;
-            dn += d[c] * d[c];
-        }
-        dn = sqrt(dn);
-        if (dn > 0.0f) {
-            for (uint c = 0; c < 3; ++c) {
-                d[c] /= dn;
-            }
-        } else {
-            d[0] = 0.0f;
-            d[1] = 0.0f;
-            d[2] = 1.0f;
-        }
-        const float x = d[0], y = d[1], z = d[2];
-        const float xx = x * x, yy = y * y, zz = z * z;
-        const float basis[16] = {
-            SH_C0, -SH_C1 * y, SH_C1 * z, -SH_C1 * x,
-            SH_C2[0] * x * y, SH_C2[1] * y * z, SH_C2[2] * (2.0f * zz - xx - yy),
-            SH_C2[3] * x * z, SH_C2[4] * (xx - yy),
-            SH_C3[0] * y * (3.0f * xx - yy), SH_C3[1] * x * y * z,
-            SH_C3[2] * y * (4.0f * zz - xx - yy), SH_C3[3] * z * (2.0f * zz - 3.0f * xx - 3.0f * yy),
-            SH_C3[4] * x * (4.0f * zz - xx - yy), SH_C3[5] * z * (xx - yy),
-            SH_C3[6] * x * (xx - 3.0f * yy),
-        };
-        device const float* s = sh + (ulong)gid * a.sh_coeffs * 3;
-        for (uint c = 0; c < 3; ++c) {
-            float acc = 0.0f;
-            for (uint b = 0; b < used; ++b) {
-                acc += basis[b] * s[b * 3 + c];
-            }
-            rgb[c] = max(0.5f + acc, 0.0f);
-        }
-    }
-    rec[0] = u;
-    rec[1] = v;
-    rec[2] = tz;
-    rec[3] = radius;
-    rec[4] = sc / det;
-    rec[5] = -sb / det;
-    rec[6] = sa / det;
+    rec[0] = pr.u;
+    rec[1] = pr.v;
+    rec[2] = pr.t[2];
+    rec[3] = pr.radius;
+    rec[4] = pr.conic[0];
+    rec[5] = pr.conic[1];
+    rec[6] = pr.conic[2];
     rec[7] = opa[gid];
-    rec[8] = rgb[0];
-    rec[9] = rgb[1];
-    rec[10] = rgb[2];
-    rec[11] = x0;
-    rec[12] = y0;
-    rec[13] = x1;
-    rec[14] = y1;
+    for (uint c = 0; c < 3; ++c) {
+        rec[8 + c] = pr.rgb[c];
+    }
+    for (uint c = 0; c < 4; ++c) {
+        rec[11 + c] = pr.rect[c];
+    }
     rec[15] = 1.0f;
 }
 
@@ -305,5 +351,448 @@ kernel void splat_rasterize_f32(constant SplatArgs&  a    [[buffer(0)]],
     device float* o = img + (ulong)gid * 3;
     for (uint c = 0; c < 3; ++c) {
         o[c] = rgb[c];
+    }
+}
+
+// ---- render backward -------------------------------------------------------
+// splat_render_backward_f32 args SplatBwdArgs: buffer(1) positions [g,3],
+//   (2) scales [g,3], (3) rotations [g,4], (4) opacities [g], (5) colors
+//   [g,3], (6) sh [g,k,3], (7) camera [20], (8) d_loss [height,width,3],
+//   (9) packed out [g, 14 + 3k] (the host's render_backward layout).
+//   Threadgroup layout: ONE threadgroup of SPLAT_BWD_THREADS threads; thread
+//   t owns splats t, t + T, ... (at most SPLAT_BWD_SLOTS each, so g <=
+//   SPLAT_BWD_THREADS * SPLAT_BWD_SLOTS; the lowering keeps larger g on
+//   the host). No scratch operand and no atomics: the packed rows are the
+//   scratch.
+//   1. each thread writes the first 11 record fields (u v depth radius
+//      conic a b c opacity r g b; depth 0 = culled) of its splats into their
+//      packed rows; barrier;
+//   2. for each of its splats, over every pixel of every tile of its
+//      rectangle, the pixel's list is walked front to back (the rasterizer's
+//      selection scan and capacity cut) to find the splat's alpha,
+//      transmittance and the suffix S = sum over later blended j of
+//      alpha_j T_j (c_j . dL/dC); the 2-D gradients (mean, conic, opacity,
+//      colour) are summed per tile, then over tiles in row-major order, in
+//      registers; barrier (every read of the records is done);
+//   3. each thread chains its sums back to the 3-D operands and writes the
+//      packed rows.
+#define SPLAT_BWD_THREADS 256u
+#define SPLAT_BWD_SLOTS 8u
+
+// Tile rectangle of a stage-1 record (from u, v, radius, as prepare
+// computes it); false for a culled splat.
+static inline bool splat_bwd_rect(device const float* r, constant SplatArgs& a, thread uint* out)
+{
+    if (!(r[2] > 0.0f) || !isfinite(r[3])) {
+        return false;
+    }
+    const float ts = (float)a.tile_size;
+    const float u = r[0], v = r[1], radius = r[3];
+    out[0] = (uint)clamp(floor((u - radius) / ts), 0.0f, (float)a.tiles_x);
+    out[1] = (uint)clamp(floor((v - radius) / ts), 0.0f, (float)a.tiles_y);
+    out[2] = (uint)clamp(floor((u + radius + ts - 1.0f) / ts), 0.0f, (float)a.tiles_x);
+    out[3] = (uint)clamp(floor((v + radius + ts - 1.0f) / ts), 0.0f, (float)a.tiles_y);
+    return out[2] > out[0] && out[3] > out[1];
+}
+
+// Per-pixel state of splat `me` in a pixel's walk.
+struct SplatHit {
+    bool hit;
+    bool unclamped;
+    float alpha, t_before, gauss, dx, dy;
+    float suffix;
+};
+
+static inline SplatHit splat_bwd_walk(constant SplatArgs& a, device const float* recs, uint w,
+                                      uint tx, uint ty, ulong keep, float px, float py,
+                                      thread const float* dc, uint me)
+{
+    SplatHit h = {false, false, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f};
+    float tr = 1.0f;
+    uint blended = 0;
+    float last_d = 0.0f;
+    int last_i = -1;
+    for (ulong step = 0; step < keep; ++step) {
+        if (a.max_splat_steps > 0 && blended >= a.max_splat_steps) {
+            break;
+        }
+        int best = -1;
+        float best_d = 0.0f;
+        for (uint i = 0; i < a.count; ++i) {
+            device const float* rec = recs + (ulong)i * w;
+            uint r[4];
+            if (!splat_bwd_rect(rec, a, r) || tx < r[0] || tx >= r[2] || ty < r[1] || ty >= r[3]) {
+                continue;
+            }
+            const float d = rec[2];
+            const bool after = last_i < 0 || d > last_d || (d == last_d && (int)i > last_i);
+            if (after && (best < 0 || d < best_d)) {
+                best = (int)i;
+                best_d = d;
+            }
+        }
+        if (best < 0) {
+            break;
+        }
+        last_i = best;
+        last_d = best_d;
+        device const float* rec = recs + (ulong)best * w;
+        const float dx = rec[0] - px, dy = rec[1] - py;
+        const float power = -0.5f * (rec[4] * dx * dx + rec[6] * dy * dy) - rec[5] * dx * dy;
+        if (power > 0.0f) {
+            continue;
+        }
+        const float gauss = exp(power);
+        const float raw = rec[7] * gauss;
+        const float alpha = min(SPLAT_ALPHA_MAX, raw);
+        if (!(alpha >= a.alpha_cutoff)) {
+            continue;
+        }
+        const float next = tr * (1.0f - alpha);
+        if (next < a.transmittance_threshold) {
+            break;
+        }
+        if ((uint)best == me) {
+            h.hit = true;
+            h.unclamped = raw < SPLAT_ALPHA_MAX;
+            h.alpha = alpha;
+            h.t_before = tr;
+            h.gauss = gauss;
+            h.dx = dx;
+            h.dy = dy;
+        } else if (h.hit) {
+            const float cd = rec[8] * dc[0] + rec[9] * dc[1] + rec[10] * dc[2];
+            h.suffix += alpha * tr * cd;
+        }
+        tr = next;
+        blended += 1;
+    }
+    return h;
+}
+
+// Entries of the tiles before (tx, ty) in row-major order.
+static inline ulong splat_bwd_before(constant SplatArgs& a, device const float* recs, uint w,
+                                     uint tx, uint ty)
+{
+    ulong before = 0;
+    for (uint i = 0; i < a.count; ++i) {
+        uint r[4];
+        if (!splat_bwd_rect(recs + (ulong)i * w, a, r)) {
+            continue;
+        }
+        const ulong rows = (ulong)(clamp(ty, r[1], r[3]) - r[1]);
+        before += rows * (ulong)(r[2] - r[0]);
+        if (ty >= r[1] && ty < r[3]) {
+            before += (ulong)(clamp(tx, r[0], r[2]) - r[0]);
+        }
+    }
+    return before;
+}
+
+// Stage 2 for splat `me`: its summed 2-D gradients g[9] = u, v, conic a b
+// c, opacity, r g b.
+static inline void splat_bwd_pixels(constant SplatBwdArgs& b, device const float* recs, uint w,
+                                    device const float* dl, uint me, thread float* g)
+{
+    constant SplatArgs& a = b.s;
+    for (uint c = 0; c < 9; ++c) {
+        g[c] = 0.0f;
+    }
+    device const float* mine = recs + (ulong)me * w;
+    uint rc[4];
+    if (!splat_bwd_rect(mine, a, rc)) {
+        return;
+    }
+    const float clip = b.loss_grad_clip > 0.0f ? b.loss_grad_clip : INFINITY;
+    const float ca = mine[4], cb = mine[5], cc = mine[6];
+    const ulong cap = a.max_list_entries;
+    for (uint ty = rc[1]; ty < rc[3]; ++ty) {
+        for (uint tx = rc[0]; tx < rc[2]; ++tx) {
+            ulong keep = ~0ul;
+            if (cap != 0) {
+                const ulong before = splat_bwd_before(a, recs, w, tx, ty);
+                keep = cap > before ? cap - before : 0ul;
+            }
+            float e[9] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f};
+            const uint y1 = min((ty + 1) * a.tile_size, a.height);
+            const uint x1 = min((tx + 1) * a.tile_size, a.width);
+            for (uint y = ty * a.tile_size; y < y1; ++y) {
+                for (uint x = tx * a.tile_size; x < x1; ++x) {
+                    float dc[3];
+                    for (uint c = 0; c < 3; ++c) {
+                        dc[c] = clamp(dl[((ulong)y * a.width + x) * 3 + c], -clip, clip);
+                    }
+                    const SplatHit h = splat_bwd_walk(a, recs, w, tx, ty, keep, (float)x + 0.5f,
+                                                      (float)y + 0.5f, dc, me);
+                    if (!h.hit) {
+                        continue;
+                    }
+                    const float cd = mine[8] * dc[0] + mine[9] * dc[1] + mine[10] * dc[2];
+                    const float wt = h.alpha * h.t_before;
+                    for (uint c = 0; c < 3; ++c) {
+                        e[6 + c] += wt * dc[c];
+                    }
+                    if (!h.unclamped) {
+                        continue;
+                    }
+                    const float dalpha = h.t_before * cd - h.suffix / (1.0f - h.alpha);
+                    e[5] += dalpha * h.gauss;
+                    const float dpow = dalpha * h.alpha;
+                    const float dx = h.dx, dy = h.dy;
+                    e[0] += dpow * (-ca * dx - cb * dy);
+                    e[1] += dpow * (-cc * dy - cb * dx);
+                    e[2] += dpow * (-0.5f * dx * dx);
+                    e[3] += dpow * (-dx * dy);
+                    e[4] += dpow * (-0.5f * dy * dy);
+                }
+            }
+            for (uint c = 0; c < 9; ++c) {
+                g[c] += e[c];
+            }
+        }
+    }
+}
+
+// d(SH basis)/d(dir) for basis function j (the polynomial's gradient).
+static inline void splat_sh_basis_grad(thread const float* d, uint j, thread float* o)
+{
+    const float x = d[0], y = d[1], z = d[2];
+    const float xx = x * x, yy = y * y, zz = z * z;
+    o[0] = o[1] = o[2] = 0.0f;
+    switch (j) {
+    case 1: o[1] = -SH_C1; break;
+    case 2: o[2] = SH_C1; break;
+    case 3: o[0] = -SH_C1; break;
+    case 4: o[0] = SH_C2[0] * y; o[1] = SH_C2[0] * x; break;
+    case 5: o[1] = SH_C2[1] * z; o[2] = SH_C2[1] * y; break;
+    case 6: o[0] = -2.0f * SH_C2[2] * x; o[1] = -2.0f * SH_C2[2] * y; o[2] = 4.0f * SH_C2[2] * z; break;
+    case 7: o[0] = SH_C2[3] * z; o[2] = SH_C2[3] * x; break;
+    case 8: o[0] = 2.0f * SH_C2[4] * x; o[1] = -2.0f * SH_C2[4] * y; break;
+    case 9: o[0] = SH_C3[0] * 6.0f * x * y; o[1] = SH_C3[0] * (3.0f * xx - 3.0f * yy); break;
+    case 10: o[0] = SH_C3[1] * y * z; o[1] = SH_C3[1] * x * z; o[2] = SH_C3[1] * x * y; break;
+    case 11:
+        o[0] = SH_C3[2] * -2.0f * x * y;
+        o[1] = SH_C3[2] * (4.0f * zz - xx - 3.0f * yy);
+        o[2] = SH_C3[2] * 8.0f * y * z;
+        break;
+    case 12:
+        o[0] = SH_C3[3] * -6.0f * x * z;
+        o[1] = SH_C3[3] * -6.0f * y * z;
+        o[2] = SH_C3[3] * (6.0f * zz - 3.0f * xx - 3.0f * yy);
+        break;
+    case 13:
+        o[0] = SH_C3[4] * (4.0f * zz - 3.0f * xx - yy);
+        o[1] = SH_C3[4] * -2.0f * x * y;
+        o[2] = SH_C3[4] * 8.0f * x * z;
+        break;
+    case 14: o[0] = SH_C3[5] * 2.0f * x * z; o[1] = SH_C3[5] * -2.0f * y * z; o[2] = SH_C3[5] * (xx - yy); break;
+    case 15: o[0] = SH_C3[6] * (3.0f * xx - 3.0f * yy); o[1] = SH_C3[6] * -6.0f * x * y; break;
+    default: break;
+    }
+}
+
+// Stage 3: the 2-D sums g back through the projection to the operands,
+// into row[0 .. 14 + 3k] (already zero).
+static inline void splat_bwd_chain(constant SplatBwdArgs& b, thread const SplatProj& pr,
+                                   device const float* scl, device const float* sh,
+                                   device const float* cam, uint i, thread const float* g,
+                                   device float* row)
+{
+    constant SplatArgs& a = b.s;
+    // conic K = S'^-1: dS' = -K dK K (b appears twice in K)
+    const float kk[2][2] = {{pr.conic[0], pr.conic[1]}, {pr.conic[1], pr.conic[2]}};
+    const float gk[2][2] = {{g[2], 0.5f * g[3]}, {0.5f * g[3], g[4]}};
+    float kg[2][2];
+    for (uint r = 0; r < 2; ++r) {
+        for (uint c = 0; c < 2; ++c) {
+            kg[r][c] = kk[r][0] * gk[0][c] + kk[r][1] * gk[1][c];
+        }
+    }
+    float gs2[2][2];
+    for (uint r = 0; r < 2; ++r) {
+        for (uint c = 0; c < 2; ++c) {
+            gs2[r][c] = -(kg[r][0] * kk[0][c] + kg[r][1] * kk[1][c]);
+        }
+    }
+    // S' = (JW) S (JW)^T
+    float gsjw[2][3]; // gs2 * jw
+    for (uint r = 0; r < 2; ++r) {
+        for (uint c = 0; c < 3; ++c) {
+            gsjw[r][c] = gs2[r][0] * pr.jw[0][c] + gs2[r][1] * pr.jw[1][c];
+        }
+    }
+    float gsig[3][3];
+    for (uint k = 0; k < 3; ++k) {
+        for (uint l = 0; l < 3; ++l) {
+            gsig[k][l] = pr.jw[0][k] * gsjw[0][l] + pr.jw[1][k] * gsjw[1][l];
+        }
+    }
+    float gjw[2][3];
+    for (uint r = 0; r < 2; ++r) {
+        for (uint l = 0; l < 3; ++l) {
+            float acc = 0.0f;
+            for (uint k = 0; k < 3; ++k) {
+                acc += gsjw[r][k] * pr.sig[k][l];
+            }
+            gjw[r][l] = 2.0f * acc;
+        }
+    }
+    float w[3][3];
+    for (uint r = 0; r < 3; ++r) {
+        for (uint c = 0; c < 3; ++c) {
+            w[r][c] = cam[r * 4 + c];
+        }
+    }
+    float gj[2][3];
+    for (uint r = 0; r < 2; ++r) {
+        for (uint k = 0; k < 3; ++k) {
+            gj[r][k] = gjw[r][0] * w[k][0] + gjw[r][1] * w[k][1] + gjw[r][2] * w[k][2];
+        }
+    }
+    const float tx = pr.t[0], ty = pr.t[1], tz = pr.t[2];
+    const float fx = cam[16], fy = cam[17];
+    const float tz2 = tz * tz, tz3 = tz2 * tz;
+    const float gu = g[0], gv = g[1];
+    const float gt[3] = {
+        gj[0][2] * (-fx / tz2) + gu * fx / tz,
+        gj[1][2] * (-fy / tz2) + gv * fy / tz,
+        gj[0][0] * (-fx / tz2) + gj[0][2] * (2.0f * fx * tx / tz3) + gj[1][1] * (-fy / tz2)
+            + gj[1][2] * (2.0f * fy * ty / tz3) - gu * fx * tx / tz2 - gv * fy * ty / tz2,
+    };
+    float gpos[3];
+    for (uint c = 0; c < 3; ++c) {
+        gpos[c] = gt[0] * w[0][c] + gt[1] * w[1][c] + gt[2] * w[2][c];
+    }
+    // S = M M^T, M = R S
+    float gm[3][3];
+    for (uint r = 0; r < 3; ++r) {
+        for (uint k = 0; k < 3; ++k) {
+            gm[r][k] = 2.0f * (gsig[r][0] * pr.m[0][k] + gsig[r][1] * pr.m[1][k] + gsig[r][2] * pr.m[2][k]);
+        }
+    }
+    float gscale[3];
+    float gr[3][3];
+    for (uint k = 0; k < 3; ++k) {
+        gscale[k] = gm[0][k] * pr.r[0][k] + gm[1][k] * pr.r[1][k] + gm[2][k] * pr.r[2][k];
+        const float s = scl[(ulong)i * 3 + k];
+        for (uint r = 0; r < 3; ++r) {
+            gr[r][k] = gm[r][k] * s;
+        }
+    }
+    const float qw = pr.qn[0], qx = pr.qn[1], qy = pr.qn[2], qz = pr.qn[3];
+    const float gqh[4] = {
+        2.0f * (-qz * gr[0][1] + qy * gr[0][2] + qz * gr[1][0] - qx * gr[1][2] - qy * gr[2][0]
+                + qx * gr[2][1]),
+        2.0f * (qy * gr[0][1] + qz * gr[0][2] + qy * gr[1][0] - 2.0f * qx * gr[1][1] - qw * gr[1][2]
+                + qz * gr[2][0] + qw * gr[2][1] - 2.0f * qx * gr[2][2]),
+        2.0f * (-2.0f * qy * gr[0][0] + qx * gr[0][1] + qw * gr[0][2] + qx * gr[1][0] + qz * gr[1][2]
+                - qw * gr[2][0] + qz * gr[2][1] - 2.0f * qy * gr[2][2]),
+        2.0f * (-2.0f * qz * gr[0][0] - qw * gr[0][1] + qx * gr[0][2] + qw * gr[1][0]
+                - 2.0f * qz * gr[1][1] + qy * gr[1][2] + qx * gr[2][0] + qy * gr[2][1]),
+    };
+    float dot = 0.0f;
+    for (uint c = 0; c < 4; ++c) {
+        dot += pr.qn[c] * gqh[c];
+    }
+    const float inv = pr.qnorm > 0.0f ? 1.0f / pr.qnorm : 1.0f;
+    float gcolors[3] = {0.0f, 0.0f, 0.0f};
+    const uint used = splat_sh_used(a.sh_coeffs);
+    if (used == 0) {
+        for (uint c = 0; c < 3; ++c) {
+            gcolors[c] = g[6 + c];
+        }
+    } else {
+        float gcol[3];
+        for (uint c = 0; c < 3; ++c) {
+            gcol[c] = pr.raw[c] > 0.0f ? g[6 + c] : 0.0f;
+        }
+        float basis[16];
+        splat_sh_basis(pr.dir, basis);
+        const uint band = min(b.sh_band, 3u) + 1u;
+        const uint live = min(used, band * band);
+        for (uint j = 0; j < live; ++j) {
+            for (uint c = 0; c < 3; ++c) {
+                row[14 + j * 3 + c] = basis[j] * gcol[c];
+            }
+        }
+        if (used > 1 && pr.dist > 0.0f) {
+            device const float* s = sh + (ulong)i * a.sh_coeffs * 3;
+            float gdir[3] = {0.0f, 0.0f, 0.0f};
+            for (uint j = 1; j < used; ++j) {
+                const float wj = gcol[0] * s[j * 3] + gcol[1] * s[j * 3 + 1] + gcol[2] * s[j * 3 + 2];
+                float bg[3];
+                splat_sh_basis_grad(pr.dir, j, bg);
+                for (uint c = 0; c < 3; ++c) {
+                    gdir[c] += wj * bg[c];
+                }
+            }
+            const float along = gdir[0] * pr.dir[0] + gdir[1] * pr.dir[1] + gdir[2] * pr.dir[2];
+            for (uint c = 0; c < 3; ++c) {
+                gpos[c] += (gdir[c] - pr.dir[c] * along) / pr.dist;
+            }
+        }
+    }
+    for (uint c = 0; c < 3; ++c) {
+        row[c] = gpos[c];
+        row[3 + c] = gscale[c];
+        row[11 + c] = gcolors[c];
+    }
+    for (uint c = 0; c < 4; ++c) {
+        row[6 + c] = (gqh[c] - pr.qn[c] * dot) * inv;
+    }
+    row[10] = g[5];
+}
+
+kernel void splat_render_backward_f32(constant SplatBwdArgs& b   [[buffer(0)]],
+                                      device const float*    pos [[buffer(1)]],
+                                      device const float*    scl [[buffer(2)]],
+                                      device const float*    rot [[buffer(3)]],
+                                      device const float*    opa [[buffer(4)]],
+                                      device const float*    col [[buffer(5)]],
+                                      device const float*    sh  [[buffer(6)]],
+                                      device const float*    cam [[buffer(7)]],
+                                      device const float*    dl  [[buffer(8)]],
+                                      device float*          out [[buffer(9)]],
+                                      uint tid [[thread_position_in_threadgroup]],
+                                      uint tpg [[threads_per_threadgroup]])
+{
+    constant SplatArgs& a = b.s;
+    const uint w = 14u + 3u * a.sh_coeffs;
+    // 1: the records the walks need, in the packed rows
+    for (uint i = tid; i < a.count; i += tpg) {
+        device float* rec = out + (ulong)i * w;
+        for (uint c = 0; c < 11; ++c) {
+            rec[c] = 0.0f;
+        }
+        SplatProj pr;
+        if (!splat_project(a, pos, scl, rot, col, sh, cam, i, pr)) {
+            continue;
+        }
+        rec[0] = pr.u, rec[1] = pr.v, rec[2] = pr.t[2], rec[3] = pr.radius;
+        for (uint c = 0; c < 3; ++c) {
+            rec[4 + c] = pr.conic[c];
+            rec[8 + c] = pr.rgb[c];
+        }
+        rec[7] = opa[i];
+    }
+    threadgroup_barrier(mem_flags::mem_device);
+    // 2: per owned splat, the per-pixel sums (registers)
+    float g2[SPLAT_BWD_SLOTS][9];
+    uint slot = 0;
+    for (uint i = tid; i < a.count && slot < SPLAT_BWD_SLOTS; i += tpg, ++slot) {
+        splat_bwd_pixels(b, out, w, dl, i, g2[slot]);
+    }
+    threadgroup_barrier(mem_flags::mem_device);
+    // 3: the chain to the operands
+    slot = 0;
+    for (uint i = tid; i < a.count && slot < SPLAT_BWD_SLOTS; i += tpg, ++slot) {
+        device float* row = out + (ulong)i * w;
+        for (uint c = 0; c < w; ++c) {
+            row[c] = 0.0f;
+        }
+        SplatProj pr;
+        if (splat_project(a, pos, scl, rot, col, sh, cam, i, pr)) {
+            splat_bwd_chain(b, pr, scl, sh, cam, i, g2[slot], row);
+        }
     }
 }

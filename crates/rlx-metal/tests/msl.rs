@@ -8,6 +8,7 @@ mod msl {
     pub mod binary;
     pub mod common;
     pub mod conv;
+    pub mod decode_fused;
     pub mod elementwise;
     pub mod fused_mlp;
     pub mod gather_elements;
@@ -25,6 +26,7 @@ mod msl {
     pub mod shape;
     pub mod signal;
     pub mod softmax;
+    pub mod splat;
     pub mod ssm;
     pub mod vision;
 }

@@ -770,11 +770,9 @@ pub use misc::{AxialRopeArgs, RngArgs, VqArgs};
 /// `RlxAct` / `RlxBin` codes (`args.h`): the region chain encoding's
 /// codes, one table for both.
 pub use crate::thunk::region::{act_code, binop_code as binary_code};
-
 #[path = "args_vision.rs"]
 mod vision;
 pub use vision::{Conv2dArgs, LayerNorm2dArgs, Pool2dArgs, Resize2xArgs};
-
 #[path = "args_quant_formats.rs"]
 mod quant_formats;
 pub use quant_formats::{QuantFormatArgs, ScaledArgs};
@@ -783,17 +781,22 @@ mod moe;
 pub use moe::MoeArgs;
 #[path = "args_signal.rs"]
 mod signal;
-pub use signal::{FftArgs, LogMelArgs};
+pub use signal::{FftArgs, LogMelArgs, WelchArgs};
 #[path = "args_splat.rs"]
 mod splat;
-pub use splat::SplatArgs;
+pub use splat::{SplatArgs, SplatBwdArgs};
 #[path = "args_backward.rs"]
 mod backward;
 pub use backward::{
     AttnBwdArgs, CumsumBwdArgs, GatherBwdArgs, ModBwdArgs, RmsBwdArgs, RopeBwdArgs, SceArgs,
     Window2dArgs,
 };
-
+#[path = "args_decode.rs"]
+mod decode;
+pub use decode::{
+    HeadGemvArgs, HG_BIAS, HG_CACHE, HG_HNORM, HG_INTERLEAVED, HG_NORM, HG_POST, HG_RAW, HG_ROPE,
+    HG_WRITE_S,
+};
 #[cfg(test)]
 #[path = "args_tests.rs"]
 mod tests;

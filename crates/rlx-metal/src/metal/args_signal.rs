@@ -1,4 +1,4 @@
-//! Argument structs of `signal.metal`: FFT rows and log-mel (mirrored in
+//! Argument structs of `signal.metal`: FFT rows, log-mel and Welch peaks (mirrored in
 //! `kernels/args.h`).
 
 use super::KernelArgs;
@@ -33,7 +33,22 @@ pub struct LogMelArgs {
     pub n_mels: u32,
 }
 
+/// `WelchArgs`: spec `[batch·n_segments, 2·n_fft]` → `[batch, k]` bins.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct WelchArgs {
+    /// Output rows.
+    pub batch: u32,
+    /// FFT length.
+    pub n_fft: u32,
+    /// Spectra averaged per output row.
+    pub n_segments: u32,
+    /// Peaks kept.
+    pub k: u32,
+}
+
 kernel_args! {
     FftArgs = 20,
     LogMelArgs = 16,
+    WelchArgs = 16,
 }

@@ -33,6 +33,19 @@ pub struct SplatArgs {
     pub transmittance_threshold: f32,
 }
 
+/// `SplatBwdArgs`: the Gaussian-splat render backward (one threadgroup).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct SplatBwdArgs {
+    /// The render's sizes and settings (`radius_scale` included).
+    pub s: SplatArgs,
+    /// Clip on `|d_loss|` (≤ 0: no clip).
+    pub loss_grad_clip: f32,
+    /// Highest SH band that receives a gradient.
+    pub sh_band: u32,
+}
+
 kernel_args! {
     SplatArgs = 48,
+    SplatBwdArgs = 56,
 }

@@ -74,7 +74,7 @@ pub enum Family {
     Vq,
     /// FFT (Stockham radix-4/2, direct DFT) and log-mel.
     Signal,
-    /// Gaussian splats: prepare and rasterize.
+    /// Gaussian splats: prepare, rasterize and the render backward.
     Splat,
     /// Training gradients (attention, norms, RoPE, cumsum, gather, pooling,
     /// conv, adaLN, log-mel, cross-entropy).

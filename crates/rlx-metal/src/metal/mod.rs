@@ -8,6 +8,8 @@
 pub mod args;
 #[cfg(feature = "metal")]
 pub mod device;
+pub(crate) mod fuse;
+mod fuse_check;
 pub mod kernels;
 pub mod lower;
 pub mod plan;

@@ -28,6 +28,7 @@
 //! different place (a partial overlap) stays on the host: the kernels are
 //! only correct for exact in-place aliasing, element for element.
 
+use super::fuse;
 use super::kernels::Family;
 use super::lower::{lower, Lowered};
 use crate::thunk::host::CustomGpuOp;
@@ -200,9 +201,46 @@ impl Hazards {
 impl MetalPlan {
     /// The plan of `schedule` (see the module docs).
     pub fn build(schedule: &ThunkSchedule) -> MetalPlan {
-        let mut commands = Vec::with_capacity(schedule.thunks.len());
+        let fused = if fuse::disabled() {
+            Vec::new()
+        } else {
+            fuse::groups(&schedule.thunks)
+        };
+        Self::build_with(schedule, &fused)
+    }
+
+    /// The plan of `schedule` with the decode fusion's `groups` (see
+    /// `super::fuse`): each group's dispatch at its first member, nothing
+    /// for its other members.
+    fn build_with(schedule: &ThunkSchedule, groups: &[fuse::Group]) -> MetalPlan {
+        let n = schedule.thunks.len();
+        let mut commands = Vec::with_capacity(n);
         let mut hz = Hazards::default();
+        let mut member = vec![false; n];
+        let mut anchored: Vec<Vec<&fuse::Group>> = vec![Vec::new(); n];
+        for g in groups {
+            for &m in &g.members {
+                if let Some(f) = member.get_mut(m) {
+                    *f = true;
+                }
+            }
+            if let Some(a) = g.members.first().and_then(|&a| anchored.get_mut(a)) {
+                a.push(g);
+            }
+        }
         for (i, t) in schedule.thunks.iter().enumerate() {
+            for g in &anchored[i] {
+                if hz.conflicts(&g.reads, &g.writes) {
+                    commands.push(Command::Barrier);
+                    hz.clear();
+                }
+                hz.reads.extend(&g.reads);
+                hz.writes.extend(&g.writes);
+                commands.push(Command::Dispatch(g.dispatch.clone()));
+            }
+            if member[i] {
+                continue;
+            }
             let lowered = match t {
                 Thunk::CustomGpuOp(c) => {
                     UserDispatch::of(i, c).map_or(Lowered::Host, Lowered::User)

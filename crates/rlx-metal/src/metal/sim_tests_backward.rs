@@ -306,13 +306,17 @@ fn log_mel_and_cross_entropy_match_host() {
     let dl = input(&mut g, &[5], f);
     let dz = node(&mut g, Op::SoftmaxCrossEntropyBackward, &[z, lab, dl]);
     let loss = node(&mut g, Op::SoftmaxCrossEntropy, &[z, lab]);
-    g.set_outputs(&[lm, dz, loss]).unwrap();
+    // soft labels: any real targets (the loss is linear in them)
+    let soft = input(&mut g, &[5, 7], f);
+    let dense = node(&mut g, Op::SoftmaxCrossEntropy, &[z, soft]);
+    g.set_outputs(&[lm, dz, loss, dense]).unwrap();
     check(
         &g,
         &[
             "log_mel_backward",
             "softmax_cross_entropy_backward",
             "softmax_cross_entropy_with_logits",
+            "softmax_cross_entropy_dense",
         ],
         f,
     );

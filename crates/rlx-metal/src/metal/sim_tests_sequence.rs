@@ -33,6 +33,28 @@ fn gdn(q: usize, state: usize, dst: usize, seq: u32, n: u32) -> Thunk {
     .into()
 }
 
+/// Mamba-2 over batch 2, 3 heads of `p`, n 16; x, dt, a, B, C back to back
+/// from `x`, each sized for `seq`.
+fn mamba2(x: usize, state: usize, dst: usize, seq: u32, p: u32) -> Mamba2 {
+    let xs = (2 * seq * 3 * p * 4) as usize;
+    let dts = (2 * seq * 3 * 4) as usize;
+    let bcs = (2 * seq * 16 * 4) as usize;
+    Mamba2 {
+        x,
+        dt: x + xs,
+        a: x + xs + dts,
+        b: x + xs + dts + 12,
+        c: x + xs + dts + 12 + bcs,
+        state: Some(state),
+        dst,
+        batch: 2,
+        seq,
+        heads: 3,
+        head_dim: p,
+        state_size: 16,
+    }
+}
+
 fn lstm(layers: u32, bidirectional: bool, carry: bool, hidden: u32) -> Thunk {
     Lstm {
         x: 0,
@@ -138,8 +160,22 @@ fn recurrences_lower_to_their_kernels() {
         head_dim: 5,
         state_size: 64,
     };
-    let k = only_kernel(m2.into());
+    let k = only_kernel(m2.clone().into());
     assert_eq!(k, Some(("mamba2_f32".into(), [2, 3, 2], [128, 1, 1])));
+    // prefill from CHUNKED_FROM: the chunked SSD form, min(p, 8)
+    // simdgroups of 8 rows each per threadgroup
+    let k = only_kernel(mamba2(0, tag_state(0), 1 << 22, 16, 5).into());
+    assert_eq!(
+        k,
+        Some(("mamba2_chunked_f32".into(), [1, 3, 2], [160, 1, 1]))
+    );
+    let k = only_kernel(mamba2(0, tag_state(0), 1 << 22, 80, 70).into());
+    assert_eq!(
+        k,
+        Some(("mamba2_chunked_f32".into(), [2, 3, 2], [256, 1, 1]))
+    );
+    let k = only_kernel(mamba2(0, tag_state(0), 1 << 22, 15, 70).into());
+    assert_eq!(k.map(|k| k.0), Some("mamba2_f32".into()));
     let k = only_kernel(lstm(1, true, true, 13));
     assert_eq!(k, Some(("lstm_f32".into(), [2, 2, 1], [32, 1, 1])));
     let k = only_kernel(lstm(3, false, true, 100));
@@ -273,5 +309,87 @@ fn gdn_carry(s: usize, split: usize) {
         }
     }
     // and the state moved
+    assert!(one_s.iter().zip(&st0).any(|(a, b)| (a - b).abs() > 1e-3));
+}
+
+#[test]
+fn mamba2_chunked_prefill_then_recurrent_like_one_scan() {
+    // one chunked thunk over seq 80 (past one chunk) vs a chunked 70-token
+    // prefill then ten one-token (recurrent) steps on the state it left
+    let (b, h, p, n, s) = (2usize, 3usize, 5usize, 16usize, 80usize);
+    let x = uniform(1, b * s * h * p, -1.0, 1.0);
+    let dt = uniform(2, b * s * h, 0.01, 0.5);
+    let a = uniform(3, h, -2.0, -0.1);
+    let bm = uniform(4, b * s * n, -1.0, 1.0);
+    let cm = uniform(5, b * s * n, -1.0, 1.0);
+    let st0 = uniform(6, b * h * p * n, -0.5, 0.5);
+    let part = |v: &[f32], w: usize, t0: usize, t1: usize| -> Vec<f32> {
+        (0..b)
+            .flat_map(|bi| v[(bi * s + t0) * w..(bi * s + t1) * w].to_vec())
+            .collect()
+    };
+    let run = |pieces: &[(usize, usize)]| -> (Vec<f32>, Vec<f32>, Vec<String>) {
+        let mut arena = Vec::new();
+        let mut thunks = Vec::new();
+        let mut dsts = Vec::new();
+        for &(t0, t1) in pieces {
+            let base = arena.len();
+            arena.extend(encode(rlx_ir::DType::F32, &part(&x, h * p, t0, t1)));
+            arena.extend(encode(rlx_ir::DType::F32, &part(&dt, h, t0, t1)));
+            arena.extend(encode(rlx_ir::DType::F32, &a));
+            arena.extend(encode(rlx_ir::DType::F32, &part(&bm, n, t0, t1)));
+            arena.extend(encode(rlx_ir::DType::F32, &part(&cm, n, t0, t1)));
+            let dst = arena.len();
+            arena.resize(dst + b * (t1 - t0) * h * p * 4, 0);
+            let m = mamba2(base, tag_state(0), dst, (t1 - t0) as u32, p as u32);
+            assert_eq!(m.c + b * (t1 - t0) * n * 4, dst);
+            thunks.push(m.into());
+            dsts.push((dst, t0, t1));
+        }
+        let (sched, plan) = plan_of(thunks);
+        assert_eq!(plan.stats().host, 0, "{plan}");
+        let kernels = plan
+            .commands
+            .iter()
+            .filter_map(|c| match c {
+                Command::Dispatch(d) => Some(d.kernel.function.clone()),
+                _ => None,
+            })
+            .collect();
+        let mut state = encode(rlx_ir::DType::F32, &st0);
+        let bufs = SimBuffers {
+            arena: &mut arena,
+            state: &mut state,
+            segments: &[],
+        };
+        SimExecutor::new()
+            .run(&plan, &sched, bufs, &mut super::tests::no_fallback)
+            .unwrap_or_else(|e| panic!("{e}"));
+        let w = h * p;
+        let mut out = vec![0.0f32; b * s * w];
+        for (dst, t0, t1) in dsts {
+            let got = decode(rlx_ir::DType::F32, &arena[dst..dst + b * (t1 - t0) * w * 4]);
+            for bi in 0..b {
+                let rows = &got[bi * (t1 - t0) * w..(bi + 1) * (t1 - t0) * w];
+                out[(bi * s + t0) * w..(bi * s + t1) * w].copy_from_slice(rows);
+            }
+        }
+        (out, decode(rlx_ir::DType::F32, &state), kernels)
+    };
+    let (one_o, one_s, k1) = run(&[(0, s)]);
+    let mut pieces = vec![(0, 70)];
+    pieces.extend((70..s).map(|t| (t, t + 1)));
+    let (two_o, two_s, k2) = run(&pieces);
+    assert_eq!(k1, ["mamba2_chunked_f32"]);
+    assert_eq!(k2[0], "mamba2_chunked_f32");
+    assert!(k2[1..].iter().all(|k| k == "mamba2_f32"), "{k2:?}");
+    for (what, a, b) in [("out", &one_o, &two_o), ("state", &one_s, &two_s)] {
+        for (i, (x, y)) in a.iter().zip(b.iter()).enumerate() {
+            assert!(
+                (x - y).abs() <= 2e-6 + 1e-5 * x.abs(),
+                "{what}[{i}]: {x} vs {y}"
+            );
+        }
+    }
     assert!(one_s.iter().zip(&st0).any(|(a, b)| (a - b).abs() > 1e-3));
 }

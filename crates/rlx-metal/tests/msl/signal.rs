@@ -1,7 +1,8 @@
 //! signal.metal: the Stockham FFT (power-of-two rows, radix 4 and 2 passes,
 //! in threadgroup memory), the direct DFT (any length) and log-mel, against
 //! a naive f64 DFT / formula written here. Block, real-input and
-//! interleaved (c64) rows, forward and inverse with numpy's norms.
+//! interleaved (c64) rows, forward and inverse with numpy's norms. Welch
+//! peaks: the f64 mean power's stable descending arg sort, exact.
 //!
 //! Tolerances: FFT `1e-6 · max|X|` (f32 twiddles and sums; the DFT's
 //! blocked f32 sum measured below 5e-7 up to n = 400, an unblocked sum
@@ -9,7 +10,7 @@
 
 use super::common::{assert_close, lib, uniform};
 use msl_sim::Grid;
-use rlx_metal::metal::args::{FftArgs, KernelArgs, LogMelArgs};
+use rlx_metal::metal::args::{FftArgs, KernelArgs, LogMelArgs, WelchArgs};
 use rlx_metal::metal::kernels::Family;
 
 fn f32s(b: &[u8]) -> Vec<f32> {
@@ -171,4 +172,54 @@ fn log_mel_matches_formula() {
         )
         .unwrap_or_else(|e| panic!("{e}"));
     assert_close("log_mel_f32", &f32s(&out), &want, 1e-5, 1e-6);
+}
+
+/// Welch peaks at odd sizes and thread counts (the reduction halves odd
+/// counts), k past the bin count padding with −1; random powers are far
+/// apart compared with the f32 sums, so the ranking is exact.
+#[test]
+fn welch_peaks_rank_the_mean_power() {
+    for (n_fft, segs, batch, k, threads) in [
+        (32u32, 4u32, 3u32, 5u32, 17u32),
+        (7, 1, 2, 6, 4),
+        (1000, 3, 2, 9, 256),
+        (2, 2, 1, 4, 1),
+    ] {
+        let (nf, nb) = (n_fft as usize, n_fft as usize / 2 + 1);
+        let spec = uniform(n_fft as u64, (batch * segs) as usize * 2 * nf, -1.0, 1.0);
+        let mut want = Vec::new();
+        for b in 0..batch as usize {
+            let mut p = vec![0f64; nb];
+            for s in 0..segs as usize {
+                let row = &spec[(b * segs as usize + s) * 2 * nf..][..2 * nf];
+                for (j, pj) in p.iter_mut().enumerate() {
+                    *pj += (row[j] as f64).powi(2) + (row[nf + j] as f64).powi(2);
+                }
+            }
+            let mut idx: Vec<usize> = (0..nb).collect();
+            idx.sort_by(|&x, &y| p[y].total_cmp(&p[x]));
+            want.extend((0..k as usize).map(|i| idx.get(i).map_or(-1.0, |&x| x as f64)));
+        }
+        let args = WelchArgs {
+            batch,
+            n_fft,
+            n_segments: segs,
+            k,
+        };
+        let mut sb = bytes(&spec);
+        let mut out = vec![0u8; want.len() * 4];
+        let tg = [4 * nb, 8 * threads as usize, nb].map(|b| b.div_ceil(16) * 16);
+        lib(Family::Signal)
+            .dispatch(
+                "welch_peaks_f32",
+                args.as_bytes(),
+                &mut [&mut sb, &mut out],
+                Grid::d1(batch, threads),
+                &tg,
+            )
+            .unwrap_or_else(|e| panic!("{e}"));
+        let got = f32s(&out);
+        let w32: Vec<f32> = want.iter().map(|&x| x as f32).collect();
+        assert_eq!(got, w32, "n_fft {n_fft} segs {segs} threads {threads}");
+    }
 }

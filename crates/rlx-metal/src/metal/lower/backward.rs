@@ -1,6 +1,6 @@
 //! Training gradients → `backward.metal` (max-pool's runs in
-//! `vision.metal`, see `lower/vision.rs`; and the integer-label
-//! cross-entropy forward, whose kernel shares the row loop of its
+//! `vision.metal`, see `lower/vision.rs`; and the integer- and soft-label
+//! cross-entropy forwards, whose kernels share the row loop of the
 //! gradient). Every thunk is one 1-D dispatch of one thread per output
 //! element or row (see the kernel file's header); thunks whose output
 //! overlaps an operand stay on the host (the kernels gather from their
@@ -54,6 +54,7 @@ pub(super) fn lower(i: usize, t: &Thunk) -> Option<Lowered> {
             | Thunk::LogMelBackward(_)
             | Thunk::SoftmaxCrossEntropyBackward(_)
             | Thunk::SoftmaxCrossEntropyWithLogits(_)
+            | Thunk::SoftmaxCrossEntropyDense(_)
     );
     if !claimed {
         return None;
@@ -276,6 +277,12 @@ pub(super) fn lower(i: usize, t: &Thunk) -> Option<Lowered> {
             let args = SceArgs { n: s.n, c: s.c };
             let offs = [s.logits, s.labels, s.dst];
             dispatch(i, "softmax_ce_labels_f32", &args, &offs, Some(s.n))
+        }
+        Thunk::SoftmaxCrossEntropyDense(s) => {
+            prod(&[s.n, s.c])?;
+            let args = SceArgs { n: s.n, c: s.c };
+            let offs = [s.logits, s.targets, s.dst];
+            dispatch(i, "softmax_ce_dense_f32", &args, &offs, Some(s.n))
         }
         _ => None,
     }

@@ -14,7 +14,8 @@
 //! Gated DeltaNet runs in the host's two forms: from `seq ≥`
 //! [`CHUNKED_FROM`] tokens (prefill) the chunked WY form
 //! (`gated_delta_net_chunked_*`, chunks of 64 tokens), below it (decode,
-//! short runs) the token-by-token `gated_delta_net_*`.
+//! short runs) the token-by-token `gated_delta_net_*`; Mamba-2 likewise
+//! (`mamba2_chunked_f32`, the chunked SSD form, vs `mamba2_f32`).
 //!
 //! Everything else runs natively: one layer in one or two directions,
 //! stacked unidirectional layers (one dispatch: the layers loop inside the
@@ -36,6 +37,12 @@ const SCAN_ROWS: u32 = 4;
 /// Most simdgroups per threadgroup of `gated_delta_net_chunked`
 /// (`RLX_GDNC_SG`; each owns up to 16 state rows).
 const GDN_CHUNKED_SG: u32 = 8;
+
+/// Most simdgroups per threadgroup of `mamba2_chunked_f32` (`RLX_SSDC_SG`).
+const SSD_CHUNKED_SG: u32 = 8;
+
+/// State rows per simdgroup of `mamba2_chunked_f32` (`RLX_SSDC_RPS`).
+const SSD_CHUNKED_RPS: u32 = 8;
 
 /// Widest state row the scan kernels hold (`32 · RLX_*_COLS`).
 pub const MAX_SCAN_STATE: u32 = 128;
@@ -153,6 +160,14 @@ fn scan(i: usize, t: &Thunk) -> Option<Lowered> {
             };
             let st = m.state.unwrap_or(m.dst);
             let offs = [m.x, m.dt, m.a, m.b, m.c, st, m.dst];
+            // prefill: the chunked SSD form from the host's threshold,
+            // min(p, 8) simdgroups of 8 state rows per threadgroup
+            if m.seq as usize >= CHUNKED_FROM {
+                let sg = m.head_dim.clamp(1, SSD_CHUNKED_SG);
+                let grid = [m.head_dim.div_ceil(sg * SSD_CHUNKED_RPS), m.heads, m.batch];
+                let f = "mamba2_chunked_f32".to_string();
+                return Some(dispatch(i, Family::Ssm, f, &args, &offs, grid, 32 * sg));
+            }
             let grid = [m.head_dim.div_ceil(SCAN_ROWS), m.heads, m.batch];
             let f = "mamba2_f32".to_string();
             Some(dispatch(i, Family::Ssm, f, &args, &offs, grid, threads))

@@ -5,12 +5,13 @@
 //! threadgroup memory (one threadgroup per row); any other length up to
 //! [`DFT_MAX_N`] runs the direct DFT kernel (one thread per bin). f16 /
 //! f64 rows, longer rows and a DFT whose output overlaps its input stay on
-//! the host. `LogMel` is one thread per (row, mel). `WelchPeaks` (a sort)
-//! stays on the host.
+//! the host. `LogMel` is one thread per (row, mel). `WelchPeaks` is one
+//! threadgroup per batch row (mean power in threadgroup memory, then `k`
+//! rounds of a threadgroup arg max) for up to [`WELCH_MAX_BINS`] bins.
 
 use super::{aliased, elementwise, kernel, Lowered};
 use crate::host::kernels::signal::fft_scale;
-use crate::metal::args::{FftArgs, LogMelArgs};
+use crate::metal::args::{FftArgs, LogMelArgs, WelchArgs};
 use crate::metal::kernels::Family;
 use crate::metal::plan::{BufferBinding, Dispatch};
 use crate::thunk::Thunk;
@@ -25,6 +26,10 @@ pub const DFT_MAX_N: u32 = 16384;
 
 /// Threads per threadgroup of the FFT kernels (at most).
 const FFT_THREADS: u32 = 256;
+
+/// Most one-sided bins (`n_fft/2 + 1`) of the Welch kernel: 5 bytes of
+/// threadgroup memory per bin plus 8 per thread stay under 32 KiB.
+pub const WELCH_MAX_BINS: u32 = 4097;
 
 pub(super) fn lower(i: usize, t: &Thunk) -> Option<Lowered> {
     match t {
@@ -93,6 +98,32 @@ pub(super) fn lower(i: usize, t: &Thunk) -> Option<Lowered> {
             let offs = [m.spec, m.filters, m.dst];
             Some(Lowered::Dispatch(elementwise(i, k, &args, &offs, total)))
         }
+        Thunk::WelchPeaks(w) => {
+            if t.io().writes.iter().all(|x| x.len == 0) {
+                return Some(Lowered::Skip);
+            }
+            let nb = w.n_fft / 2 + 1;
+            if w.n_fft == 0 || w.n_segments == 0 || nb > WELCH_MAX_BINS || aliased(t) {
+                return None;
+            }
+            let args = WelchArgs {
+                batch: w.welch_batch,
+                n_fft: w.n_fft,
+                n_segments: w.n_segments,
+                k: w.k,
+            };
+            let threads = nb.clamp(1, FFT_THREADS);
+            let pad16 = |b: u32| (b as usize).div_ceil(16) * 16;
+            Some(Lowered::Dispatch(Dispatch {
+                thunk: i,
+                kernel: kernel(Family::Signal, "welch_peaks_f32".into()),
+                args: bytes_of(&args),
+                bindings: vec![BufferBinding::of(w.spec), BufferBinding::of(w.dst)],
+                grid: [w.welch_batch, 1, 1],
+                threadgroup: [threads, 1, 1],
+                threadgroup_memory: vec![pad16(4 * nb), pad16(8 * threads), pad16(nb)],
+            }))
+        }
         _ => None,
     }
 }
@@ -148,7 +179,7 @@ mod tests {
     }
 
     #[test]
-    fn log_mel_is_a_kernel_and_welch_stays_on_the_host() {
+    fn log_mel_and_welch_are_kernels() {
         let m: Thunk = LogMel {
             spec: 0,
             filters: crate::thunk::tag_segment(1, 0),
@@ -171,6 +202,19 @@ mod tests {
             k: 3,
         }
         .into();
-        assert!(lower(0, &w).is_none());
+        let (k, d) = kernel_of(&w).unwrap();
+        assert_eq!(k, "welch_peaks_f32");
+        assert_eq!((d.grid, d.threadgroup), ([1, 1, 1], [5, 1, 1]));
+        assert_eq!(d.threadgroup_memory, vec![32, 48, 16]);
+        let wide: Thunk = WelchPeaks {
+            spec: 0,
+            dst: 1 << 20,
+            welch_batch: 1,
+            n_fft: 2 * WELCH_MAX_BINS,
+            n_segments: 1,
+            k: 3,
+        }
+        .into();
+        assert!(lower(0, &wide).is_none());
     }
 }

@@ -1,15 +1,23 @@
 //! Gaussian splats → `splat.metal`: `GaussianSplatPrepare` →
 //! `splat_prepare_f32` (one thread per splat), `GaussianSplatRasterize` →
-//! `splat_rasterize_f32` (one thread per pixel). The fused render and its
-//! gradient stay on the host (the seed runs the render there; the gradient
-//! needs a cross-pixel reduction per splat). Operands whose lengths do not
-//! match the splat count, and aliased operands, also stay on the host,
-//! whose kernels report the error.
+//! `splat_rasterize_f32` (one thread per pixel), `GaussianSplatRenderBackward`
+//! → `splat_render_backward_f32` (one threadgroup of
+//! `BWD_THREADS` threads, each owning up to `BWD_SLOTS` splats; more
+//! splats than that stay on the host). The fused render stays on the host
+//! (the seed runs it there). Operands whose lengths do not match the splat
+//! count, and aliased operands, also stay on the host, whose kernels report
+//! the error.
 
 use super::{aliased, elementwise, kernel, Lowered};
-use crate::metal::args::SplatArgs;
+use crate::metal::args::{KernelArgs, SplatArgs, SplatBwdArgs};
 use crate::metal::kernels::Family;
+use crate::metal::plan::{BufferBinding, Dispatch};
 use crate::thunk::Thunk;
+
+/// Threads of the backward's single threadgroup (`SPLAT_BWD_THREADS`).
+pub(crate) const BWD_THREADS: u32 = 256;
+/// Splats per backward thread (`SPLAT_BWD_SLOTS`).
+pub(crate) const BWD_SLOTS: u32 = 8;
 
 /// The kernel arguments; `None` for a zero tile edge or a count past u32.
 #[allow(clippy::too_many_arguments)]
@@ -110,6 +118,64 @@ pub(super) fn lower(i: usize, t: &Thunk) -> Option<Lowered> {
             let k = kernel(Family::Splat, "splat_rasterize_f32".into());
             let offs = [x.prep_off, x.dst_off];
             Some(Lowered::Dispatch(elementwise(i, k, &args, &offs, pixels)))
+        }
+        Thunk::GaussianSplatRenderBackward(x) => {
+            let g = x.opacities_len;
+            let k = x.sh_coeffs_len.checked_div(g.checked_mul(3)?).unwrap_or(0);
+            let pixels = x.width.checked_mul(x.height)?;
+            let lens_ok = [
+                (x.positions_len, 3),
+                (x.scales_len, 3),
+                (x.rotations_len, 4),
+                (x.colors_len, 3),
+                (x.sh_coeffs_len, 3 * k),
+                (x.packed_len, 14 + 3 * k),
+            ]
+            .iter()
+            .all(|&(len, w)| g.checked_mul(w) == Some(len))
+                && (pixels as usize).checked_mul(3) == Some(x.d_loss_len);
+            let fits = g <= (BWD_THREADS * BWD_SLOTS) as usize;
+            if !lens_ok || !fits || aliased(t) {
+                return None;
+            }
+            if g == 0 {
+                return Some(Lowered::Skip);
+            }
+            let s = args(
+                g,
+                k,
+                (x.width, x.height, x.tile_size),
+                x.max_splat_steps,
+                x.max_list_entries,
+                x.radius_scale,
+                x.alpha_cutoff,
+                x.transmittance_threshold,
+            )?;
+            let args = SplatBwdArgs {
+                s,
+                loss_grad_clip: x.loss_grad_clip,
+                sh_band: x.sh_band,
+            };
+            let offs = [
+                x.positions_off,
+                x.scales_off,
+                x.rotations_off,
+                x.opacities_off,
+                x.colors_off,
+                x.sh_coeffs_off,
+                x.meta_off,
+                x.d_loss_off,
+                x.packed_off,
+            ];
+            Some(Lowered::Dispatch(Dispatch {
+                thunk: i,
+                kernel: kernel(Family::Splat, "splat_render_backward_f32".into()),
+                args: args.as_bytes().to_vec(),
+                bindings: offs.iter().map(|&o| BufferBinding::of(o)).collect(),
+                grid: [1, 1, 1],
+                threadgroup: [BWD_THREADS, 1, 1],
+                threadgroup_memory: Vec::new(),
+            }))
         }
         _ => None,
     }
