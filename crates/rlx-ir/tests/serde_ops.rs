@@ -22,7 +22,7 @@ mod foreign;
 use foreign::foreign_ops;
 
 /// Number of `Op` variants.
-const VARIANTS: usize = 92;
+const VARIANTS: usize = 93;
 
 /// A distinct index per variant (declaration order).
 fn variant_index(op: &Op) -> usize {
@@ -120,6 +120,7 @@ fn variant_index(op: &Op) -> usize {
         GaussianSplatRenderBackward { .. } => 89,
         SpdBackward { .. } => 90,
         ScanBackward { .. } => 91,
+        DequantMatMulT { .. } => 92,
     }
 }
 

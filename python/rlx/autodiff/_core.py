@@ -11,7 +11,7 @@ asks for.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Optional
 
 from rlx._types import Dim
@@ -59,10 +59,16 @@ class Ctx:
     """What a rule may ask while it runs: the graph, and which operands of
     the current node need a gradient."""
 
-    def __init__(self, graph: Graph, active: set[int]) -> None:
+    def __init__(
+        self, graph: Graph, active: set[int], dense: Optional[dict[int, Node]] = None
+    ) -> None:
         self.g = graph
         self._active = active
         self._node: Optional[Node] = None
+        #: quantised weight node id → its dequantised f32 ``[n, k]`` copy
+        #: (``grad(dense_weights=)``): ``dequant_mat_mul``'s input gradient
+        #: multiplies by it instead of dequantising through an identity
+        self.dense: dict[int, Node] = dense or {}
 
     def needs(self, i: int) -> bool:
         """True when operand ``i`` of the node being differentiated needs a gradient."""
@@ -134,6 +140,7 @@ def grad(
     wrt: Sequence[Node],
     *,
     seed: Optional[Node] = None,
+    dense_weights: Optional[Mapping[Node, Node]] = None,
 ) -> list[Node]:
     """Reverse-mode gradients of ``loss`` with respect to each node of ``wrt``.
 
@@ -142,6 +149,15 @@ def grad(
     is the gradient flowing into ``loss`` (default: ones, i.e. the gradient
     of ``sum(loss)``). A node used several times gets the sum of its
     contributions. A ``wrt`` node the loss does not depend on gets zeros.
+
+    ``dense_weights`` maps the packed weight operand of a frozen
+    ``dequant_mat_mul`` to an f32 ``[n, k]`` node holding its dequantised
+    values (typically a param bound once to a copy made at load): the input
+    gradient is then one ``dy @ W`` matmul. Without it, GGUF block formats
+    use ``dequant_mat_mul_t`` (``dy @ dequant(W)`` straight from the packed
+    blocks: same multiply-adds, no extra memory); the formats with separate
+    scale tensors dequantise ``W`` every step by running the quantised
+    matmul on a ``k × k`` identity (``k²·n`` multiply-adds).
 
     Raises :class:`NotDifferentiableError` (an :class:`rlx.RlxError`) naming
     the op when the loss depends on ``wrt`` through an op without a rule,
@@ -174,7 +190,14 @@ def grad(
         if i in wrt_ids or any(j in reach for j in ins):
             if graph._g.shape(i)[1] in FLOAT_DTYPES:
                 reach.add(i)
-    ctx = Ctx(graph, reach)
+    dense: dict[int, Node] = {}
+    for wq, wd in (dense_weights or {}).items():
+        if wd.graph is not graph or wd.dtype != "f32" or wd.ndim != 2:
+            raise GradError(
+                f"[grad] dense_weights['{wq.name}'] must be an f32 [n, k] node of the graph"
+            )
+        dense[wq.id] = wd
+    ctx = Ctx(graph, reach, dense)
     grads: dict[int, Node] = {}
     if seed is not None and list(seed.shape) != list(loss.shape):
         raise GradError(

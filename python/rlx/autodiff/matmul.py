@@ -83,8 +83,11 @@ def _eye(ctx: Ctx, k: int, dtype: str) -> Node:
 
 @rule("dequant_mat_mul")
 def _dequant_mat_mul(ctx: Ctx, node: Node, dy: Node) -> list[Optional[Node]]:
-    # y = x @ W^T with W = dequant(w_q) [n, k]: dx = dy @ W. W^T comes from
-    # the op itself applied to the identity (one dequantisation per step).
+    # y = x @ W^T with W = dequant(w_q) [n, k]: dx = dy @ W, by (in order of
+    # preference) the dense copy the caller gave (grad(dense_weights=)), the
+    # transposed product straight from the packed blocks (GGUF formats:
+    # dequant_mat_mul_t), or W^T from the op itself applied to the identity
+    # (formats with separate scale tensors).
     ins = node.inputs
     for i in range(1, len(ins)):
         if ctx.needs(i):
@@ -92,11 +95,22 @@ def _dequant_mat_mul(ctx: Ctx, node: Node, dy: Node) -> list[Optional[Node]]:
     if not ctx.needs(0):
         return [None] * len(ins)
     g = ctx.g
-    k = node.attrs["k"]
-    eye = _eye(ctx, k, "f32")
-    wt = g.apply(dict(op="dequant_mat_mul", **node.attrs), eye, *ins[1:])  # [k, n] = W^T
     x = ins[0]
     dyf = dy if dy.dtype == "f32" else g.cast(dy, "f32")
+    dense = ctx.dense.get(ins[1].id)
+    if dense is not None:
+        n, k = node.attrs["n"], node.attrs["k"]
+        if list(dense.shape) != [n, k]:
+            raise ctx.fail(node, f"dense weight is {list(dense.shape)}, expected {[n, k]}")
+        dx = g.matmul(dyf, dense)
+        return [dx if x.dtype == "f32" else g.cast(dx, x.dtype)] + [None] * (len(ins) - 1)
+    k = node.attrs["k"]
+    scheme = node.attrs["scheme"]
+    if isinstance(scheme, dict) and "gguf" in scheme and len(ins) == 2:
+        dx = g.dequant_matmul_t(dyf, ins[1], scheme=scheme, k=k, n=node.attrs["n"])
+        return [dx if x.dtype == "f32" else g.cast(dx, x.dtype), None]
+    eye = _eye(ctx, k, "f32")
+    wt = g.apply(dict(op="dequant_mat_mul", **node.attrs), eye, *ins[1:])  # [k, n] = W^T
     dx = g.matmul(dyf, g.transpose(wt, [1, 0]))
     return [dx if x.dtype == "f32" else g.cast(dx, x.dtype)] + [None] * (len(ins) - 1)
 

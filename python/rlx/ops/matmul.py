@@ -92,6 +92,28 @@ class MatMulOps(GraphBase):
         op = {"op": "dequant_mat_mul", "scheme": quant_scheme(scheme), "n": n, "k": k}
         return self._add(op, [x, w_q, *aux], name)
 
+    def dequant_matmul_t(
+        self,
+        dy: Node,
+        w_q: Node,
+        *,
+        scheme: SchemeLike,
+        k: int,
+        n: Optional[int] = None,
+        name: str = "",
+    ) -> Node:
+        """``dy @ dequant(w_q)`` → f32 ``[.., k]``: the transposed product of
+        :meth:`dequant_matmul` (its input gradient), computed from the packed
+        GGUF blocks without a dense copy of the weight.
+
+        ``w_q`` is u8 ``[n, row_bytes(k)]`` (GGUF block formats only); ``n``
+        defaults to ``w_q``'s rows.
+        """
+        if n is None:
+            n = self._static(w_q, 0, "dequant_mat_mul_t", "n")
+        op = {"op": "dequant_mat_mul_t", "scheme": quant_scheme(scheme), "n": n, "k": k}
+        return self._add(op, [dy, w_q], name)
+
     def grouped_matmul(self, x: Node, w: Node, expert_idx: Node, *, name: str = "") -> Node:
         """MoE matmul: row i of x ``[m, k]`` times ``w[expert_idx[i]]`` (w ``[e, k, n]``) →
         ``[m, n]``."""

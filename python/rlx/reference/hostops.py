@@ -177,6 +177,14 @@ def _dequant_mm(op: dict, xs: list, shape: dict):
     return np.asarray(xs[0], np.float64) @ w.astype(np.float64).T
 
 
+def _dequant_mm_t(op: dict, xs: list, shape: dict):
+    """``dy @ dequant(w_q)`` (``dequant_mat_mul_t``)."""
+    w = dequantize_rows(
+        np.asarray(xs[1], np.uint8).reshape(op["n"], -1), quant.gguf_type(op["scheme"]), op["k"]
+    )
+    return np.asarray(xs[0], np.float64) @ w.astype(np.float64)
+
+
 def _scaled(kind: str):
     def f(op: dict, xs: list, shape: dict):
         lay, fmt = op["layout"], op["fmt"]
@@ -251,6 +259,7 @@ OPS = {
     "gather": lambda op, xs, s: np.take(xs[0], np.asarray(xs[1], np.int64), axis=0),
     "gather_axis": lambda op, xs, s: np.take(xs[0], np.asarray(xs[1], np.int64), axis=op["axis"]),
     "dequant_mat_mul": _dequant_mm,
+    "dequant_mat_mul_t": _dequant_mm_t,
     "scaled_quantize": _scaled("scaled_quantize"),
     "scaled_dequantize": _scaled("scaled_dequantize"),
     "scaled_quant_scale": _scaled("scaled_quant_scale"),

@@ -179,6 +179,15 @@ def dequant_matmul_gguf(t: dict, mem: Memory) -> None:
     _store(mem, t["dst"], _mm(_x(t, mem, t["x"], m, k), w), t.get("dst_f16", False))
 
 
+@reference("dequant_matmul_gguf_t")
+def dequant_matmul_gguf_t(t: dict, mem: Memory) -> None:
+    """``dst[m, k] = x[m, n] @ dequant(w_q)[n, k]`` (the transposed product)."""
+    m, k, n = t["m"], t["k"], t["n"]
+    w = gguf_weight(mem, t["w_q"], t["scheme"], n, k)
+    x = mem.view(t["x"], (m, n), np.float32).astype(np.float64)
+    mem.view(t["dst"], (m, k), np.float32)[...] = x @ w.astype(np.float64)
+
+
 @reference("dequant_grouped_matmul_gguf")
 def dequant_grouped_matmul_gguf(t: dict, mem: Memory) -> None:
     """Row ``i`` uses expert ``expert_idx[i]`` of the ``[num_experts, n, row_bytes]``

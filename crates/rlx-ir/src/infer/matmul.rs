@@ -38,6 +38,7 @@ pub(super) fn infer(op: &Op, inputs: &[&Shape]) -> Result<Shape> {
             Ok(Shape::new(with_last(&a.dims, n.clone()), dt))
         }
         Op::DequantMatMul { scheme, n, k } => dequant_matmul(op, *scheme, *n, *k, inputs),
+        Op::DequantMatMulT { scheme, n, k } => dequant_matmul_t(op, *scheme, *n, *k, inputs),
         Op::GroupedMatMul => {
             arity(op, inputs, 3)?;
             let (x, w, idx) = (inputs[0], inputs[1], inputs[2]);
@@ -192,6 +193,36 @@ fn packed_row_bytes(op: &Op, scheme: QuantScheme, n: usize, k: usize) -> Result<
     }
     // Same value as `QuantScheme::row_bytes`, without overflow on absurd k.
     mul_attr(op, k / block, scheme.block_bytes(), "packed row bytes")
+}
+
+/// `dy [.., n] @ dequant(w_q)` → `[.., k]` f32 (GGUF blocks only).
+fn dequant_matmul_t(
+    op: &Op,
+    scheme: QuantScheme,
+    n: usize,
+    k: usize,
+    inputs: &[&Shape],
+) -> Result<Shape> {
+    if !matches!(scheme, QuantScheme::Gguf(_)) {
+        return Err(IrError::attr(
+            op.name(),
+            format!("only GGUF block formats are supported, got {scheme}"),
+        ));
+    }
+    arity(op, inputs, 2)?;
+    let row_bytes = packed_row_bytes(op, scheme, n, k)?;
+    let (x, w) = (inputs[0], inputs[1]);
+    rank_at_least(op, x, 1, "dy")?;
+    float_dtype(op, x, "dy")?;
+    if x.last(op.name())? != &Dim::Static(n) {
+        return Err(IrError::shape(
+            op.name(),
+            format!("last dim of dy must equal n = {n}, got {x}"),
+        ));
+    }
+    dtype_is(op, w, DType::U8, "w_q")?;
+    expect_dims(op, w, &[Dim::Static(n), Dim::Static(row_bytes)], "w_q")?;
+    Ok(Shape::new(with_last(&x.dims, Dim::Static(k)), DType::F32))
 }
 
 /// `x @ dequant(w_q)ᵀ` with the scheme's auxiliary tensors.

@@ -55,6 +55,7 @@ impl Op {
             MatMul => "mat_mul",
             FusedMatMulBiasAct { .. } => "fused_mat_mul_bias_act",
             DequantMatMul { .. } => "dequant_mat_mul",
+            DequantMatMulT { .. } => "dequant_mat_mul_t",
             GroupedMatMul => "grouped_mat_mul",
             DequantGroupedMatMul { .. } => "dequant_grouped_mat_mul",
             ScaledMatMul { .. } => "scaled_mat_mul",
@@ -151,6 +152,7 @@ impl Op {
             MatMul
             | FusedMatMulBiasAct { .. }
             | DequantMatMul { .. }
+            | DequantMatMulT { .. }
             | GroupedMatMul
             | DequantGroupedMatMul { .. }
             | ScaledMatMul { .. }

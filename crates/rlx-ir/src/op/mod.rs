@@ -112,6 +112,17 @@ pub enum Op {
         /// Reduction length (elements per weight row).
         k: usize,
     },
+    /// `dy @ dequant(w_q)`: the transposed product of [`Op::DequantMatMul`]
+    /// (its input gradient). Operands `[dy [.., n], w_q (u8, [n, row_bytes])]`,
+    /// GGUF block formats only; result `[.., k]` f32.
+    DequantMatMulT {
+        /// Weight format (a GGUF block type).
+        scheme: QuantScheme,
+        /// Rows of the weight (the reduction length here).
+        n: usize,
+        /// Elements per weight row (the output features here).
+        k: usize,
+    },
     /// Mixture-of-experts matmul: row `i` uses expert `expert_idx[i]`.
     /// Operands `[x [m, k], w [experts, k, n], expert_idx [m] int]` → `[m, n]`.
     GroupedMatMul,

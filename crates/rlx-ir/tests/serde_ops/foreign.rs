@@ -44,6 +44,11 @@ pub fn foreign_ops() -> Vec<Op> {
             n: 64,
             k: 256,
         },
+        Op::DequantMatMulT {
+            scheme: QuantScheme::Gguf(GgmlType::Q6K),
+            n: 48,
+            k: 256,
+        },
         Op::GroupedMatMul,
         Op::DequantGroupedMatMul {
             scheme: QuantScheme::Int4 {

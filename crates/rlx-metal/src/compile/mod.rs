@@ -20,6 +20,7 @@ use rlx_ir::Graph;
 pub fn all_pass_names() -> Vec<&'static str> {
     let mut names = fuse::fusion_names();
     names.extend(pass_names());
+    names.push(crate::metal::fuse::NAME);
     names
 }
 

@@ -19,14 +19,27 @@ const ALIGN: usize = 64;
 #[repr(C, align(64))]
 struct Line([u8; ALIGN]);
 
+/// Alignment asked of the system allocator: at most what `calloc`
+/// guarantees, so that `alloc_zeroed` is a `calloc` (fresh pages stay
+/// untouched, i.e. not resident, until written). Asking for [`ALIGN`]
+/// directly makes Rust's allocator `memalign` and then `memset` the whole
+/// block, which faults every page in: a KV cache sized for 1024 slots was
+/// fully resident before its first token.
+const SYS_ALIGN: usize = 16;
+
 /// A zero-initialised, 64-byte-aligned byte buffer. Allocated zeroed by
-/// the system allocator (pages untouched until written, as with `calloc`),
+/// the system allocator's `calloc` path (pages untouched until written, so
+/// a large state buffer costs resident memory only for the rows written),
 /// and fallibly: [`AlignedBuf::try_zeroed`] reports a size the machine
 /// cannot provide instead of aborting the process.
 pub struct AlignedBuf {
+    /// First byte, [`ALIGN`]-aligned (inside the allocation at `raw`).
     ptr: std::ptr::NonNull<u8>,
     len: usize,
-    /// Bytes allocated (`len` rounded up to [`ALIGN`]); 0 = nothing allocated.
+    /// The allocation's first byte (what is freed).
+    raw: std::ptr::NonNull<u8>,
+    /// Bytes allocated (`len` rounded up to [`ALIGN`], plus [`ALIGN`] of
+    /// slack for aligning `ptr`); 0 = nothing allocated.
     cap: usize,
 }
 
@@ -47,22 +60,31 @@ impl AlignedBuf {
     /// `len` zero bytes, or an error when they cannot be allocated.
     pub fn try_zeroed(len: usize) -> Result<Self, AllocError> {
         let err = AllocError { bytes: len };
-        let cap = len
-            .checked_next_multiple_of(ALIGN)
-            .filter(|&c| c <= isize::MAX as usize)
-            .ok_or(err.clone())?;
-        if cap == 0 {
+        let rounded = len.checked_next_multiple_of(ALIGN).ok_or(err.clone())?;
+        if rounded == 0 {
+            let dangling = std::ptr::NonNull::<Line>::dangling().cast();
             return Ok(AlignedBuf {
-                ptr: std::ptr::NonNull::<Line>::dangling().cast(),
+                ptr: dangling,
                 len,
-                cap,
+                raw: dangling,
+                cap: 0,
             });
         }
-        let layout = std::alloc::Layout::from_size_align(cap, ALIGN).map_err(|_| err.clone())?;
+        let cap = rounded
+            .checked_add(ALIGN)
+            .filter(|&c| c <= isize::MAX as usize)
+            .ok_or(err.clone())?;
+        let layout =
+            std::alloc::Layout::from_size_align(cap, SYS_ALIGN).map_err(|_| err.clone())?;
         // SAFETY: `layout` has a non-zero size.
-        let raw = unsafe { std::alloc::alloc_zeroed(layout) };
-        let ptr = std::ptr::NonNull::new(raw).ok_or(err)?;
-        Ok(AlignedBuf { ptr, len, cap })
+        let raw = std::ptr::NonNull::new(unsafe { std::alloc::alloc_zeroed(layout) }).ok_or(err)?;
+        let skip = raw.as_ptr().align_offset(ALIGN);
+        // `skip < ALIGN` and `cap >= rounded + ALIGN`, so `ptr .. ptr + len`
+        // stays inside the allocation.
+        debug_assert!(skip < ALIGN);
+        // SAFETY: `raw + skip` is inside the allocation (see above).
+        let ptr = unsafe { raw.add(skip) };
+        Ok(AlignedBuf { ptr, len, raw, cap })
     }
 
     /// `len` zero bytes. Panics when they cannot be allocated (tests and
@@ -110,8 +132,8 @@ impl Drop for AlignedBuf {
             // SAFETY: allocated in `try_zeroed` with exactly this layout.
             unsafe {
                 std::alloc::dealloc(
-                    self.ptr.as_ptr(),
-                    std::alloc::Layout::from_size_align_unchecked(self.cap, ALIGN),
+                    self.raw.as_ptr(),
+                    std::alloc::Layout::from_size_align_unchecked(self.cap, SYS_ALIGN),
                 )
             }
         }
@@ -334,6 +356,15 @@ mod tests {
         assert!(b.as_slice().iter().all(|&x| x == 0));
         let mut z = AlignedBuf::try_zeroed(0).unwrap();
         assert!(z.is_empty() && (z.as_mut_ptr() as usize).is_multiple_of(64));
+        // every size, including ones the allocator may place off a 64-byte
+        // line, comes back aligned, zeroed and writable to its last byte
+        for n in [1, 63, 64, 65, 4095, 4096, 1 << 20, (1 << 20) + 17] {
+            let mut b = AlignedBuf::try_zeroed(n).unwrap();
+            assert!((b.as_mut_ptr() as usize).is_multiple_of(64), "{n}");
+            assert!(b.as_slice().iter().all(|&x| x == 0), "{n}");
+            b.as_mut_slice()[n - 1] = 7;
+            assert_eq!(b.as_slice()[n - 1], 7);
+        }
     }
 
     #[test]

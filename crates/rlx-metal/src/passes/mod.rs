@@ -22,6 +22,7 @@ pub mod depthwise_conv1d_bsc;
 pub mod gdn_gated_norm;
 pub mod narrow_clusters;
 pub mod narrow_rope;
+pub mod origins;
 pub mod residual_rms_norm;
 pub mod rewrite;
 pub mod simple_elementwise_regions;
@@ -121,6 +122,14 @@ pub struct PassReport {
     pub dispatches_before: usize,
     /// Dispatches after all passes.
     pub dispatches_after: usize,
+    /// Per thunk of the final schedule: the index in `passes` of the pass
+    /// that made it, `None` when it comes straight from lowering
+    /// ([`origins`]).
+    #[serde(default)]
+    pub made_by: Vec<Option<usize>>,
+    /// Per entry of `passes`: the thunks it made and removed.
+    #[serde(default)]
+    pub changes: Vec<origins::PassChange>,
 }
 
 /// Dispatches of a thunk list: every thunk but `Nop`.
@@ -146,14 +155,19 @@ pub fn run_passes(
         dispatches_before: schedule.thunks.len(),
         ..PassReport::default()
     };
-    for p in pipeline {
+    let mut origins = origins::Origins::new(schedule.thunks.len());
+    for (k, p) in pipeline.iter().enumerate() {
         let before = schedule.thunks.len();
         let enabled = !disabled.iter().any(|d| d == p.name);
-        let matches = if enabled {
-            (p.run)(&mut schedule.thunks, cx)
+        let (matches, change) = if enabled {
+            let snapshot = schedule.thunks.clone();
+            let m = (p.run)(&mut schedule.thunks, cx);
+            (m, origins.record(k, &snapshot, &schedule.thunks))
         } else {
-            0
+            (0, origins::PassChange::default())
         };
+        report.changes.push(change);
+        origins.retain(&schedule.thunks);
         schedule.thunks.retain(|t| !matches!(t, Thunk::Nop));
         report.passes.push(PassStat {
             name: p.name.to_string(),
@@ -164,6 +178,7 @@ pub fn run_passes(
         });
     }
     report.dispatches_after = schedule.thunks.len();
+    report.made_by = origins.into_vec();
     report
 }
 

@@ -254,6 +254,7 @@ define_thunks! {
     matmul::ScaledDequantize,
     matmul::ScaledQuantScale,
     quant::DequantMatMulGguf,
+    quant::DequantMatMulGgufT,
     quant::DequantGroupedMatMulGguf,
     quant::DequantMatMulInt8,
     quant::DequantMatMulInt4,

@@ -90,6 +90,51 @@ impl ThunkOp for DequantMatMulGguf {
     }
 }
 
+/// `dst [m, k] = x [m, n] @ dequant(w_q)`: the transposed product of
+/// [`DequantMatMulGguf`] (the input gradient of a frozen quantised weight),
+/// computed from the packed blocks without a dense copy of the matrix.
+/// f32 in and out. Not in the seed's thunk set (an rlx extension for
+/// training).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct DequantMatMulGgufT {
+    /// Activation gradient `[m, n]`.
+    pub x: usize,
+    /// Packed weight `[n, row_bytes]`.
+    pub w_q: usize,
+    /// Result `[m, k]`.
+    pub dst: usize,
+    /// Rows of `x`.
+    pub m: u32,
+    /// Elements per weight row (output features of this product).
+    pub k: u32,
+    /// Weight rows (reduction length of this product).
+    pub n: u32,
+    /// Block format.
+    pub scheme: QuantScheme,
+}
+
+impl ThunkOp for DequantMatMulGgufT {
+    const NAME: &'static str = "dequant_matmul_gguf_t";
+    fn io(&self) -> ThunkIo {
+        let w = nbytes(self.n as usize, packed_row_bytes(self.scheme, self.k));
+        ThunkIo::new()
+            .read(self.x, bytes(&[self.m, self.n], F32))
+            .read(self.w_q, w)
+            .write(self.dst, bytes(&[self.m, self.k], F32))
+    }
+    fn safe_for_active_extent(&self) -> bool {
+        true
+    }
+    fn fmt_fields(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let (x, w, d) = (Off(self.x), Off(self.w_q), Off(self.dst));
+        write!(
+            f,
+            "{} m={} k={} n={} x={x} w={w} dst={d}",
+            self.scheme, self.m, self.k, self.n
+        )
+    }
+}
+
 /// Grouped matmul over a packed GGUF expert stack: row `i` of `input
 /// [m, k_dim]` against expert `expert_idx[i]` (i32). `w_q` is
 /// `num_experts · n` packed rows; the whole stack is reported read.

@@ -7,7 +7,7 @@ use super::elementwise::materialize;
 use super::{converted, index_i32, numel, Ctx};
 use crate::compile::error::CompileError;
 use crate::thunk::matmul::{BatchedSgemm, FusedMmBiasAct, GroupedMatMul, Sgemm};
-use crate::thunk::quant::{DequantGroupedMatMulGguf, DequantMatMulGguf};
+use crate::thunk::quant::{DequantGroupedMatMulGguf, DequantMatMulGguf, DequantMatMulGgufT};
 use rlx_ir::quant::QuantScheme;
 use rlx_ir::shape::broadcast_dims;
 use rlx_ir::{DType, Dim, Op};
@@ -59,6 +59,20 @@ pub(super) fn lower(ctx: &mut Ctx<'_>, op: &Op) -> Result<(), CompileError> {
                 scheme: *scheme,
                 x_f16: x_dt == DType::F16,
                 dst_f16: ctx.out_shape().dtype == DType::F16,
+            });
+            Ok(())
+        }
+        Op::DequantMatMulT { scheme, n, k } => {
+            let x = converted(ctx, 0, DType::F32)?;
+            let xd = ctx.in_dims(0);
+            ctx.push(DequantMatMulGgufT {
+                x,
+                w_q: ctx.input(1),
+                dst: ctx.out(),
+                m: ctx.u32(numel(&xd) / (*n).max(1), "m")?,
+                k: ctx.u32(*k, "k")?,
+                n: ctx.u32(*n, "n")?,
+                scheme: *scheme,
             });
             Ok(())
         }

@@ -1,5 +1,6 @@
 //! Native glue for the packed-GGUF quantised matmuls
-//! (`dequant_matmul_gguf`, `dequant_grouped_matmul_gguf`) onto
+//! (`dequant_matmul_gguf`, `dequant_matmul_gguf_t`,
+//! `dequant_grouped_matmul_gguf`) onto
 //! [`crate::host::kernels::quant`].
 
 use super::{read_staged, NResult};
@@ -14,6 +15,7 @@ use rlx_ir::QuantScheme;
 pub(super) fn handles(t: &Thunk) -> bool {
     match t {
         Thunk::DequantMatMulGguf(d) => matches!(d.scheme, QuantScheme::Gguf(_)),
+        Thunk::DequantMatMulGgufT(d) => matches!(d.scheme, QuantScheme::Gguf(_)),
         Thunk::DequantGroupedMatMulGguf(d) => matches!(d.scheme, QuantScheme::Gguf(_)),
         _ => false,
     }
@@ -55,6 +57,16 @@ pub(super) fn run(t: &Thunk, mem: &Mem, st: &mut Staging) -> NResult {
                 Out::F32(mem.get_mut::<f32>("dst", d.dst, m * n)?)
             };
             Ok(q::dequant_matmul(ty, x, w, out, m, k, n)?)
+        }
+        Thunk::DequantMatMulGgufT(d) => {
+            let QuantScheme::Gguf(ty) = d.scheme else {
+                return Ok(());
+            };
+            let (m, k, n) = (d.m as usize, d.k as usize, d.n as usize);
+            let w = mem.get::<u8>("w_q", d.w_q, n * packed_row_bytes(d.scheme, d.k))?;
+            let x = read_staged::<f32>(mem, &mut st.a, "x", d.x, m * n, d.dst, m * k * 4)?;
+            let out = mem.get_mut::<f32>("dst", d.dst, m * k)?;
+            Ok(q::dequant_matmul_t(ty, x, w, out, m, k, n)?)
         }
         Thunk::DequantGroupedMatMulGguf(d) => {
             let QuantScheme::Gguf(ty) = d.scheme else {

@@ -74,6 +74,8 @@ pub(super) fn expect(t: &Thunk) -> Expect {
         T::ScaledQuantScale(_) => e(&[(X0, 30 * 4)], &[(X1, 3 * 3 * 4)], false),
         // ---- quant: Q4_K rows of 512 = 2 blocks of 144 bytes
         T::DequantMatMulGguf(_) => e(&[(X0, 512 * 4), (W0, 1536 * 288)], &[(X1, 1536 * 4)], true),
+        // Q4_K k=512 (288 bytes/row), n=48 rows, m=3: x [3, 48], dst [3, 512]
+        T::DequantMatMulGgufT(_) => e(&[(X0, 3 * 48 * 4), (W0, 48 * 288)], &[(X1, 3 * 512 * 4)], true),
         // Q6_K rows of 256 = 210 bytes, 8 experts x 32 rows
         T::DequantGroupedMatMulGguf(_) => e(
             &[(X0, 3 * 256 * 4), (W0, 8 * 32 * 210), (X1, 3 * 4)],

@@ -38,7 +38,7 @@ const fn tag_weight_const(raw: usize) -> usize {
 }
 
 /// The seed's name strings, in the seed's order.
-const EXPECTED_NAMES: [&str; 108] = [
+const EXPECTED_NAMES: [&str; 109] = [
     "nop",
     "cast",
     "cast_host",
@@ -139,6 +139,8 @@ const EXPECTED_NAMES: [&str; 108] = [
     "rnn",
     "mamba2",
     "dequant_matmul_gguf",
+    // rlx extension (not in the seed): the transposed product for training
+    "dequant_matmul_gguf_t",
     "dequant_grouped_matmul_gguf",
     "dequant_matmul_int8",
     "dequant_matmul_int4",
@@ -165,7 +167,7 @@ fn every_variant_has_one_sample_and_the_seed_name() {
         "duplicate sample or name: {names:?}"
     );
     let expected: HashSet<&str> = EXPECTED_NAMES.iter().copied().collect();
-    assert_eq!(expected.len(), 108);
+    assert_eq!(expected.len(), 109);
     assert_eq!(unique, expected);
 }
 

@@ -105,6 +105,7 @@ fn matmul_quant() -> Vec<Thunk> {
         }.into(),
         ScaledQuantScale { x: X0, dst: X1, rows: 3, cols: 10, fmt: e4, layout: ScaleLayout::Block { size: 4 } }.into(),
         DequantMatMulGguf { x: X0, w_q: W0, dst: X1, m: 1, k: 512, n: 1536, scheme: Q4K, x_f16: false, dst_f16: false }.into(),
+        DequantMatMulGgufT { x: X0, w_q: W0, dst: X1, m: 3, k: 512, n: 48, scheme: Q4K }.into(),
         DequantGroupedMatMulGguf {
             input: X0, w_q: W0, expert_idx: X1, dst: X2, m: 3, k_dim: 256, n: 32, num_experts: 8,
             scheme: QuantScheme::Gguf(GgmlType::Q6K),

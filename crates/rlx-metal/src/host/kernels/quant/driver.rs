@@ -472,3 +472,115 @@ pub(super) fn grouped<F: RowFmt>(
         }
     }
 }
+
+/// Decodes the whole blocks at bytes `b0..b1` of every packed row of `w`
+/// (`rb` bytes each) into `panel`, `cols` values per row.
+#[inline(always)]
+fn decode_strip_generic<F: RowFmt>(
+    w: &[u8],
+    rb: usize,
+    b0: usize,
+    b1: usize,
+    cols: usize,
+    panel: &mut [f32],
+) {
+    for (row, o) in w.chunks_exact(rb).zip(panel.chunks_exact_mut(cols)) {
+        F::decode_row(&row[b0..b1], o);
+    }
+}
+
+simd_dispatch!(decode_strip, decode_strip_avx2, decode_strip_generic, <F: RowFmt>,
+    (w: &[u8], rb: usize, b0: usize, b1: usize, cols: usize, panel: &mut [f32]));
+
+/// Transposed product `out[m, k] = x[m, n] @ dequant(w)` (W `[n, k]`, rows
+/// of `rb` bytes made of blocks of `bs` elements; `k` a multiple of `bs`,
+/// lengths checked by the caller).
+///
+/// The output columns are split into strips of whole blocks, one task per
+/// strip; a task walks W's rows a panel at a time, decodes just its strip
+/// of each row into a thread-local buffer and accumulates
+/// `x[:, rows] @ panel` into its `[m, strip]` tile with `gemm`. Every block
+/// is decoded exactly once per call, and no dense copy of W is made.
+#[allow(clippy::too_many_arguments)]
+pub(super) fn run_t<F: RowFmt>(
+    x: &[f32],
+    w: &[u8],
+    rb: usize,
+    bs: usize,
+    out: &mut [f32],
+    m: usize,
+    k: usize,
+    n: usize,
+) {
+    let out = &mut out[..m * k];
+    if m == 0 || k == 0 {
+        return;
+    }
+    if n == 0 || bs == 0 {
+        out.fill(0.0);
+        return;
+    }
+    let blocks = k / bs;
+    let bb = rb / blocks.max(1);
+    let threads = rayon::current_num_threads().max(1);
+    let strip_blocks = (128 / bs).max(1).min(blocks.div_ceil(threads * 4).max(1));
+    let strips = blocks.div_ceil(strip_blocks);
+    let writer = ColWriter {
+        ptr: out.as_mut_ptr(),
+        m,
+        n: k,
+    };
+    let one = |s: usize| {
+        let blk0 = s * strip_blocks;
+        let nblk = strip_blocks.min(blocks - blk0);
+        let (c0, cols) = (blk0 * bs, nblk * bs);
+        let (b0, b1) = (blk0 * bb, (blk0 + nblk) * bb);
+        let r = ((16 * 1024) / cols).clamp(8, 512).min(n);
+        with_scratch(&WORKER, |sc| {
+            sc.panel.resize(r * cols, 0.0);
+            sc.tile.resize(m * cols, 0.0);
+            let mut j0 = 0;
+            while j0 < n {
+                let rows = r.min(n - j0);
+                let panel = &mut sc.panel[..rows * cols];
+                decode_strip::<F>(&w[j0 * rb..(j0 + rows) * rb], rb, b0, b1, cols, panel);
+                // SAFETY: x holds m·n elements (row stride n) and j0 + rows
+                // <= n, so columns j0..j0 + rows of every row are in bounds;
+                // the panel holds rows·cols (row stride cols), the tile m·cols
+                // (row stride cols); all dims are non-zero.
+                unsafe {
+                    gemm::gemm(
+                        m,
+                        cols,
+                        rows,
+                        sc.tile.as_mut_ptr(),
+                        1,
+                        cols as isize,
+                        j0 > 0,
+                        x.as_ptr().add(j0),
+                        1,
+                        n as isize,
+                        sc.panel.as_ptr(),
+                        1,
+                        cols as isize,
+                        1.0f32,
+                        1.0f32,
+                        false,
+                        false,
+                        false,
+                        Parallelism::None,
+                    );
+                }
+                j0 += rows;
+            }
+            // SAFETY: c0 + cols <= k, `out` (m·k) is borrowed for this whole
+            // call, and strip s owns columns c0..c0 + cols alone.
+            unsafe { writer.put(c0, cols, &sc.tile[..m * cols]) };
+        });
+    };
+    if tasks_for(m.saturating_mul(n).saturating_mul(k)) == 1 {
+        (0..strips).for_each(one);
+    } else {
+        (0..strips).into_par_iter().for_each(one);
+    }
+}

@@ -18,7 +18,14 @@
 //!   Q5_0, Q5_1, Q8_0 and Q2_K … Q6_K the activations are rounded once per
 //!   call to 8-bit blocks of 32 and dotted with the weight codes by integer
 //!   multiply-adds (`vpdpbusd`); see that module for the error bound. This
-//!   takes precedence over the two paths below.
+//!   takes precedence over the two paths below. Q4_0, Q4_1, Q5_0, Q5_1,
+//!   Q8_0, Q4_K, Q5_K and Q6_K run on 512-bit tiles (module `vnni_zmm`:
+//!   64 codes per `vpdpbusd`, a 256-element group's scales as vectors),
+//!   the other k-quants on 256-bit kernels.
+//! - `m > 8` on the same CPUs and formats (module `vnni_gemm`): the
+//!   activations rounded on the same two levels, weight panels decoded to
+//!   byte codes once per call and multiplied in 4 × 4 register tiles by
+//!   integer multiply-adds. This takes precedence over the path below.
 //! - `m > 1` (prefill): each task decodes a small panel of W rows (tens of
 //!   rows, a few hundred KiB at most) into a thread-local buffer and
 //!   multiplies all `m` rows of `x` against it with the `gemm` crate, so
@@ -41,6 +48,8 @@ mod legacy;
 mod seed;
 #[cfg(target_arch = "x86_64")]
 mod vnni;
+#[cfg(target_arch = "x86_64")]
+mod vnni_gemm;
 
 use half::f16;
 use rlx_ir::GgmlType;
@@ -344,13 +353,38 @@ fn row_bytes(kernel: &'static str, ty: GgmlType, k: usize) -> Result<usize> {
     })
 }
 
+/// `dst[m, k] = x[m, n] @ dequant(W)` with W `[n, k]` in packed GGUF
+/// blocks: the transposed product of [`dequant_matmul`] (the input
+/// gradient of a frozen quantised weight). Strips of W's columns are
+/// decoded a panel of rows at a time into thread-local buffers and
+/// multiplied with `gemm` (see `driver::run_t`); no dense copy of W is made.
+pub fn dequant_matmul_t(
+    ty: GgmlType,
+    x: &[f32],
+    w: &[u8],
+    out: &mut [f32],
+    m: usize,
+    k: usize,
+    n: usize,
+) -> Result<()> {
+    const K: &str = "dequant_matmul_gguf_t";
+    let rb = row_bytes(K, ty, k)?;
+    check_len(K, "w", w.len(), numel(K, &[n, rb])?)?;
+    check_len(K, "x", x.len(), numel(K, &[m, n])?)?;
+    check_len(K, "dst", out.len(), numel(K, &[m, k])?)?;
+    let bs = ty.block_size();
+    with_fmt!(ty, F => driver::run_t::<F>(x, w, rb, bs, out, m, k, n));
+    Ok(())
+}
+
 /// Turns the int8-activation paths on or off for the whole process and
-/// returns the previous setting. On (the default), `m ≤ 8` matmuls and the
-/// fused decode-MLP GEMVs on CPUs with AVX-512 VNNI round the activations
-/// to 8-bit blocks of 32 (as llama.cpp's CPU backend does; error bound in
-/// `vnni`); off, every quantised matmul dots the f32 activations with the
-/// decoded weights, like the `m > 8` path and the Metal kernels. A no-op
-/// on CPUs without VNNI.
+/// returns the previous setting. On (the default), the matmuls (any `m`:
+/// `vnni` for `m ≤ 8`, `vnni_gemm` above) and the fused decode-MLP GEMVs on
+/// CPUs with AVX-512 VNNI round the activations to 8-bit blocks of 32 (as
+/// llama.cpp's CPU backend does, on two levels by default; error bounds in
+/// those modules); off, every quantised matmul dots the f32 activations
+/// with the decoded weights, like the Metal kernels. A no-op on CPUs
+/// without VNNI.
 pub fn set_int8_activations(on: bool) -> bool {
     #[cfg(target_arch = "x86_64")]
     {
@@ -363,14 +397,48 @@ pub fn set_int8_activations(on: bool) -> bool {
     }
 }
 
+/// Selects the 512-bit integer-dot tiles (on, the default) or the 256-bit
+/// kernels for the formats that have both, and returns the previous
+/// setting: an A/B switch for benchmarks (both compute the same integer
+/// dots; the f32 accumulation order differs). A no-op without VNNI.
+#[doc(hidden)]
+pub fn set_wide_int_dots(on: bool) -> bool {
+    #[cfg(target_arch = "x86_64")]
+    {
+        vnni::set_wide(on)
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        let _ = on;
+        false
+    }
+}
+
+/// Turns the integer-dot prefill GEMM (`m > 8`, module `vnni_gemm`) on or
+/// off for the process and returns the previous setting; off, `m > 8`
+/// quantised matmuls decode weight panels to f32 and multiply them with
+/// the `gemm` crate (f32 activations). It also needs
+/// [`set_int8_activations`] on and a CPU with AVX-512 VNNI.
+pub fn set_int8_prefill_gemm(on: bool) -> bool {
+    #[cfg(target_arch = "x86_64")]
+    {
+        vnni_gemm::set_enabled(on)
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        let _ = on;
+        false
+    }
+}
+
 /// Sets how many code levels the int8-activation paths use (m ≤ 8:
-/// decode GEMVs, the fused decode MLP, batched decode) and returns the
-/// previous count: 2 (the default) adds a residual level, `x ≈ dx·qx +
-/// (dx/256)·qx2` with both codes in `−127..=127`, which cuts the rounding
-/// error 256-fold (from `dx/2` to `dx/512` per element) for one more
-/// `vpdpbusd` per 32 elements; 1 rounds to `dx·qx` alone, as llama.cpp
-/// does. `levels` other than 1 or 2
-/// are taken as 2.
+/// decode GEMVs, the fused decode MLP, batched decode; the prefill GEMM,
+/// `m > 8`, always uses two) and returns the previous count: 2 (the
+/// default) adds a residual level, `x ≈ dx·qx + (dx/256)·qx2` with both
+/// codes in `−127..=127`, which cuts the rounding error 256-fold (from
+/// `dx/2` to `dx/512` per element) for one more `vpdpbusd` per 32
+/// elements; 1 rounds to `dx·qx` alone, as llama.cpp does. `levels` other
+/// than 1 or 2 are taken as 2.
 pub fn set_int8_activation_levels(levels: u32) -> u32 {
     #[cfg(target_arch = "x86_64")]
     {
@@ -421,6 +489,13 @@ pub fn dequant_matmul(
         if m > 0 && m <= vnni::MAX_M && n > 0 && k > 0 {
             let tasks = driver::tasks_for(m.saturating_mul(n).saturating_mul(k));
             if vnni::try_run(ty, xf, w, rb, &mut out, m, k, n, tasks) {
+                return;
+            }
+        }
+        #[cfg(target_arch = "x86_64")]
+        if m > vnni::MAX_M && n > 0 && k > 0 {
+            let tasks = driver::tasks_for(m.saturating_mul(n).saturating_mul(k));
+            if vnni_gemm::try_run(ty, xf, w, rb, &mut out, m, k, n, tasks) {
                 return;
             }
         }

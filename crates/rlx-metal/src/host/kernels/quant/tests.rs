@@ -216,11 +216,12 @@ fn assert_scaled(got: &[f32], want: &[f64], tol: f64, what: &str) {
 }
 
 /// Whether `dequant_matmul` rounds the activations of `ty` to 8-bit blocks
-/// on this machine for `m` rows (module `vnni`).
+/// on this machine for `m` rows (module `vnni` for `m ≤ 8`, `vnni_gemm`
+/// above).
 fn int_dots(ty: GgmlType, m: usize) -> bool {
     use GgmlType::*;
     #[cfg(target_arch = "x86_64")]
-    if vnni::available() && m <= vnni::MAX_M {
+    if vnni::available() && (m <= vnni::MAX_M || vnni_gemm::enabled()) {
         return matches!(
             ty,
             Q4_0 | Q4_1 | Q5_0 | Q5_1 | Q8_0 | Q2K | Q3K | Q4K | Q5K | Q6K

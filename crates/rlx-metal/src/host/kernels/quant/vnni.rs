@@ -30,6 +30,11 @@
 //! 1.000 on SmolLM2 / Gemma3 / Qwen2.5, against 0.969 / 0.956 / 0.983 with
 //! one level).
 //!
+//! The formats used by real models (Q4_0 … Q8_0, Q4_K, Q5_K, Q6_K) run on
+//! the 512-bit tiles of [`zmm`] (same activation codes and integer dots,
+//! 64 codes per instruction, another f32 accumulation order); Q2_K and
+//! Q3_K on the 256-bit kernels below.
+//!
 //! Work split: one task per chunk of weight rows (a few per thread); each
 //! task walks its rows for groups of up to four activation rows, so a
 //! block's codes are unpacked once per group and its bytes stay in L1
@@ -72,6 +77,20 @@ static RESIDUAL: AtomicBool = AtomicBool::new(true);
 /// depend on the rows batched with it); returns the previous setting.
 pub(super) fn set_residual(on: bool) -> bool {
     RESIDUAL.swap(on, Ordering::Relaxed)
+}
+
+/// Whether the formats with a 512-bit tile ([`zmm`]) use it.
+static WIDE: AtomicBool = AtomicBool::new(true);
+
+/// Sets whether the formats that have one use the 512-bit tiles (the
+/// default) rather than the 256-bit kernels; returns the previous setting.
+pub(super) fn set_wide(on: bool) -> bool {
+    WIDE.swap(on, Ordering::Relaxed)
+}
+
+/// True when the 512-bit tiles are selected.
+fn wide() -> bool {
+    WIDE.load(Ordering::Relaxed)
 }
 
 /// Turns the kernels here on or off for the process; returns the previous
@@ -156,6 +175,52 @@ macro_rules! with_vfmt {
     }};
 }
 
+/// Evaluates `$body` with `$Z` bound to the [`zmm::ZFmt`] of `$ty`, or
+/// `$none` when the format has no 512-bit tile.
+macro_rules! with_zfmt {
+    ($ty:expr, $Z:ident => $body:expr, _ => $none:expr) => {{
+        use GgmlType as G;
+        match $ty {
+            G::Q4_0 => {
+                type $Z = zmm::ZQ4_0;
+                $body
+            }
+            G::Q4_1 => {
+                type $Z = zmm::ZQ4_1;
+                $body
+            }
+            G::Q5_0 => {
+                type $Z = zmm::ZQ5_0;
+                $body
+            }
+            G::Q5_1 => {
+                type $Z = zmm::ZQ5_1;
+                $body
+            }
+            G::Q8_0 => {
+                type $Z = zmm::ZQ8_0;
+                $body
+            }
+            G::Q4K => {
+                type $Z = zmm::ZQ4K;
+                $body
+            }
+            G::Q5K => {
+                type $Z = zmm::ZQ5K;
+                $body
+            }
+            G::Q6K => {
+                type $Z = zmm::ZQ6K;
+                $body
+            }
+            _ => $none,
+        }
+    }};
+}
+
+#[path = "vnni_zmm.rs"]
+mod zmm;
+
 /// Runs the integer-dot matmul when this CPU has the features and `ty` a
 /// kernel here (returns `false` otherwise, having done nothing). Lengths
 /// are checked by the caller; `m, n, k > 0`, `k` whole blocks.
@@ -174,13 +239,38 @@ pub(super) fn try_run(
     if !available() || !k.is_multiple_of(32) {
         return false;
     }
+    // `run` with the chunk function `$f::<$V, T, TWO>` for each output type
+    // and level count
+    macro_rules! go {
+        ($($f:ident)::+, $V:ty) => {
+            with_qact(|qa| match (out, RESIDUAL.load(Ordering::Relaxed)) {
+                (Out::F32(o), false) => run(qa, x, rb, o, m, k, n, tasks, false, &|qa, d, j0, r| {
+                    // SAFETY: `available()` holds; `run` passes in-bounds chunks.
+                    unsafe { $($f)::+::<$V, f32, false>(w, rb, qa, d, m, j0, r) }
+                }),
+                (Out::F16(o), false) => run(qa, x, rb, o, m, k, n, tasks, false, &|qa, d, j0, r| {
+                    // SAFETY: as above.
+                    unsafe { $($f)::+::<$V, half::f16, false>(w, rb, qa, d, m, j0, r) }
+                }),
+                (Out::F32(o), true) => run(qa, x, rb, o, m, k, n, tasks, true, &|qa, d, j0, r| {
+                    // SAFETY: as above.
+                    unsafe { $($f)::+::<$V, f32, true>(w, rb, qa, d, m, j0, r) }
+                }),
+                (Out::F16(o), true) => run(qa, x, rb, o, m, k, n, tasks, true, &|qa, d, j0, r| {
+                    // SAFETY: as above.
+                    unsafe { $($f)::+::<$V, half::f16, true>(w, rb, qa, d, m, j0, r) }
+                }),
+            })
+        };
+    }
+    if wide() {
+        with_zfmt!(ty, Z => {
+            go!(zmm::chunk, Z);
+            return true;
+        }, _ => ());
+    }
     with_vfmt!(ty, V => {
-        with_qact(|qa| match (out, RESIDUAL.load(Ordering::Relaxed)) {
-            (Out::F32(o), false) => run::<V, f32, false>(qa, x, w, rb, o, m, k, n, tasks),
-            (Out::F16(o), false) => run::<V, half::f16, false>(qa, x, w, rb, o, m, k, n, tasks),
-            (Out::F32(o), true) => run::<V, f32, true>(qa, x, w, rb, o, m, k, n, tasks),
-            (Out::F16(o), true) => run::<V, half::f16, true>(qa, x, w, rb, o, m, k, n, tasks),
-        });
+        go!(chunk, V);
         true
     }, _ => false)
 }
@@ -199,6 +289,10 @@ pub(super) struct QAct {
     q2: Vec<i8>,
     d: Vec<f32>,
     s: Vec<f32>,
+    /// Per-block sums `s[2b] + s[2b + 1]` (the 512-bit tiles' offsets).
+    sr: Vec<f32>,
+    /// Per-half scales `dh[2b + h] = d[b]` (the 512-bit tiles' Q6_K).
+    dh: Vec<f32>,
 }
 
 impl QAct {
@@ -213,6 +307,10 @@ impl QAct {
         let q2 = two.then_some(&mut self.q2[..]);
         // SAFETY: `available()` was checked by the callers (`run`, `try_fused`).
         unsafe { quantize(&x[..m * k], &mut self.q, q2, &mut self.d, &mut self.s) }
+        self.sr.clear();
+        self.sr.extend(self.s.chunks_exact(2).map(|h| h[0] + h[1]));
+        self.dh.clear();
+        self.dh.extend(self.d.iter().flat_map(|&d| [d, d]));
     }
 }
 
@@ -550,23 +648,26 @@ unsafe fn chunk<V: VFmt, T: Elem, const TWO: bool>(
     }
 }
 
-/// `out[m, n] = x[m, k] @ dequant(w)ᵀ` for the format `V` (lengths checked
-/// by the caller, `k` a whole number of blocks, `m, n, k > 0`);
-/// `tasks` is how many threads to use; `TWO`:
-/// activations on two code levels.
+/// A chunk of output rows: `chunk(qa, dst, j0, rows)`.
+type Chunk<'a, T> = dyn Fn(&QAct, &Dst<T>, usize, usize) + Sync + 'a;
+
+/// `out[m, n] = x[m, k] @ dequant(w)ᵀ` by `chunk` (lengths checked by the
+/// caller, `k` a whole number of blocks, `m, n, k > 0`); `tasks` is how
+/// many threads to use; `two`: activations on two code levels.
 #[allow(clippy::too_many_arguments)]
-fn run<V: VFmt, T: Elem, const TWO: bool>(
+fn run<T: Elem>(
     qa: &mut QAct,
     x: &[f32],
-    w: &[u8],
     rb: usize,
     out: &mut [T],
     m: usize,
     k: usize,
     n: usize,
     tasks: usize,
+    two: bool,
+    chunk: &Chunk<'_, T>,
 ) {
-    qa.fill(x, m, k, TWO);
+    qa.fill(x, m, k, two);
     let qa = &*qa;
     let dst = Dst {
         ptr: out.as_mut_ptr(),
@@ -591,9 +692,8 @@ fn run<V: VFmt, T: Elem, const TWO: bool>(
     let one = |c: usize| {
         let j0 = c * rows;
         let r = rows.min(n - j0);
-        // SAFETY: `run`'s callers check `available()`; j0 + r ≤ n, w holds
-        // n·rb bytes, out m·n elements, chunks own disjoint columns.
-        unsafe { chunk::<V, T, TWO>(w, rb, qa, &dst, m, j0, r) }
+        // j0 + r ≤ n; chunks own disjoint columns
+        chunk(qa, &dst, j0, r)
     };
     let chunks = n.div_ceil(rows);
     if tasks <= 1 {

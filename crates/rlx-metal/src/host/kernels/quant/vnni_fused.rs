@@ -4,7 +4,7 @@
 //! chunks of one or two matrices.
 
 use super::super::driver::{gemv_fused, Epilogue};
-use super::{available, gemv_rows, with_qact, QAct, VFmt, PAR_MIN_BYTES_M1, RESIDUAL};
+use super::{available, gemv_rows, with_qact, zmm, QAct, VFmt, PAR_MIN_BYTES_M1, RESIDUAL};
 use super::{VQ2K, VQ3K, VQ4K, VQ4_0, VQ4_1, VQ5K, VQ5_0, VQ5_1, VQ6K, VQ8_0};
 use crate::host::kernels::Elem;
 use rlx_ir::GgmlType;
@@ -40,26 +40,38 @@ pub(in crate::host::kernels::quant) fn try_fused<T: Elem>(
     if !available() || !k.is_multiple_of(32) || k == 0 || n == 0 {
         return false;
     }
+    // the driver's fused row split over `$dots::<$V, TWO>`
+    macro_rules! go {
+        ($($dots:ident)::+, $V:ty) => {
+            with_qact(|qa| {
+                let two = RESIDUAL.load(Ordering::Relaxed);
+                qa.fill(x, 1, k, two);
+                let qa = &*qa;
+                let bytes = mats.len().saturating_mul(n).saturating_mul(rb);
+                let tasks = if bytes < PAR_MIN_BYTES_M1 {
+                    1
+                } else {
+                    crate::host::team::threads()
+                };
+                // SAFETY: `available()` holds; the driver passes whole rows.
+                if two {
+                    let dots = |w: &[u8], o: &mut [f32]| unsafe { $($dots)::+::<$V, true>(w, rb, qa, o) };
+                    gemv_fused(mats, rb, n, out, tasks, &dots, epi);
+                } else {
+                    let dots = |w: &[u8], o: &mut [f32]| unsafe { $($dots)::+::<$V, false>(w, rb, qa, o) };
+                    gemv_fused(mats, rb, n, out, tasks, &dots, epi);
+                }
+            })
+        };
+    }
+    if super::wide() {
+        with_zfmt!(ty, Z => {
+            go!(zmm::dots_m1, Z);
+            return true;
+        }, _ => ());
+    }
     with_vfmt!(ty, V => {
-        with_qact(|qa| {
-            let two = RESIDUAL.load(Ordering::Relaxed);
-            qa.fill(x, 1, k, two);
-            let qa = &*qa;
-            let bytes = mats.len().saturating_mul(n).saturating_mul(rb);
-            let tasks = if bytes < PAR_MIN_BYTES_M1 {
-                1
-            } else {
-                crate::host::team::threads()
-            };
-            // SAFETY: `available()` holds; the driver passes whole rows.
-            if two {
-                let dots = |w: &[u8], o: &mut [f32]| unsafe { dots_m1::<V, true>(w, rb, qa, o) };
-                gemv_fused(mats, rb, n, out, tasks, &dots, epi);
-            } else {
-                let dots = |w: &[u8], o: &mut [f32]| unsafe { dots_m1::<V, false>(w, rb, qa, o) };
-                gemv_fused(mats, rb, n, out, tasks, &dots, epi);
-            }
-        });
+        go!(dots_m1, V);
         true
     }, _ => false)
 }
