@@ -7,6 +7,8 @@ cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
 # clang++ compiles the Metal kernels for the CPU in the kernel tests (msl-sim)
 bash scripts/install_clang.sh
+# headless Chromium renders the `rlx inspect --html` page in its test
+bash scripts/install_chromium.sh
 if [ ! -x .venv/bin/python ]; then
   "$PY" -m venv .venv
 fi

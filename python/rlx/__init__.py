@@ -10,6 +10,7 @@ from rlx._rlx import (
     pass_names,
     set_int8_activation_levels,
     set_int8_activations,
+    set_int8_prefill_gemm,
 )
 from rlx._types import dtype_name
 from rlx.autodiff import grad
@@ -72,6 +73,7 @@ __all__ = [
     "register_op",
     "set_int8_activation_levels",
     "set_int8_activations",
+    "set_int8_prefill_gemm",
     "dtype_name",
     "grad",
 ]

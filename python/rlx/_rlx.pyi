@@ -21,6 +21,7 @@ __all__ = [
     "pass_names",
     "set_int8_activation_levels",
     "set_int8_activations",
+    "set_int8_prefill_gemm",
     "thunk_variants",
 ]
 
@@ -107,15 +108,23 @@ def thunk_variants() -> list[tuple[str, str]]:
     """Every thunk variant as ``(variant, seed name)``, ``Nop`` first."""
 
 def set_int8_activations(enabled: bool) -> bool:
-    """Turns the host's int8-activation matmul paths (AVX-512 VNNI, m <= 8)
-    on or off for the process; returns the previous setting."""
+    """Turns the host's int8-activation matmul paths (AVX-512 VNNI: m <= 8,
+    and the prefill GEMM for m > 8, always on two code levels) on or off for
+    the process; returns the previous setting."""
 
 def set_int8_activation_levels(levels: int) -> int:
     """How many int8 code levels the host's int8-activation
-    matmuls (m <= 8: decode and batched decode) use: 2 (the default) adds a residual level
+    matmuls for m <= 8 (decode and batched decode) use (prefill, m > 8,
+    always uses two): 2 (the default) adds a residual level
     (``x ~ dx*qx + dx/256*qx2``, about 16-bit activations), 1 rounds to
     ``dx*qx`` alone as llama.cpp does; returns the previous count. Raises
     ``RlxError`` for other values."""
+
+def set_int8_prefill_gemm(enabled: bool) -> bool:
+    """Turns the host's integer-dot prefill GEMM (quantised matmuls with
+    m > 8, two int8 code levels) on or off for the process; off, they
+    multiply f32 activations with f32 weight panels. Returns the previous
+    setting."""
 
 @final
 class Executable:
@@ -179,6 +188,27 @@ class Executable:
         thunk_json)`` runs thunks without a native kernel."""
     def schedule(self) -> str:
         """The schedule, one thunk per line."""
+    def thunk_rows(
+        self,
+    ) -> list[
+        tuple[
+            str,
+            str,
+            list[tuple[str, int, int]],
+            list[tuple[str, int, int]],
+            Optional[str],
+        ]
+    ]:
+        """Per thunk ``(name, text, reads, writes, made_by)``: each range is
+        ``(buffer, offset, bytes)`` (buffer ``"arena"``, a state or param name,
+        ``"state"`` or ``"const"``); ``made_by`` names the pass that made it."""
+    def metal_commands(
+        self,
+    ) -> list[tuple[str, int, str, list[int], list[int]]]:
+        """The Metal plan: ``(kind, thunk, kernel, grid, threadgroup)`` per
+        command, kind ``dispatch`` / ``user`` / ``host`` / ``barrier``."""
+    def metal_plan(self) -> str:
+        """The Metal plan, one command per line."""
     def num_thunks(self) -> int:
         """Number of thunks."""
     def thunk_json(self, i: int) -> str:

@@ -19,9 +19,10 @@ import argparse
 import json
 import os
 import sys
-from typing import Any, Optional
+from typing import Any
 
 from rlx import _rlx
+from rlx.cli_inspect import _check_model_path, _cmd_inspect, inspect_model  # noqa: F401
 from rlx.errors import RlxError
 from rlx.graph import Graph
 
@@ -155,19 +156,6 @@ def _set_threads(args: argparse.Namespace) -> None:
     if getattr(args, "threads", None):
         os.environ["RLX_NUM_THREADS"] = str(args.threads)
         os.environ["RAYON_NUM_THREADS"] = str(args.threads)
-
-
-def _check_model_path(model: str) -> None:
-    """A directory is a model only with a ``config.json`` (a Hugging Face
-    model directory); any other directory is a user error."""
-    from pathlib import Path
-
-    path = Path(model)
-    if path.is_dir() and not (path / "config.json").is_file():
-        raise RlxError(
-            f"[load] {model} is a directory without config.json: give a GGUF file, "
-            "a .safetensors file, a Hugging Face model directory or a packaged model name"
-        )
 
 
 def _load(args: argparse.Namespace) -> Any:
@@ -338,131 +326,6 @@ def _cmd_bench(args: argparse.Namespace) -> int:
     return 0
 
 
-def inspect_model(
-    model_name: str, seq: int = 0, quantize: Optional[str] = None
-) -> dict[str, Any]:
-    """Compile the decode graph of ``model_name`` (and the prefill graph of
-    ``seq`` prompt tokens when ``seq > 0``) and collect each compile report:
-    per pass its matches and thunks before / after, dispatches per run
-    before and after the passes, the Metal plan's kernel dispatches,
-    barriers and host commands, thunks and arena / state bytes. With
-    ``quantize`` (a :func:`rlx.quantize` scheme) the float linear weights are
-    quantised at load and ``quant_errors`` maps each to its relative error
-    ``‖dequant(W) − W‖_F / ‖W‖_F``."""
-    from rlx.models.decoder import DecoderModel, load
-
-    if seq < 0:
-        raise RlxError(f"[inspect] --seq {seq}: need a token count of at least 1")
-    model = load(model_name, quantize=quantize)
-    if not isinstance(model, DecoderModel):
-        raise RlxError(
-            f"[inspect] {model_name} is not a decoder LLM (inspect reports decode graphs)"
-        )
-    cfg = model.config
-    model.reset(max(seq, 1))
-    wanted = [("decode", 1, True)] + ([("prefill", seq, False)] if seq else [])
-    graphs = []
-    for kind, n_new, decode in wanted:
-        tokens, cache, exe = model.compiled(n_new, decode)
-        st = exe.stats
-        graphs.append(
-            {
-                "graph": kind,
-                "tokens": tokens,
-                "cache_slots": cache,
-                "passes": st["passes"],
-                "dispatches_before": st["dispatches_lowered"],
-                "dispatches_after": st["dispatches"],
-                "thunks": st["thunks"],
-                "metal_dispatches": st["metal_dispatches"],
-                "metal_barriers": st["metal_barriers"],
-                "metal_host": st["metal_host"],
-                "arena_bytes": st["arena_bytes"],
-                "naive_bytes": st["naive_bytes"],
-                "state_bytes": st["state_bytes"],
-                "report": exe.report(),
-            }
-        )
-    return {
-        "model": model_name,
-        "arch": cfg.arch,
-        "layers": cfg.n_layers,
-        "hidden": cfg.hidden,
-        "graphs": graphs,
-        "quantize": quantize,
-        "quant_errors": dict(model.weights.quant_errors),
-    }
-
-
-def _cmd_inspect_thunks(as_json: bool) -> int:
-    """The thunk-coverage table (``rlx.thunk_coverage``): per variant the op
-    or pass producing it, whether its probe graph reaches it, runs natively
-    on the host and has a Metal kernel."""
-    import dataclasses
-
-    from rlx.thunk_coverage import complete, thunk_table
-
-    rows = thunk_table()
-    if as_json:
-        print(json.dumps([dataclasses.asdict(r) for r in rows], indent=1))
-        return 0
-
-    def yn(v: bool | None) -> str:
-        return "-" if v is None else ("yes" if v else "no")
-
-    # seed-host: "py" = explicit host variant (may call back into Python),
-    # "metal" = the seed runs it on the host on Metal
-    print(f"{'variant':30} {'reached':7} {'native':6} {'metal':5} {'seed-host':9} produced by")
-    for r in rows:
-        how = r.produced_by + (f"  [{r.error}]" if r.error else "")
-        host = "py" if r.host_by_design else ("metal" if r.seed_metal_host else "")
-        print(f"{r.variant:30} {yn(r.reached):7} {yn(r.native):6} {yn(r.metal):5} {host:9} {how}")
-    reached = [r for r in rows if r.reached]
-    native = sum(1 for r in reached if r.native)
-    metal = sum(1 for r in reached if r.metal)
-    by_design = sum(1 for r in rows if r.seed_metal_host)
-    done = sum(1 for r in rows if complete(r))
-    print(
-        f"{len(rows)} thunk variants: {len(reached)} reached from the graph API, "
-        f"{native} native on host, {metal} with a Metal kernel, {by_design} run on the "
-        f"host by the seed; {done} complete, {len(rows) - done} gaps"
-    )
-    return 0
-
-
-def _cmd_inspect(args: argparse.Namespace) -> int:
-    if args.thunks:
-        return _cmd_inspect_thunks(args.json)
-    _check_model_path(args.model)
-    info = inspect_model(args.model, args.seq, args.quantize)
-    if args.json:
-        print(json.dumps(info, indent=1))
-        return 0
-    print(f"{info['model']}: {info['arch']}, {info['layers']} layers, hidden {info['hidden']}")
-    for g in info["graphs"]:
-        what = "token" if g["tokens"] == 1 else "tokens"
-        print(f"\n{g['graph']} graph: {g['tokens']} new {what}, {g['cache_slots']} cache slots")
-        print(g["report"])
-        per = " per decode token" if g["graph"] == "decode" else ""
-        before, after = g["dispatches_before"], g["dispatches_after"]
-        print(f"dispatches{per}: {before} before passes, {after} after")
-        print(
-            f"metal plan{per}: {g['metal_dispatches']} kernel dispatches, "
-            f"{g['metal_barriers']} barriers, {g['metal_host']} host commands"
-        )
-        print(
-            f"thunks {g['thunks']}, arena {g['arena_bytes']} B (naive {g['naive_bytes']} B), "
-            f"state {g['state_bytes']} B"
-        )
-    errs = info["quant_errors"]
-    if errs:
-        print(f"\nquantised to {info['quantize']}: relative error ‖dequant(W) − W‖ / ‖W‖")
-        for name, e in errs.items():
-            print(f"  {name:48} {e:.3e}")
-        print(f"  {'max':48} {max(errs.values()):.3e}")
-    return 0
-
-
 def _cmd_serve(args: argparse.Namespace) -> int:
     from rlx import serve
 
@@ -583,6 +446,21 @@ def _model_args(p: argparse.ArgumentParser, sampling: bool = True) -> None:
         )
 
 
+def _train_args(p: argparse.ArgumentParser) -> None:
+    from rlx.train.run import add_arguments
+
+    add_arguments(p)
+    p.set_defaults(fn=_cmd_train)
+
+
+def _cmd_train(args: argparse.Namespace) -> int:
+    from rlx.train.run import run
+
+    summary = run(args, log=lambda s: print(s, flush=True))
+    print(json.dumps(summary))
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the ``rlx`` script."""
     p = argparse.ArgumentParser(prog="rlx", description="rlx ML compiler and runtime")
@@ -592,6 +470,8 @@ def main(argv: list[str] | None = None) -> int:
     demo.add_argument("--layers", type=_at_least(1), default=1, help="decoder layers (default 1)")
     demo.add_argument("--seq", type=_at_least(1), default=8, help="tokens to run (default 8)")
     demo.set_defaults(fn=_cmd_demo)
+    train = sub.add_parser("train", help="LoRA fine-tuning of an LLM, or a CNN on digits")
+    _train_args(train)
     gen = sub.add_parser("generate", help="generate text with a GGUF LLM")
     _model_args(gen)
     gen.add_argument("-p", "--prompt", required=True, help="prompt text")
@@ -651,10 +531,23 @@ def main(argv: list[str] | None = None) -> int:
     )
     insp.add_argument("--json", action="store_true", help="print one JSON object")
     insp.add_argument(
+        "--html",
+        metavar="FILE",
+        default=None,
+        help="also write a self-contained HTML report: schedule per layer, arena lifetimes, "
+        "Metal plan, pass report",
+    )
+    insp.add_argument(
         "--quantize",
         default=None,
         help="quantise the float linear weights at load (int8, int4/32a, fp8_e4m3, nvfp4, "
         "q8_0 ...) and print each layer's relative error",
+    )
+    insp.add_argument(
+        "--train",
+        action="store_true",
+        help="compile the model's LoRA training step (--seq tokens, default 64) and print its "
+        "saved activations with their lifetimes",
     )
     insp.add_argument(
         "--thunks",

@@ -405,6 +405,14 @@ class Executable:
             return self._native.schedule()
 
     @property
+    def metal_plan(self) -> str:
+        """The Metal plan of the schedule, one command per line
+        (``dispatch #3 rms_norm_f32 grid=... tg=... @0 W1@0``, ``barrier``,
+        ``host #4``), whatever the device."""
+        with self._hold():
+            return self._native.metal_plan()
+
+    @property
     def arena_bytes(self) -> int:
         """Bytes of the activation arena (states live in their own buffer)."""
         return int(self.stats["arena_bytes"])
@@ -418,7 +426,10 @@ class Executable:
         ``fallback_by_thunk`` those of them that run through the numpy reference;
         ``dispatches_lowered`` / ``dispatches`` before and after the passes,
         ``pass_matches`` per pass (-1 = disabled) and ``passes``, one dict per
-        pass in pipeline order (name, enabled, matches, thunks_before/after);
+        pass in pipeline order (name, enabled, matches, thunks_before/after,
+        ``made`` / ``removed``: thunk kinds it put in / took out, counted),
+        ``graph_passes`` the graph fusions as (name, enabled, matches, nodes
+        before, nodes after);
         the Metal plan's ``metal_dispatches``, ``metal_barriers``,
         ``metal_host`` and ``metal_host_by_thunk`` (host commands per thunk
         name: the thunks without an MSL kernel)."""

@@ -279,6 +279,9 @@ PROBES: dict[str, Probe] = {
                               _b(lambda p: p.g.scaled_quant_scale(p.x("a", [8, 32])))),
     "DequantMatMulGguf": Probe("op dequant_matmul (gguf q8_0)", _b(lambda p: p.g.dequant_matmul(
         p.x("a", [3, 32]), p.w("wq", [5, 34], "u8"), scheme="q8_0"))),
+    "DequantMatMulGgufT": Probe("op dequant_matmul_t (gguf q8_0)", _b(
+        lambda p: p.g.dequant_matmul_t(p.x("a", [3, 5]), p.w("wq", [5, 34], "u8"),
+                                       scheme="q8_0", k=32))),
     "DequantGroupedMatMulGguf": Probe("op dequant_grouped_matmul (gguf q8_0)", _b(
         lambda p: p.g.dequant_grouped_matmul(p.x("a", [6, 32]), p.w("wq", [4, 5, 34], "u8"),
                                              p.x("idx", [6], "i32"), scheme="q8_0"))),

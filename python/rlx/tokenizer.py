@@ -27,13 +27,14 @@ from __future__ import annotations
 import codecs
 import json
 import os
+import threading
 from abc import ABC, abstractmethod
 from collections.abc import Iterable, Sequence
 from datetime import datetime
 from pathlib import Path
 from typing import Any, Optional, Union
 
-from rlx.errors import UnsupportedOpError, WeightFormatError
+from rlx.errors import RlxError, UnsupportedOpError, WeightFormatError
 from rlx.io.gguf import GGUFFile
 
 __all__ = ["StreamDecoder", "Tokenizer", "TokenizerBase"]
@@ -202,10 +203,12 @@ class Tokenizer(TokenizerBase):
         self.model = gguf.get_str("tokenizer.ggml.model")
         self.pre = gguf.get_str("tokenizer.ggml.pre", "default")
         self.architecture = gguf.get_str("general.architecture", "")
-        self.tokens = gguf.get_str_list("tokenizer.ggml.tokens")
-        n = len(self.tokens)
+        # the vocabulary's texts are decoded on first use (:attr:`tokens`):
+        # 262k Python strings are ~25 MB that running on token ids never needs
+        n = self._n_tokens = gguf.str_list_len("tokenizer.ggml.tokens")
+        self._tokens: Optional[list[str]] = None
         types = gguf.get_array("tokenizer.ggml.token_type", None)
-        self.token_types = [NORMAL] * n if types is None else [int(t) for t in types]
+        self.token_types: list[int] = [NORMAL] * n if types is None else types.tolist()
         if len(self.token_types) != n:
             raise _fail(self.path, f"{len(self.token_types)} token types for {n} tokens")
 
@@ -228,21 +231,63 @@ class Tokenizer(TokenizerBase):
             self.chat_template = _FALLBACK_TEMPLATES["gemma"]
 
         eog = {i for i in (self.eos_id, _id("eot_token_id"), _id("eom_token_id")) if i is not None}
-        index = {t: i for i, t in enumerate(self.tokens)}
-        eog.update(index[t] for t in _EOG_TEXTS if t in index)
+        eog.update(gguf.find_strs("tokenizer.ggml.tokens", _EOG_TEXTS).values())
         self.eos_ids: frozenset[int] = frozenset(eog)
 
         if self.model == "gpt2":
-            self._hf = self._build_byte_level(gguf, index)
-        elif self.model == "llama":
-            self._hf = self._build_sentencepiece(gguf)
-        else:
+            if self.pre not in _PRE_SPLITS:
+                raise UnsupportedOpError(
+                    f"[tokenizer] {self.path}: pre-tokenizer {self.pre!r} is not supported; "
+                    f"known: {', '.join(sorted(_PRE_SPLITS))}"
+                )
+        elif self.model != "llama":
             raise UnsupportedOpError(
                 f"[tokenizer] {self.path}: tokenizer.ggml.model {self.model!r} is not supported "
                 "(rlx reads 'gpt2' byte-level BPE and 'llama' SentencePiece vocabularies)"
             )
+        #: the file the BPE pipeline is built from on first use (see :attr:`_hf`)
+        self._gguf = gguf
+        self._hf_built: Any = None
+        self._build_lock = threading.Lock()
         self._plain_hf: Any = None
         self._pieces: Optional[list[bytes]] = None
+
+    @property
+    def tokens(self) -> list[str]:
+        """The vocabulary's texts by id, as the file spells them (decoded
+        from the file on first use)."""
+        toks = self._tokens
+        if toks is None:
+            toks = self._tokens = self._gguf.get_str_list("tokenizer.ggml.tokens")
+        return toks
+
+    @property
+    def _hf(self) -> Any:
+        """The ``tokenizers`` pipeline (encoding, token ids of texts), built
+        on first use: a model run on token ids (``rlx bench``, a server fed
+        ids) never pays for it, and for Gemma3's 262k vocabulary it is
+        about 1.7 s and 100+ MB. A vocabulary or merges table the library
+        refuses raises :class:`rlx.WeightFormatError` here."""
+        hf = self._hf_built
+        if hf is None:
+            with self._build_lock:
+                if self._hf_built is None:
+                    self._hf_built = self._build()
+                hf = self._hf_built
+        return hf
+
+    def _build(self) -> Any:
+        gguf = self._gguf
+        try:
+            if self.model == "gpt2":
+                return self._build_byte_level(gguf, {t: i for i, t in enumerate(self.tokens)})
+            return self._build_sentencepiece(gguf)
+        except RlxError:
+            raise
+        except Exception as e:  # the library raises plain Exception
+            if type(e) is not Exception:
+                raise
+            raise _fail(self.path, f"the tokenizer cannot be built ({e})") from e
 
     @classmethod
     def from_gguf(cls, path: Union[str, os.PathLike[str], GGUFFile]) -> Tokenizer:
@@ -356,7 +401,7 @@ class Tokenizer(TokenizerBase):
     @property
     def vocab_size(self) -> int:
         """Number of tokens in the vocabulary."""
-        return len(self.tokens)
+        return self._n_tokens
 
     def encode(self, text: str, add_special: bool = True, parse_special: bool = True) -> list[int]:
         """Token ids of ``text``.
@@ -418,8 +463,8 @@ class Tokenizer(TokenizerBase):
     def decode_piece(self, token_id: int, skip_special: bool = False) -> bytes:
         """The bytes token ``token_id`` stands for (may be part of a UTF-8
         character; join pieces before decoding, or use :class:`StreamDecoder`)."""
-        if not 0 <= token_id < len(self.tokens):
-            raise ValueError(f"token id {token_id} is outside the vocabulary ({len(self.tokens)})")
+        if not 0 <= token_id < self._n_tokens:
+            raise ValueError(f"token id {token_id} is outside the vocabulary ({self._n_tokens})")
         if skip_special and self.is_special(token_id):
             return b""
         return self._piece_table()[token_id]
@@ -443,7 +488,7 @@ class Tokenizer(TokenizerBase):
     def __repr__(self) -> str:
         return (
             f"Tokenizer({Path(self.path).name!r}, model={self.model}, pre={self.pre}, "
-            f"vocab={len(self.tokens)})"
+            f"vocab={self._n_tokens})"
         )
 
 

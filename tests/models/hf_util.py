@@ -151,7 +151,7 @@ def hf_to_gguf(src: Path, path: Path, qtype: str = "F32") -> Path:
     vocab = sorted(tok["model"]["vocab"].items(), key=lambda kv: kv[1])
     special = {t["id"] for t in tok["added_tokens"] if t["special"]}
     w.add_string("tokenizer.ggml.model", "gpt2")
-    w.add_string("tokenizer.ggml.pre", "gpt2")
+    w.add_string("tokenizer.ggml.pre", "gpt-2")  # llama.cpp's name (it refuses "gpt2")
     w.add_array("tokenizer.ggml.tokens", [t for t, _ in vocab])
     w.add_array("tokenizer.ggml.token_type", [3 if i in special else 1 for _, i in vocab])
     merges = [m if isinstance(m, str) else " ".join(m) for m in tok["model"]["merges"]]

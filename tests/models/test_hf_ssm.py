@@ -13,8 +13,9 @@ decode, and 80 tokens (one prompt past a GDN chunk of 64); tolerance 1e-4 of
 the largest |logit| (measured ≤ 1e-6 on host / reference / metal-sim);
 on metal-sim every compiled plan (prefill and decode) has 0 host commands.
 State checks: the conv / SSM / GDN states are zeroed by ``reset`` and shared
-by every graph; prompts in chunks of non-bucket lengths (the scans fold every
-row into their state, so prompts run at their exact length); the fusion
+by every graph; prompts in chunks of non-bucket lengths; a prompt padded to
+its bucket leaves the states and logits of the exact-length graph (the scans
+stop on padded rows) and no graph is compiled per prompt length; the fusion
 passes fire once per conv / GDN layer and the logits with them off equal
 those with them on (1e-5)."""
 
@@ -141,6 +142,45 @@ def test_reset_zeroes_the_states_and_graphs_share_them(name: str) -> None:
     model.reset(24)
     assert all(not np.any(owner.exe.state(n)) for n in names)
     assert rel(model.next_logits(_ids(e)), e["logits24"][-1]) < TOL
+
+
+def _states(model: rlx.DecoderModel) -> dict[str, np.ndarray]:
+    from rlx.models.mixers import MIXERS
+
+    cfg, owner = model.config, model._owners[model._cap]
+    names = [n for i in range(cfg.n_layers) for n in MIXERS[cfg.mixer(i)].recurrent(cfg, i)]
+    return {n: owner.exe.state(n).copy() for n in names if not n.startswith("conv")}
+
+
+@pytest.mark.parametrize("name", ["mamba2_g2", "mamba", "qwen3_next_dense", "falcon_h1"])
+def test_padded_bucket_equals_exact_length(name: str) -> None:
+    """Prompts of 5 and 13 tokens run padded in the one 16-token bucket graph
+    (no graph per length) and leave the SSM / GDN states the exact-length
+    graphs leave (1e-5 of the largest |state|; they differ in rounding only:
+    the 16-row scans run chunked, the 5-row ones recurrent); the decode steps
+    after them match transformers (1e-4). Without the scans' stop on padded
+    rows the states are off by ~1e-1."""
+    e = expected(fixture(name))
+    ids = _ids(e)
+    model = rlx.load(str(fixture(name)))
+    runs = {}
+    for n in (5, 13):
+        model.reset(24)
+        padded = model.next_logits(ids[:n])
+        states = _states(model)
+        runs[n] = padded, states, [model.next_logits([t]) for t in ids[n : n + 4]]
+    assert {s for (s, c, _) in model._runners if c == model._cap} == {1, 16}
+    model._exact = True  # the exact-length graphs, as before the buckets
+    for n, (padded, got_states, decode) in runs.items():
+        model.reset(24)
+        exact = model.next_logits(ids[:n])
+        assert (n, model._cap, False) in model._runners
+        assert rel(padded, exact) < 1e-5
+        assert rel(padded, e["logits24"][n - 1]) < TOL
+        for k, want in _states(model).items():
+            err = np.max(np.abs(got_states[k] - want))
+            assert err <= 1e-5 * np.max(np.abs(want)), (n, k, err)
+        assert rel(np.stack(decode), e["logits24"][n : n + 4]) < TOL
 
 
 def _patched(tmp_path: Path, name: str, patch: dict) -> Path:

@@ -13,6 +13,7 @@ from typing import Any, Callable
 
 import pytest
 import rlx
+from rlx.io.gguf import GGUFFile
 from rlx.tokenizer import Tokenizer
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
@@ -145,3 +146,33 @@ def test_bad_tokenizer_metadata(tmp_path: Path) -> None:
     w.close()
     with pytest.raises(rlx.WeightFormatError, match=r"notok\.gguf.*tokenizer\.ggml\.model"):
         Tokenizer.from_gguf(path)
+
+
+def test_find_strs_and_lazy_tokens(tmp_path: Path) -> None:
+    """GGUFFile.find_strs gives the last index of each text (absent ones left
+    out) as a text → id dict over the decoded list would; the tokenizer's
+    vocabulary is decoded on first use and matches get_str_list."""
+    gguf = pytest.importorskip("gguf")
+    path = tmp_path / "strs.gguf"
+    w = gguf.GGUFWriter(str(path), "llama")
+    items = ["a", "<|im_end|>", "ünï", "<end_of_turn>", "a", "ab"]
+    w.add_array("tokenizer.ggml.tokens", items)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    f = GGUFFile(path)
+    want = ["a", "ünï", "<end_of_turn>", "missing", "b"]
+    assert f.find_strs("tokenizer.ggml.tokens", want) == {
+        t: i for i, t in enumerate(items) if t in want
+    }
+    assert f.str_list_len("tokenizer.ggml.tokens") == len(items)
+    assert f.get_str_list("tokenizer.ggml.tokens") == items
+
+
+def test_vocab_decoded_lazily(model_or_skip: Callable[[str], Path]) -> None:
+    t = Tokenizer.from_gguf(model_or_skip("smollm2"))
+    assert t._tokens is None and t._hf_built is None  # nothing decoded / built yet
+    n = t.vocab_size
+    assert t.tokens == GGUFFile(t.path).get_str_list("tokenizer.ggml.tokens")
+    assert len(t.tokens) == n

@@ -44,7 +44,7 @@ use crate::exec_util::{
 use crate::graph::PyGraph;
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
-use pyo3::types::{PyDict, PyList};
+use pyo3::types::PyDict;
 use rlx_metal::compile::active::ActivePlan;
 use rlx_metal::compile::{
     compile, verify::verify_schedule, verify::VerifyContext, CompileError, CompileOptions, Compiled,
@@ -593,6 +593,21 @@ impl PyExecutable {
         self.compiled.schedule.to_string()
     }
 
+    /// Per thunk `(name, text, reads, writes, made_by)` (see `inspect.rs`).
+    fn thunk_rows(&self) -> Vec<crate::inspect::ThunkRow> {
+        crate::inspect::thunk_rows(&self.compiled)
+    }
+
+    /// The Metal plan, `(kind, thunk, kernel, grid, threadgroup)` per command.
+    fn metal_commands(&self) -> Vec<crate::inspect::CommandRow> {
+        crate::inspect::command_rows(&self.plan)
+    }
+
+    /// The Metal plan, one command per line (`dispatch #3 rms_norm_f32 ...`).
+    fn metal_plan(&self) -> String {
+        self.plan.to_string()
+    }
+
     /// Number of thunks.
     fn num_thunks(&self) -> usize {
         self.compiled.schedule.thunks.len()
@@ -612,7 +627,8 @@ impl PyExecutable {
     /// native vs fallback thunks, a count per thunk name
     /// (`by_thunk`) and per thunk name of those run by the fallback
     /// (`fallback_by_thunk`), and per thunk name those the Metal plan runs
-    /// as host commands (`metal_host_by_thunk`).
+    /// as host commands (`metal_host_by_thunk`); `graph_passes` lists the
+    /// graph fusions as `(name, enabled, matches, nodes before, after)`.
     fn stats<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
         let c = &self.compiled;
         let d = PyDict::new(py);
@@ -634,22 +650,7 @@ impl PyExecutable {
         d.set_item("thunks", c.schedule.thunks.len())?;
         d.set_item("dispatches_lowered", c.passes.dispatches_before)?;
         d.set_item("dispatches", c.passes.dispatches_after)?;
-        let passes = PyDict::new(py);
-        for p in c.passes.graph_passes.iter().chain(&c.passes.passes) {
-            passes.set_item(&p.name, if p.enabled { p.matches as i64 } else { -1 })?;
-        }
-        d.set_item("pass_matches", passes)?;
-        let per_pass = PyList::empty(py);
-        for p in &c.passes.passes {
-            let e = PyDict::new(py);
-            e.set_item("name", &p.name)?;
-            e.set_item("enabled", p.enabled)?;
-            e.set_item("matches", p.matches)?;
-            e.set_item("thunks_before", p.thunks_before)?;
-            e.set_item("thunks_after", p.thunks_after)?;
-            per_pass.append(e)?;
-        }
-        d.set_item("passes", per_pass)?;
+        crate::inspect::pass_stats(py, c, &d)?;
         d.set_item("verified_at_compile", self.verified_at_compile)?;
         let m = self.plan.stats();
         d.set_item("metal_dispatches", m.dispatches)?;

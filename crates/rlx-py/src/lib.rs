@@ -9,6 +9,7 @@ mod exec;
 mod exec_util;
 mod gguf;
 mod graph;
+mod inspect;
 mod settings;
 
 use pyo3::prelude::*;

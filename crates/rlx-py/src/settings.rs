@@ -23,7 +23,8 @@ fn set_int8_activations(enabled: bool) -> bool {
 }
 
 /// Sets how many int8 code levels the host's int8-activation
-/// matmuls (m ≤ 8: decode and batched decode) use, 1 or 2
+/// matmuls for m ≤ 8 (decode and batched decode) use, 1 or 2 (prefill,
+/// m > 8, always uses two)
 /// (`rlx_metal::host::kernels::quant::set_int8_activation_levels`);
 /// returns the previous count.
 #[pyfunction]
@@ -38,9 +39,19 @@ fn set_int8_activation_levels(levels: u32) -> PyResult<u32> {
     ))
 }
 
+/// Turns the host's integer-dot prefill GEMM (quantised matmuls with
+/// m > 8, `rlx_metal::host::kernels::quant::set_int8_prefill_gemm`) on or
+/// off for the process; off, they multiply f32 activations with f32
+/// weight panels. Returns the previous setting.
+#[pyfunction]
+fn set_int8_prefill_gemm(enabled: bool) -> bool {
+    rlx_metal::host::kernels::quant::set_int8_prefill_gemm(enabled)
+}
+
 pub(crate) fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(pass_names, m)?)?;
     m.add_function(wrap_pyfunction!(set_int8_activations, m)?)?;
     m.add_function(wrap_pyfunction!(set_int8_activation_levels, m)?)?;
+    m.add_function(wrap_pyfunction!(set_int8_prefill_gemm, m)?)?;
     Ok(())
 }

@@ -31,6 +31,7 @@ import math
 import os
 import stat
 import struct
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional, Union
@@ -455,6 +456,33 @@ class GGUFFile:
         except UnicodeDecodeError as e:
             what = f"metadata key {key!r} item {len(out)}: bad UTF-8 ({e})"
             raise _fail(self.path, what) from None
+        return out
+
+    def str_list_len(self, key: str, default: Any = _MISSING) -> int:
+        """The number of items of an ARRAY of STRING (none decoded)."""
+        f = self._array(key, default, ("STRING",), "an array of strings")
+        return default if f is None else int(f.count)
+
+    def find_strs(self, key: str, texts: Iterable[str]) -> dict[str, int]:
+        """The index of each of ``texts`` in the ARRAY of STRING ``key`` (the
+        last one of a text listed twice; texts not found are left out),
+        without decoding the other items: looking up a few special tokens in
+        a 262k vocabulary costs neither the time nor the memory of
+        :meth:`get_str_list`."""
+        f = self._array(key, _MISSING, ("STRING",), "an array of strings")
+        want = {t.encode("utf-8"): t for t in texts}
+        sizes = {len(b) for b in want}
+        buf = self._mmap[f.offset : f.end].tobytes()
+        u64 = struct.Struct(self.byte_order + "Q")
+        out: dict[str, int] = {}
+        pos = 0
+        for i in range(f.count):
+            n = u64.unpack_from(buf, pos)[0]
+            if n in sizes:
+                t = want.get(buf[pos + 8 : pos + 8 + n])
+                if t is not None:
+                    out[t] = i
+            pos += 8 + n
         return out
 
     def get_array(self, key: str, default: Any = _MISSING) -> np.ndarray:

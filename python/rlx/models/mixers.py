@@ -297,6 +297,26 @@ def conv_feeds(cfg: Config, n: int, n_new: int, s: int, max_tokens: int) -> dict
     return {"conv_slots": slots, "conv_rows": rows}
 
 
+def pad_stop(ctx: LayerCtx, x: Node) -> Node:
+    """``x [1, S, k]`` with a bucket's padded rows zeroed: times run-time
+    input ``x_valid [1, S, 1]`` (1 on the prompt's rows, 0 on the padding
+    after them; :func:`scan_feeds`). A scan whose step size (Mamba's ``dt``)
+    or gate and log-decay (GDN's ``β``, ``g``) pass through it leaves its
+    state exactly as it is on a padded row (decay ``e⁰ = 1``, update 0), so
+    a prompt padded to its bucket leaves the state the exact-length prompt
+    leaves. Graphs of one token per row (decode, batched decode) have no
+    padding: ``x`` unchanged."""
+    if ctx.s == 1 or ctx.batch:
+        return x
+    return ctx.g.mul(x, ctx.input("x_valid", [1, ctx.s, 1]))
+
+
+def scan_feeds(cfg: Config, n: int, n_new: int, s: int, max_tokens: int) -> dict:
+    """:func:`conv_feeds` plus ``x_valid`` of :func:`pad_stop`."""
+    valid = (np.arange(s) < n_new).astype(np.float32).reshape(1, s, 1)
+    return {**conv_feeds(cfg, n, n_new, s, max_tokens), "x_valid": valid}
+
+
 MIXERS: dict[str, MixerKind] = {
     "attention": MixerKind("attention", attention, lambda cfg, i: [], _no_feeds, copy_mode=True),
     "short_conv": MixerKind("short_conv", short_conv, lambda cfg, i: [f"conv{i}"], conv_feeds),

@@ -26,7 +26,9 @@ Formulas (transformers ``modeling_qwen3_next.py``, ``Qwen3NextGatedDeltaNet``):
 * ``y = rmsnorm(o)·w · silu(z)`` per value head (norm before gate: the shape
   ``fuse_gdn_gated_norm`` fuses), ``out_proj``.
 
-The rule folds every row of a call into the state: ``pads_ok=False``.
+The rule folds every row of a call into the state; on a bucket's padded rows
+``β`` and ``g`` are zeroed (:func:`rlx.models.mixers.pad_stop`), which leaves
+the state as it is (``S ← e⁰·(S − 0) + 0``).
 """
 
 from __future__ import annotations
@@ -38,7 +40,7 @@ import numpy as np
 from rlx.errors import UnsupportedOpError
 from rlx.graph import Graph
 from rlx.models.base import Config
-from rlx.models.mixers import MIXERS, LayerCtx, MixerKind, causal_conv, conv_feeds
+from rlx.models.mixers import MIXERS, LayerCtx, MixerKind, causal_conv, pad_stop, scan_feeds
 from rlx.models.mixers_ssm import softplus, ssm_a
 from rlx.node import Node
 
@@ -110,8 +112,9 @@ def gdn(ctx: LayerCtx, i: int, x: Node) -> Node:
     v = g.narrow(qkv, 2, 2 * kd, vd)
     tiled = cfg.gdn_v_tiled
     q, k = _repeat_heads(g, q, hk, rep, dk, tiled), _repeat_heads(g, k, hk, rep, dk, tiled)
-    beta = g.sigmoid(b)
+    beta = pad_stop(ctx, g.sigmoid(b))
     decay = g.mul(ssm_a(g, w, p), softplus(g, g.add(a, w.vector(g, p + "ssm_dt.bias"))))
+    decay = pad_stop(ctx, decay)
     o = g.gated_delta_net(q, k, v, decay, beta, g.state(f"gdn{i}", [1, hv, dv, dv]), heads=hv)
     # keep the rule's output alive to the end (as conv_keep in causal_conv):
     # else the planner may put the gated norm's output over it, and
@@ -126,4 +129,4 @@ def _gdn_states(cfg: Config, i: int) -> list[str]:
     return [f"conv{i}", f"gdn{i}"]
 
 
-MIXERS["gdn"] = MixerKind("gdn", gdn, _gdn_states, conv_feeds, pads_ok=False)
+MIXERS["gdn"] = MixerKind("gdn", gdn, _gdn_states, scan_feeds)

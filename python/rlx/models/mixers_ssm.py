@@ -6,8 +6,10 @@ projection, continued across calls by the shared conv ring
 (:func:`rlx.models.mixers.causal_conv`, state ``conv{i}``), then run the
 scan op with a recurrent State leaf the op updates in place (``ssm{i}``;
 Mamba-2 with ``n_groups > 1``: ``ssm{i}_{j}`` per B/C group). The scans fold
-every row of a call into their state, so padded rows would corrupt it:
-``pads_ok=False`` (prompts run at their exact length).
+every row of a call into their state; a prompt padded to its bucket has its
+step sizes zeroed on the padded rows (:func:`rlx.models.mixers.pad_stop`),
+where the state then stays as it is, so one compiled graph per bucket serves
+every prompt length.
 
 Formulas (transformers ``modeling_mamba2.py`` / ``modeling_mamba.py``):
 
@@ -30,7 +32,7 @@ import numpy as np
 from rlx.errors import UnsupportedOpError, WeightFormatError
 from rlx.graph import Graph
 from rlx.models.base import Config, Weights
-from rlx.models.mixers import MIXERS, LayerCtx, MixerKind, causal_conv, conv_feeds
+from rlx.models.mixers import MIXERS, LayerCtx, MixerKind, causal_conv, pad_stop, scan_feeds
 from rlx.models.source import to_f32
 from rlx.node import Node
 
@@ -121,7 +123,7 @@ def mamba2(ctx: LayerCtx, i: int, x: Node) -> Node:
     bias = p + "ssm_conv1d.bias" if cfg.conv_bias else None
     xbc = g.silu(causal_conv(ctx, i, xbc, p + "ssm_conv1d.weight", bias))
     xs = g.narrow(xbc, 2, 0, inner)
-    dt = softplus(g, g.add(dt, w.vector(g, p + "ssm_dt.bias")))
+    dt = pad_stop(ctx, softplus(g, g.add(dt, w.vector(g, p + "ssm_dt.bias"))))
     a = ssm_a(g, w, p)
     per = heads // hg
     outs = []
@@ -152,7 +154,7 @@ def _mamba2_states(cfg: Config, i: int) -> list[str]:
     return [f"conv{i}", *ssm]
 
 
-MIXERS["mamba2"] = MixerKind("mamba2", mamba2, _mamba2_states, conv_feeds, pads_ok=False)
+MIXERS["mamba2"] = MixerKind("mamba2", mamba2, _mamba2_states, scan_feeds)
 
 
 # ---------------------------------------------------------------- Mamba-1
@@ -171,7 +173,7 @@ def mamba(ctx: LayerCtx, i: int, x: Node) -> Node:
         dt, b, c = (g.rms_norm(t, w.vector(g, f"{p}ssm_{k}_norm.weight"), eps=cfg.eps)
                     for t, k in ((dt, "dt"), (b, "b"), (c, "c")))  # fmt: skip
     dt = w.linear(g, dt, p + "ssm_dt.weight")
-    dt = softplus(g, g.add(dt, w.vector(g, p + "ssm_dt.bias")))
+    dt = pad_stop(ctx, softplus(g, g.add(dt, w.vector(g, p + "ssm_dt.bias"))))
     a = ssm_a(g, w, p, [inner, n])
     st = g.state(f"ssm{i}", [1, inner, n])
     y = g.selective_scan(xs, dt, a, b, c, state=st)
@@ -179,9 +181,7 @@ def mamba(ctx: LayerCtx, i: int, x: Node) -> Node:
     return _lin(ctx, g.mul(y, g.silu(z)), p + "ssm_out")
 
 
-MIXERS["mamba"] = MixerKind(
-    "mamba", mamba, lambda cfg, i: [f"conv{i}", f"ssm{i}"], conv_feeds, pads_ok=False
-)
+MIXERS["mamba"] = MixerKind("mamba", mamba, lambda cfg, i: [f"conv{i}", f"ssm{i}"], scan_feeds)
 
 
 # ------------------------------------------------- Falcon-H1 parallel hybrid
@@ -202,5 +202,5 @@ def mamba2_attention(ctx: LayerCtx, i: int, x: Node) -> Node:
 
 
 MIXERS["mamba2_attention"] = MixerKind(
-    "mamba2_attention", mamba2_attention, _mamba2_states, conv_feeds, pads_ok=False
+    "mamba2_attention", mamba2_attention, _mamba2_states, scan_feeds
 )

@@ -20,7 +20,7 @@ parameter.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Optional
 
 import numpy as np
@@ -62,6 +62,7 @@ def train_step(
     optimizer: Optimizer,
     *,
     clip_norm: Optional[float] = None,
+    dense_weights: Optional[Mapping[Node, Node]] = None,
 ) -> list[str]:
     """Append backward + update to ``graph`` and make ``loss`` (a scalar, or
     summed) its output (with ``grad_norm`` too when clipping).
@@ -70,6 +71,8 @@ def train_step(
     overwritten by the update). Declares, per parameter and optimizer slot,
     a zero-initialised state ``"<param>.<slot>"`` and one step counter
     :data:`STEP_STATE` (``[1]``). Returns the names of the states it added.
+    ``dense_weights`` goes to :func:`rlx.grad` (the input gradient of frozen
+    quantised matmuls through dequantised copies).
     """
     params = list(params)
     for p in params:
@@ -93,7 +96,7 @@ def train_step(
             added.append(name)
         slot_nodes.append(row)
     loss_out = loss if loss.ndim == 0 else g.sum(loss)
-    grads = _grad(g, loss_out, params)
+    grads = _grad(g, loss_out, params, dense_weights=dense_weights)
     outs = [loss_out]
     if clip_norm is not None:
         grads, norm = clip_by_global_norm(g, grads, clip_norm)
