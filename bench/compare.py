@@ -1,374 +1,264 @@
 """Side-by-side benchmark: rlx against llama.cpp on the same GGUF files, same thread count.
 
-For each model (SmolLM2-135M Q4_1, Gemma3-270M Q4_K_M, Qwen2.5-0.5B Q4_K_M) it
-measures, alternating the two engines round by round in one run:
+For each model (SmolLM2-135M Q4_1, Gemma3-270M Q4_K_M, Qwen2.5-0.5B Q4_K_M) the two
+engines alternate round by round in one run (llama.cpp first in odd rounds, rlx first
+in even ones; ``--rounds``, default 6):
 
-* llama.cpp: the ``llama-bench`` binary when one is found (``$LLAMA_BENCH``,
-  ``$RLX_PEER_VENV/bin/llama-bench``), one repetition per round (llama-bench warms
-  up itself); else ``llama-cpp-python`` in the peer python (a warm-up, then
-  prefill of 64 / 256 tokens in one batch and decode of 32 / 128 single tokens).
-  Its peak RSS (load + 64 prompt tokens) is measured in a child process.
-* rlx: ``<repo>/.venv/bin/rlx bench GGUF --json --threads N``, whose JSON has
-  ``load_s``, ``pp64``, ``pp256``, ``tg32``, ``tg128`` (tokens/s) and
-  ``peak_rss_mib``; missing or failing, its cells read "n/a".
+* llama.cpp: ``llama-bench -t N -r 1 -p 64,256,512 -n 32,128 -o json`` (it warms up
+  each test itself) under ``OMP_WAIT_POLICY=ACTIVE`` — its best setting on a quiet
+  machine (issue 14; ``--omp-passive`` measures the other one, labelled in the
+  output). Then ``llama-completion -p Hello -n 1 -c 512`` for the load time.
+* rlx: a fresh ``$RLX_PYTHON`` (default ``<repo>/.venv/bin/python``) process with
+  ``RLX_NUM_THREADS=RAYON_NUM_THREADS=N``: ``rlx.load``, one forward of a 2-token
+  prompt (the load time ends there), then ``rlx.models.bench``'s ``prefill_tps`` /
+  ``decode_tps`` once per figure (each compiles and warms up first, as llama-bench's
+  warm-up run does).
 
-Figures are medians over ``--rounds`` (default 3). The Markdown table goes into
-BENCHMARKS.md between the ``compare.py`` markers (the rest of the file is kept).
-The peers live outside the repo: ``bash scripts/setup_peers.sh`` first.
+Figures: ``ppN`` = tokens/s of an N-token prompt in one batch from an empty cache;
+``tgN`` = tokens/s of N one-token decode steps after a one-token prompt (llama-bench's
+conventions). **Peak RSS** is each engine process's ``wait4`` high-water mark over
+the same workload (load, every prefill and decode test of the round). **Load** is
+file → first token possible: llama.cpp's own ``load time`` (``common_perf_print``;
+llama.cpp restarts that clock at the model's load and stops it at the end of the
+first evaluation, its warm-up run, so mmap page faults and graph set-up count);
+rlx's is the same span, ``rlx.load()`` to the logits of a first 2-token prompt
+(compile included). Neither counts process start-up (rlx's Python import is
+reported apart, ``import_s`` in the per-round log).
 
-    python bench/compare.py [--models smollm2 ...] [--rounds 3] [--threads 2] [--no-rlx]
+Each round records the machine's 1-minute load and the CPU the other processes
+took (bench/harness.py, bench/loadmon.py); a round in which other processes took
+more than ``--max-others`` cores (default 0.10) is discarded, and the notes say how
+many rounds were kept. Tables give medians (min–max) over the kept rounds.
+
+**Bandwidth limit.** bench/membw.rs (built with ``rustc -O -C target-cpu=native``,
+512-bit loads)
+reads a 2 GiB buffer (far beyond the caches) with N threads, 10 repetitions;
+it runs before the first and after the last model, and the limit is the best
+repetition median. The bytes of weights a decode token reads come from each
+GGUF's tensor table (harness.decode_bytes: every tensor but the token embedding,
+whose one gathered row is negligible, plus the output head — the tied embedding
+counted as the head). Limit = bandwidth ÷ bytes per token; each engine's
+fraction = its tg tokens/s ÷ the limit. The KV cache a token reads is left out
+(tg128, f32 K/V: about 3 % of SmolLM2's weight bytes, 1 % of Gemma3's, 0.4 % of
+Qwen2.5's).
+
+The Markdown goes into BENCHMARKS.md between the ``compare.py`` markers unless
+``--no-write``. The peers live outside the repo: ``WITH_LLAMA_BENCH=1 bash
+scripts/setup_peers.sh`` first.
+
+    python bench/compare.py [--models smollm2 ...] [--rounds 6] [--threads 2]
+        [--max-others 0.1] [--omp-passive] [--no-write]
+    python bench/compare.py --models smollm2 --rounds 1 --quick   # harness check
 """
 
 from __future__ import annotations
 
 import argparse
-import datetime
-import json
-import os
-import platform
-import resource
-import shutil
-import statistics
-import subprocess
+import re
 import sys
-import time
 from pathlib import Path
 from typing import Any, Optional
 
-ROOT = Path(__file__).resolve().parent.parent
-PEER_VENV = Path(os.environ.get("RLX_PEER_VENV", "/work/peer-venv"))
-BENCHMARKS = ROOT / "BENCHMARKS.md"
-BEGIN, END = "<!-- compare.py:begin -->", "<!-- compare.py:end -->"
-MODELS = {
-    "smollm2": "SmolLM2-135M Q4_1",
-    "gemma3-270m": "Gemma3-270M Q4_K_M",
-    "qwen2.5-0.5b": "Qwen2.5-0.5B Q4_K_M",
-}
-PP = (64, 256)
-TG = (32, 128)
-#: Flags the peer llama.cpp is built with (scripts/setup_peers.sh).
-LLAMA_FLAGS = "AVX2+FMA+F16C+BMI2+AVX512(F,VNNI,BF16), AMX off, GGML_NATIVE off"
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from harness import (  # noqa: E402
+    LLAMA_FLAGS,
+    MAX_OTHERS,
+    MODELS,
+    PASSIVE_HELP,
+    Figures,
+    alternate,
+    decode_bytes,
+    llama_bench,
+    llama_completion,
+    llama_env,
+    llama_pp_tg,
+    machine,
+    model_path,
+    now,
+    ratio,
+    read_bandwidth,
+    rlx_child,
+    rlx_version,
+    round_log,
+    round_notes,
+    run_child,
+    summarise,
+    write_section,
+)
 
-#: libgomp's default active spin-wait at llama.cpp's per-op barriers collapses its
-#: throughput 5-50x when other processes share the cores (measured here: SmolLM2 tg32
-#: 2.4 vs 33 tok/s on a loaded 2-core machine); passive waiting is the fair setting.
-OMP_ENV = {"OMP_WAIT_POLICY": "PASSIVE"}
+PP = [64, 256, 512]
+TG = [32, 128]
+BW_MIB = 2048
 
-Figures = dict[str, Optional[float]]  # keys pp64 pp256 tg32 tg128 rss_mb load_s
-KEYS = [f"pp{n}" for n in PP] + [f"tg{n}" for n in TG] + ["rss_mb"]
+_RLX_ROUND = """
+import json, sys, time
+t0 = time.perf_counter()
+import rlx
+from rlx.models.bench import decode_tps, prefill_tps
+t1 = time.perf_counter()
+model = rlx.load(sys.argv[1])
+model.next_logits([1, 2])
+out = {"import_s": t1 - t0, "load_s": time.perf_counter() - t1}
+for n in map(int, filter(None, sys.argv[2].split(","))):
+    out[f"pp{n}"] = prefill_tps(model, n, 1)
+for n in map(int, filter(None, sys.argv[3].split(","))):
+    out[f"tg{n}"] = decode_tps(model, n, 1)
+print(json.dumps(out))
+"""
 
-
-# --------------------------------------------------------------- llama.cpp
-def _llama_bench() -> Optional[str]:
-    for cand in (os.environ.get("LLAMA_BENCH"), str(PEER_VENV / "bin" / "llama-bench")):
-        if cand and Path(cand).is_file() and os.access(cand, os.X_OK):
-            return cand
-    return shutil.which("llama-bench")
-
-
-def _child_peak_rss_mb(cmd: list[str]) -> Optional[float]:
-    """Runs ``cmd`` and returns its peak RSS (MiB) from ``wait4``; None if it failed."""
-    proc = subprocess.Popen(
-        cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=_llama_env()
-    )
-    _, status, usage = os.wait4(proc.pid, 0)
-    proc.returncode = os.waitstatus_to_exitcode(status)
-    if proc.returncode != 0:
-        return None
-    return usage.ru_maxrss / 1024.0  # KiB on Linux
-
-
-def _llama_env() -> dict[str, str]:
-    return dict(os.environ, **OMP_ENV)
-
-
-def _llama_round(bench: Optional[str], gguf: Path, threads: int) -> Figures:
-    """One round of llama.cpp throughput figures (tokens/s)."""
-    if bench is not None:
-        cmd = [bench, "-m", str(gguf), "-t", str(threads), "-r", "1", "-o", "json"]
-        cmd += ["-p", ",".join(map(str, PP)), "-n", ",".join(map(str, TG))]
-        out = subprocess.run(
-            cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, check=True, env=_llama_env()
-        )
-        res: Figures = {}
-        for row in json.loads(out.stdout):
-            key = f"pp{row['n_prompt']}" if row["n_gen"] == 0 else f"tg{row['n_gen']}"
-            res[key] = float(row["avg_ts"])
-        return res
-    py = str(PEER_VENV / "bin" / "python")
-    cmd = [py, __file__, "--llama-cpp-python", str(gguf), "--threads", str(threads)]
-    out = subprocess.run(cmd, stdout=subprocess.PIPE, check=True, text=True, env=_llama_env())
-    return json.loads(out.stdout.strip().splitlines()[-1])
+_LOAD_RE = re.compile(r"\bload time\s*=\s*([0-9.]+)\s*ms")
 
 
-def _llama_rss_mb(bench: Optional[str], gguf: Path, threads: int) -> Optional[float]:
-    """Peak RSS of a process that loads the model and runs a 64-token prompt."""
-    if bench is not None:
-        cmd = [bench, "-m", str(gguf), "-t", str(threads), "-r", "1", "-p", "64", "-n", "0"]
-        return _child_peak_rss_mb([*cmd, "--no-warmup"])
-    py = str(PEER_VENV / "bin" / "python")
-    return _child_peak_rss_mb([py, __file__, "--llama-cpp-python-rss", str(gguf)])
+def llama_load_s(gguf: Path, threads: int, omp: str) -> tuple[Optional[float], str]:
+    """llama.cpp's own load time (s) from a ``llama-completion`` run of one token."""
+    exe = llama_completion()
+    if exe is None:
+        return None, "no llama-completion binary"
+    cmd = [exe, "-m", str(gguf), "-t", str(threads), "-p", "Hello", "-n", "1", "-c", "512"]
+    # llama.cpp logs from a worker thread; on a busy machine the process can exit
+    # before the timing lines are written, so one missing line earns a second run
+    for _ in range(2):
+        ch = run_child([*cmd, "-no-cnv", "--temp", "0"], llama_env(omp))
+        found = _LOAD_RE.findall(ch.err + ch.out)
+        if ch.code == 0 and found:
+            return float(found[-1]) / 1e3, ""
+    return None, f"llama-completion ({ch.code}) printed no load time: {ch.err.strip()[-200:]}"
 
 
-def _llama_cpp_python(gguf: str, threads: int) -> Figures:
-    """(runs in the peer python) prefill / decode tokens/s with llama-cpp-python."""
-    import llama_cpp
-
-    llm = llama_cpp.Llama(model_path=gguf, n_ctx=512, n_batch=512, n_threads=threads, verbose=False)
-    vocab = llm.n_vocab()
-    tokens = [(7919 * i + 13) % (vocab - 1000) + 500 for i in range(max(PP) + max(TG))]
-    llm.reset()
-    llm.eval(tokens[:16])  # warm-up
-    res: Figures = {}
-    for n in PP:
-        llm.reset()
-        t0 = time.perf_counter()
-        llm.eval(tokens[:n])
-        res[f"pp{n}"] = n / (time.perf_counter() - t0)
-    for n in TG:
-        llm.reset()
-        llm.eval(tokens[:1])
-        t0 = time.perf_counter()
-        for tok in tokens[1 : n + 1]:
-            llm.eval([tok])
-        res[f"tg{n}"] = n / (time.perf_counter() - t0)
-    return res
+def llama_round(bench: str, gguf: Path, threads: int, omp: str, pp: list[int] = PP,
+                tg: list[int] = TG) -> tuple[Figures, str]:  # fmt: skip
+    """One llama.cpp round: llama-bench's figures, then its load time."""
+    fig, err = llama_pp_tg(bench, gguf, threads, pp, tg, omp)
+    if err:
+        return fig, err
+    fig["load_s"], err = llama_load_s(gguf, threads, omp)
+    if err:
+        print(f"  (load time n/a: {err})")
+    return fig, ""
 
 
-def _llama_cpp_python_rss(gguf: str) -> None:
-    """(runs in the peer python) load the model and evaluate 64 tokens."""
-    import llama_cpp
-
-    llm = llama_cpp.Llama(model_path=gguf, n_ctx=512, n_batch=512, n_threads=2, verbose=False)
-    llm.eval([(7919 * i + 13) % 30000 + 500 for i in range(64)])
-    print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0)
+def rlx_round(gguf: Path, threads: int, pp: list[int] = PP,
+              tg: list[int] = TG) -> tuple[Figures, str]:  # fmt: skip
+    """One fresh rlx process: load, first forward, each figure once."""
+    args = [str(gguf), ",".join(map(str, pp)), ",".join(map(str, tg))]
+    return rlx_child(_RLX_ROUND, args, threads)
 
 
-def _llama_version(bench: Optional[str]) -> str:
-    py = str(PEER_VENV / "bin" / "python")
-    try:
-        out = subprocess.run(
-            [py, "-c", "import llama_cpp; print(llama_cpp.__version__)"],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.DEVNULL,
-            text=True,
-            check=True,
-        )
-        ver = f"llama.cpp vendored in llama-cpp-python {out.stdout.strip()}"
-    except (OSError, subprocess.CalledProcessError):
-        ver = "llama.cpp"
-    how = "llama-bench binary" if bench else "llama-cpp-python eval() timing"
-    if OMP_ENV:
-        how += ", " + " ".join(f"{k}={v}" for k, v in OMP_ENV.items())
-    return f"{ver}, {how}, built with {LLAMA_FLAGS}"
+def bandwidth(threads: int, samples: list[dict[str, Any]]) -> None:
+    """One bench/membw.rs reading (appended to ``samples``), printed."""
+    res = read_bandwidth(BW_MIB, threads)
+    samples.append(res)
+    print(f"read bandwidth, {BW_MIB} MiB, {threads} threads: median {res['median_gbs']} GB/s "
+          f"(max {res['max_gbs']})", flush=True)  # fmt: skip
 
 
-# --------------------------------------------------------------------- rlx
-def _rlx_round(gguf: Path, threads: int) -> Optional[dict[str, Any]]:
-    """One ``rlx bench`` run, or None when the command is missing or fails."""
-    exe = ROOT / ".venv" / "bin" / "rlx"
-    if not exe.exists():
-        return None
-    cmd = [str(exe), "bench", str(gguf), "--json", "--threads", str(threads)]
-    try:
-        out = subprocess.run(cmd, capture_output=True, text=True)
-    except OSError:
-        return None
-    if out.returncode != 0:
-        print(f"  rlx bench failed ({out.returncode}): {out.stderr.strip()[-300:]}")
-        return None
-    for line in reversed(out.stdout.strip().splitlines()):
-        if line.lstrip().startswith("{"):
-            try:
-                return json.loads(line)
-            except json.JSONDecodeError:
-                break
-    try:
-        return json.loads(out.stdout)
-    except json.JSONDecodeError:
-        print("  rlx bench printed no JSON")
-        return None
+ENGINES = ["llama.cpp", "rlx"]
 
 
-def _rlx_figures(res: dict[str, Any]) -> Figures:
-    fig: Figures = {}
-    # `rlx bench --json` prints flat keys (pp64, tg32, peak_rss_mib); the
-    # nested form ({"prefill_tps": {"64": ..}}) is accepted too.
-    for n in PP:
-        fig[f"pp{n}"] = _num(res.get(f"pp{n}", res.get("prefill_tps", {}).get(str(n))))
-    for n in TG:
-        fig[f"tg{n}"] = _num(res.get(f"tg{n}", res.get("decode_tps", {}).get(str(n))))
-    fig["rss_mb"] = _num(res.get("peak_rss_mib", res.get("peak_rss_mb")))
-    fig["load_s"] = _num(res.get("load_s"))
-    return fig
+def keys(pp: list[int], tg: list[int]) -> list[str]:
+    """``pp64 .. tg128`` column keys."""
+    return [f"pp{n}" for n in pp] + [f"tg{n}" for n in tg]
 
 
-def _num(x: Any) -> Optional[float]:
-    return float(x) if isinstance(x, (int, float)) else None
-
-
-# ------------------------------------------------------------------ driver
-def _model_path(model: str) -> Path:
-    """The GGUF file of ``model`` via rlx's ``ensure_model`` (repo's .venv if needed)."""
-    try:
-        from rlx.io.models import ensure_model
-
-        return ensure_model(model)
-    except ImportError:
-        py = os.environ.get("RLX_PYTHON", str(ROOT / ".venv" / "bin" / "python"))
-        code = (
-            "import sys; from rlx.io.models import ensure_model; print(ensure_model(sys.argv[1]))"
-        )
-        out = subprocess.run([py, "-c", code, model], stdout=subprocess.PIPE, check=True)
-        return Path(out.stdout.decode().strip().splitlines()[-1])
-
-
-def _median(samples: list[Figures], key: str) -> Optional[float]:
-    vals = [s[key] for s in samples if s.get(key) is not None]
-    return statistics.median(vals) if vals else None  # type: ignore[type-var]
-
-
-def _cell(x: Optional[float], digits: int = 1) -> str:
-    return "n/a" if x is None else f"{x:.{digits}f}"
-
-
-def _ratio(a: Optional[float], b: Optional[float]) -> str:
-    if a is None or b is None or b == 0:
-        return "n/a"
-    return f"{a / b:.2f}×"
-
-
-def _machine() -> str:
-    cpu = platform.processor() or "?"
-    try:
-        out = subprocess.run(["lscpu"], stdout=subprocess.PIPE, text=True, check=True).stdout
-        for line in out.splitlines():
-            if line.startswith("Model name:"):
-                cpu = line.split(":", 1)[1].strip()
-        flags = [ln for ln in out.splitlines() if ln.startswith("Flags:")]
-        isa = [
-            f
-            for f in ("avx2", "avx512f", "avx512_vnni", "avx512_bf16", "amx_tile")
-            if flags and f" {f}" in flags[0]
-        ]
-        cpu += f" ({', '.join(isa)})"
-    except (OSError, subprocess.CalledProcessError):
-        pass
-    load = ", ".join(f"{x:.1f}" for x in os.getloadavg())
-    return (
-        f"{cpu}, {os.cpu_count()} logical CPUs, {platform.system()} {platform.release()}; "
-        f"load average at the end {load} (shared machine: figures are noisy)"
-    )
-
-
-def _rlx_version() -> str:
-    try:
-        out = subprocess.run(
-            ["git", "-C", str(ROOT), "describe", "--always", "--dirty"],
-            stdout=subprocess.PIPE,
-            text=True,
-            check=True,
-        )
-        return f"rlx at {out.stdout.strip()}"
-    except (OSError, subprocess.CalledProcessError):
-        return "rlx"
-
-
-def _table(results: dict[str, dict[str, Figures]]) -> list[str]:
-    head = "| model | engine | pp64 t/s | pp256 t/s | tg32 t/s | tg128 t/s | peak RSS MiB |"
-    lines = [head, "|---|---|---:|---:|---:|---:|---:|"]
+def speed_table(results: dict[str, dict[str, Any]], names: dict[str, str] = MODELS,
+                cols_pp: list[int] = PP, cols_tg: list[int] = TG) -> list[str]:  # fmt: skip
+    """Per model: llama.cpp, rlx and rlx / llama.cpp rows (``names``: model labels)."""
+    ks = keys(cols_pp, cols_tg)
+    head = "| model | engine | " + " | ".join(f"{k} t/s" for k in ks)
+    lines = [head + " | peak RSS MiB | load s |", "|---|---|" + "---:|" * (len(ks) + 2)]
+    cols = [*ks, "rss_mb", "load_s"]
     for model, sides in results.items():
-        lc, rx = sides["llama.cpp"], sides["rlx"]
-        name = MODELS[model]
-        lines.append(f"| {name} | llama.cpp | " + " | ".join(_cell(lc.get(k)) for k in KEYS) + " |")
-        lines.append(f"| {name} | rlx | " + " | ".join(_cell(rx.get(k)) for k in KEYS) + " |")
-        ratios = [_ratio(rx.get(k), lc.get(k)) for k in KEYS]
-        lines.append(f"| {name} | **rlx / llama.cpp** | " + " | ".join(ratios) + " |")
+        meds: dict[str, dict[str, Optional[float]]] = {}
+        for side in ENGINES:
+            cells, meds[side] = [], {}
+            for k in cols:
+                med, text = summarise(sides[side], k, 2 if k == "load_s" else 1)
+                meds[side][k] = med
+                cells.append(text)
+            lines.append(f"| {names[model]} | {side} | " + " | ".join(cells) + " |")
+        ratios = [ratio(meds["rlx"][k], meds["llama.cpp"][k]) for k in cols]
+        lines.append(f"| {names[model]} | **rlx / llama.cpp** | " + " | ".join(ratios) + " |")
     return lines
 
 
-def _write_markdown(section: list[str]) -> None:
-    body = "\n".join([BEGIN, *section, END])
-    if BENCHMARKS.exists():
-        text = BENCHMARKS.read_text()
-        if BEGIN in text and END in text:
-            pre, rest = text.split(BEGIN, 1)
-            post = rest.split(END, 1)[1]
-            BENCHMARKS.write_text(pre + body + post)
-            return
-        BENCHMARKS.write_text(text.rstrip("\n") + "\n\n" + body + "\n")
-        return
-    intro = (
-        "# Benchmarks\n\n"
-        "rlx against llama.cpp on the same GGUF files and the same thread count, measured side\n"
-        "by side in one run of `bench/compare.py` (peers: `scripts/setup_peers.sh`).\n"
-        "Throughput in tokens/s (higher is better): ppN = prefill of an N-token prompt in one\n"
-        "batch, tgN = decode of N tokens one at a time. Peak RSS: llama.cpp's is a process\n"
-        "that loads the model and runs a 64-token prompt; rlx's is the one its `rlx bench`\n"
-        "reports. Ratios are rlx / llama.cpp (above 1× = rlx faster; for RSS, above 1× = rlx\n"
-        "uses more memory).\n\n"
-    )
-    BENCHMARKS.write_text(intro + body + "\n")
+def limit_table(results: dict[str, dict[str, Any]], bw: float, tgs: list[int] = TG) -> list[str]:
+    """Per model: bytes per token, the limit, each engine's fraction of it at tg32 / tg128."""
+    lines = [
+        "| model | weights read / token MB | of which output head MB | limit tok/s | "
+        + " | ".join(f"{e} tg{n} % of limit" for e in ENGINES for n in tgs)
+        + " |",
+        "|---|---:|---:|---:|" + "---:|" * (len(ENGINES) * len(tgs)),
+    ]
+    for model, sides in results.items():
+        nb = sides["bytes"]
+        limit = bw * 1e9 / nb["total"]
+        cells = []
+        for e in ENGINES:
+            for n in tgs:
+                med, _ = summarise(sides[e], f"tg{n}")
+                cells.append("n/a" if med is None else f"{100 * med / limit:.0f} %")
+        head = f"{nb['head'] / 1e6:.1f}" + (" (tied embedding)" if nb["tied"] else "")
+        lines.append(f"| {MODELS[model]} | {nb['total'] / 1e6:.1f} | {head} | {limit:.0f} | "
+                     + " | ".join(cells) + " |")  # fmt: skip
+    return lines
 
 
 def main(argv: Optional[list[str]] = None) -> int:
     """Entry point (see the module docstring)."""
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--models", nargs="*", default=list(MODELS), choices=list(MODELS))
-    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--rounds", type=int, default=6)
     ap.add_argument("--threads", type=int, default=2)
-    ap.add_argument("--no-rlx", action="store_true", help="measure llama.cpp only")
+    ap.add_argument("--max-others", type=float, default=MAX_OTHERS,
+                    help="discard rounds where other processes took more cores")  # fmt: skip
+    ap.add_argument("--omp-passive", action="store_true", help=PASSIVE_HELP)
     ap.add_argument("--no-write", action="store_true", help="print, leave BENCHMARKS.md")
-    ap.add_argument("--omp-active", action="store_true", help="keep libgomp's default spin-waiting")
-    ap.add_argument("--llama-cpp-python", metavar="GGUF", help=argparse.SUPPRESS)
-    ap.add_argument("--llama-cpp-python-rss", metavar="GGUF", help=argparse.SUPPRESS)
+    ap.add_argument("--quick", action="store_true",
+                    help="pp64 / tg32 only, no write: a check that the harness runs")  # fmt: skip
     args = ap.parse_args(argv)
-    if args.llama_cpp_python:
-        print(json.dumps(_llama_cpp_python(args.llama_cpp_python, args.threads)))
-        return 0
-    if args.llama_cpp_python_rss:
-        _llama_cpp_python_rss(args.llama_cpp_python_rss)
-        return 0
-
-    if args.omp_active:
-        OMP_ENV.clear()
-    bench = _llama_bench()
-    print(f"llama.cpp: {bench or 'llama-cpp-python (no llama-bench binary found)'}")
-    results: dict[str, dict[str, Figures]] = {}
+    pp, tg = ([64], [32]) if args.quick else (PP, TG)
+    omp = "PASSIVE" if args.omp_passive else "ACTIVE"
+    bench = llama_bench()
+    if bench is None:
+        print("no llama-bench binary: WITH_LLAMA_BENCH=1 bash scripts/setup_peers.sh")
+        return 1
+    print(f"llama.cpp: {bench} (OMP_WAIT_POLICY={omp})")
+    bw_samples: list[dict[str, Any]] = []
+    bandwidth(args.threads, bw_samples)
+    results: dict[str, dict[str, Any]] = {}
     for model in args.models:
-        gguf = _model_path(model)
-        lc_rounds: list[Figures] = []
-        rx_rounds: list[Figures] = []
-        for r in range(args.rounds):
-            order = ["llama.cpp", "rlx"] if r % 2 == 0 else ["rlx", "llama.cpp"]
-            for side in order:
-                if side == "llama.cpp":
-                    lc_rounds.append(_llama_round(bench, gguf, args.threads))
-                    print(f"  {model} round {r + 1} llama.cpp {lc_rounds[-1]}")
-                elif not args.no_rlx:
-                    res = _rlx_round(gguf, args.threads)
-                    if res is not None:
-                        rx_rounds.append(_rlx_figures(res))
-                        print(f"  {model} round {r + 1} rlx {rx_rounds[-1]}")
-        lc = {k: _median(lc_rounds, k) for k in KEYS if k != "rss_mb"}
-        lc["rss_mb"] = _llama_rss_mb(bench, gguf, args.threads)
-        rx = {k: _median(rx_rounds, k) for k in [*KEYS, "load_s"]}
-        results[model] = {"llama.cpp": lc, "rlx": rx}
-        print(f"{model}: llama.cpp {lc}\n{model}: rlx {rx}")
+        gguf = model_path(model)
+        engines = {
+            "llama.cpp": lambda g=gguf: llama_round(bench, g, args.threads, omp, pp, tg),
+            "rlx": lambda g=gguf: rlx_round(g, args.threads, pp, tg),
+        }
+        results[model] = alternate(args.rounds, engines, model, args.max_others)
+        results[model]["bytes"] = decode_bytes(gguf)
+    bandwidth(args.threads, bw_samples)
+    bw = max(s["median_gbs"] for s in bw_samples)
 
-    when = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    label = "" if omp == "ACTIVE" else " — NOT the issue-14 setting (ACTIVE)"
     section = [
-        f"Measured {when} by `bench/compare.py` ({args.rounds} alternating rounds, medians), "
-        f"{args.threads} threads.",
+        f"Measured {now()} by `bench/compare.py` ({args.rounds} alternating rounds, medians "
+        f"(min–max) over the rounds in which other processes took ≤ {args.max_others} cores; "
+        "† = every round of that engine was contaminated, all used), "
+        f"{args.threads} threads, same GGUF for both engines.",
         "",
-        f"- Machine: {_machine()}",
-        f"- llama.cpp: {_llama_version(bench)}",
-        f"- {_rlx_version()}: `.venv/bin/rlx bench MODEL --json --threads {args.threads}`",
-        "",
-        *_table(results),
+        f"- Machine: {machine()}",
+        f"- llama.cpp: llama-bench, OMP_WAIT_POLICY={omp}{label}, built with {LLAMA_FLAGS}",
+        f"- {rlx_version()}: fresh `{Path(sys.executable).name}` process per round, "
+        "`rlx.load` + `rlx.models.bench` prefill_tps / decode_tps",
+        f"- Read bandwidth ({BW_MIB} MiB buffer, {args.threads} threads, bench/membw.rs): "
+        + ", ".join(f"{s['median_gbs']:.1f}" for s in bw_samples)
+        + f" GB/s (median of 10 reads, before / after the models); limit uses {bw:.1f} GB/s",
     ]
-    if not args.no_write:
-        _write_markdown(section)
+    for model, sides in results.items():
+        section += round_notes(MODELS[model], sides, ENGINES)
+    section += ["", *speed_table(results, MODELS, pp, tg), "", *limit_table(results, bw, tg)]
+    for model, sides in results.items():
+        section += ["", *round_log(MODELS[model], sides, ENGINES)]
+    if not (args.no_write or args.quick):
+        write_section("compare.py", section)
     print("\n".join(section))
     return 0
 

@@ -16,14 +16,12 @@ Timings are not asserted anywhere; machines are noisy.
 from __future__ import annotations
 
 import argparse
-import statistics
-import time
-from typing import Callable
 
 import numpy as np
 import rlx
 from gguf import GGMLQuantizationType as T
 from gguf import quants
+from harness import median_time
 from rlx.reference.gguf_blocks import GEOMETRY, dequantize_rows, row_bytes
 
 SHAPES = [
@@ -86,16 +84,6 @@ def packed(typ: str, n: int, k: int, rng: np.random.Generator) -> np.ndarray:
     for o in f16_fields:
         raw[:, o : o + 2] = rng.uniform(0.01, 0.1, (nb, 1)).astype(np.float16).view(np.uint8)
     return raw.reshape(n, row_bytes(typ, k))
-
-
-def median_time(fn: Callable[[], object], runs: int) -> float:
-    fn()  # warm-up
-    times = []
-    for _ in range(runs):
-        t0 = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times)
 
 
 def bench(typ: str, k: int, n: int, m: int, layers: int, runs: int, numpy: bool = True) -> dict:

@@ -46,7 +46,12 @@ import tempfile
 from pathlib import Path
 from typing import Any, Optional
 
-from compare import LLAMA_FLAGS, _cell, _llama_bench, _machine, _ratio, _rlx_version
+from harness import LLAMA_FLAGS, write_section
+from harness import cell as _cell
+from harness import llama_bench as _llama_bench
+from harness import machine as _machine
+from harness import ratio as _ratio
+from harness import rlx_version as _rlx_version
 from loadmon import BUSY_CORES, Monitor, RoundLoad
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -170,17 +175,6 @@ def notes(results: dict[str, dict[str, Any]]) -> list[str]:
     return out
 
 
-def write_markdown(section: list[str]) -> None:
-    """Replace the text between the ssm.py markers in BENCHMARKS.md (append if absent)."""
-    body = "\n".join([BEGIN, *section, END])
-    text = BENCHMARKS.read_text() if BENCHMARKS.exists() else "# Benchmarks\n"
-    if BEGIN in text and END in text:
-        pre, rest = text.split(BEGIN, 1)
-        BENCHMARKS.write_text(pre + body + rest.split(END, 1)[1])
-    else:
-        BENCHMARKS.write_text(text.rstrip("\n") + "\n\n" + body + "\n")
-
-
 def main(argv: Optional[list[str]] = None) -> int:
     """Entry point (see the module docstring)."""
     from make_bench_models import gguf_path
@@ -241,7 +235,7 @@ def main(argv: Optional[list[str]] = None) -> int:
         *table(results, keys),
     ]
     if not (args.no_write or args.quick):
-        write_markdown(section)
+        write_section("ssm.py", section)
     print("\n".join(section))
     return 0
 

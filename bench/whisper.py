@@ -204,7 +204,8 @@ def main(argv: Optional[list[str]] = None) -> int:
         print(f"{MODEL_DIR} missing: {PEER_PYTHON} bench/whisper.py --make")
         return 1
     sys.path.insert(0, str(Path(__file__).parent))
-    from compare import _machine, _rlx_version
+    from harness import machine as _machine
+    from harness import rlx_version as _rlx_version
     from loadmon import Monitor
 
     res: dict[str, list[dict[str, float]]] = {"rlx": [], "torch": []}
