@@ -23,6 +23,7 @@ from rlx.thunk_coverage import (
     compile_probe,
     complete,
     host_by_design,
+    probe_env,
     seed_metal_host,
     thunk_table,
 )
@@ -33,15 +34,6 @@ KNOWN_GAPS: dict[str, str] = {
     # real dtypes, and an int round trip saturates / maps NaN to 0 where
     # truncation does not, so no graph means it
     "CastTruncF32": NO_PRODUCER,
-    # rewrite_simple_elementwise_regions makes it for a one-step region at
-    # its own destination, which the planner never lays out (fresh outputs)
-    "ActivationInPlace": NO_PRODUCER,
-    # the seed uses it for arenas past 4 GiB only (too large for a probe)
-    "GeluApproxHost": NO_PRODUCER,
-    "BatchElementwiseRegion": NO_PRODUCER,
-    # rlx's transposed GGUF product (LoRA input gradients): native on the
-    # host; metal-sim runs it as a host command (no Metal kernel yet)
-    "DequantMatMulGgufT": "no Metal kernel yet: a host command on metal",
 }
 
 VARIANTS = [(v, n) for v, n in _rlx.thunk_variants() if v != "Nop"]
@@ -70,7 +62,8 @@ def _check(variant: str, name: str) -> None:
             assert np.all(np.isfinite(arr)), f"{variant}: non-finite output"
     if not host_by_design(variant):
         assert name not in exe.stats["fallback_by_thunk"], f"{variant} runs on the fallback"
-    sim = rlx.compile(p.g, device="metal-sim")
+    with probe_env(variant):
+        sim = rlx.compile(p.g, device="metal-sim")
     assert name in sim.stats["by_thunk"]
     if not seed_metal_host(variant):
         assert name not in sim.stats["metal_host_by_thunk"], f"{variant} is a Metal host command"

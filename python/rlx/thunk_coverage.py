@@ -18,8 +18,10 @@ Metal kernel by design.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
-from collections.abc import Callable
+import os
+from collections.abc import Callable, Iterator
 from typing import Any, Optional
 
 import numpy as np
@@ -31,7 +33,7 @@ from rlx.ops.misc import SplatConfig
 
 __all__ = [
     "PROBES", "SEED_METAL_HOST", "Probe", "ProbeGraph", "ThunkRow", "compile_probe",
-    "complete", "host_by_design", "seed_metal_host", "thunk_table",
+    "complete", "host_by_design", "probe_env", "seed_metal_host", "thunk_table",
 ]
 
 
@@ -106,10 +108,31 @@ class ProbeGraph:
 @dataclasses.dataclass(frozen=True)
 class Probe:
     """How a variant is reached: ``produced_by`` names the IR op or pass,
-    ``build`` adds the graph (and its outputs) to a :class:`ProbeGraph`."""
+    ``build`` adds the graph (and its outputs) to a :class:`ProbeGraph`;
+    ``env`` holds environment variables set while the probe compiles (a
+    threshold lowered so that a small graph takes a large-graph path)."""
 
     produced_by: str
     build: Callable[[ProbeGraph], None]
+    env: tuple[tuple[str, str], ...] = ()
+
+
+@contextlib.contextmanager
+def probe_env(variant: str) -> Iterator[None]:
+    """Set ``variant``'s probe environment (:attr:`Probe.env`) for the
+    duration of the block, restoring the previous values after."""
+    probe = PROBES.get(variant)
+    saved = {k: os.environ.get(k) for k, _ in (probe.env if probe else ())}
+    try:
+        for k, v in probe.env if probe else ():
+            os.environ[k] = v
+        yield
+    finally:
+        for k, old in saved.items():
+            if old is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = old
 
 
 def _un(op: str) -> Callable[[ProbeGraph], None]:
@@ -205,6 +228,15 @@ def _custom_gpu_probe_op() -> str:
     return "rlx_probe_triple"
 
 
+def _batch_regions(p: ProbeGraph) -> tuple[Node, ...]:
+    # two regions with one chain; the concat keeps their inputs alive, so
+    # neither output is planned on the other region's inputs (which would
+    # make them dependent)
+    a, b, c, d = (p.x(n, [4, 8]) for n in "abcd")
+    g = p.g
+    return g.exp(g.sin(a) * b), g.exp(g.sin(c) * d), g.concat([a, b, c, d], axis=0)
+
+
 def _split_last(p: ProbeGraph) -> None:
     x = p.x("a", [4, 12])
     p.g.outputs(*(p.g.narrow(x, -1, 4 * i, 4) for i in range(3)))
@@ -231,13 +263,12 @@ PROBES: dict[str, Probe] = {
     "CastHost": Probe("op cast (f32 -> i64)", _b(lambda p: p.g.cast(p.x("a", [4, 8]), "i64"))),
     "CastTruncF32": Probe("op cast (f64 -> f32)",
                           _b(lambda p: p.g.cast(p.x("a", [4, 8], "f64"), "f32"))),
-    "ActivationInPlace": Probe("pass rewrite_simple_elementwise_regions (act in place)",
-                               _b(lambda p: p.g.tanh(p.g.add(p.x("a", [4, 8]), p.x("b", [4, 8]))
-                                                     * 1.0))),
+    "ActivationInPlace": Probe("op activation, operand dying there (in_place_activation)",
+                               _b(lambda p: p.g.tanh(p.g.softmax(p.x("a", [4, 8]))))),
     "ActivationOut": Probe("op activation", _un("tanh")),
     "GeluApproxOut": Probe("op gelu_approx", _un("gelu_approx")),
-    "GeluApproxHost": Probe("op gelu_approx (f16)",
-                            _b(lambda p: p.g.gelu_approx(p.x("a", [4, 8], "f16")))),
+    "GeluApproxHost": Probe("op gelu_approx, arena past RLX_GELU_HOST_ARENA_BYTES",
+                            _un("gelu_approx"), env=(("RLX_GELU_HOST_ARENA_BYTES", "0"),)),
     "FusedBinaryActivation": Probe(
         "pass rewrite_simple_elementwise_regions (act(op(x, y)))",
         _b(lambda p: p.g.tanh(p.g.add(p.x("a", [4, 8]), p.x("b", [4, 8]))))),
@@ -259,9 +290,8 @@ PROBES: dict[str, Probe] = {
     "ElementwiseRegion": Probe("graph fusion (elementwise chain)", _b(lambda p: p.g.exp(
         p.g.tanh(p.g.sin(p.x("a", [4, 8])) * p.x("b", [4, 8]) + p.x("c", [4, 8]))
         - p.x("d", [4, 8])))),
-    "BatchElementwiseRegion": Probe("graph fusion (independent elementwise regions)", _b(
-        lambda p: (p.g.exp(p.g.sin(p.x("a", [4, 8])) * 2.0),
-                   p.g.exp(p.g.cos(p.x("b", [4, 8])) * 3.0)))),
+    "BatchElementwiseRegion": Probe("pass batch_elementwise_regions (same-chain regions)",
+                                    _b(_batch_regions)),
     "Sgemm": Probe("op matmul", _b(lambda p: p.x("a", [4, 8]) @ p.w("w", [8, 6]))),
     "BatchedSgemm": Probe("op matmul (batched)",
                           _b(lambda p: p.x("a", [2, 4, 8]) @ p.x("b", [2, 8, 6]))),
@@ -483,7 +513,8 @@ def compile_probe(variant: str, device: str = "host") -> tuple[ProbeGraph, Any]:
         raise RlxError(f"[thunks] no probe graph for {variant}")
     p = ProbeGraph(f"probe_{variant}")
     probe.build(p)
-    exe = rlx.compile(p.g, device=device)
+    with probe_env(variant):
+        exe = rlx.compile(p.g, device=device)
     for k, v in p.params.items():
         exe.set_param(k, v)
     for k, v in p.states.items():

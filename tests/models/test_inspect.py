@@ -29,7 +29,11 @@ def test_json_report_is_consistent(tiny: Path, capsys: pytest.CaptureFixture[str
     assert (dec["graph"], dec["tokens"]) == ("decode", 1)
     passes = dec["passes"]
     names = [p["name"] for p in passes]
-    assert names[:2] == ["rewrite_simple_elementwise_regions", "rewrite_dense_binary_broadcast"]
+    assert names[:3] == [
+        "rewrite_simple_elementwise_regions",
+        "batch_elementwise_regions",
+        "rewrite_dense_binary_broadcast",
+    ]
     assert "fuse_residual_rms_norm" in names
     # the per-pass thunk counts chain from the lowered to the final schedule
     assert passes[0]["thunks_before"] == dec["dispatches_before"]

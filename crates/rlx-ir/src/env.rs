@@ -68,6 +68,13 @@ pub const VARS: &[EnvVar] = &[
         meaning: "where assembled model files and compiled kernels are cached",
     },
     EnvVar {
+        name: "RLX_GELU_HOST_ARENA_BYTES",
+        default: "4294967296",
+        meaning:
+            "arena size in bytes past which an f32 tanh GELU lowers to the unified-memory host \
+                  thunk `GeluApproxHost` (the seed's large-arena path; default 4 GiB)",
+    },
+    EnvVar {
         name: "RLX_METAL_HOST_FALLBACK",
         default: "0",
         meaning: "1 = run every Metal thunk that has a host path on the CPU (debugging)",
@@ -216,6 +223,7 @@ pub fn problems() -> Vec<(String, String)> {
             "RLX_VERIFY" | "RLX_METAL_HOST_FALLBACK" => flag_problem(&value),
             "RLX_NUM_THREADS" => int_problem(&value, max_threads() as u64).err().map(|e| e.0),
             "RLX_SPIN_US" => int_problem(&value, MAX_SPIN_US).err().map(|e| e.0),
+            "RLX_GELU_HOST_ARENA_BYTES" => int_problem(&value, u64::MAX).err().map(|e| e.0),
             "RLX_LOG" => {
                 let v = value.trim().to_ascii_lowercase();
                 (!v.is_empty() && !LOG_LEVELS.contains(&v.as_str()))

@@ -29,6 +29,13 @@
 // down_residual_<type>  args MlpArgs: buffer(1) x [k], (2) w, (3) res [n],
 //     (4) dst [n]: dst[j] = res[j] + w[j]·x. res may be dst itself (each
 //     lane 0 reads res[j] before writing dst[j]); x must not overlap dst.
+// gemm_t_<type>  (transposed product)  args QuantArgs: buffer(1) x [m, n],
+//     (2) w, (3) dst [m, k]: dst = x @ dequant(w), the input gradient of a
+//     quantised matmul (DequantMatMulGgufT). Thread (c, r) of a 2D grid,
+//     QTT_THREADS per threadgroup along c, computes columns 16c .. 16c + 15
+//     of rows QTT_M·r ..: for each weight row j it decodes that chunk once
+//     and adds x[i, j] · w[j, 16c + t] to QTT_M × 16 accumulators (f32, in
+//     order of j). No threadgroup memory, no barriers.
 //
 // Weight bytes are read one at a time (blocks are 18, 22, 110 ... bytes
 // long, so wider fields are not aligned in general); f16 fields are built
@@ -46,6 +53,7 @@ using namespace metal;
 // Floats of a 32-row tile (QT_M = QT_N rows of QT_LD).
 #define QT_TILE (QT_M * QT_LD)
 #define QT_THREADS 128
+#define QTT_M 4
 static_assert(QT_M == QT_N, "square tiles");
 static_assert(QT_THREADS == QT_N * QT_K / 16, "one weight chunk per thread");
 
@@ -470,6 +478,65 @@ kernel void norm_gate_up(constant HeadGemvArgs& a     [[buffer(0)]],
         }
     }
 }
+
+template <typename Q>
+kernel void quant_gemm_t(constant QuantArgs&  a    [[buffer(0)]],
+                         device const uchar*  x    [[buffer(1)]],
+                         device const uchar*  w    [[buffer(2)]],
+                         device uchar*        dst  [[buffer(3)]],
+                         uint2 gid [[thread_position_in_grid]])
+{
+    const uint e0 = 16 * gid.x, r0 = QTT_M * gid.y;
+    if (e0 >= a.k || r0 >= a.m) {
+        return;
+    }
+    const uint rows = min((uint)QTT_M, a.m - r0);
+    float acc[QTT_M][16];
+    for (uint i = 0; i < QTT_M; ++i) {
+        for (uint t = 0; t < 16; ++t) {
+            acc[i][t] = 0.0f;
+        }
+    }
+    for (uint j = 0; j < a.n; ++j) {
+        float wv[16];
+        Q::decode16(w + (ulong)j * a.row_bytes, e0, a.k, wv);
+        for (uint i = 0; i < rows; ++i) {
+            const float xv = q_load(x, a.x_f16, (ulong)(r0 + i) * a.n + j);
+            for (uint t = 0; t < 16; ++t) {
+                acc[i][t] += xv * wv[t];
+            }
+        }
+    }
+    const uint cnt = min(16u, a.k - e0);
+    for (uint i = 0; i < rows; ++i) {
+        for (uint t = 0; t < cnt; ++t) {
+            q_store(dst, a.dst_f16, (ulong)(r0 + i) * a.k + e0 + t, acc[i][t]);
+        }
+    }
+}
+
+#define RLX_QUANT_T(name, Q)                                                      \
+template [[host_name(name)]] kernel void quant_gemm_t<Q>(                        \
+    constant QuantArgs& a [[buffer(0)]], device const uchar* x [[buffer(1)]],    \
+    device const uchar* w [[buffer(2)]], device uchar* dst [[buffer(3)]],        \
+    uint2 gid [[thread_position_in_grid]]);
+RLX_QUANT_T("gemm_t_f32", QF32)
+RLX_QUANT_T("gemm_t_f16", QF16)
+RLX_QUANT_T("gemm_t_bf16", QBF16)
+RLX_QUANT_T("gemm_t_q4_0", QQ4_0)
+RLX_QUANT_T("gemm_t_q4_1", QQ4_1)
+RLX_QUANT_T("gemm_t_q5_0", QQ5_0)
+RLX_QUANT_T("gemm_t_q5_1", QQ5_1)
+RLX_QUANT_T("gemm_t_q8_0", QQ8_0)
+RLX_QUANT_T("gemm_t_q8_1", QQ8_1)
+RLX_QUANT_T("gemm_t_q2_k", QQ2K)
+RLX_QUANT_T("gemm_t_q3_k", QQ3K)
+RLX_QUANT_T("gemm_t_q4_k", QQ4K)
+RLX_QUANT_T("gemm_t_q5_k", QQ5K)
+RLX_QUANT_T("gemm_t_q6_k", QQ6K)
+RLX_QUANT_T("gemm_t_q8_k", QQ8K)
+RLX_QUANT_T("gemm_t_q1_0", QQ1_0)
+RLX_QUANT_T("gemm_t_q2_0", QQ2_0)
 
 #define RLX_DECODE(qkv_name, gate_up_name, Q)                                     \
 template [[host_name(qkv_name)]] kernel void qkv_head<Q>(                        \

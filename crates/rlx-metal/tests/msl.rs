@@ -19,6 +19,7 @@ mod msl {
     pub mod norm;
     pub mod norm_fused;
     pub mod quant;
+    pub mod quant_t;
     pub mod recurrent;
     pub mod reduce;
     pub mod region;

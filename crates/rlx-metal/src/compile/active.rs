@@ -96,9 +96,14 @@ fn scale(t: &Thunk, full: u32, a: u32) -> Result<Thunk, String> {
             // inputs (weights) are read whole, as `io()` says
             r.len = sc(r.len, full, a).ok_or_else(bad)?;
         }
+        Thunk::BatchElementwiseRegion(r) => {
+            // every slice shrinks; the slice stride stays
+            r.slice_len = sc(r.slice_len, full, a).ok_or_else(bad)?;
+        }
         Thunk::ActivationOut(x) => x.len = sc(x.len, full, a).ok_or_else(bad)?,
         Thunk::ActivationInPlace(x) => x.len = sc(x.len, full, a).ok_or_else(bad)?,
         Thunk::GeluApproxOut(x) => x.len = sc(x.len, full, a).ok_or_else(bad)?,
+        Thunk::GeluApproxHost(x) => x.len = sc(x.len, full, a).ok_or_else(bad)?,
         Thunk::Cast(x) => x.len = sc(x.len, full, a).ok_or_else(bad)?,
         Thunk::Copy(x) => x.len = sc(x.len, full, a).ok_or_else(bad)?,
         Thunk::FusedSwiGLU(x) => x.total = sc(x.total, full, a).ok_or_else(bad)?,

@@ -10,15 +10,17 @@ pub mod plan;
 pub mod verify;
 
 pub use error::CompileError;
-pub use lower::{lower, Binding, CompileOptions, Compiled};
+pub use lower::{lower, lower_with, Binding, CompileOptions, Compiled};
 
 use crate::passes::{disabled_from_env, pass_names, run_passes, PassContext, PIPELINE};
 use rlx_ir::Graph;
 
 /// Every pass name `RLX_DISABLE_PASS` accepts: the graph fusions
-/// ([`fuse::FUSIONS`]) then the thunk passes, each in running order.
+/// ([`fuse::FUSIONS`]), the in-place planning of activations
+/// ([`lower::in_place`]), then the thunk passes, each in running order.
 pub fn all_pass_names() -> Vec<&'static str> {
     let mut names = fuse::fusion_names();
+    names.push(lower::in_place::NAME);
     names.extend(pass_names());
     names.push(crate::metal::fuse::NAME);
     names
@@ -57,13 +59,23 @@ pub fn compile_without(
     let t = stage("check", t0);
     let (fused, graph_passes) = fuse::run_fusions(graph, &opts.dims, disabled)?;
     let t = stage("fuse", t);
-    let mut c = lower(&fused, opts)?;
+    let in_place = !disabled.iter().any(|d| d == lower::in_place::NAME);
+    let (mut c, n_in_place) = lower_with(&fused, opts, in_place)?;
     let t = stage("lower + plan", t);
     let cx = PassContext {
         live_out: c.live_out(),
     };
     c.passes = run_passes(&mut c.schedule, &cx, PIPELINE, disabled);
     c.passes.graph_passes = graph_passes;
+    // the in-place planning, reported after the graph fusions (its node
+    // counts are the fused graph's, which it keeps)
+    c.passes.graph_passes.push(crate::passes::PassStat {
+        name: lower::in_place::NAME.to_string(),
+        enabled: in_place,
+        matches: n_in_place,
+        thunks_before: fused.len(),
+        thunks_after: fused.len(),
+    });
     stage("passes", t);
     c.stages = stages;
     Ok(c)

@@ -14,6 +14,7 @@
 //! and returns a [`PassReport`] (matches and thunk counts per pass,
 //! dispatches before and after) for the compile report.
 
+pub mod batch_elementwise_regions;
 pub mod dataflow;
 pub mod decode_mlp;
 pub mod decode_mlp_combined;
@@ -72,13 +73,15 @@ const fn entry<P: Pass>() -> PassEntry {
 }
 
 /// The passes, in the seed's order: the two one-thunk rewrites first (their
-/// `BinaryFull`s feed the fusions after them), then the decode-MLP fusions
+/// `BinaryFull`s feed the fusions after them) with the batching of the
+/// regions the first one leaves between them, then the decode-MLP fusions
 /// (before the residual norm, whose add they may absorb), then the norm,
 /// conv and narrow fusions. Narrow→RoPE runs before the narrow clusters so
 /// that Q and K read a fused QKV in place and only the remaining narrows
 /// are split.
 pub const PIPELINE: &[PassEntry] = &[
     entry::<simple_elementwise_regions::RewriteSimpleElementwiseRegions>(),
+    entry::<batch_elementwise_regions::BatchElementwiseRegions>(),
     entry::<dense_binary_broadcast::RewriteDenseBinaryBroadcast>(),
     entry::<decode_mlp_combined::FuseDecodeMlpCombinedGateUp>(),
     entry::<decode_mlp::FuseDecodeMlp>(),

@@ -9,7 +9,9 @@
 use super::{numel, Ctx};
 use crate::compile::error::CompileError;
 use crate::thunk::binary::{BiasAdd, BinaryBroadcast, BinaryFull, Compare, Fma, Where};
-use crate::thunk::elementwise::{ActivationOut, Cast, CastHost, FusedSwiGLU, GeluApproxOut};
+use crate::thunk::elementwise::{
+    ActivationInPlace, ActivationOut, Cast, CastHost, FusedSwiGLU, GeluApproxHost, GeluApproxOut,
+};
 use crate::thunk::region::{act_code, binop_code, ElementwiseRegion};
 use crate::thunk::{is_arena, HalfFlag};
 use rlx_ir::op::{Activation, BinaryOp, RegionOperand, RegionStep};
@@ -96,11 +98,35 @@ pub(super) fn lower(ctx: &mut Ctx<'_>, op: &Op) -> Result<(), CompileError> {
     }
 }
 
-/// An activation. The f32 tanh GELU gets the seed's dedicated thunk
-/// (`GeluApproxOut`, same formula as the generic unary kernel).
+/// An activation. Planned in place (its operand died here, see
+/// [`super::in_place`]: the result sits on the operand) it is
+/// `ActivationInPlace`; the f32 tanh GELU gets the seed's dedicated thunks
+/// (`GeluApproxOut`, same formula as the generic unary kernel, or
+/// `GeluApproxHost` past the large-arena threshold, see
+/// [`super::large_arena`]).
 fn activation(ctx: &mut Ctx<'_>, act: Activation) -> Result<(), CompileError> {
     let dt = ctx.half_flag(ctx.out_shape().dtype, "operand")?;
     let len = ctx.u32(numel(&ctx.out_dims()), "elements")?;
+    if ctx.input(0) == ctx.out() && !ctx.measuring {
+        ctx.push(ActivationInPlace {
+            data: ctx.out(),
+            len,
+            act,
+            dt,
+        });
+        return Ok(());
+    }
+    if act == Activation::GeluApprox
+        && dt == HalfFlag::F32
+        && super::large_arena::gelu_on_host(ctx.arena_bytes)
+    {
+        ctx.push(GeluApproxHost {
+            src: ctx.input(0),
+            dst: ctx.out(),
+            len,
+        });
+        return Ok(());
+    }
     if act == Activation::GeluApprox && dt == HalfFlag::F32 {
         ctx.push(GeluApproxOut {
             src: ctx.input(0),

@@ -20,6 +20,8 @@ mod attention;
 mod backward;
 pub(crate) mod conv;
 mod elementwise;
+pub mod in_place;
+mod large_arena;
 mod matmul;
 mod misc;
 mod norm;
@@ -137,6 +139,8 @@ pub(crate) struct Ctx<'a> {
     neg_inf: usize,
     views: &'a [bool],
     rng: rlx_ir::RngOptions,
+    /// Planned arena bytes (0 while measuring).
+    arena_bytes: usize,
 }
 
 impl Ctx<'_> {
@@ -383,8 +387,19 @@ fn lower_node(ctx: &mut Ctx<'_>) -> Result<(), CompileError> {
 }
 
 /// Lower `graph` into a schedule over a planned arena (no fusion passes;
-/// [`crate::compile::compile`] runs those after this).
+/// [`crate::compile::compile`] runs those after this), with activations
+/// planned in place where their operand dies ([`in_place`]).
 pub fn lower(graph: &Graph, opts: &CompileOptions) -> Result<Compiled, CompileError> {
+    lower_with(graph, opts, true).map(|(c, _)| c)
+}
+
+/// [`lower`], with the in-place planning of activations on or off; also
+/// returns how many activations were planned in place.
+pub fn lower_with(
+    graph: &Graph,
+    opts: &CompileOptions,
+    in_place: bool,
+) -> Result<(Compiled, usize), CompileError> {
     rlx_ir::verify::verify(graph)?;
     let n = graph.len();
     let shapes: Vec<Shape> = (0..n)
@@ -419,6 +434,7 @@ pub fn lower(graph: &Graph, opts: &CompileOptions) -> Result<Compiled, CompileEr
     let mut locs: Vec<Loc> = Vec::with_capacity(n);
     let mut views = vec![false; n];
     let mut values: Vec<Value> = Vec::new();
+    let mut value_node: Vec<NodeId> = Vec::new();
     let mut constants = vec![(neg_inf, f32::NEG_INFINITY.to_le_bytes().to_vec())];
     for i in 0..n {
         let node = graph.node(i);
@@ -456,6 +472,7 @@ pub fn lower(graph: &Graph, opts: &CompileOptions) -> Result<Compiled, CompileEr
                                     byte_offset: byte_off,
                                 },
                             });
+                            value_node.push(i);
                             Loc::Arena(values.len() - 1)
                         }
                     }
@@ -471,6 +488,7 @@ pub fn lower(graph: &Graph, opts: &CompileOptions) -> Result<Compiled, CompileEr
                         end: last_use[i].max(start),
                         kind: ValueKind::Planned,
                     });
+                    value_node.push(i);
                     Loc::Arena(values.len() - 1)
                 }
             },
@@ -478,6 +496,11 @@ pub fn lower(graph: &Graph, opts: &CompileOptions) -> Result<Compiled, CompileEr
         locs.push(loc);
     }
     segment_bytes[0] = weights_top;
+    let in_place_count = if in_place {
+        in_place::plan_in_place(graph, &locs, &mut values, &value_node)
+    } else {
+        0
+    };
 
     // Measure scratch needs.
     let mut scratch: Vec<Vec<usize>> = vec![Vec::new(); n];
@@ -490,12 +513,13 @@ pub fn lower(graph: &Graph, opts: &CompileOptions) -> Result<Compiled, CompileEr
         // scratch here as when emitting.
         let mut root_off = vec![0usize; values.len()];
         for (v, val) in values.iter().enumerate() {
-            if let ValueKind::View {
-                parent,
-                byte_offset,
-            } = val.kind
-            {
-                root_off[v] = root_off[parent] + byte_offset;
+            match val.kind {
+                ValueKind::View {
+                    parent,
+                    byte_offset,
+                } => root_off[v] = root_off[parent] + byte_offset,
+                ValueKind::InPlace { parent } => root_off[v] = root_off[parent],
+                ValueKind::Planned => {}
             }
         }
         let fake_offsets: Vec<usize> = locs
@@ -521,6 +545,7 @@ pub fn lower(graph: &Graph, opts: &CompileOptions) -> Result<Compiled, CompileEr
                 neg_inf: tag_weight(neg_inf),
                 views: &views,
                 rng: opts.rng,
+                arena_bytes: 0,
             };
             lower_node(&mut ctx)?;
             *slot = ctx.scratch_sizes;
@@ -566,6 +591,7 @@ pub fn lower(graph: &Graph, opts: &CompileOptions) -> Result<Compiled, CompileEr
             neg_inf: tag_weight(neg_inf),
             views: &views,
             rng: opts.rng,
+            arena_bytes: mplan.arena_bytes,
         };
         lower_node(&mut ctx)?;
     }
@@ -588,7 +614,7 @@ pub fn lower(graph: &Graph, opts: &CompileOptions) -> Result<Compiled, CompileEr
         }
     }
     let outputs = graph.outputs.iter().map(|&o| binding(o)).collect();
-    Ok(Compiled {
+    let compiled = Compiled {
         schedule: ThunkSchedule {
             thunks,
             rng: opts.rng,
@@ -606,7 +632,8 @@ pub fn lower(graph: &Graph, opts: &CompileOptions) -> Result<Compiled, CompileEr
         offsets,
         passes: PassReport::default(),
         stages: Vec::new(),
-    })
+    };
+    Ok((compiled, in_place_count))
 }
 
 /// Operand `i` as an i32 index buffer, converting other integer dtypes into scratch.

@@ -90,7 +90,11 @@ fn views_need_no_thunks_and_plan_reuses_memory() {
         .unwrap();
     g.set_outputs(&[r]).unwrap();
     let out = lower(&g, &CompileOptions::default()).unwrap();
-    assert_eq!(kinds(&out), ["activation_out"; 6]);
+    // the input stays (a run input is never overwritten); every later silu
+    // runs in place on the one before it
+    let mut want = vec!["activation"; 6];
+    want[0] = "activation_out";
+    assert_eq!(kinds(&out), want);
     assert_eq!(out.offsets[r], out.offsets[h]);
     assert!(
         out.arena_bytes < out.naive_bytes,
@@ -98,6 +102,11 @@ fn views_need_no_thunks_and_plan_reuses_memory() {
         out.arena_bytes,
         out.naive_bytes
     );
+    // input + one buffer, against input + two alternating buffers
+    assert_eq!(out.arena_bytes, 2 * 4096);
+    let (off, n) = lower_with(&g, &CompileOptions::default(), false).unwrap();
+    assert_eq!((n, kinds(&off)), (0, vec!["activation_out"; 6]));
+    assert_eq!(off.arena_bytes, 3 * 4096);
 }
 
 #[test]

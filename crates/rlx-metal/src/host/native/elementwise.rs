@@ -8,7 +8,8 @@ use crate::host::exec::Staging;
 use crate::host::kernels::elementwise as k;
 use crate::host::kernels::{Elem, KernelError};
 use crate::thunk::region::{
-    input_byte_offset, ElementwiseRegion, REGION_MAX_INPUTS, REGION_MAX_STEPS, STEP_OPERAND,
+    chain_input_count, input_byte_offset, BatchElementwiseRegion, ElementwiseRegion,
+    REGION_MAX_INPUTS, REGION_MAX_STEPS, STEP_OPERAND,
 };
 use crate::thunk::{HalfFlag, Thunk};
 use k::{RegionArg, RegionCast, RegionInput, RegionOp, RegionStep};
@@ -40,6 +41,7 @@ pub(super) fn handles(t: &Thunk) -> bool {
                 && r.num_inputs as usize <= REGION_MAX_INPUTS
                 && (1..=REGION_MAX_STEPS).contains(&(r.num_steps as usize))
         }
+        BatchElementwiseRegion(r) => (1..=REGION_MAX_STEPS).contains(&(r.num_steps as usize)),
         _ => false,
     }
 }
@@ -235,6 +237,7 @@ pub(super) fn run(t: &Thunk, mem: &Mem, st: &mut Staging) -> NResult {
         }
         CastHost(c) => super::layout::cast_host(c, mem),
         ElementwiseRegion(r) => region(r, mem),
+        BatchElementwiseRegion(r) => batch_region(r, mem),
         _ => Err(KernelError::Invalid {
             kernel: "native",
             msg: format!("no elementwise kernel for {}", t.name()),
@@ -264,6 +267,53 @@ fn region_err(msg: String) -> crate::host::exec::NativeError {
         msg,
     }
     .into()
+}
+
+/// A batch of regions: slice `s` is the region over its inputs
+/// `batch_input_offs[s · n_in ..]` writing `slice_len` elements at
+/// `base_dst + s · slice_elems · 4` (the layout of
+/// [`BatchElementwiseRegion`]); slices run one after the other.
+fn batch_region(r: &BatchElementwiseRegion, mem: &Mem) -> NResult {
+    let n_in = chain_input_count(&r.chain, r.num_steps);
+    let slices = r.slices();
+    let slots = slices
+        .checked_mul(n_in)
+        .filter(|&s| s <= r.batch_input_offs.len());
+    if slots.is_none() || r.slice_len > r.slice_elems {
+        return Err(region_err(format!(
+            "batch of {slices} slices × {n_in} inputs, slice_len {} > stride {}",
+            r.slice_len, r.slice_elems
+        )));
+    }
+    let stride = (r.slice_elems as usize)
+        .checked_mul(4)
+        .ok_or_else(|| region_err("slice stride overflows".into()))?;
+    for s in 0..slices {
+        let mut input_offs = [0u32; REGION_MAX_INPUTS];
+        input_offs[..n_in].copy_from_slice(&r.batch_input_offs[s * n_in..(s + 1) * n_in]);
+        let dst = s
+            .checked_mul(stride)
+            .map(|o| crate::thunk::offsets::offset_add(r.base_dst, o))
+            .ok_or_else(|| region_err(format!("slice {s} destination overflows")))?;
+        let one = ElementwiseRegion {
+            len: r.slice_len,
+            num_inputs: n_in as u32,
+            num_steps: r.num_steps,
+            dst,
+            input_offs,
+            chain: r.chain,
+            scalar_input_mask: r.scalar_input_mask,
+            input_modulus: r.input_modulus,
+            prologue: 0,
+            out_n: 0,
+            out_c: 0,
+            out_h: 0,
+            out_w: 0,
+            prologue_input: 0,
+        };
+        region(&one, mem)?;
+    }
+    Ok(())
 }
 
 /// Decode the chain and run the region kernel. Inputs that overlap the

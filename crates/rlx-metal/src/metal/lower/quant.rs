@@ -18,6 +18,13 @@
 //!   would overwrite `x` while it is still being read;
 //! - a packed row longer than `u32::MAX` bytes.
 //!
+//! The transposed product `DequantMatMulGgufT` (`dst[m, k] = x[m, n] @
+//! dequant(w)`, f32) takes `gemm_t_<type>` for every type, a thread per
+//! 16-column chunk of `QTT_M` = 4 rows (threadgroups of 64 along the
+//! chunks), under the same rules (`x` apart from `dst`, both 4-byte
+//! aligned, `k` whole blocks); `n = 0` still dispatches (the kernel writes
+//! zeros).
+//!
 //! The fused decode-MLP thunks (`FusedMlpGateUpSwiGLU`, `FusedMlpGateUpGelu`,
 //! `FusedMlpDownResidual`) take `gate_up_<type>` / `down_residual_<type>`,
 //! the GEMV skeleton with the gating or the residual add as epilogue, under
@@ -33,7 +40,7 @@ use super::{aliased, kernel, Lowered};
 use crate::metal::args::{KernelArgs, MlpArgs, QuantArgs};
 use crate::metal::kernels::Family;
 use crate::metal::plan::{BufferBinding, Dispatch};
-use crate::thunk::quant::DequantMatMulGguf;
+use crate::thunk::quant::{DequantMatMulGguf, DequantMatMulGgufT};
 use crate::thunk::{raw_offset, Thunk};
 use rlx_ir::{GgmlType, QuantScheme};
 
@@ -54,6 +61,7 @@ pub(crate) fn kernel_name(ty: GgmlType, m: u32) -> String {
 pub(super) fn lower(i: usize, t: &Thunk) -> Option<Lowered> {
     let d = match t {
         Thunk::DequantMatMulGguf(d) => d,
+        Thunk::DequantMatMulGgufT(d) => return gemm_t(i, t, d),
         Thunk::FusedMlpGateUpSwiGLU(f) => {
             let m = Mlp::gate_up(f.scheme, f.k, f.n, (f.x_f16, f.dst_f16), 0);
             return m.lower(i, t, [f.x, f.gate_w, f.up_w, f.dst]);
@@ -122,6 +130,52 @@ fn dispatch(i: usize, d: &DequantMatMulGguf, ty: GgmlType) -> Option<Dispatch> {
         threadgroup: [threads, 1, 1],
         threadgroup_memory: Vec::new(),
     })
+}
+
+/// Rows of `x` per `gemm_t_*` thread (`QTT_M`) and threads per threadgroup.
+const GEMM_T_ROWS: u32 = 4;
+const GEMM_T_THREADS: u32 = 64;
+
+/// `DequantMatMulGgufT` → `gemm_t_<type>` (see the module docs).
+fn gemm_t(i: usize, t: &Thunk, d: &DequantMatMulGgufT) -> Option<Lowered> {
+    let QuantScheme::Gguf(ty) = d.scheme else {
+        return None;
+    };
+    if !(d.k as usize).is_multiple_of(ty.block_size()) {
+        return None;
+    }
+    if d.m == 0 || d.k == 0 {
+        return Some(Lowered::Skip);
+    }
+    let aligned = |off: usize| raw_offset(off).is_multiple_of(4);
+    if aliased(t) || !aligned(d.x) || !aligned(d.dst) {
+        return None;
+    }
+    let args = QuantArgs {
+        m: d.m,
+        k: d.k,
+        n: d.n,
+        row_bytes: u32::try_from(ty.row_bytes(d.k as usize)?).ok()?,
+        x_f16: 0,
+        dst_f16: 0,
+    };
+    let chunks = d.k.div_ceil(16);
+    Some(Lowered::Dispatch(Dispatch {
+        thunk: i,
+        kernel: kernel(
+            Family::Quant,
+            format!("gemm_t_{}", ty.name().to_lowercase()),
+        ),
+        args: args.as_bytes().to_vec(),
+        bindings: [d.x, d.w_q, d.dst].map(BufferBinding::of).to_vec(),
+        grid: [
+            chunks.div_ceil(GEMM_T_THREADS),
+            d.m.div_ceil(GEMM_T_ROWS),
+            1,
+        ],
+        threadgroup: [GEMM_T_THREADS, 1, 1],
+        threadgroup_memory: Vec::new(),
+    }))
 }
 
 /// A fused decode-MLP GEMV (see the module docs).
