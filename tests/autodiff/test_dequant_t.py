@@ -1,7 +1,8 @@
 """``dequant_mat_mul_t`` (``dy @ dequant(W)`` straight from packed GGUF
 blocks, the input gradient of a frozen quantised matmul) against numpy on
 ``gguf.quants.dequantize`` (gguf's own dequantisers), on the reference,
-host and metal-sim devices, for Q4_1, Q4_K, Q6_K and Q8_0 at odd sizes.
+host and metal-sim (quant.metal ``gemm_t_<type>``) devices, for Q4_1, Q4_K,
+Q6_K and Q8_0 at odd sizes.
 
 Weights: ``gguf.quants.quantize`` output for Q4_1 / Q8_0; random blocks with
 finite f16 scales for Q4_K / Q6_K (gguf cannot quantize k-quants).
@@ -59,6 +60,9 @@ def test_transposed_product_matches_gguf_dequantize(
     if device == "host":
         assert ex.stats["by_thunk"].get("dequant_matmul_gguf_t") == 1
         assert ex.stats["fallback_thunks"] == 0, ex.stats
+    if device == "metal-sim":
+        # the gemm_t_<type> kernel, not a host command
+        assert "dequant_matmul_gguf_t" not in ex.stats["metal_host_by_thunk"], ex.stats
     want = dyv.astype(np.float64) @ dense
     assert got.shape == (m, k) and got.dtype == np.float32
     err = float(np.max(np.abs(got - want)))

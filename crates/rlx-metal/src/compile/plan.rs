@@ -478,8 +478,8 @@ mod tests {
 
     #[test]
     fn in_place_takes_the_parent_bytes() {
-        // a (0..1) -> b = act(a) in place at 1 (read until 3); c made at 2
-        // must not land on b's (= a's) bytes; naive counts b on its own
+        // a (0..1) -> b = act(a) in place at 1 (read until 3), d live
+        // throughout: at step 1 a and b share bytes; naive counts b
         let vals = vec![
             planned(4096, 0, 1),
             Value {
@@ -488,14 +488,14 @@ mod tests {
                 end: 3,
                 kind: ValueKind::InPlace { parent: 0 },
             },
-            planned(4096, 2, 3),
+            planned(4096, 0, 3),
         ];
         let p = plan(&vals, 64).unwrap();
         assert_eq!(p.offsets[1], p.offsets[0]);
         assert_eq!(p.naive_bytes, 3 * 4096);
         assert_eq!(p.arena_bytes, 2 * 4096);
         check_no_overlap(&vals, &p);
-        // without the in-place kind the same values need three buffers
+        // without the in-place kind a, b and d are all live at step 1
         let mut out = vals.clone();
         out[1].kind = ValueKind::Planned;
         assert_eq!(plan(&out, 64).unwrap().arena_bytes, 3 * 4096);
