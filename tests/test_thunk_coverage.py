@@ -28,13 +28,7 @@ from rlx.thunk_coverage import (
     thunk_table,
 )
 
-NO_PRODUCER = "no lowering or pass produces it yet (issue 19)"
-KNOWN_GAPS: dict[str, str] = {
-    # the seed casts f32 -> i64 this way in f32-widened Metal arenas; ours keep
-    # real dtypes, and an int round trip saturates / maps NaN to 0 where
-    # truncation does not, so no graph means it
-    "CastTruncF32": NO_PRODUCER,
-}
+KNOWN_GAPS: dict[str, str] = {}
 
 VARIANTS = [(v, n) for v, n in _rlx.thunk_variants() if v != "Nop"]
 

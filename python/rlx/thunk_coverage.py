@@ -261,8 +261,8 @@ def _dw_conv1d(p: ProbeGraph) -> None:
 PROBES: dict[str, Probe] = {
     "Cast": Probe("op cast (f32 -> f16)", _b(lambda p: p.g.cast(p.x("a", [4, 8]), "f16"))),
     "CastHost": Probe("op cast (f32 -> i64)", _b(lambda p: p.g.cast(p.x("a", [4, 8]), "i64"))),
-    "CastTruncF32": Probe("op cast (f64 -> f32)",
-                          _b(lambda p: p.g.cast(p.x("a", [4, 8], "f64"), "f32"))),
+    "CastTruncF32": Probe("op cast (f32 -> f32, trunc=True)",
+                          _b(lambda p: p.g.cast(p.x("a", [4, 8]), "f32", trunc=True))),
     "ActivationInPlace": Probe("op activation, operand dying there (in_place_activation)",
                                _b(lambda p: p.g.tanh(p.g.softmax(p.x("a", [4, 8]))))),
     "ActivationOut": Probe("op activation", _un("tanh")),

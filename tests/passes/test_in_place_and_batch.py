@@ -1,8 +1,9 @@
-"""The planner / pass paths that make the last seed elementwise thunks
+"""The planner / pass / op paths that make the last seed elementwise thunks
 (issue 19): ``in_place_activation`` (``ActivationInPlace``: an activation
 whose operand dies there runs on the operand's bytes), the
 ``batch_elementwise_regions`` pass (``BatchElementwiseRegion``: same-chain
-regions in one launch) and the large-arena GELU (``GeluApproxHost``).
+regions in one launch), the large-arena GELU (``GeluApproxHost``) and the
+trunc cast (``CastTruncF32``).
 
 Each is checked against a float64 numpy evaluation and against the compile
 with the step switched off, on the host and on metal-sim."""
@@ -180,3 +181,47 @@ def test_gelu_host_past_the_arena_threshold(
     x64 = x.astype(np.float64)
     want = 0.5 * x64 * (1 + np.tanh(np.sqrt(2 / np.pi) * (x64 + 0.044715 * x64**3)))
     np.testing.assert_allclose(b, want, rtol=1e-5, atol=1e-6)
+
+
+_SPECIAL = [2.5, -2.5, 0.9999999, -0.9999999, -0.0, 3e9, np.inf, -np.inf, np.nan]
+
+
+@pytest.mark.parametrize("device", ["reference", "host", "metal-sim"])
+@pytest.mark.parametrize(("src", "dst"), [("f32", "f32"), ("f16", "f32"), ("f32", "f16")])
+def test_trunc_cast(device: str, src: str, dst: str) -> None:
+    np_dt = {"f32": np.float32, "f16": np.float16}
+    x = np.random.default_rng(8).uniform(-300, 300, 37).astype(np_dt[src])
+    with np.errstate(over="ignore"):
+        x[: len(_SPECIAL)] = np.asarray(_SPECIAL).astype(np_dt[src])
+    g = rlx.Graph("trunc")
+    g.outputs(g.cast(g.input("x", [37], src), dst, trunc=True))
+    exe = rlx.compile(g, device=device)
+    if device != "reference":
+        assert exe.stats["by_thunk"].get("cast_trunc_f32") == 1, exe.stats["by_thunk"]
+        assert "cast_trunc_f32" not in exe.stats.get("fallback_by_thunk", {})
+        assert "cast_trunc_f32" not in exe.stats["metal_host_by_thunk"]
+    (got,) = exe.run(x=x).values()
+    with np.errstate(over="ignore"):
+        want = np.trunc(x.astype(np.float64)).astype(np_dt[dst])
+    assert got.dtype == np_dt[dst]
+    # bit for bit: signed zeros, infinities and NaN kept
+    np.testing.assert_array_equal(np.signbit(got), np.signbit(want))
+    np.testing.assert_array_equal(got, want)
+
+
+def test_trunc_cast_errors_and_gradient() -> None:
+    g = rlx.Graph("bad")
+    with pytest.raises(rlx.RlxError, match=r"\[cast\].*float to a float"):
+        g.cast(g.input("i", [3], "i32"), "f32", trunc=True)
+    g = rlx.Graph("f64")
+    g.outputs(g.cast(g.input("x", [3], "f64"), "f32", trunc=True))
+    with pytest.raises(rlx.RlxError, match="cast.*trunc cast computes in f32"):
+        rlx.compile(g)
+    # piecewise constant: zero gradient
+    g = rlx.Graph("grad")
+    x = g.input("x", [5])
+    (dx,) = rlx.grad(g, g.sum(g.cast(x, "f32", trunc=True) * x), [x])
+    g.outputs(dx)
+    xv = np.array([0.5, 1.5, -2.7, 3.0, 9.9], np.float32)
+    (got,) = rlx.compile(g).run(x=xv).values()
+    np.testing.assert_array_equal(got, np.trunc(xv))

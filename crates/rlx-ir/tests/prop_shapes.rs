@@ -283,7 +283,11 @@ fn any_op() -> impl Strategy<Value = Op> {
         Just(Op::Compare { kind: CmpOp::Gt }).boxed(),
         Just(Op::Where).boxed(),
         Just(Op::Fma).boxed(),
-        Just(Op::Cast { to: DType::I8 }).boxed(),
+        Just(Op::Cast {
+            to: DType::I8,
+            trunc: false,
+        })
+        .boxed(),
         region_steps()
             .prop_map(|steps| Op::ElementwiseRegion { steps })
             .boxed(),

@@ -7,6 +7,8 @@
 // unary_f32 / unary_f16     args UnaryArgs: buffer(1) src, buffer(2) dst
 //                           (src == dst for the in-place thunk)
 // cast_f32_f16 / cast_f16_f32  args CastArgs: buffer(1) src, buffer(2) dst
+// cast_trunc_f32            args CastArgs: buffer(1) src, buffer(2) dst:
+//                           dst = trunc(src), f32 (CastTruncF32)
 //
 // Math is done in f32 for both element types (helpers in act.h).
 #include <metal_stdlib>
@@ -51,3 +53,14 @@ template [[host_name(name)]] kernel void cast<S, D>(                         \
     device D* dst [[buffer(2)]], uint gid [[thread_position_in_grid]]);
 RLX_CAST("cast_f32_f16", float, half)
 RLX_CAST("cast_f16_f32", half, float)
+
+kernel void cast_trunc_f32(constant CastArgs& a [[buffer(0)]],
+                           device const float* src [[buffer(1)]],
+                           device float*       dst [[buffer(2)]],
+                           uint gid [[thread_position_in_grid]])
+{
+    if (gid >= a.len) {
+        return;
+    }
+    dst[gid] = trunc(src[gid]);
+}

@@ -121,6 +121,9 @@ def _where(ctx: Ctx, node: Node, dy: Node) -> list[Optional[Node]]:
 @rule("cast")
 def _cast(ctx: Ctx, node: Node, dy: Node) -> list[Optional[Node]]:
     (x,) = node.inputs
+    if node.attrs.get("trunc"):
+        # rounding toward zero is piecewise constant: zero almost everywhere
+        return [ctx.like(dy * 0.0, x)]
     return [dy if dy.dtype == x.dtype else ctx.g.cast(dy, x.dtype)]
 
 

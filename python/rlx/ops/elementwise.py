@@ -202,9 +202,17 @@ class ElementwiseOps(GraphBase):
         na, nb = self._operands("where", a, b)
         return self._add({"op": "where"}, [cond, na, nb], name)
 
-    def cast(self, x: Node, dtype: DTypeLike, *, name: str = "") -> Node:
-        """Convert to ``dtype`` (float → int truncates toward zero)."""
-        return self._add({"op": "cast", "to": dtype_name(dtype)}, [x], name)
+    def cast(self, x: Node, dtype: DTypeLike, *, trunc: bool = False, name: str = "") -> Node:
+        """Convert to ``dtype`` (float → int truncates toward zero).
+
+        ``trunc=True`` (float → float only) rounds toward zero and keeps the
+        integral value in a float dtype: ONNX's float → int truncation
+        without the integer's range (no saturation; NaN and ±inf pass
+        through)."""
+        op: dict[str, object] = {"op": "cast", "to": dtype_name(dtype)}
+        if trunc:
+            op["trunc"] = True
+        return self._add(op, [x], name)
 
     def fma(self, a: Operand, b: Operand, c: Operand, *, name: str = "") -> Node:
         """``a * b + c`` with broadcasting."""

@@ -238,7 +238,8 @@ OPS = {
     "where": lambda op, xs, s: np.where(np.asarray(xs[0]) != 0, xs[1], xs[2]),
     "cast": lambda op, xs, s: (
         np.trunc(xs[0]).astype(misc.np_dtype(op["to"]))
-        if op["to"][0] in "iub" and np.issubdtype(np.asarray(xs[0]).dtype, np.floating)
+        if (op["to"][0] in "iub" or op.get("trunc"))
+        and np.issubdtype(np.asarray(xs[0]).dtype, np.floating)
         else np.asarray(xs[0]).astype(misc.np_dtype(op["to"]))
     ),
     "fma": lambda op, xs, s: xs[0] * xs[1] + xs[2],

@@ -127,7 +127,8 @@ VJP: dict[str, Vjp] = {
     "reshape": lambda op, xs, y, g: [g.reshape(np.shape(xs[0]))],
     "transpose": lambda op, xs, y, g: [np.transpose(g, np.argsort(op["perm"]))],
     "expand": lambda op, xs, y, g: [_unbroadcast(g, np.shape(xs[0]))],
-    "cast": lambda op, xs, y, g: [g],
+    # a trunc cast is piecewise constant: zero gradient
+    "cast": lambda op, xs, y, g: [g * 0.0 if op.get("trunc") else g],
 }
 
 

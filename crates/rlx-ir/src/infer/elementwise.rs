@@ -46,8 +46,17 @@ pub(super) fn infer(op: &Op, inputs: &[&Shape]) -> Result<Shape> {
             let dims = broadcast_shapes(op, inputs)?;
             Ok(Shape::new(dims, inputs[1].dtype.promote(inputs[2].dtype)))
         }
-        Op::Cast { to } => {
+        Op::Cast { to, trunc } => {
             arity(op, inputs, 1)?;
+            if *trunc && !(inputs[0].dtype.is_float() && to.is_float()) {
+                return Err(IrError::dtype(
+                    op.name(),
+                    format!(
+                        "a trunc cast goes from a float to a float dtype, got {} -> {to}",
+                        inputs[0].dtype
+                    ),
+                ));
+            }
             Ok(inputs[0].with_dtype(*to))
         }
         Op::Fma => {
@@ -231,9 +240,25 @@ mod tests {
         err(&Op::Where, &["bool[2]", "f32[3]", "f32[3]"], "broadcast");
         err(&Op::Where, &["bool[3]", "f32[3]"], "expects 3");
 
-        ok(&Op::Cast { to: DType::I8 }, &["f32[a, 2]"], "i8[a, 2]");
+        ok(
+            &Op::Cast {
+                to: DType::I8,
+                trunc: false,
+            },
+            &["f32[a, 2]"],
+            "i8[a, 2]",
+        );
+        let trunc = Op::Cast {
+            to: DType::F32,
+            trunc: true,
+        };
+        ok(&trunc, &["f64[3]"], "f32[3]");
+        err(&trunc, &["i32[3]"], "float to a float");
         err(
-            &Op::Cast { to: DType::I8 },
+            &Op::Cast {
+                to: DType::I8,
+                trunc: false,
+            },
             &["f32[2]", "f32[2]"],
             "expects 1",
         );

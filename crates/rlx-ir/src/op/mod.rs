@@ -74,6 +74,9 @@ pub enum Op {
     Cast {
         /// Target dtype.
         to: DType,
+        /// Float → float rounded toward zero (NaN and ±inf kept).
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        trunc: bool,
     },
     /// `a * b + c`, broadcasting. Operands `[a, b, c]`.
     Fma,

@@ -15,7 +15,10 @@ pub fn foreign_ops() -> Vec<Op> {
         },
         Op::Compare { kind: CmpOp::Lt },
         Op::Where,
-        Op::Cast { to: DType::F16 },
+        Op::Cast {
+            to: DType::F16,
+            trunc: false,
+        },
         Op::Fma,
         Op::ElementwiseRegion {
             steps: vec![

@@ -105,6 +105,7 @@ fn scale(t: &Thunk, full: u32, a: u32) -> Result<Thunk, String> {
         Thunk::GeluApproxOut(x) => x.len = sc(x.len, full, a).ok_or_else(bad)?,
         Thunk::GeluApproxHost(x) => x.len = sc(x.len, full, a).ok_or_else(bad)?,
         Thunk::Cast(x) => x.len = sc(x.len, full, a).ok_or_else(bad)?,
+        Thunk::CastTruncF32(x) => x.len = sc(x.len, full, a).ok_or_else(bad)?,
         Thunk::Copy(x) => x.len = sc(x.len, full, a).ok_or_else(bad)?,
         Thunk::FusedSwiGLU(x) => x.total = sc(x.total, full, a).ok_or_else(bad)?,
         Thunk::RmsNorm(x) => x.rows = sc(x.rows, full, a).ok_or_else(bad)?,

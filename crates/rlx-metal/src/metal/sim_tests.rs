@@ -343,7 +343,10 @@ fn layer_norm_casts_and_host_commands_match_host() {
         },
         &[],
     );
-    let xh = node(&mut g, Op::Cast { to: DType::F16 }, &[x]);
+    let xh = node(&mut g, Op::Cast {
+            to: DType::F16,
+            trunc: false,
+        }, &[x]);
     let ln = node(&mut g, Op::LayerNorm { eps: 1e-5 }, &[xh, gm, bt]);
     let si = node(
         &mut g,
@@ -352,7 +355,10 @@ fn layer_norm_casts_and_host_commands_match_host() {
         },
         &[ln],
     );
-    let back = node(&mut g, Op::Cast { to: DType::F32 }, &[si]);
+    let back = node(&mut g, Op::Cast {
+            to: DType::F32,
+            trunc: false,
+        }, &[si]);
     let out = node(
         &mut g,
         Op::Binary {

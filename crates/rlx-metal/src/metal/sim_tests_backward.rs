@@ -38,7 +38,10 @@ fn labels(g: &mut Graph, n: usize) -> NodeId {
         },
         &[u],
     );
-    node(g, Op::Cast { to: DType::I32 }, &[a])
+    node(g, Op::Cast {
+            to: DType::I32,
+            trunc: false,
+        }, &[a])
 }
 
 /// Compile `g`, check that no thunk named in `names` is a host command and

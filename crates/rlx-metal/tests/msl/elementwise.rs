@@ -211,3 +211,44 @@ fn casts_round_to_nearest_even() {
         }
     }
 }
+
+/// `cast_trunc_f32` against Rust's `f32::trunc` bit for bit: odd sizes,
+/// halves and near-integers of both signs, signed zeros, values past 2^24
+/// (already integral), ±inf and NaN (kept, unlike an integer round trip).
+#[test]
+fn trunc_cast_rounds_toward_zero() {
+    let lib = lib(Family::Elementwise);
+    for &n in &SIZES {
+        let mut x = uniform(7 + n as u64, n, -1000.0, 1000.0);
+        let special = [
+            2.5,
+            -2.5,
+            0.999_999_9,
+            -0.999_999_9,
+            -0.0,
+            3e9,
+            f32::INFINITY,
+            f32::NEG_INFINITY,
+            f32::NAN,
+        ];
+        for (v, s) in x.iter_mut().zip(special) {
+            *v = s;
+        }
+        let args = CastArgs { len: n as u32 };
+        let mut src = Dt::F32.encode(&x);
+        let mut dst = vec![0u8; n * 4];
+        lib.dispatch(
+            "cast_trunc_f32",
+            args.as_bytes(),
+            &mut [&mut src, &mut dst],
+            Grid::d1((n as u32).div_ceil(128), 128),
+            &[],
+        )
+        .unwrap_or_else(|e| panic!("{e}"));
+        for (i, (g, v)) in Dt::F32.decode(&dst).iter().zip(&x).enumerate() {
+            let w = v.trunc();
+            let same = g.to_bits() == w.to_bits() || (g.is_nan() && w.is_nan());
+            assert!(same, "cast_trunc_f32 n={n} [{i}]: trunc({v}) = {g}, want {w}");
+        }
+    }
+}

@@ -66,7 +66,7 @@ fn member_op(g: &Graph, id: NodeId) -> bool {
         Op::Activation { .. } => n.inputs.len() == 1,
         Op::Binary { .. } => n.inputs.len() == 2,
         // a cast that keeps the dtype is a free view: not worth a step
-        Op::Cast { to } => {
+        Op::Cast { to, trunc: false } => {
             to == DType::F32 && n.inputs.len() == 1 && g.shape(n.inputs[0]).dtype != to
         }
         _ => false,
@@ -140,7 +140,7 @@ fn build(g: &Graph, root: NodeId, members: &BTreeSet<NodeId>) -> Option<Rewrite>
                 a: operand(n.inputs[0])?,
                 b: operand(n.inputs[1])?,
             },
-            Op::Cast { to } => RegionStep::Cast {
+            Op::Cast { to, .. } => RegionStep::Cast {
                 to,
                 a: operand(n.inputs[0])?,
             },

@@ -10,7 +10,8 @@ use super::{numel, Ctx};
 use crate::compile::error::CompileError;
 use crate::thunk::binary::{BiasAdd, BinaryBroadcast, BinaryFull, Compare, Fma, Where};
 use crate::thunk::elementwise::{
-    ActivationInPlace, ActivationOut, Cast, CastHost, FusedSwiGLU, GeluApproxHost, GeluApproxOut,
+    ActivationInPlace, ActivationOut, Cast, CastHost, CastTruncF32, FusedSwiGLU, GeluApproxHost,
+    GeluApproxOut,
 };
 use crate::thunk::region::{act_code, binop_code, ElementwiseRegion};
 use crate::thunk::{is_arena, HalfFlag};
@@ -59,7 +60,8 @@ pub(super) fn lower(ctx: &mut Ctx<'_>, op: &Op) -> Result<(), CompileError> {
             finish_f32_dst(ctx, dst, len);
             Ok(())
         }
-        Op::Cast { to } => {
+        Op::Cast { trunc: true, .. } => trunc_cast(ctx),
+        Op::Cast { to, .. } => {
             let len = ctx.u32(numel(&ctx.out_dims()), "elements")?;
             let (src, dst) = (ctx.input(0), ctx.out());
             push_cast(ctx, src, ctx.in_shape(0).dtype, dst, *to, len);
@@ -142,6 +144,33 @@ fn activation(ctx: &mut Ctx<'_>, act: Activation) -> Result<(), CompileError> {
         act,
         dt,
     });
+    Ok(())
+}
+
+/// A trunc cast: `CastTruncF32` over f32, with the operand widened to f32
+/// scratch first (exact from f16 / bf16) and the result converted to the
+/// output's float dtype after (exact: an integral value of at most the
+/// operand's magnitude). An f64 operand would be rounded to f32 before the
+/// truncation, which can change the result: refused.
+fn trunc_cast(ctx: &mut Ctx<'_>) -> Result<(), CompileError> {
+    let from = ctx.in_shape(0).dtype;
+    if !matches!(from, DType::F32 | DType::F16 | DType::BF16) {
+        return Err(ctx.unsupported(format!(
+            "a trunc cast computes in f32; an operand of dtype {from} is not supported"
+        )));
+    }
+    let n = numel(&ctx.out_dims());
+    let len = ctx.u32(n, "elements")?;
+    let src = if from == DType::F32 {
+        ctx.input(0)
+    } else {
+        let tmp = ctx.scratch(n * 4);
+        push_cast(ctx, ctx.input(0), from, tmp, DType::F32, len);
+        tmp
+    };
+    let dst = f32_dst(ctx, n);
+    ctx.push(CastTruncF32 { src, dst, len });
+    finish_f32_dst(ctx, dst, len);
     Ok(())
 }
 

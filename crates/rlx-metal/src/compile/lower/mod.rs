@@ -304,7 +304,7 @@ fn view_of(g: &Graph, shapes: &[Shape], id: NodeId) -> Option<(NodeId, usize)> {
     match &n.op {
         Op::Reshape { .. } => Some((first, 0)),
         Op::ScatterNd if shape::scatters_into_state(g, id) => Some((first, 0)),
-        Op::Cast { to } if *to == src.dtype => Some((first, 0)),
+        Op::Cast { to, trunc: false } if *to == src.dtype => Some((first, 0)),
         Op::Expand { .. } | Op::Transpose { .. } if shapes[id].dims == src.dims => {
             // identity expand / permutation that keeps every dim in place
             match &n.op {

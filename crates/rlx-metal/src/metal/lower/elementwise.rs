@@ -1,4 +1,6 @@
-//! Unary activations and casts → `elementwise.metal`.
+//! Unary activations, casts and the f32 truncation (`CastTruncF32` →
+//! `cast_trunc_f32`, elementwise, so `src == dst` is fine) →
+//! `elementwise.metal`.
 
 use super::{aliased, elementwise, kernel, suffix, Lowered};
 use crate::metal::args::{act_code, CastArgs, UnaryArgs};
@@ -39,7 +41,15 @@ pub(super) fn lower(i: usize, t: &Thunk) -> Option<Lowered> {
                 c.len,
             ))
         }
-        Thunk::ActivationOut(_) | Thunk::ActivationInPlace(_) | Thunk::GeluApproxOut(_)
+        Thunk::CastTruncF32(c) if c.len > 0 => {
+            let args = CastArgs { len: c.len };
+            let k = kernel(fam, "cast_trunc_f32".into());
+            Lowered::Dispatch(elementwise(i, k, &args, &[c.src, c.dst], c.len))
+        }
+        Thunk::ActivationOut(_)
+        | Thunk::ActivationInPlace(_)
+        | Thunk::GeluApproxOut(_)
+        | Thunk::CastTruncF32(_)
             if t.io().writes.is_empty() =>
         {
             Lowered::Skip
