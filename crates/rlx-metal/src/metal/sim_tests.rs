@@ -343,10 +343,14 @@ fn layer_norm_casts_and_host_commands_match_host() {
         },
         &[],
     );
-    let xh = node(&mut g, Op::Cast {
+    let xh = node(
+        &mut g,
+        Op::Cast {
             to: DType::F16,
             trunc: false,
-        }, &[x]);
+        },
+        &[x],
+    );
     let ln = node(&mut g, Op::LayerNorm { eps: 1e-5 }, &[xh, gm, bt]);
     let si = node(
         &mut g,
@@ -355,10 +359,14 @@ fn layer_norm_casts_and_host_commands_match_host() {
         },
         &[ln],
     );
-    let back = node(&mut g, Op::Cast {
+    let back = node(
+        &mut g,
+        Op::Cast {
             to: DType::F32,
             trunc: false,
-        }, &[si]);
+        },
+        &[si],
+    );
     let out = node(
         &mut g,
         Op::Binary {

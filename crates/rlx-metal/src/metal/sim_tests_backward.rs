@@ -38,10 +38,14 @@ fn labels(g: &mut Graph, n: usize) -> NodeId {
         },
         &[u],
     );
-    node(g, Op::Cast {
+    node(
+        g,
+        Op::Cast {
             to: DType::I32,
             trunc: false,
-        }, &[a])
+        },
+        &[a],
+    )
 }
 
 /// Compile `g`, check that no thunk named in `names` is a host command and

@@ -248,7 +248,10 @@ fn trunc_cast_rounds_toward_zero() {
         for (i, (g, v)) in Dt::F32.decode(&dst).iter().zip(&x).enumerate() {
             let w = v.trunc();
             let same = g.to_bits() == w.to_bits() || (g.is_nan() && w.is_nan());
-            assert!(same, "cast_trunc_f32 n={n} [{i}]: trunc({v}) = {g}, want {w}");
+            assert!(
+                same,
+                "cast_trunc_f32 n={n} [{i}]: trunc({v}) = {g}, want {w}"
+            );
         }
     }
 }

@@ -404,28 +404,32 @@ fn region_respects_outside_uses_and_dtypes() {
     // ... but an f16 input cast up into an f32 chain is fine
     let mut g = Graph::new("cast");
     let a = leaf(&mut g, "a", &[4, 8], DType::F16);
-    let c = g.add(
-        Op::Cast {
-            to: DType::F32,
-            trunc: false,
-        },
-        &[a],
-        "",
-    ).unwrap();
+    let c = g
+        .add(
+            Op::Cast {
+                to: DType::F32,
+                trunc: false,
+            },
+            &[a],
+            "",
+        )
+        .unwrap();
     let e = act(&mut g, Activation::Exp, c);
     g.set_outputs(&[e]).unwrap();
     assert_eq!(run::<region::FuseElementwiseRegion>(&g).1, 1);
     // a same-dtype cast is a free view, not a step
     let mut g = Graph::new("view");
     let a = x32(&mut g, "a", &[4, 8]);
-    let c = g.add(
-        Op::Cast {
-            to: DType::F32,
-            trunc: false,
-        },
-        &[a],
-        "",
-    ).unwrap();
+    let c = g
+        .add(
+            Op::Cast {
+                to: DType::F32,
+                trunc: false,
+            },
+            &[a],
+            "",
+        )
+        .unwrap();
     let e = act(&mut g, Activation::Exp, c);
     g.set_outputs(&[e]).unwrap();
     assert_eq!(run::<region::FuseElementwiseRegion>(&g).1, 0);
