@@ -2,7 +2,7 @@
 // kernels/*.metal file and mirrored field for field by the #[repr(C)]
 // structs in src/metal/args.rs. Sizes and alignments are asserted here and
 // there (and msl-sim checks each dispatch's args bytes against the size the
-// kernel reads).
+// kernel reads). The structs of backward.metal are in args_backward.h.
 //
 // Binding convention: the args struct is [[buffer(0)]] (setBytes); the
 // operands follow as [[buffer(1)]], [[buffer(2)]], ... in the order each
@@ -553,96 +553,6 @@ struct WelchArgs {
     uint k;
 };
 
-// backward.metal attention_bwd_f32: operands [b, heads, L, d] (bhsd) or
-// [b, L, heads, d]; mask kinds as AttnArgs; wrt 0 q, 1 k, 2 v; scale 1/sqrt(d).
-struct AttnBwdArgs {
-    uint batch;
-    uint seq;
-    uint kv_seq;
-    uint heads;
-    uint head_dim;
-    uint mask_kind;
-    uint window;
-    uint wrt;
-    uint bhsd;
-    float scale;
-};
-
-// backward.metal rms_norm_bwd_f32: x / dy [rows, h]; wrt 0 input, 1 gamma, 2 beta.
-struct RmsBwdArgs {
-    uint rows;
-    uint h;
-    float eps;
-    uint wrt;
-};
-
-// backward.metal rope_bwd_f32: [batch, seq, hidden], cos / sin cos_len floats.
-struct RopeBwdArgs {
-    uint batch;
-    uint seq;
-    uint hidden;
-    uint head_dim;
-    uint n_rot;
-    uint cos_len;
-};
-
-// backward.metal cumsum_bwd_f32: [rows, cols].
-struct CumsumBwdArgs {
-    uint rows;
-    uint cols;
-    uint exclusive;
-};
-
-// backward.metal gather_bwd_f32: dy [outer, num_idx, trailing] -> [outer, axis_dim, trailing].
-struct GatherBwdArgs {
-    uint outer;
-    uint axis_dim;
-    uint num_idx;
-    uint trailing;
-};
-
-// backward.metal conv2d gradients: x [n, c, h, w], y [n, c_out, h_out, w_out].
-struct Window2dArgs {
-    uint n;
-    uint c;
-    uint h;
-    uint w;
-    uint c_out;
-    uint h_out;
-    uint w_out;
-    uint kh;
-    uint kw;
-    uint sh;
-    uint sw;
-    uint ph;
-    uint pw;
-    uint dh;
-    uint dw;
-    uint groups;
-};
-
-// backward.metal ada_ln_bwd_* / gated_residual_bwd_*: mod_rows rows of h, each
-// covering seq_per_mod rows.
-struct ModBwdArgs {
-    uint h;
-    uint seq_per_mod;
-    uint mod_rows;
-    float eps;
-    uint layer_norm;
-};
-
-// backward.metal softmax_ce_*: logits [n, c], labels i32 [n].
-struct SceArgs {
-    uint n;
-    uint c;
-};
-
-static_assert(sizeof(UnaryArgs) == 8 && alignof(UnaryArgs) == 4, "UnaryArgs layout");
-static_assert(sizeof(CastArgs) == 4 && alignof(CastArgs) == 4, "CastArgs layout");
-static_assert(sizeof(BinaryArgs) == 8 && alignof(BinaryArgs) == 4, "BinaryArgs layout");
-static_assert(sizeof(BroadcastArgs) == 112 && alignof(BroadcastArgs) == 4, "BroadcastArgs layout");
-static_assert(sizeof(RowNormArgs) == 16 && alignof(RowNormArgs) == 4, "RowNormArgs layout");
-static_assert(sizeof(SoftmaxArgs) == 8 && alignof(SoftmaxArgs) == 4, "SoftmaxArgs layout");
 // quant_formats.metal dqmm_*: dst[m, n] = x[m, k] @ dequant(w)ᵀ for block
 // int8 / int4 (block_size; flag 1: zero points), FP8 (flag 1: E5M2) and
 // NVFP4 weights.
@@ -793,15 +703,6 @@ static_assert(sizeof(ScaledArgs) == 32 && alignof(ScaledArgs) == 4, "ScaledArgs 
 static_assert(sizeof(FftArgs) == 20 && alignof(FftArgs) == 4, "FftArgs layout");
 static_assert(sizeof(LogMelArgs) == 16 && alignof(LogMelArgs) == 4, "LogMelArgs layout");
 static_assert(sizeof(WelchArgs) == 16 && alignof(WelchArgs) == 4, "WelchArgs layout");
-
-static_assert(sizeof(AttnBwdArgs) == 40 && alignof(AttnBwdArgs) == 4, "AttnBwdArgs layout");
-static_assert(sizeof(RmsBwdArgs) == 16 && alignof(RmsBwdArgs) == 4, "RmsBwdArgs layout");
-static_assert(sizeof(RopeBwdArgs) == 24 && alignof(RopeBwdArgs) == 4, "RopeBwdArgs layout");
-static_assert(sizeof(CumsumBwdArgs) == 12 && alignof(CumsumBwdArgs) == 4, "CumsumBwdArgs layout");
-static_assert(sizeof(GatherBwdArgs) == 16 && alignof(GatherBwdArgs) == 4, "GatherBwdArgs layout");
-static_assert(sizeof(Window2dArgs) == 64 && alignof(Window2dArgs) == 4, "Window2dArgs layout");
-static_assert(sizeof(ModBwdArgs) == 20 && alignof(ModBwdArgs) == 4, "ModBwdArgs layout");
-static_assert(sizeof(SceArgs) == 8 && alignof(SceArgs) == 4, "SceArgs layout");
 
 // quant.metal qkv_head_* / norm_gate_up_*, norm_fused.metal norm_residual_f32:
 // the fused decode-layer kernels of the Metal plan (flags and fields there).

@@ -38,6 +38,7 @@
 //   one thread per row: −Σ_k t_k·(z_k − logsumexp(z)) (soft labels).
 #include <metal_stdlib>
 #include "args.h"
+#include "args_backward.h"
 using namespace metal;
 
 // ------------------------------------------------------------- attention

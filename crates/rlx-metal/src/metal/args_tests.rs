@@ -3,10 +3,12 @@ use super::*;
 use rlx_ir::op::BinaryOp;
 use rlx_ir::op::ALL_ACTIVATIONS;
 
-/// `static_assert(sizeof(Name) == N && alignof(Name) == 4` lines of args.h.
+/// `static_assert(sizeof(Name) == N && alignof(Name) == 4` lines of args.h
+/// and args_backward.h.
 fn header_sizes() -> Vec<(String, usize)> {
     super::super::kernels::ARGS_H
         .lines()
+        .chain(super::super::kernels::ARGS_BACKWARD_H.lines())
         .filter_map(|l| {
             let rest = l.trim().strip_prefix("static_assert(sizeof(")?;
             let (name, rest) = rest.split_once(')')?;

@@ -8,6 +8,9 @@
 /// `kernels/args.h`, the shared argument structs.
 pub const ARGS_H: &str = include_str!("../../kernels/args.h");
 
+/// `kernels/args_backward.h`, the argument structs of `backward.metal`.
+pub const ARGS_BACKWARD_H: &str = include_str!("../../kernels/args_backward.h");
+
 /// `kernels/act.h`, the shared activation / binary-op helpers.
 pub const ACT_H: &str = include_str!("../../kernels/act.h");
 
@@ -16,8 +19,9 @@ pub const ACT_H: &str = include_str!("../../kernels/act.h");
 pub const GGUF_BLOCKS_H: &str = include_str!("../../kernels/gguf_blocks.h");
 
 /// The headers [`source`] inlines: `#include` name and text.
-const HEADERS: [(&str, &str); 3] = [
+const HEADERS: [(&str, &str); 4] = [
     ("args.h", ARGS_H),
+    ("args_backward.h", ARGS_BACKWARD_H),
     ("act.h", ACT_H),
     ("gguf_blocks.h", GGUF_BLOCKS_H),
 ];
@@ -174,8 +178,8 @@ impl Family {
     }
 }
 
-/// Self-contained source of a family: the headers (`args.h`, `act.h`,
-/// `gguf_blocks.h`) inlined, line numbers of the `.metal` file kept for
+/// Self-contained source of a family: the headers (`args.h`,
+/// `args_backward.h`, `act.h`, `gguf_blocks.h`) inlined, line numbers of the `.metal` file kept for
 /// diagnostics.
 pub fn source(family: Family) -> String {
     let file = family.file();
