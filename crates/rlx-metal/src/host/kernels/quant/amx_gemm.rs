@@ -154,8 +154,17 @@ const T_B2: u8 = 6;
 macro_rules! b5 {
     ($n:literal) => {
         concat!(
-            ".byte ({", $n, "}) & 255, ({", $n, "} >> 8) & 255, ({", $n,
-            "} >> 16) & 255, ({", $n, "} >> 24) & 255, ({", $n, "} >> 32) & 255"
+            ".byte ({",
+            $n,
+            "}) & 255, ({",
+            $n,
+            "} >> 8) & 255, ({",
+            $n,
+            "} >> 16) & 255, ({",
+            $n,
+            "} >> 24) & 255, ({",
+            $n,
+            "} >> 32) & 255"
         )
     };
 }
@@ -469,7 +478,13 @@ unsafe fn stage_group(
             // SAFETY: AVX-512 (caller); the row slices have the sizes the
             // quantiser expects for `k`.
             unsafe {
-                quantize_row_simd(&x[r * k..(r + 1) * k], &mut rq.q, &mut rq.q2, &mut rq.dx, &mut rq.s)
+                quantize_row_simd(
+                    &x[r * k..(r + 1) * k],
+                    &mut rq.q,
+                    &mut rq.q2,
+                    &mut rq.dx,
+                    &mut rq.s,
+                )
             };
             for d in 0..k / 4 {
                 let at = 64 * d + 4 * r;
@@ -496,6 +511,7 @@ unsafe fn stage_group(
 ///
 /// # Safety
 /// `rows` rows of `nb` blocks at `w`; AVX-512 F/BW/VL, AVX2, F16C present.
+#[allow(clippy::too_many_arguments)]
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl")]
 unsafe fn decode_group<V: VFmt>(
     w: &[u8],
@@ -582,24 +598,36 @@ unsafe fn tile_16x16<const SIGNED: bool>(
 ) -> [__m512; TR] {
     let kb = k / g;
     let mut acc = [_mm512_setzero_ps(); TR];
-    for b in 0..kb {
-        // SAFETY: block `b` of both groups lies in their buffers: `16·g`
-        // bytes of codes per block on either side, `kb` scales per weight
-        // row, 16 steps per block of 32 and 16 sums per block of `g`.
+    // software-pipelined: block b + 1's products are issued before block
+    // b's are stored and scaled, so the tile unit works while the vector
+    // units finish the previous block
+    let issue = |b: usize| {
+        // SAFETY: block `b < kb` of both groups lies in their buffers
+        // (`16·g` bytes of codes per block on either side).
         unsafe {
             let (w, x1, x2) = (
                 wg.u.add(TR * g * b),
                 xg.q1.add(TR * g * b),
                 xg.q2.add(TR * g * b),
             );
-            let par = b & 1;
-            let (p1, p2) = (scr.0[2 * par].as_mut_ptr(), scr.0[2 * par + 1].as_mut_ptr());
-            match (SIGNED, par) {
+            match (SIGNED, b & 1) {
                 (true, 0) => products!(tdpbssd, 0, 1, w, g, x1, x2),
                 (true, _) => products!(tdpbssd, 2, 3, w, g, x1, x2),
                 (false, 0) => products!(tdpbusd, 0, 1, w, g, x1, x2),
                 (false, _) => products!(tdpbusd, 2, 3, w, g, x1, x2),
             }
+        }
+    };
+    issue(0);
+    for b in 0..kb {
+        if b + 1 < kb {
+            issue(b + 1);
+        }
+        // SAFETY: `kb` scales per weight row, 16 steps per block of 32 and
+        // 16 sums per block of `g`; the scratch holds both parities.
+        unsafe {
+            let par = b & 1;
+            let (p1, p2) = (scr.0[2 * par].as_mut_ptr(), scr.0[2 * par + 1].as_mut_ptr());
             if par == 0 {
                 store_pair!(0, 1, p1, p2);
             } else {
@@ -700,11 +728,10 @@ fn run<V: VFmt, T: Elem>(
                 wp.u.resize(groups * TR * k, 0);
                 wp.a.resize(groups * TR * kb, 0.0);
                 wp.c.resize(groups * TR * kb, 0.0);
-                let parts = wp
-                    .u
-                    .chunks_mut(TR * k)
-                    .zip(wp.a.chunks_mut(TR * kb))
-                    .zip(wp.c.chunks_mut(TR * kb));
+                let parts =
+                    wp.u.chunks_mut(TR * k)
+                        .zip(wp.a.chunks_mut(TR * kb))
+                        .zip(wp.c.chunks_mut(TR * kb));
                 for (gj, ((u, a), c)) in parts.enumerate() {
                     let r0 = j0 + gj * TR;
                     let gr = TR.min(j0 + rows - r0);

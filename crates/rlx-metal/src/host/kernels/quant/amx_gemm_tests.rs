@@ -57,7 +57,17 @@ fn three(
 ) -> [Vec<f32>; 3] {
     let rb = ty.row_bytes(k).unwrap();
     let mut amx = vec![f32::NAN; m * n];
-    assert!(run_typed(ty, x, w, rb, &mut Out::F32(&mut amx), m, k, n, tasks));
+    assert!(run_typed(
+        ty,
+        x,
+        w,
+        rb,
+        &mut Out::F32(&mut amx),
+        m,
+        k,
+        n,
+        tasks
+    ));
     let mut vnni = vec![f32::NAN; m * n];
     assert!(vnni_gemm::run_typed(
         ty,
@@ -188,7 +198,17 @@ fn declines_below_one_tile_and_when_switched_off() {
     let x = rand_vec(16 * k, 4);
     let mut o = vec![0f32; 16 * n];
     // 15 rows: too few for a tile whatever the hardware
-    assert!(!run_typed(ty, &x[..15 * k], &w, rb, &mut Out::F32(&mut o), 15, k, n, 1));
+    assert!(!run_typed(
+        ty,
+        &x[..15 * k],
+        &w,
+        rb,
+        &mut Out::F32(&mut o),
+        15,
+        k,
+        n,
+        1
+    ));
     // an unsupported type
     assert!(!run_typed(
         GgmlType::Q8_1,
@@ -251,7 +271,7 @@ fn amx_timing_probe() {
                 let x = rand_vec(m * k, 2);
                 let mut o = vec![0f32; m * n];
                 let flop = 2.0 * (m * n * k) as f64;
-                let reps = (3e9 / flop).ceil() as usize;
+                let reps = (2e10 / flop).ceil() as usize;
                 let (mut vn, mut am) = (0f64, 0f64);
                 for _ in 0..3 {
                     let t = cpu_secs();
