@@ -451,19 +451,16 @@ const fn block_of<V: VFmt>() -> usize {
     }
 }
 
+/// One group's slices of an [`XTiles`]: codes of both levels, steps, sums.
+type GroupBufs<'a> = (&'a mut [i8], &'a mut [i8], &'a mut [f32], &'a mut [f32]);
+
 /// Quantises the `rows` activation rows of group `x` (16 rows at most,
 /// the rest zero) into one group's slices of an [`XTiles`].
 ///
 /// # Safety
 /// AVX-512 F/BW/VL present; `x` holds `rows · k` values; the slices have
 /// their group sizes (`16·k`, `16·k`, `16·k/32`, `16·k/g`).
-unsafe fn stage_group(
-    x: &[f32],
-    rows: usize,
-    k: usize,
-    g: usize,
-    (q1, q2, dx, s): (&mut [i8], &mut [i8], &mut [f32], &mut [f32]),
-) {
+unsafe fn stage_group(x: &[f32], rows: usize, k: usize, g: usize, (q1, q2, dx, s): GroupBufs<'_>) {
     q1.fill(0);
     q2.fill(0);
     dx.fill(0.0);
@@ -679,7 +676,7 @@ fn run<V: VFmt, T: Elem>(
         xt.q2.resize(mg * TR * k, 0);
         xt.dx.resize(mg * TR * (k / 32), 0.0);
         xt.s.resize(mg * TR * kb, 0.0);
-        let stage = |(gi, bufs): (usize, (&mut [i8], &mut [i8], &mut [f32], &mut [f32]))| {
+        let stage = |(gi, bufs): (usize, GroupBufs<'_>)| {
             let rows = TR.min(m - gi * TR);
             // SAFETY: `vnni::available()` was checked by `run_typed`; the
             // chunks have their group sizes.
