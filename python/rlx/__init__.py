@@ -7,7 +7,9 @@ from typing import TYPE_CHECKING, Optional
 
 from rlx._rlx import (
     __version__,
+    amx_available,
     pass_names,
+    set_amx_prefill_gemm,
     set_int8_activation_levels,
     set_int8_activations,
     set_int8_prefill_gemm,
@@ -74,6 +76,8 @@ __all__ = [
     "set_int8_activation_levels",
     "set_int8_activations",
     "set_int8_prefill_gemm",
+    "set_amx_prefill_gemm",
+    "amx_available",
     "dtype_name",
     "grad",
 ]

@@ -14,11 +14,13 @@ __all__ = [
     "UnsupportedOpError",
     "WeightFormatError",
     "__version__",
+    "amx_available",
     "dtype_name",
     "env_problems",
     "env_vars",
     "gguf_dequantize_rows",
     "pass_names",
+    "set_amx_prefill_gemm",
     "set_int8_activation_levels",
     "set_int8_activations",
     "set_int8_prefill_gemm",
@@ -125,6 +127,16 @@ def set_int8_prefill_gemm(enabled: bool) -> bool:
     m > 8, two int8 code levels) on or off for the process; off, they
     multiply f32 activations with f32 weight panels. Returns the previous
     setting."""
+
+def set_amx_prefill_gemm(enabled: bool) -> bool:
+    """Turns the AMX tile path of the host's prefill GEMM (m >= 16 on CPUs
+    with AMX-INT8) on or off for the process; off, the AVX-512 VNNI tiles
+    run (same results up to float32 summation order). Returns the previous
+    setting."""
+
+def amx_available() -> bool:
+    """Whether this machine can run the AMX tile path (AMX-INT8 present and
+    the tile state granted by the kernel), whatever the switch says."""
 
 @final
 class Executable:

@@ -1,6 +1,7 @@
 """The host's prefill GEMM for GGUF weights (``dequant_matmul_gguf`` with
 m > 8, compiled for "host": on CPUs with AVX-512 VNNI the integer-dot tiles
-of ``quant/vnni_gemm.rs``, elsewhere the decode-to-f32 panels).
+of ``quant/vnni_gemm.rs``, with AMX-INT8 and m ≥ 16 the tile products of
+``quant/amx_gemm.rs``, elsewhere the decode-to-f32 panels).
 
 Oracle: ``x @ gguf.quants.dequantize(W)ᵀ`` in float64 (llama.cpp's own
 numpy decoders). Bound per output ``(i, j)``: the two-level activation
@@ -63,3 +64,35 @@ def test_prefill_gemm_nan_stays_in_its_row() -> None:
     got = _host_matmul(x, w, typ, k, n)
     assert np.isnan(got[4]).all()
     assert np.isfinite(np.delete(got, 4, axis=0)).all()
+
+
+@pytest.mark.parametrize("typ", TYPES)
+def test_amx_switch_matches_vnni(typ: str) -> None:
+    """AMX tiles on vs off (``rlx.set_amx_prefill_gemm``): the same integer dots
+    and scales, so equal up to f32 summation order (≤ 1e-6 of Σ|w·x| per output),
+    and both within the two-level bound against the float64 oracle."""
+    if not rlx.amx_available():
+        pytest.skip("no AMX-INT8 here (or the kernel refused the tile state)")
+    rng = np.random.default_rng(31)
+    bs = GEOMETRY[typ][0]
+    k = 3 * bs if bs == 256 else 19 * bs
+    m, n = 33, 37
+    w = packed_weight(typ, n, k, rng)
+    wd = quants.dequantize(w, T[typ.upper()]).astype(np.float64)
+    x = rng.standard_normal((m, k)).astype(np.float32)
+    old = rlx.set_amx_prefill_gemm(True)
+    try:
+        amx = _host_matmul(x, w, typ, k, n)
+        rlx.set_amx_prefill_gemm(False)
+        vnni = _host_matmul(x, w, typ, k, n)
+    finally:
+        rlx.set_amx_prefill_gemm(old)
+    xd = x.astype(np.float64)
+    mag = np.abs(xd) @ np.abs(wd).T
+    # the switch changes the path: another summation order, other last bits
+    assert not np.array_equal(amx, vnni)
+    assert float((np.abs(amx - vnni) / mag).max()) <= 1e-6
+    dx = np.abs(xd).reshape(m, k // 32, 32).max(-1) / 127.0
+    bound = (np.repeat(dx, 32, axis=1) / 256.0) @ np.abs(wd).T + 1e-5 * mag
+    for got in (amx, vnni):
+        assert float((np.abs(got - xd @ wd.T) / bound).max()) <= 1.0

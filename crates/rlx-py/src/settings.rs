@@ -1,6 +1,6 @@
 //! Process-wide settings of the compiler and the host kernels: the pass
-//! names `RLX_DISABLE_PASS` accepts and the int8-activation switches of the
-//! quantised matmuls.
+//! names `RLX_DISABLE_PASS` accepts and the int8-activation and AMX switches
+//! of the quantised matmuls.
 
 use pyo3::prelude::*;
 
@@ -48,10 +48,28 @@ fn set_int8_prefill_gemm(enabled: bool) -> bool {
     rlx_metal::host::kernels::quant::set_int8_prefill_gemm(enabled)
 }
 
+/// Turns the AMX tile path of the host's prefill GEMM (m ≥ 16 on CPUs
+/// with AMX-INT8, `rlx_metal::host::kernels::quant::set_amx_prefill_gemm`)
+/// on or off for the process; off, the AVX-512 VNNI tiles run (same
+/// results up to f32 summation order). Returns the previous setting.
+#[pyfunction]
+fn set_amx_prefill_gemm(enabled: bool) -> bool {
+    rlx_metal::host::kernels::quant::set_amx_prefill_gemm(enabled)
+}
+
+/// Whether this machine can run the AMX tile path (AMX-INT8 present and
+/// the tile state granted by the kernel), whatever the switch says.
+#[pyfunction]
+fn amx_available() -> bool {
+    rlx_metal::host::kernels::quant::amx_available()
+}
+
 pub(crate) fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(pass_names, m)?)?;
     m.add_function(wrap_pyfunction!(set_int8_activations, m)?)?;
     m.add_function(wrap_pyfunction!(set_int8_activation_levels, m)?)?;
     m.add_function(wrap_pyfunction!(set_int8_prefill_gemm, m)?)?;
+    m.add_function(wrap_pyfunction!(set_amx_prefill_gemm, m)?)?;
+    m.add_function(wrap_pyfunction!(amx_available, m)?)?;
     Ok(())
 }

@@ -26,6 +26,13 @@
 //!   activations rounded on the same two levels, weight panels decoded to
 //!   byte codes once per call and multiplied in 4 × 4 register tiles by
 //!   integer multiply-adds. This takes precedence over the path below.
+//! - `m ≥ 16` on CPUs that also have AMX-INT8 (module `amx_gemm`, Linux,
+//!   the tile state granted by `arch_prctl` once per process): the same
+//!   activation codes and scales, the integer dots of each block of 16 or
+//!   32 elements done by the tile unit (`tdpbssd` / `tdpbusd` on 16 × 16
+//!   tiles), equal to the VNNI GEMM up to f32 summation order. It takes
+//!   precedence over `vnni_gemm` when both are on
+//!   ([`set_amx_prefill_gemm`]; off, or without AMX, `vnni_gemm` runs).
 //! - `m > 1` (prefill): each task decodes a small panel of W rows (tens of
 //!   rows, a few hundred KiB at most) into a thread-local buffer and
 //!   multiplies all `m` rows of `x` against it with the `gemm` crate, so
@@ -38,6 +45,8 @@
 //! The formats whose scales live in separate tensors (block int8 / int4,
 //! FP8, NVFP4) and the scaled low-precision codes are in [`formats`].
 
+#[cfg(target_arch = "x86_64")]
+mod amx_gemm;
 #[cfg(target_arch = "x86_64")]
 mod avx2;
 mod driver;
@@ -431,6 +440,38 @@ pub fn set_int8_prefill_gemm(on: bool) -> bool {
     }
 }
 
+/// Turns the AMX tile path of the integer-dot prefill GEMM (`m ≥ 16`,
+/// module `amx_gemm`) on or off for the process and returns the previous
+/// setting; on (the default), it runs wherever the CPU has AMX-INT8 and
+/// the kernel grants the tile state, with the same results as the VNNI
+/// GEMM up to f32 summation order. It also needs
+/// [`set_int8_prefill_gemm`] on. A no-op elsewhere.
+pub fn set_amx_prefill_gemm(on: bool) -> bool {
+    #[cfg(target_arch = "x86_64")]
+    {
+        amx_gemm::set_enabled(on)
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        let _ = on;
+        false
+    }
+}
+
+/// Whether the AMX tile path can run on this machine: the CPU has
+/// AMX-TILE and AMX-INT8 and the kernel granted the tile state (asked on
+/// the first call); whatever [`set_amx_prefill_gemm`] says.
+pub fn amx_available() -> bool {
+    #[cfg(target_arch = "x86_64")]
+    {
+        amx_gemm::ready()
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        false
+    }
+}
+
 /// Sets how many code levels the int8-activation paths use (m ≤ 8:
 /// decode GEMVs, the fused decode MLP, batched decode; the prefill GEMM,
 /// `m > 8`, always uses two) and returns the previous count: 2 (the
@@ -495,7 +536,9 @@ pub fn dequant_matmul(
         #[cfg(target_arch = "x86_64")]
         if m > vnni::MAX_M && n > 0 && k > 0 {
             let tasks = driver::tasks_for(m.saturating_mul(n).saturating_mul(k));
-            if vnni_gemm::try_run(ty, xf, w, rb, &mut out, m, k, n, tasks) {
+            if amx_gemm::try_run(ty, xf, w, rb, &mut out, m, k, n, tasks)
+                || vnni_gemm::try_run(ty, xf, w, rb, &mut out, m, k, n, tasks)
+            {
                 return;
             }
         }

@@ -104,13 +104,13 @@ const fn off_f32(o: i8) -> f32 {
 /// Element counts of one call: `k` padded to whole 64-element steps and
 /// the 16-element halves padded to whole 16-lane vectors.
 #[derive(Clone, Copy)]
-struct Dims {
-    kp: usize,
-    hp: usize,
+pub(super) struct Dims {
+    pub(super) kp: usize,
+    pub(super) hp: usize,
 }
 
 impl Dims {
-    fn new(k: usize) -> Self {
+    pub(super) fn new(k: usize) -> Self {
         let kp = k.div_ceil(64) * 64;
         Dims {
             kp,
@@ -183,7 +183,7 @@ pub(super) fn enabled() -> bool {
 
 /// [`try_run`] whatever [`enabled`] says.
 #[allow(clippy::too_many_arguments)]
-fn run_typed(
+pub(super) fn run_typed(
     ty: GgmlType,
     x: &[f32],
     w: &[u8],
@@ -276,7 +276,7 @@ fn quantize_row(x: &[f32], q: &mut [i8], q2: &mut [i8], dxv: &mut [f32], s: &mut
 /// # Safety
 /// AVX-512 F/BW/VL present; the slices as for [`quantize_row`].
 #[target_feature(enable = "avx2,fma,avx512f,avx512bw,avx512vl")]
-unsafe fn quantize_row_simd(
+pub(super) unsafe fn quantize_row_simd(
     x: &[f32],
     q: &mut [i8],
     q2: &mut [i8],
@@ -457,10 +457,10 @@ unsafe fn tile(xb: &XBuf, i0: usize, p: &Panel, j0: usize, dm: Dims) -> [[f32; N
 }
 
 /// The output, shared by panels that write disjoint columns.
-struct Dst<T> {
-    ptr: *mut T,
-    m: usize,
-    n: usize,
+pub(super) struct Dst<T> {
+    pub(super) ptr: *mut T,
+    pub(super) m: usize,
+    pub(super) n: usize,
 }
 
 // SAFETY: panels write disjoint column ranges of one exclusively borrowed
@@ -472,7 +472,7 @@ impl<T: Elem> Dst<T> {
     ///
     /// # Safety
     /// `i < m`, `j < n`, and no concurrent call writes column `j`.
-    unsafe fn put(&self, i: usize, j: usize, v: f32) {
+    pub(super) unsafe fn put(&self, i: usize, j: usize, v: f32) {
         // SAFETY: the index is < m·n (caller), the buffer exclusively ours.
         unsafe { *self.ptr.add(i * self.n + j) = T::from_f32(v) };
     }
