@@ -31,8 +31,10 @@ use rayon::prelude::*;
 use super::attention::exp_nonpos;
 use super::{check_len, invalid, numel, Result};
 
-/// Query rows per task.
-const TILE: usize = 64;
+/// Query rows per task. 32 rather than 64: at 64 causal tokens the two
+/// tiles of a head skip a quarter of the scores and balance two threads
+/// better (~10 % faster per call on SmolLM2's shapes; equal at 256).
+const TILE: usize = 32;
 
 const K: &str = "attention_bwd";
 

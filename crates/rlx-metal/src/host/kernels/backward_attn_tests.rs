@@ -239,7 +239,7 @@ fn matches_finite_differences() {
             scale: Some(0.37),
             ..case(6, 6, 2, 1, 4, false, M::None)
         },
-        // two query tiles, the second one partial
+        // three query tiles (32 + 32 + 6 rows)
         Case {
             b: 1,
             ..case(70, 73, 2, 1, 3, true, M::Causal)
