@@ -11,7 +11,7 @@
 //! - `dQ_i = scale·Σ_j dS_ij k_j`, `dK_j = scale·Σ_i dS_ij q_i` (summed over
 //!   the group).
 //!
-//! A task takes a tile of at most [`TILE`] query rows of one head: the
+//! A task takes a tile of at most `TILE` (32) query rows of one head: the
 //! score tile `Q·Kᵀ` (and `dO·Vᵀ` for dq / dk) is one small GEMM over the
 //! keys the tile can see (causal and sliding-window masks shrink that key
 //! range), the masked softmax and `dS` run row by row over contiguous
