@@ -2,8 +2,9 @@
 fixture (``tests/fixtures/gguf/llama-q8_0.gguf``: 2 layers, hidden 64,
 Q8_0 weights kept packed and frozen): the loss falls, the input gradient of
 the quantised matmuls through the dense copy equals the one computed from
-the packed blocks (``dequant_mat_mul_t``, the default), and a checkpoint
-resumes bit for bit in a freshly compiled executable."""
+the packed blocks (``dequant_mat_mul_t``, the default), a checkpoint
+resumes bit for bit in a freshly compiled executable, and a scheduled,
+accumulating trainer makes one update per step."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import rlx
-from rlx.optim import STEP_STATE, AdamW
+from rlx.optim import MICRO_STATE, STEP_STATE, AdamW, CosineSchedule
 from rlx.train import CheckpointError, LoraConfig, LoraTrainer, load_checkpoint
 
 GGUF = Path(__file__).resolve().parent.parent / "fixtures" / "gguf" / "llama-q8_0.gguf"
@@ -158,3 +159,29 @@ def test_grad_dense_weights_matches_numpy_and_checks_its_operand() -> None:
         rlx.grad(g, loss, [x], dense_weights={wq: bad})
     with pytest.raises(rlx.RlxError, match="f32 \\[n, k\\]"):
         rlx.grad(g, loss, [x], dense_weights={wq: g.param("i", [6, 64], "i32")})
+
+
+def test_schedule_and_accumulation() -> None:
+    """``accumulate=2``: a step takes two windows and makes one update; with
+    warmup the first update has ``λ(0) = 0`` and leaves the adapters as they
+    were (transformers' convention), the next ones move them; ``lr()``
+    follows the cosine."""
+    t = LoraTrainer(
+        GGUF, SEQ, LoraConfig(rank=4, alpha=8.0), AdamW(lr=2e-2, weight_decay=0.0),
+        clip_norm=1.0, schedule=CosineSchedule(4, warmup=1), accumulate=2,
+    )  # fmt: skip
+    toks = _tokens(t.config.vocab)
+    ids = t.batch(toks, 0)
+    assert ids.shape == (2, SEQ + 1)
+    assert t.lr() == 0.0
+    before = {n: t.exe.state(n).copy() for n in t.adapters}
+    r = t.step(ids)
+    assert np.isfinite(r["loss"]) and r["grad_norm"] > 0
+    assert all(t.exe.state(n).tobytes() == a.tobytes() for n, a in before.items())
+    assert t.exe.state(STEP_STATE)[0] == 1 and t.exe.state(MICRO_STATE)[0] == 0
+    assert t.lr() == pytest.approx(2e-2) and t.lr(3) == pytest.approx(2e-2 * 0.25)
+    t.step(t.batch(toks, 1))
+    assert t.step_count == 2 and t.exe.state(STEP_STATE)[0] == 2
+    assert any(t.exe.state(n).tobytes() != a.tobytes() for n, a in before.items())
+    with pytest.raises(rlx.RlxError, match=r"step needs \[2, 33\] ids"):
+        t.step(ids[0])

@@ -27,6 +27,14 @@ def test_train_lora_writes_png_checkpoint_and_resumes(tmp_path: Path) -> None:
     assert again["steps"] == 4
 
 
+def test_train_lora_schedule_and_accumulation(tmp_path: Path) -> None:
+    args = ["train", "lora", str(GGUF), "--seq", "8", "--rank", "2", "--steps", "2"]
+    args += ["--schedule", "linear", "--warmup", "1", "--accumulate", "2", "--out", str(tmp_path)]
+    assert main(args) == 0
+    s = json.loads((tmp_path / "summary.json").read_text())
+    assert (s["steps"], s["accumulate"], s["schedule"], s["warmup"]) == (2, 2, "linear", 1)
+
+
 def test_train_digits_one_epoch(tmp_path: Path) -> None:
     assert main(["train", "digits", "--epochs", "1", "--out", str(tmp_path)]) == 0
     s = json.loads((tmp_path / "summary.json").read_text())

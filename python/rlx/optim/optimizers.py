@@ -7,10 +7,14 @@ step (:func:`rlx.optim.train_step`) declares those as ``State`` leaves."""
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Union
 
 from rlx.errors import RlxError
 from rlx.node import Node
+
+#: a learning rate: a number baked into the step, or a node (a schedule's
+#: ``base_lr · λ(step)``) computed in it
+Lr = Union[float, Node]
 
 if TYPE_CHECKING:
     from rlx.graph import Graph
@@ -23,16 +27,20 @@ class OptimizerError(RlxError):
 class Optimizer:
     """Base class: ``slots`` names the per-parameter states (each shaped like
     its parameter, zero-initialised); :meth:`update` builds one parameter's
-    update given its gradient, its slot values and the new step count."""
+    update given its gradient, its slot values, the new step count and the
+    learning rate of this update (``self.lr``, or a schedule's node)."""
 
     #: per-parameter state names (suffixes: ``"<param>.<slot>"``)
     slots: Sequence[str] = ()
 
+    lr: float = 0.0
+
     def update(
-        self, g: Graph, p: Node, grad: Node, slots: list[Node], step: Node
+        self, g: Graph, p: Node, grad: Node, slots: list[Node], step: Node, lr: Lr
     ) -> tuple[Node, list[Node]]:
         """The new parameter value and new slot values; ``step`` is the step
-        count after this update (1 on the first call), ``[1]`` of p's dtype."""
+        count after this update (1 on the first call), ``[1]`` of p's dtype;
+        ``lr`` the learning rate to apply (a float, or a ``[1]`` node)."""
         raise NotImplementedError
 
 
@@ -63,7 +71,7 @@ class SGD(Optimizer):
         self.slots = ("momentum_buffer",) if momentum != 0.0 else ()
 
     def update(
-        self, g: Graph, p: Node, grad: Node, slots: list[Node], step: Node
+        self, g: Graph, p: Node, grad: Node, slots: list[Node], step: Node, lr: Lr
     ) -> tuple[Node, list[Node]]:
         d = grad + p * self.weight_decay if self.weight_decay else grad
         new_slots: list[Node] = []
@@ -73,7 +81,7 @@ class SGD(Optimizer):
             buf = g.where(g.eq(step, 1.0), d, later)
             new_slots.append(buf)
             d = d + buf * self.momentum if self.nesterov else buf
-        return p - d * self.lr, new_slots
+        return p - d * lr, new_slots
 
 
 class Adam(Optimizer):
@@ -98,12 +106,12 @@ class Adam(Optimizer):
         self.lr, self.betas, self.eps, self.weight_decay = lr, betas, eps, weight_decay
 
     def update(
-        self, g: Graph, p: Node, grad: Node, slots: list[Node], step: Node
+        self, g: Graph, p: Node, grad: Node, slots: list[Node], step: Node, lr: Lr
     ) -> tuple[Node, list[Node]]:
         b1, b2 = self.betas
         m, v = slots
         if self.weight_decay and self.decoupled:
-            p = p * (1.0 - self.lr * self.weight_decay)
+            p = p * (1.0 - lr * self.weight_decay)
         elif self.weight_decay:
             grad = grad + p * self.weight_decay
         m = m + (grad - m) * (1.0 - b1)  # torch: exp_avg.lerp_(grad, 1 - beta1)
@@ -111,7 +119,7 @@ class Adam(Optimizer):
         one = g.constant(1.0, dtype=p.dtype, shape=[])
         bc1 = one - g.pow(g.constant(b1, dtype=p.dtype, shape=[]), step)
         bc2 = one - g.pow(g.constant(b2, dtype=p.dtype, shape=[]), step)
-        step_size = (one / bc1) * self.lr
+        step_size = (one / bc1) * lr
         denom = g.sqrt(v) / g.sqrt(bc2) + self.eps
         return p - (m / denom) * step_size, [m, v]
 

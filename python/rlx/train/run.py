@@ -14,7 +14,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from rlx.optim import Adam, AdamW
+from rlx.optim import SCHEDULES, Adam, AdamW, get_schedule
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -27,7 +27,20 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     lo.add_argument("--rank", type=int, default=8)
     lo.add_argument("--alpha", type=float, default=16.0)
     lo.add_argument("--targets", default="q,v", help="projections to adapt (q,k,v,o,gate,up,down)")
-    lo.add_argument("--lr", type=float, default=1e-3)
+    lo.add_argument("--lr", type=float, default=1e-3, help="base (peak) learning rate")
+    lo.add_argument(
+        "--schedule",
+        choices=SCHEDULES,
+        default="constant",
+        help="learning-rate schedule over --steps updates, after --warmup",
+    )
+    lo.add_argument("--warmup", type=int, default=0, help="linear warmup updates")
+    lo.add_argument(
+        "--accumulate",
+        type=int,
+        default=1,
+        help="windows per update (gradient accumulation; --seq tokens each)",
+    )
     lo.add_argument(
         "--corpus-tokens", type=int, default=0, help="train on the first N corpus tokens only"
     )
@@ -71,6 +84,8 @@ def _lora(args: argparse.Namespace, out: Path, log: Callable[[str], Any]) -> dic
         AdamW(lr=args.lr, weight_decay=0.0),
         clip_norm=args.clip or None,
         dense_backward=args.dense_backward,
+        schedule=get_schedule(args.schedule, args.steps, args.warmup),
+        accumulate=args.accumulate,
         device=args.device,
     )
     build = time.perf_counter() - t0
@@ -84,14 +99,16 @@ def _lora(args: argparse.Namespace, out: Path, log: Callable[[str], Any]) -> dic
         f"built + compiled in {build:.1f}s, arena {tr.exe.arena_bytes / 2**20:.0f} MiB"
     )
     losses, times = [], []
+    tokens_per_step = args.seq * args.accumulate
     for i in range(tr.step_count, args.steps):
+        lr = tr.lr()
         s0 = time.perf_counter()
         r = tr.step(tr.batch(toks, i, args.seed))
         times.append(time.perf_counter() - s0)
         losses.append(r["loss"])
         log(
-            f"step {i + 1:4d}  loss {r['loss']:.4f}  |g| {r['grad_norm']:.3f}  "
-            f"{times[-1]:.2f}s  {args.seq / times[-1]:.0f} tok/s"
+            f"step {i + 1:4d}  loss {r['loss']:.4f}  |g| {r['grad_norm']:.3f}  lr {lr:.3g}  "
+            f"{times[-1]:.2f}s  {tokens_per_step / times[-1]:.0f} tok/s"
         )
     tr.save(out / "lora.safetensors")
     if losses:
@@ -101,6 +118,9 @@ def _lora(args: argparse.Namespace, out: Path, log: Callable[[str], Any]) -> dic
         "model": str(args.model),
         "corpus_tokens": int(toks.size),
         "seq": args.seq,
+        "accumulate": args.accumulate,
+        "schedule": args.schedule,
+        "warmup": args.warmup,
         "steps": tr.step_count,
         "loss_first": losses[0] if losses else None,
         "loss_last": losses[-1] if losses else None,

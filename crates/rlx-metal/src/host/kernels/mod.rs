@@ -22,6 +22,7 @@ use thiserror::Error;
 
 pub mod attention;
 pub mod backward;
+pub mod backward_attn;
 pub mod backward_conv;
 pub mod conv;
 pub mod elementwise;

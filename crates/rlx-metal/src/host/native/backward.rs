@@ -1,5 +1,6 @@
 //! Native glue for the gradient thunks (kernels in
-//! `host::kernels::backward` and `host::kernels::backward_conv`).
+//! `host::kernels::backward`, `host::kernels::backward_attn` and
+//! `host::kernels::backward_conv`).
 //!
 //! Lowering gives every gradient a fresh value, so no operand of these
 //! thunks overlaps its output; a schedule where one does is rejected
@@ -7,7 +8,8 @@
 
 use super::NResult;
 use crate::host::buffer::Mem;
-use crate::host::kernels::backward::{self as bw, AttnBwdDims, ModDims, RmsWrt, RopeBwdDims};
+use crate::host::kernels::backward::{self as bw, ModDims, RmsWrt, RopeBwdDims};
+use crate::host::kernels::backward_attn::{self as ba, AttnGradDims, AttnGradMask, AttnWrt};
 use crate::host::kernels::backward_conv::{self as bc, Window2d};
 use crate::host::kernels::invalid;
 use crate::thunk::{HalfFlag, Thunk};
@@ -48,31 +50,51 @@ pub(super) fn run(t: &Thunk, mem: &Mem) -> NResult {
     }
     match t {
         Thunk::AttentionBackward(a) => {
-            let d = AttnBwdDims {
+            let d = AttnGradDims {
                 batch: z(a.batch),
                 seq: z(a.seq),
                 kv_seq: z(a.kv_seq),
                 heads: z(a.heads),
+                kv_heads: z(a.heads),
                 head_dim: z(a.head_dim),
-                mask_kind: a.mask_kind,
-                window: z(a.window),
-                wrt: a.wrt,
+                scale: 1.0 / (a.head_dim as f32).sqrt(),
                 bhsd: a.bhsd != 0,
             };
             let nq = cnt(&[d.batch, d.seq, d.heads, d.head_dim])?;
             let nk = cnt(&[d.batch, d.kv_seq, d.heads, d.head_dim])?;
-            let nm = match a.mask_kind {
-                2 => cnt(&[d.batch, d.seq, d.kv_seq])?,
-                3 => cnt(&[d.batch, d.heads, d.seq, d.kv_seq])?,
-                _ => 0,
+            let mask = match a.mask_kind {
+                0 => AttnGradMask::None,
+                1 => AttnGradMask::Causal,
+                2 => AttnGradMask::Binary(mem.get(
+                    "mask",
+                    a.mask,
+                    cnt(&[d.batch, d.seq, d.kv_seq])?,
+                )?),
+                3 => AttnGradMask::Bias(mem.get(
+                    "mask",
+                    a.mask,
+                    cnt(&[d.batch, d.heads, d.seq, d.kv_seq])?,
+                )?),
+                4 => AttnGradMask::Window(z(a.window)),
+                k => return Err(invalid(t.name(), format!("unknown mask kind {k}")).into()),
             };
-            let nout = if a.wrt == 0 { nq } else { nk };
-            bw::attention_backward(
+            let (wrt, nout) = match a.wrt {
+                0 => (AttnWrt::Q, nq),
+                1 => (AttnWrt::K, nk),
+                2 => (AttnWrt::V, nk),
+                w => {
+                    return Err(
+                        invalid(t.name(), format!("wrt {w} is not 0 (q), 1 (k) or 2 (v)")).into(),
+                    )
+                }
+            };
+            ba::attention_grad(
                 mem.get("q", a.q, nq)?,
                 mem.get("k", a.k, nk)?,
                 mem.get("v", a.v, nk)?,
                 mem.get("dy", a.dy, nq)?,
-                mem.get("mask", a.mask, nm)?,
+                mask,
+                wrt,
                 mem.get_mut("out", a.out, nout)?,
                 d,
             )?;
