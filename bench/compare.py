@@ -16,7 +16,7 @@ in even ones; ``--rounds``, default 6):
 
 Figures: ``ppN`` = tokens/s of an N-token prompt in one batch from an empty cache;
 ``tgN`` = tokens/s of N one-token decode steps after a one-token prompt (llama-bench's
-conventions). **Peak RSS** is each engine process's ``wait4`` high-water mark over
+conventions). **Peak RSS** is each engine process's own high-water mark (``VmHWM``) over
 the same workload (load, every prefill and decode test of the round). **Load** is
 file → first token possible: llama.cpp's own ``load time`` (``common_perf_print``;
 llama.cpp restarts that clock at the model's load and stops it at the end of the

@@ -1,7 +1,8 @@
 """Shared machinery of the side-by-side benchmarks (compare.py, depth.py, moe.py, ssm.py).
 
 * Engines run as child processes (:func:`run_child`): exit code, output, wall time
-  and peak RSS from ``wait4`` (the child's own high-water mark).
+  and peak RSS (the child's own ``VmHWM`` high-water mark, polled; not ``wait4``,
+  whose Linux figure includes the parent's size at fork).
 * Rounds alternate the engines (:func:`alternate`: the first engine leads in odd
   rounds, the last in even ones). Each engine-round runs inside a
   :class:`loadmon.Monitor`, which records the 1-minute load and the CPU the *other*
@@ -70,17 +71,45 @@ class Child:
 
 
 def run_child(cmd: list[str], env: Optional[dict[str, str]] = None) -> Child:
-    """Run ``cmd`` to completion; its output, wall time and peak RSS (``wait4``)."""
+    """Run ``cmd`` to completion; its output, wall time and peak RSS.
+
+    Peak RSS is the child's own ``VmHWM`` (``/proc/PID/status``), polled every
+    10 ms until it exits; the largest value read is kept (VmHWM only grows, so
+    at most the last 10 ms are missed). ``wait4``'s ``ru_maxrss`` is *not* used on
+    Linux: the kernel carries the parent's resident size at fork / exec into the
+    child's figure (a child of a 700 MiB bench process reports ≥ 700 MiB even for
+    ``/bin/true``), which made every engine look as big as the harness itself.
+    """
     with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
         t0 = time.perf_counter()
         proc = subprocess.Popen(cmd, stdout=out, stderr=err, env=env, text=True)
-        _, status, usage = os.wait4(proc.pid, 0)
+        hwm_kib = 0.0
+        status_path = f"/proc/{proc.pid}/status"
+        while True:
+            hwm_kib = max(hwm_kib, _vm_hwm_kib(status_path))
+            pid, status, usage = os.wait4(proc.pid, os.WNOHANG)
+            if pid != 0:
+                break
+            time.sleep(0.01)
         wall = time.perf_counter() - t0
         proc.returncode = os.waitstatus_to_exitcode(status)
         out.seek(0)
         err.seek(0)
-        kib = usage.ru_maxrss / (1024.0 if sys.platform == "darwin" else 1.0)
-        return Child(proc.returncode, out.read(), err.read(), kib / 1024.0, wall)
+        if not sys.platform.startswith("linux"):  # no /proc: ru_maxrss (bytes on macOS)
+            hwm_kib = usage.ru_maxrss / (1024.0 if sys.platform == "darwin" else 1.0)
+        return Child(proc.returncode, out.read(), err.read(), hwm_kib / 1024.0, wall)
+
+
+def _vm_hwm_kib(status_path: str) -> float:
+    """``VmHWM`` (kiB) from a ``/proc/PID/status`` file; 0 when gone or not there."""
+    try:
+        with open(status_path) as f:
+            for line in f:
+                if line.startswith("VmHWM:"):
+                    return float(line.split()[1])
+    except OSError:
+        pass
+    return 0.0
 
 
 def last_json(text: str) -> Optional[dict[str, Any]]:

@@ -15,7 +15,8 @@ engines round by round (llama.cpp first in odd rounds, rlx first in even ones):
   empty state, ``tgN`` = N one-token steps after a one-token prompt (llama-bench's
   conventions).
 
-Peak RSS is each engine process's own (``wait4``: load and every test of the round).
+Peak RSS is each engine process's own (its ``VmHWM``, harness.run_child: load and
+every test of the round).
 
 Both GGUFs load in rlx (the ``gpt-2`` pre-tokenizer and the ``mamba2`` architecture
 are read since the issue-13 GGUF work); a model rlx cannot load reads n/a, with rlx's
@@ -40,9 +41,7 @@ import datetime
 import json
 import os
 import statistics
-import subprocess
 import sys
-import tempfile
 from pathlib import Path
 from typing import Any, Optional
 
@@ -52,6 +51,7 @@ from harness import llama_bench as _llama_bench
 from harness import machine as _machine
 from harness import ratio as _ratio
 from harness import rlx_version as _rlx_version
+from harness import run_child as _run_child
 from loadmon import BUSY_CORES, Monitor, RoundLoad
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -80,14 +80,9 @@ print(json.dumps(out))
 
 
 def run_child(cmd: list[str], env: dict[str, str]) -> tuple[int, str, str, float]:
-    """Run ``cmd``; its exit code, stdout, stderr and peak RSS in MiB (``wait4``)."""
-    with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
-        proc = subprocess.Popen(cmd, stdout=out, stderr=err, env=env, text=True)
-        _, status, usage = os.wait4(proc.pid, 0)
-        proc.returncode = os.waitstatus_to_exitcode(status)
-        out.seek(0)
-        err.seek(0)
-        return proc.returncode, out.read(), err.read(), usage.ru_maxrss / 1024.0
+    """Run ``cmd``; its exit code, stdout, stderr and peak RSS in MiB (harness.run_child)."""
+    ch = _run_child(cmd, env)
+    return ch.code, ch.out, ch.err, ch.rss_mib
 
 
 def llama_round(

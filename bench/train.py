@@ -21,7 +21,7 @@ which other processes took CPU are discarded) at ``--threads`` threads:
 one warm-up step, then ``--steps`` timed steps, median → tokens/s. The
 first step's loss is printed for both as a cross-check (same weights, same
 ids: they should agree to ~1e-3). Memory: the child's peak RSS
-(``wait4``) next to rlx's prediction, i.e. the planner's activation arena
+(``VmHWM``, harness.run_child) next to rlx's prediction, i.e. the planner's activation arena
 (``Executable.arena_bytes``: forward activations saved for the backward,
 gradients, update temporaries) + the state buffer (adapters, AdamW moments)
 + the packed weights + the dense f32 copies + the Python / library
