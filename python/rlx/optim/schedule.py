@@ -24,6 +24,7 @@ numpy (logging, plots).
 
 from __future__ import annotations
 
+import abc
 import math
 from typing import TYPE_CHECKING, Union
 
@@ -42,7 +43,7 @@ class ScheduleError(RlxError):
     """Bad schedule parameters (the message names the schedule)."""
 
 
-class Schedule:
+class Schedule(abc.ABC):
     """Base class: linear warmup over ``warmup`` updates, then
     :meth:`_after` (numpy) / :meth:`_after_node` (IR)."""
 
@@ -70,11 +71,13 @@ class Schedule:
             return after
         return g.where(g.lt(step, float(self.warmup)), step * (1.0 / self.warmup), after)
 
+    @abc.abstractmethod
     def _after(self, t: np.ndarray) -> np.ndarray:
-        raise NotImplementedError
+        """The multiplier after the warmup (numpy, ``t`` = updates made)."""
 
+    @abc.abstractmethod
     def _after_node(self, g: Graph, step: Node) -> Node:
-        raise NotImplementedError
+        """The multiplier after the warmup as IR over ``step``."""
 
     def __repr__(self) -> str:
         fields = ", ".join(f"{k}={v!r}" for k, v in vars(self).items())

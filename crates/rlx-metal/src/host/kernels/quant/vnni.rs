@@ -175,6 +175,8 @@ macro_rules! with_vfmt {
     }};
 }
 
+pub(super) use with_vfmt;
+
 /// Evaluates `$body` with `$Z` bound to the [`zmm::ZFmt`] of `$ty`, or
 /// `$none` when the format has no 512-bit tile.
 macro_rules! with_zfmt {

@@ -58,7 +58,9 @@ use rayon::prelude::*;
 use rlx_ir::GgmlType;
 
 use super::super::Elem;
-use super::vnni::{VFmt, VQ2K, VQ3K, VQ4K, VQ4_0, VQ4_1, VQ5K, VQ5_0, VQ5_1, VQ6K, VQ8_0};
+use super::vnni::{
+    with_vfmt, VFmt, VQ2K, VQ3K, VQ4K, VQ4_0, VQ4_1, VQ5K, VQ5_0, VQ5_1, VQ6K, VQ8_0,
+};
 use super::Out;
 
 /// Activation rows per tile.
@@ -194,32 +196,16 @@ pub(super) fn run_typed(
     n: usize,
     tasks: usize,
 ) -> bool {
-    use GgmlType as G;
     if !super::vnni::available() || !k.is_multiple_of(32) {
         return false;
     }
-    macro_rules! go {
-        ($V:ty) => {
-            match out {
-                Out::F32(o) => run::<$V, f32>(x, w, rb, o, m, k, n, tasks),
-                Out::F16(o) => run::<$V, half::f16>(x, w, rb, o, m, k, n, tasks),
-            }
-        };
-    }
-    match ty {
-        G::Q4_0 => go!(VQ4_0),
-        G::Q4_1 => go!(VQ4_1),
-        G::Q5_0 => go!(VQ5_0),
-        G::Q5_1 => go!(VQ5_1),
-        G::Q8_0 => go!(VQ8_0),
-        G::Q2K => go!(VQ2K),
-        G::Q3K => go!(VQ3K),
-        G::Q4K => go!(VQ4K),
-        G::Q5K => go!(VQ5K),
-        G::Q6K => go!(VQ6K),
-        _ => return false,
-    }
-    true
+    with_vfmt!(ty, V => {
+        match out {
+            Out::F32(o) => run::<V, f32>(x, w, rb, o, m, k, n, tasks),
+            Out::F16(o) => run::<V, half::f16>(x, w, rb, o, m, k, n, tasks),
+        }
+        true
+    }, _ => false)
 }
 
 /// Quantises one activation row (`k` elements, a multiple of 32) into its
