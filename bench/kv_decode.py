@@ -54,8 +54,19 @@ def graph(h: int, kvh: int, d: int, window: int, cap: int, layers: int, write: b
         if write:
             kc, vc = g.scatter_nd(kc, pos, new), g.scatter_nd(vc, pos, new)
         kv = [g.reshape(c, [1, cap, kvd]) for c in (kc, vc)]
-        outs.append(g.attention(q, kv[0], kv[1], heads=h, kv_heads=kvh, head_dim=d,
-                                mask="causal", window=window, kv_len=n))
+        outs.append(
+            g.attention(
+                q,
+                kv[0],
+                kv[1],
+                heads=h,
+                kv_heads=kvh,
+                head_dim=d,
+                mask="causal",
+                window=window,
+                kv_len=n,
+            )
+        )
     g.outputs(*outs)
     return g
 
@@ -70,11 +81,15 @@ def main() -> None:
     a = ap.parse_args()
     clock = time.process_time if a.cpu else time.perf_counter
     rng = np.random.default_rng(0)
-    print(f"decode attention, C={a.cap}, kv_len={a.kv_len}, f32 cache, "
-          f"{'CPU' if a.cpu else 'wall'} time, "
-          f"median of {a.runs} runs / {a.layers} layers")
-    print(f"{'model':8} {'heads':>5} {'kv':>3} {'d':>4} {'win':>4} | "
-          f"{'attn µs':>8} {'GB/s':>6} | {'write+attn µs':>13}")
+    print(
+        f"decode attention, C={a.cap}, kv_len={a.kv_len}, f32 cache, "
+        f"{'CPU' if a.cpu else 'wall'} time, "
+        f"median of {a.runs} runs / {a.layers} layers"
+    )
+    print(
+        f"{'model':8} {'heads':>5} {'kv':>3} {'d':>4} {'win':>4} | "
+        f"{'attn µs':>8} {'GB/s':>6} | {'write+attn µs':>13}"
+    )
     for name, h, kvh, d, win in SHAPES:
         res = []
         for write in (False, True):
@@ -82,17 +97,22 @@ def main() -> None:
             for i in range(a.layers):
                 for c in "kv":
                     ex.set_state(f"{c}{i}", rng.standard_normal((a.cap, kvh * d), np.float32))
-            ex.run(n=np.array([a.kv_len], np.int32), pos=np.array([[a.kv_len - 1]], np.int32),
-                   q=rng.standard_normal((1, 1, h * d), np.float32),
-                   new=rng.standard_normal((1, kvh * d), np.float32))
+            ex.run(
+                n=np.array([a.kv_len], np.int32),
+                pos=np.array([[a.kv_len - 1]], np.int32),
+                q=rng.standard_normal((1, 1, h * d), np.float32),
+                new=rng.standard_normal((1, kvh * d), np.float32),
+            )
             assert ex.stats["fallback_thunks"] == 0, ex.stats
             run = ex._native.run
             fb = ex._fallback
             res.append(median_time(lambda run=run, fb=fb: run(fb), a.runs, clock) / a.layers)
         seen = min(a.kv_len, win + 1) if win else a.kv_len
         kv_bytes = 2 * seen * kvh * d * 4
-        print(f"{name:8} {h:5} {kvh:3} {d:4} {win:4} | {res[0] * 1e6:8.1f} "
-              f"{kv_bytes / res[0] / 1e9:6.1f} | {res[1] * 1e6:13.1f}")
+        print(
+            f"{name:8} {h:5} {kvh:3} {d:4} {win:4} | {res[0] * 1e6:8.1f} "
+            f"{kv_bytes / res[0] / 1e9:6.1f} | {res[1] * 1e6:13.1f}"
+        )
 
 
 if __name__ == "__main__":

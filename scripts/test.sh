@@ -15,5 +15,6 @@ echo "== cargo doc";          RUSTDOCFLAGS="-D warnings" cargo doc --no-deps --q
 echo "== cargo test";         cargo test --quiet
 echo "== kernel coverage";    python scripts/kernel_coverage.py  # every MSL kernel dispatched by a test
 echo "== ruff";               ruff check python tests scripts $(ls -d bench 2>/dev/null)
+echo "== ruff format";        ruff format --check python tests scripts $(ls -d bench 2>/dev/null)
 echo "== stubtest";           python -m mypy.stubtest rlx._rlx --allowlist scripts/stubtest-allowlist.txt
 echo "== pytest";             RLX_TEST_QWEN=1 python -m pytest -q tests

@@ -87,6 +87,7 @@ def check(
     if fd:
         parts = []
         for name in wrt:
+
             def f(v: np.ndarray, name: str = name) -> np.ndarray:
                 return fwd_np(**{**args, name: v})
 
@@ -103,10 +104,9 @@ def check(
 # ---------------------------------------------------------------- attention
 
 
-def attn_np(
-    q: A, k: A, v: A, mask_add: A, heads: int, kv_heads: int, d: int, bhsd: bool
-) -> A:
+def attn_np(q: A, k: A, v: A, mask_add: A, heads: int, kv_heads: int, d: int, bhsd: bool) -> A:
     """softmax(q kᵀ/√d + mask) v, query head h reading kv head h // (heads/kv_heads)."""
+
     def split(x: np.ndarray, nh: int) -> np.ndarray:
         if bhsd:
             return x
@@ -181,14 +181,35 @@ def test_attention_backward(case: str, wrt: str) -> None:
 
     def fwd(g: rlx.Graph) -> rlx.Node:
         q, k, v, m = nodes(g)
-        return g.attention(q, k, v, heads=h, kv_heads=kvh, head_dim=d, mask=mask,
-                           window=window, layout=layout, mask_input=m)
+        return g.attention(
+            q,
+            k,
+            v,
+            heads=h,
+            kv_heads=kvh,
+            head_dim=d,
+            mask=mask,
+            window=window,
+            layout=layout,
+            mask_input=m,
+        )
 
     def bwd(g: rlx.Graph) -> rlx.Node:
         q, k, v, m = nodes(g)
         gy = g.input("dy", dy.shape, "f32")
-        return g.attention_backward(q, k, v, gy, wrt=wrt, heads=h, head_dim=d, mask=mask,
-                                    window=window, layout=layout, mask_input=m)
+        return g.attention_backward(
+            q,
+            k,
+            v,
+            gy,
+            wrt=wrt,
+            heads=h,
+            head_dim=d,
+            mask=mask,
+            window=window,
+            layout=layout,
+            mask_input=m,
+        )
 
     check(fwd, bwd, {**feeds, "dy": dy}, fwd_np, [wrt], dy)
 
@@ -232,13 +253,22 @@ def test_ada_layer_norm_backward(layer_norm: bool) -> None:
         return xh * (1 + scale) + shift
 
     def fwd(g: rlx.Graph) -> rlx.Node:
-        return g.ada_layer_norm(g.input("x", x.shape), g.input("scale", sc.shape),
-                                g.input("shift", sh.shape), eps=eps, layer_norm=layer_norm)
+        return g.ada_layer_norm(
+            g.input("x", x.shape),
+            g.input("scale", sc.shape),
+            g.input("shift", sh.shape),
+            eps=eps,
+            layer_norm=layer_norm,
+        )
 
     def bwd(g: rlx.Graph) -> rlx.Node:
-        return g.ada_layer_norm_backward(g.input("x", x.shape), g.input("scale", sc.shape),
-                                         g.input("dy", dy.shape), eps=eps,
-                                         layer_norm=layer_norm)
+        return g.ada_layer_norm_backward(
+            g.input("x", x.shape),
+            g.input("scale", sc.shape),
+            g.input("dy", dy.shape),
+            eps=eps,
+            layer_norm=layer_norm,
+        )
 
     # packed [dx ∥ dscale ∥ dshift]
     feeds = {"x": x, "scale": sc, "shift": sh, "dy": dy}
@@ -252,12 +282,14 @@ def test_gated_residual_backward() -> None:
     )
 
     def fwd(g: rlx.Graph) -> rlx.Node:
-        return g.gated_residual(g.input("x", x.shape), g.input("y", y.shape),
-                                g.input("gate", gt.shape))
+        return g.gated_residual(
+            g.input("x", x.shape), g.input("y", y.shape), g.input("gate", gt.shape)
+        )
 
     def bwd(g: rlx.Graph) -> rlx.Node:
-        return g.gated_residual_backward(g.input("y", y.shape), g.input("gate", gt.shape),
-                                         g.input("dy", dy.shape))
+        return g.gated_residual_backward(
+            g.input("y", y.shape), g.input("gate", gt.shape), g.input("dy", dy.shape)
+        )
 
     # packed [dx ∥ dy ∥ dgate]
     feeds = {"x": x, "y": y, "gate": gt, "dy": dy}
@@ -283,8 +315,9 @@ def rope_np(x: A, cos: A, sin: A, head_dim: int, n_rot: int, interleaved: bool) 
     return xh.reshape(b, s, hid)
 
 
-@pytest.mark.parametrize("kind,n_rot,per_token", [("neox", 4, False), ("interleaved", 6, True),
-                                                  ("neox", 6, True)])
+@pytest.mark.parametrize(
+    "kind,n_rot,per_token", [("neox", 4, False), ("interleaved", 6, True), ("neox", 6, True)]
+)
 def test_rope_backward(kind: str, n_rot: int, per_token: bool) -> None:
     rng = R(n_rot + per_token)
     b, s, hd = 2, 3, 6
@@ -300,12 +333,19 @@ def test_rope_backward(kind: str, n_rot: int, per_token: bool) -> None:
         return [g.input("cos", cos.shape), g.input("sin", sin.shape)]
 
     def fwd(g: rlx.Graph) -> rlx.Node:
-        return g.rope(g.input("x", x.shape), *tables(g), head_dim=hd, n_rot=n_rot, kind=kind,
-                      per_token=per_token)
+        return g.rope(
+            g.input("x", x.shape),
+            *tables(g),
+            head_dim=hd,
+            n_rot=n_rot,
+            kind=kind,
+            per_token=per_token,
+        )
 
     def bwd(g: rlx.Graph) -> rlx.Node:
-        return g.rope_backward(g.input("dy", dy.shape), *tables(g), head_dim=hd, n_rot=n_rot,
-                               kind=kind)
+        return g.rope_backward(
+            g.input("dy", dy.shape), *tables(g), head_dim=hd, n_rot=n_rot, kind=kind
+        )
 
     check(fwd, bwd, {"x": x, "cos": cos, "sin": sin, "dy": dy}, fwd_np, ["x"], dy)
 
@@ -341,8 +381,9 @@ def test_gather_backward() -> None:
         return g.gather_axis(g.input("x", x.shape), g.input("idx", idx.shape, "i32"), axis=1)
 
     def bwd(g: rlx.Graph) -> rlx.Node:
-        return g.gather_backward(g.input("dy", dy.shape), g.input("idx", idx.shape, "i32"),
-                                 axis=1, axis_dim=4)
+        return g.gather_backward(
+            g.input("dy", dy.shape), g.input("idx", idx.shape, "i32"), axis=1, axis_dim=4
+        )
 
     check(fwd, bwd, {"x": x, "idx": idx, "dy": dy}, lambda x, idx: x[:, idx], ["x"], dy)
 
@@ -353,8 +394,9 @@ def test_gather_backward_negative_and_out_of_range_indices() -> None:
     idx = np.array([2, -1, 0, 7, -9], np.int32)
 
     def bwd(g: rlx.Graph) -> rlx.Node:
-        return g.gather_backward(g.input("dy", dy.shape), g.input("idx", idx.shape, "i32"),
-                                 axis=1, axis_dim=4)
+        return g.gather_backward(
+            g.input("dy", dy.shape), g.input("idx", idx.shape, "i32"), axis=1, axis_dim=4
+        )
 
     g = rlx.Graph("bwd")
     g.outputs(bwd(g))
@@ -364,8 +406,9 @@ def test_gather_backward_negative_and_out_of_range_indices() -> None:
         if 0 <= j < 4:
             want[:, j] += dy[:, i]
     for device in ("reference", "host", "metal-sim"):
-        np.testing.assert_allclose(run(g, device, {"dy": dy, "idx": idx}), want, rtol=1e-6,
-                                   atol=1e-6)
+        np.testing.assert_allclose(
+            run(g, device, {"dy": dy, "idx": idx}), want, rtol=1e-6, atol=1e-6
+        )
 
 
 # ---------------------------------------------------------------- pooling / conv
@@ -375,11 +418,11 @@ def pool_np(x: A, k: int, st: int, pad: int) -> A:
     n, c, h, w = x.shape
     ho, wo = (h + 2 * pad - k) // st + 1, (w + 2 * pad - k) // st + 1
     xp = np.full((n, c, h + 2 * pad, w + 2 * pad), -np.inf)
-    xp[:, :, pad:pad + h, pad:pad + w] = x
+    xp[:, :, pad : pad + h, pad : pad + w] = x
     out = np.empty((n, c, ho, wo))
     for i in range(ho):
         for j in range(wo):
-            out[:, :, i, j] = xp[:, :, i * st:i * st + k, j * st:j * st + k].max((2, 3))
+            out[:, :, i, j] = xp[:, :, i * st : i * st + k, j * st : j * st + k].max((2, 3))
     return out
 
 
@@ -394,32 +437,35 @@ def test_max_pool2d_backward(ties: bool) -> None:
         return g.max_pool2d(g.input("x", x.shape), 3, stride=2, padding=1)
 
     def bwd(g: rlx.Graph) -> rlx.Node:
-        return g.max_pool2d_backward(g.input("x", x.shape), g.input("dy", dy.shape), 3,
-                                     stride=2, padding=1)
+        return g.max_pool2d_backward(
+            g.input("x", x.shape), g.input("dy", dy.shape), 3, stride=2, padding=1
+        )
 
     check(fwd, bwd, {"x": x, "dy": dy}, lambda x: pool_np(x, 3, 2, 1), ["x"], dy, fd=not ties)
 
 
-def conv_np(
-    x: A, w: A, stride: tuple, pad: tuple, dil: tuple, groups: int
-) -> A:
+def conv_np(x: A, w: A, stride: tuple, pad: tuple, dil: tuple, groups: int) -> A:
     n, ci, h, wd = x.shape
     co, cig, kh, kw = w.shape
     ho = (h + 2 * pad[0] - dil[0] * (kh - 1) - 1) // stride[0] + 1
     wo = (wd + 2 * pad[1] - dil[1] * (kw - 1) - 1) // stride[1] + 1
     xp = np.zeros((n, ci, h + 2 * pad[0], wd + 2 * pad[1]))
-    xp[:, :, pad[0]:pad[0] + h, pad[1]:pad[1] + wd] = x
+    xp[:, :, pad[0] : pad[0] + h, pad[1] : pad[1] + wd] = x
     out = np.zeros((n, co, ho, wo))
     cog = co // groups
     for gi in range(groups):
         for a in range(kh):
             for b in range(kw):
                 r0, c0 = a * dil[0], b * dil[1]
-                xs = xp[:, gi * cig:(gi + 1) * cig,
-                        r0:r0 + stride[0] * (ho - 1) + 1:stride[0],
-                        c0:c0 + stride[1] * (wo - 1) + 1:stride[1]]
-                out[:, gi * cog:(gi + 1) * cog] += np.einsum(
-                    "nchw,oc->nohw", xs, w[gi * cog:(gi + 1) * cog, :, a, b])
+                xs = xp[
+                    :,
+                    gi * cig : (gi + 1) * cig,
+                    r0 : r0 + stride[0] * (ho - 1) + 1 : stride[0],
+                    c0 : c0 + stride[1] * (wo - 1) + 1 : stride[1],
+                ]
+                out[:, gi * cog : (gi + 1) * cog] += np.einsum(
+                    "nchw,oc->nohw", xs, w[gi * cog : (gi + 1) * cog, :, a, b]
+                )
     return out
 
 
@@ -457,7 +503,7 @@ def test_log_mel_backward() -> None:
     dy = f32(rng.standard_normal((3, 4)))
 
     def fwd_np(spec: A, filters: A) -> A:
-        p = spec[:, :5] ** 2 + spec[:, n_fft:n_fft + 5] ** 2
+        p = spec[:, :5] ** 2 + spec[:, n_fft : n_fft + 5] ** 2
         return np.log(p @ filters.T + 1e-10)
 
     def ins(g: rlx.Graph) -> list:
@@ -502,9 +548,11 @@ def test_softmax_cross_entropy_ignored_rows_and_metal_forward() -> None:
     lab = np.array([3, -100, 6, 7, 2], np.int32)
     dy = f32(rng.standard_normal(5))
     g = rlx.Graph("bwd")
-    g.outputs(g.softmax_cross_entropy_backward(g.input("logits", z.shape),
-                                               g.input("labels", (5,), "i32"),
-                                               g.input("dy", (5,))))
+    g.outputs(
+        g.softmax_cross_entropy_backward(
+            g.input("logits", z.shape), g.input("labels", (5,), "i32"), g.input("dy", (5,))
+        )
+    )
     feeds = {"logits": z, "labels": lab, "dy": dy}
     ref = run(g, "reference", feeds)
     assert np.all(ref[[1, 3]] == 0)
@@ -548,8 +596,15 @@ def test_scan_backward_host_op(wrt_xs: bool) -> None:
         return g.scan(body(), [g.input("c0", [3])], [g.input("xs", [5, 3])])
 
     g = rlx.Graph("bwd")
-    g.outputs(g.scan_backward(body(), [g.input("c0", [3])], [g.input("xs", [5, 3])],
-                              g.input("dy", [5, 3]), wrt_xs=wrt_xs))
+    g.outputs(
+        g.scan_backward(
+            body(),
+            [g.input("c0", [3])],
+            [g.input("xs", [5, 3])],
+            g.input("dy", [5, 3]),
+            wrt_xs=wrt_xs,
+        )
+    )
     feeds = {"c0": c0, "xs": xs, "dy": dy}
     args = {"c0": c0.astype(np.float64), "xs": xs.astype(np.float64)}
     gf = rlx.Graph("fwd")

@@ -15,7 +15,7 @@ def test_demo_prints_graph_and_symbolic_output_shape(capsys: pytest.CaptureFixtu
     assert out.startswith("graph demo (")
     for op in ("gather(", "rms_norm{", "rope{", "attention{", "fused_swiglu{", "mat_mul("):
         assert op in out, op
-    assert 'mask=causal' in out and "kv_heads=2" in out
+    assert "mask=causal" in out and "kv_heads=2" in out
     assert "output logits: f32[1, seq, 256]" in out
 
 

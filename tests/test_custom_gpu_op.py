@@ -65,9 +65,7 @@ def _scaled_add_fallback(inputs: list[np.ndarray], out: np.ndarray) -> None:
 
 
 def _register(name: str, source: str, kernel: str = "scaled_add") -> None:
-    rlx.register_gpu_op(
-        name, source, kernel=kernel, threadgroup=32, fallback=_scaled_add_fallback
-    )
+    rlx.register_gpu_op(name, source, kernel=kernel, threadgroup=32, fallback=_scaled_add_fallback)
 
 
 def _graph(op: str, n: int) -> rlx.Graph:
@@ -107,9 +105,13 @@ def test_threadgroup_kernel_with_barrier_and_custom_grid() -> None:
         out[...] = inputs[0].sum(axis=1)
 
     rlx.register_gpu_op(
-        "test_row_sum", ROW_SUM, kernel="row_sum", threadgroup=(32, 1, 1),
+        "test_row_sum",
+        ROW_SUM,
+        kernel="row_sum",
+        threadgroup=(32, 1, 1),
         grid=lambda rows: (rows, 1, 1),
-        outputs=lambda x: ((x[0][0],), x[1]), fallback=fallback,
+        outputs=lambda x: ((x[0][0],), x[1]),
+        fallback=fallback,
     )
     g = rlx.Graph("rows")
     x = g.input("x", [5, 100])

@@ -178,8 +178,10 @@ def test_custom_op_round_trip(device: str) -> None:
     exe = rlx.compile(g, device=device)
     exe.verify()
     rng = np.random.default_rng(0)
-    av, bv = rng.standard_normal((2, 3)).astype(np.float32), rng.standard_normal(
-        (3, 5)).astype(np.float32)
+    av, bv = (
+        rng.standard_normal((2, 3)).astype(np.float32),
+        rng.standard_normal((3, 5)).astype(np.float32),
+    )
     want = -((np.exp(av.astype(np.float64)) @ bv) ** 2)
     np.testing.assert_allclose(exe.run(a=av, b=bv)["y"], want, rtol=1e-5, atol=1e-5)
     assert exe.stats["by_thunk"]["custom_op"] == 1

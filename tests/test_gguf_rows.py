@@ -51,8 +51,9 @@ def test_rows_match_gguf(name: str) -> None:
     many = rng.integers(0, n_rows, 300)
     out2 = np.empty((300, k), np.float32)
     gguf_dequantize_rows(int(T[name]), data, many.tolist(), k, out2)
-    np.testing.assert_allclose(out2, quants.dequantize(data[many], T[name]).reshape(300, k),
-                               rtol=1e-6, atol=1e-6)
+    np.testing.assert_allclose(
+        out2, quants.dequantize(data[many], T[name]).reshape(300, k), rtol=1e-6, atol=1e-6
+    )
 
 
 def test_bad_rows_and_shapes() -> None:

@@ -107,9 +107,7 @@ def test_where_cast_fma(g: Graph) -> None:
 def test_elementwise_region(g: Graph) -> None:
     a = g.input("a", [2, 8])
     b = g.input("b", [8])
-    y = g.elementwise_region(
-        [a, b], [("mul", "x0", "x1"), ("exp", "s0"), ("cast", "f16", "s1")]
-    )
+    y = g.elementwise_region([a, b], [("mul", "x0", "x1"), ("exp", "s0"), ("cast", "f16", "s1")])
     check(y, (2, 8), "f16")
     assert y.attrs["steps"][0] == {
         "step": "binary", "kind": "mul", "a": {"input": 0}, "b": {"input": 1}

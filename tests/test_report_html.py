@@ -45,13 +45,24 @@ def _chromium() -> str:
 
 def _run_chromium(tmp: Path, page: Path, *args: str) -> subprocess.CompletedProcess[str]:
     cmd = [
-        _chromium(), "--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars",
-        "--disable-background-networking", "--disable-component-update", "--no-first-run",
-        "--disable-sync", "--disable-extensions", "--disable-default-apps",
+        _chromium(),
+        "--headless",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--hide-scrollbars",
+        "--disable-background-networking",
+        "--disable-component-update",
+        "--no-first-run",
+        "--disable-sync",
+        "--disable-extensions",
+        "--disable-default-apps",
         # every network request goes to a closed local port, so none can succeed
-        "--proxy-server=http://127.0.0.1:9", "--proxy-bypass-list=<-loopback>",
-        f"--user-data-dir={tmp / 'profile'}", "--virtual-time-budget=3000",
-        *args, page.as_uri(),
+        "--proxy-server=http://127.0.0.1:9",
+        "--proxy-bypass-list=<-loopback>",
+        f"--user-data-dir={tmp / 'profile'}",
+        "--virtual-time-budget=3000",
+        *args,
+        page.as_uri(),
     ]
     return subprocess.run(cmd, capture_output=True, text=True, timeout=120, check=True)
 
@@ -140,20 +151,29 @@ def test_rendered_in_chromium(report: dict[str, Any]) -> None:
     tmp, page = report["tmp"], report["page"]
     # the page without its CSP: the content itself must not ask the network
     bare = tmp / "bare.html"
-    bare.write_text(re.sub(r'<meta http-equiv="Content-Security-Policy"[^>]*>', "",
-                           report["text"]), encoding="utf-8")
+    bare.write_text(
+        re.sub(r'<meta http-equiv="Content-Security-Policy"[^>]*>', "", report["text"]),
+        encoding="utf-8",
+    )
     shot, netlog = tmp / "shot.png", tmp / "net.json"
-    _run_chromium(tmp, bare, f"--screenshot={shot}", f"--window-size={SIZE[0]},{SIZE[1]}",
-                  f"--log-net-log={netlog}")
+    _run_chromium(
+        tmp,
+        bare,
+        f"--screenshot={shot}",
+        f"--window-size={SIZE[0]},{SIZE[1]}",
+        f"--log-net-log={netlog}",
+    )
     assert _page_requests(netlog) == []
     img = np.asarray(Image.open(shot).convert("RGB"))
     assert img.shape == (SIZE[1], SIZE[0], 3)
-    colours = {tuple(int(c[i:i + 2], 16) for i in (1, 3, 5)) for c in
-               (category(t.name)[1] for g in report["graphs"] for t in g.thunks)}
+    colours = {
+        tuple(int(c[i : i + 2], 16) for i in (1, 3, 5))
+        for c in (category(t.name)[1] for g in report["graphs"] for t in g.thunks)
+    }
     flat = img.reshape(-1, 3)
     seen = {c for c in colours if np.all(flat == c, axis=1).any()}
     assert len(seen) >= 3, (seen, colours)
-    assert len(np.unique(flat[:: 97], axis=0)) > 20  # not a blank / one-colour page
+    assert len(np.unique(flat[::97], axis=0)) > 20  # not a blank / one-colour page
 
     dom = _run_chromium(tmp, page, "--dump-dom").stdout
     assert 'data-ready="1"' in dom  # the script ran
@@ -178,4 +198,3 @@ def test_network_check_can_fail(tmp_path: Path) -> None:
     netlog = tmp_path / "net.json"
     _run_chromium(tmp_path, page, "--dump-dom", f"--log-net-log={netlog}")
     assert _page_requests(netlog) == ["http://192.0.2.1/x.png"]
-

@@ -92,10 +92,15 @@ def project(params: list[np.ndarray], cam: np.ndarray, cfg: SplatConfig) -> dict
     u = fx * t[:, 0] / t[:, 2] + cx
     v = fy * t[:, 1] / t[:, 2] + cy
     ts = cfg.tile_size
-    rect = np.stack([
-        np.floor((u - radius) / ts), np.floor((v - radius) / ts),
-        np.floor((u + radius + ts - 1) / ts), np.floor((v + radius + ts - 1) / ts),
-    ], -1)
+    rect = np.stack(
+        [
+            np.floor((u - radius) / ts),
+            np.floor((v - radius) / ts),
+            np.floor((u + radius + ts - 1) / ts),
+            np.floor((v + radius + ts - 1) / ts),
+        ],
+        -1,
+    )
     k = sh.shape[1]
     if k == 0:
         rgb = colors
@@ -105,14 +110,15 @@ def project(params: list[np.ndarray], cam: np.ndarray, cfg: SplatConfig) -> dict
         d = pos - centre
         d = d / np.linalg.norm(d, axis=1, keepdims=True)
         rgb = np.maximum(0.5 + np.einsum("gj,gjc->gc", real_sh(d, n), sh[:, :n]), 0.0)
-    return dict(u=u, v=v, depth=t[:, 2], radius=radius, conic=conic, ok=ok, rect=rect,
-                rgb=rgb, opac=opac)
+    return dict(
+        u=u, v=v, depth=t[:, 2], radius=radius, conic=conic, ok=ok, rect=rect, rgb=rgb, opac=opac
+    )
 
 
 def oracle_render(params: list[np.ndarray], cam: np.ndarray, cfg: SplatConfig) -> np.ndarray:
     """Front-to-back compositing, every pixel at its centre, in float64."""
     p = project(params, cam, cfg)
-    ys, xs = np.mgrid[0:cfg.height, 0:cfg.width]
+    ys, xs = np.mgrid[0 : cfg.height, 0 : cfg.width]
     px, py = xs.ravel() + 0.5, ys.ravel() + 0.5
     tx, ty = xs.ravel() // cfg.tile_size, ys.ravel() // cfg.tile_size
     T = np.ones(px.size)
@@ -153,8 +159,9 @@ def camera(w: int = W, h: int = H) -> np.ndarray:
 def scene(g: int, k: int, seed: int = 0, sh_scale: float = 0.3) -> list[np.ndarray]:
     """Random splats in front of :func:`camera` (f32)."""
     rng = np.random.default_rng(seed)
-    pos = np.column_stack([rng.uniform(-0.5, 0.5, g), rng.uniform(-0.4, 0.4, g),
-                           rng.uniform(1.5, 3.5, g)])
+    pos = np.column_stack(
+        [rng.uniform(-0.5, 0.5, g), rng.uniform(-0.4, 0.4, g), rng.uniform(1.5, 3.5, g)]
+    )
     scales = rng.uniform(0.03, 0.15, (g, 3))
     quats = rng.standard_normal((g, 4))
     opac = rng.uniform(0.2, 0.9, g)
@@ -237,10 +244,19 @@ def test_prepare_and_rasterize(device: str) -> None:
     assert rec.shape == (45, 16)
     ok = p["ok"] & (rec[:, 15] > 0)
     assert not rec[3].any() and rec[:, 15].sum() == p["ok"].sum() == 44
-    want = np.column_stack([
-        p["u"], p["v"], p["depth"], p["radius"], p["conic"][:, 0, 0], p["conic"][:, 0, 1],
-        p["conic"][:, 1, 1], p["opac"], p["rgb"],
-    ])
+    want = np.column_stack(
+        [
+            p["u"],
+            p["v"],
+            p["depth"],
+            p["radius"],
+            p["conic"][:, 0, 0],
+            p["conic"][:, 0, 1],
+            p["conic"][:, 1, 1],
+            p["opac"],
+            p["rgb"],
+        ]
+    )
     np.testing.assert_allclose(rec[ok, :11], want[ok], rtol=1e-4, atol=1e-4)
     tiles = np.array([-(-W // 8), -(-H // 8)] * 2)
     np.testing.assert_array_equal(rec[ok, 11:15], np.clip(p["rect"][ok], 0, tiles))
@@ -253,8 +269,15 @@ def test_list_cut_and_step_limit(device: str) -> None:
     # host and metal-sim follow the reference where the oracle has no list cut
     params = scene(30, 1, seed=11)
     cam = camera()
-    cfg = SplatConfig(width=W, height=H, tile_size=8, max_list_entries=40, max_splat_steps=3,
-                      transmittance_threshold=0.2, alpha_cutoff=0.02)
+    cfg = SplatConfig(
+        width=W,
+        height=H,
+        tile_size=8,
+        max_list_entries=40,
+        max_splat_steps=3,
+        transmittance_threshold=0.2,
+        alpha_cutoff=0.02,
+    )
     g = rlx.Graph("cut")
     ins = inputs(g, params)
     g.outputs(g.gaussian_splat_rasterize(g.gaussian_splat_prepare(*ins, cfg=cfg), ins[6], cfg=cfg))
@@ -269,16 +292,27 @@ def test_list_cut_and_step_limit(device: str) -> None:
     np.testing.assert_allclose(got, ref, atol=1e-4)
 
 
-SMOOTH = SplatConfig(width=13, height=11, tile_size=4, radius_scale=8.0, alpha_cutoff=0.0,
-                     transmittance_threshold=0.0)
+SMOOTH = SplatConfig(
+    width=13,
+    height=11,
+    tile_size=4,
+    radius_scale=8.0,
+    alpha_cutoff=0.0,
+    transmittance_threshold=0.0,
+)
 
 
-def backward(params: list[np.ndarray], cam: np.ndarray, dl: np.ndarray, device: str,
-             cfg: SplatConfig = SMOOTH, **kw: float) -> np.ndarray:
+def backward(
+    params: list[np.ndarray],
+    cam: np.ndarray,
+    dl: np.ndarray,
+    device: str,
+    cfg: SplatConfig = SMOOTH,
+    **kw: float,
+) -> np.ndarray:
     g = rlx.Graph("grad")
     ins = inputs(g, params)
-    g.outputs(g.gaussian_splat_render_backward(*ins, g.input("dl", list(dl.shape)), cfg=cfg,
-                                               **kw))
+    g.outputs(g.gaussian_splat_render_backward(*ins, g.input("dl", list(dl.shape)), cfg=cfg, **kw))
     return run(g, device, feeds(params, cam, dl=dl))
 
 
@@ -334,8 +368,8 @@ def test_backward_colours_without_sh_and_frozen_bands() -> None:
     params = scene(5, 16, seed=5, sh_scale=0.15)
     full = backward(params, cam, dl, "host", sh_band=3)
     low = backward(params, cam, dl, "host", sh_band=1)
-    np.testing.assert_array_equal(low[:, :14 + 12], full[:, :14 + 12])
-    assert not low[:, 14 + 12:].any() and np.abs(full[:, 14 + 12:]).max() > 1e-4
+    np.testing.assert_array_equal(low[:, : 14 + 12], full[:, : 14 + 12])
+    assert not low[:, 14 + 12 :].any() and np.abs(full[:, 14 + 12 :]).max() > 1e-4
 
 
 @pytest.mark.parametrize("device", ["reference", "metal-sim"])
@@ -349,8 +383,9 @@ def test_backward_parity(device: str) -> None:
     scale = np.abs(host).max()
     assert scale > 1e-2
     np.testing.assert_allclose(other, host, atol=1e-5 * scale)
-    clipped = backward(params, cam, np.clip(dl, -1.5, 1.5), "host", cfg=CFG, sh_band=1,
-                       loss_grad_clip=1e3)
+    clipped = backward(
+        params, cam, np.clip(dl, -1.5, 1.5), "host", cfg=CFG, sh_band=1, loss_grad_clip=1e3
+    )
     np.testing.assert_allclose(clipped, host, rtol=1e-6, atol=1e-7)
 
 
@@ -379,8 +414,9 @@ def test_f16_operands() -> None:
     ],
 )
 def test_bad_shapes_name_the_op_and_tensor(bad: dict, needle: str) -> None:
-    shapes = dict(pos=[6, 3], scale=[6, 3], rot=[6, 4], opacity=[6], color=[6, 3],
-                  sh=[6, 1, 3], cam=[20])
+    shapes = dict(
+        pos=[6, 3], scale=[6, 3], rot=[6, 4], opacity=[6], color=[6, 3], sh=[6, 1, 3], cam=[20]
+    )
     shapes.update(bad)
     g = rlx.Graph("bad")
     ins = [g.input(n, s) for n, s in shapes.items()]
@@ -395,8 +431,9 @@ def test_bad_config_is_an_error() -> None:
     with pytest.raises(rlx.RlxError, match="gaussian_splat_prepare.*radius_scale"):
         g.gaussian_splat_prepare(*ins, cfg=SplatConfig(width=4, height=4, radius_scale=0.0))
     with pytest.raises(rlx.RlxError, match="gaussian_splat_render_backward.*sh_band"):
-        g.gaussian_splat_render_backward(*ins, g.input("dl", [4, 4, 3]),
-                                         cfg=SplatConfig(width=4, height=4), sh_band=1)
+        g.gaussian_splat_render_backward(
+            *ins, g.input("dl", [4, 4, 3]), cfg=SplatConfig(width=4, height=4), sh_band=1
+        )
 
 
 def test_example_writes_a_png(tmp_path: Path) -> None:

@@ -66,9 +66,7 @@ def _check(variant: str, name: str) -> None:
 @pytest.mark.parametrize(
     "variant,name",
     [
-        pytest.param(
-            v, n, marks=pytest.mark.xfail(strict=True, reason=KNOWN_GAPS[v])
-        )
+        pytest.param(v, n, marks=pytest.mark.xfail(strict=True, reason=KNOWN_GAPS[v]))
         if v in KNOWN_GAPS
         else (v, n)
         for v, n in VARIANTS

@@ -60,8 +60,15 @@ SCHEMA: dict[str, Any] = {
                     "then": {
                         "required": ["args"],
                         "properties": {
-                            "name": {"enum": ["process_name", "thread_name", "process_sort_index",
-                                              "thread_sort_index", "process_labels"]},  # fmt: skip
+                            "name": {
+                                "enum": [
+                                    "process_name",
+                                    "thread_name",
+                                    "process_sort_index",
+                                    "thread_sort_index",
+                                    "process_labels",
+                                ]
+                            },  # fmt: skip
                             "args": {"required": ["name"]},
                         },
                     },
@@ -87,8 +94,11 @@ def test_schema_rejects_broken_events() -> None:
     bad = [
         {"traceEvents": [{"name": "a", "ph": "X", "pid": 1, "tid": 1, "ts": 0, "cat": "c"}]},
         {"traceEvents": [{"name": "a", "ph": "Q", "pid": 1, "tid": 1}]},
-        {"traceEvents": [{"name": "a", "ph": "X", "pid": 1, "tid": 1, "ts": -1, "dur": 1,
-                          "cat": "c"}]},  # fmt: skip
+        {
+            "traceEvents": [
+                {"name": "a", "ph": "X", "pid": 1, "tid": 1, "ts": -1, "dur": 1, "cat": "c"}
+            ]
+        },  # fmt: skip
     ]
     for doc in bad:
         with pytest.raises(jsonschema.ValidationError):

@@ -125,8 +125,7 @@ def test_mixing_bind_and_set(device: str) -> None:
     exe.set_param("w", w)
     w_before = w.copy()
     w[:] = 0.0
-    np.testing.assert_allclose(exe.run(x=x)["y"], x @ w_before + [1, 2, 3, 4], rtol=1e-5,
-                               atol=1e-5)
+    np.testing.assert_allclose(exe.run(x=x)["y"], x @ w_before + [1, 2, 3, 4], rtol=1e-5, atol=1e-5)
     s = exe.stats
     assert s["weights_bytes_external"] == 0
     assert s["weights_bytes_owned"] == s["weights_bytes"]

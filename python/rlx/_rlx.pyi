@@ -83,9 +83,7 @@ class Graph:
 def dtype_name(s: str) -> str:
     """Normalise a dtype spelling to rlx's short name."""
 
-def gguf_dequantize_rows(
-    ggml_type: int, data: Any, rows: Sequence[int], k: int, out: Any
-) -> None:
+def gguf_dequantize_rows(ggml_type: int, data: Any, rows: Sequence[int], k: int, out: Any) -> None:
     """Embedding lookup on packed GGUF rows with the native row decoders.
 
     ``data``: C-contiguous uint8 numpy array ``[n_rows, row_bytes(k)]`` of

@@ -58,7 +58,7 @@ def _checked_text(text: str, what: str) -> str:
         text.encode("utf-8")
     except UnicodeEncodeError as e:
         raise RlxError(
-            f"[{what}] not valid UTF-8 (byte {e.start}: {text[e.start:e.end]!r}); "
+            f"[{what}] not valid UTF-8 (byte {e.start}: {text[e.start : e.end]!r}); "
             "give the text in UTF-8"
         ) from None
     return text
@@ -501,9 +501,7 @@ def main(argv: list[str] | None = None) -> int:
     bench = sub.add_parser("bench", help="load time, prefill / decode tokens/s, peak RSS")
     _model_args(bench, sampling=False)
     bench.add_argument("--json", action="store_true", help="print one JSON object")
-    bench.add_argument(
-        "--repeats", type=_at_least(1), default=3, help="runs per figure (median)"
-    )
+    bench.add_argument("--repeats", type=_at_least(1), default=3, help="runs per figure (median)")
     bench.add_argument(
         "--depth",
         type=_at_least(0),
@@ -512,9 +510,7 @@ def main(argv: list[str] | None = None) -> int:
         metavar="N",
         help="also tg64@dN: 64 decode steps after an N-token prompt",
     )
-    bench.add_argument(
-        "--depth-only", action="store_true", help="skip pp64 / pp256 / tg32 / tg128"
-    )
+    bench.add_argument("--depth-only", action="store_true", help="skip pp64 / pp256 / tg32 / tg128")
     bench.add_argument(
         "--profile",
         action="store_true",

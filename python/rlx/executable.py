@@ -300,9 +300,7 @@ class Executable:
         the same order, hence the same layout), else :class:`RlxError`. This
         executable's previous state contents are dropped."""
         if not isinstance(other, Executable):
-            raise TypeError(
-                f"[share_state] expects an rlx.Executable, got {type(other).__name__}"
-            )
+            raise TypeError(f"[share_state] expects an rlx.Executable, got {type(other).__name__}")
         if other is self:
             return
         with self._hold_pair(other):

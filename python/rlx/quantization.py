@@ -99,9 +99,7 @@ def _parse(scheme: str) -> tuple[str, int, bool, bool]:
 def _groups(w: np.ndarray, g: int, what: str) -> np.ndarray:
     n, k = w.shape
     if g <= 0 or k % g:
-        raise QuantizeError(
-            f"[quantize] {what}: group size {g} must divide the row length k = {k}"
-        )
+        raise QuantizeError(f"[quantize] {what}: group size {g} must divide the row length k = {k}")
     return w.reshape(n, k // g, g)
 
 

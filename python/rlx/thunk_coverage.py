@@ -32,8 +32,17 @@ from rlx.graph import Graph, Node
 from rlx.ops.misc import SplatConfig
 
 __all__ = [
-    "PROBES", "SEED_METAL_HOST", "Probe", "ProbeGraph", "ThunkRow", "compile_probe",
-    "complete", "host_by_design", "probe_env", "seed_metal_host", "thunk_table",
+    "PROBES",
+    "SEED_METAL_HOST",
+    "Probe",
+    "ProbeGraph",
+    "ThunkRow",
+    "compile_probe",
+    "complete",
+    "host_by_design",
+    "probe_env",
+    "seed_metal_host",
+    "thunk_table",
 ]
 
 
@@ -48,18 +57,33 @@ def host_by_design(variant: str) -> bool:
 # /work/shared/seed/rlx-metal-0.2.13-thunk.rs.txt say "host fallback" /
 # "host CPU" with no kernel path), beyond the explicit host variants: a
 # Metal host command is by design for them. The one hand-written column.
-SEED_METAL_HOST = frozenset({
-    "Sample", "Reverse", "ArgReduce",                      # "Host fallback over ..."
-    "DequantMatMulInt8", "DequantMatMulInt4", "DequantMatMulFp8",
-    "DequantMatMulNvfp4",                                  # "CPU host fallback"
-    "ScaledMatMul", "ScaledQuantize", "ScaledDequantize",
-    "ScaledQuantScale",                                    # "host fallback"
-    "RmsNormBackwardInput", "RmsNormBackwardGamma", "RmsNormBackwardBeta",
-    "RopeBackward", "CumsumBackward", "GatherBackward",    # "Training backward ops"
-    "MaxPool2dBackward",                                   # "host CPU"
-    "GaussianSplatRender",                                 # "host fallback via splat"
-    "Im2Col", "LogMel", "CpuIndexing", "RngNormal",        # "host fallback" / "Host fill"
-})
+SEED_METAL_HOST = frozenset(
+    {
+        "Sample",
+        "Reverse",
+        "ArgReduce",  # "Host fallback over ..."
+        "DequantMatMulInt8",
+        "DequantMatMulInt4",
+        "DequantMatMulFp8",
+        "DequantMatMulNvfp4",  # "CPU host fallback"
+        "ScaledMatMul",
+        "ScaledQuantize",
+        "ScaledDequantize",
+        "ScaledQuantScale",  # "host fallback"
+        "RmsNormBackwardInput",
+        "RmsNormBackwardGamma",
+        "RmsNormBackwardBeta",
+        "RopeBackward",
+        "CumsumBackward",
+        "GatherBackward",  # "Training backward ops"
+        "MaxPool2dBackward",  # "host CPU"
+        "GaussianSplatRender",  # "host fallback via splat"
+        "Im2Col",
+        "LogMel",
+        "CpuIndexing",
+        "RngNormal",  # "host fallback" / "Host fill"
+    }
+)
 
 
 def seed_metal_host(variant: str) -> bool:
@@ -81,8 +105,16 @@ class ProbeGraph:
         self._rng = np.random.default_rng(0)
 
     def _data(self, shape: list[int], dtype: str, data: Any) -> np.ndarray:
-        np_dt = np.dtype({"f32": "float32", "f16": "float16", "i32": "int32", "u8": "uint8",
-                          "i64": "int64", "f64": "float64"}[dtype])
+        np_dt = np.dtype(
+            {
+                "f32": "float32",
+                "f16": "float16",
+                "i32": "int32",
+                "u8": "uint8",
+                "i64": "int64",
+                "f64": "float64",
+            }[dtype]
+        )
         if data is not None:
             return np.asarray(data, np_dt).reshape(shape)
         if np_dt.kind == "f":
@@ -174,15 +206,21 @@ _CFG = SplatConfig(width=8, height=8, tile_size=4)
 def _splat_inputs(p: ProbeGraph) -> tuple[Node, ...]:
     n = 2
     return (
-        p.x("pos", [n, 3]), p.x("scl", [n, 3]), p.x("rot", [n, 4]), p.x("opa", [n]),
-        p.x("col", [n, 3]), p.x("sh", [n, 1, 3]), p.x("cam", [20]),
+        p.x("pos", [n, 3]),
+        p.x("scl", [n, 3]),
+        p.x("rot", [n, 4]),
+        p.x("opa", [n]),
+        p.x("col", [n, 3]),
+        p.x("sh", [n, 1, 3]),
+        p.x("cam", [20]),
     )
 
 
 def _splat_rasterize(p: ProbeGraph) -> Node:
     ins = _splat_inputs(p)
-    return p.g.gaussian_splat_rasterize(p.g.gaussian_splat_prepare(*ins, cfg=_CFG), ins[6],
-                                        cfg=_CFG)
+    return p.g.gaussian_splat_rasterize(
+        p.g.gaussian_splat_prepare(*ins, cfg=_CFG), ins[6], cfg=_CFG
+    )
 
 
 def _scan_body() -> Graph:
@@ -252,8 +290,9 @@ def _gated_norm(p: ProbeGraph) -> None:
 def _dw_conv1d(p: ProbeGraph) -> None:
     # [1, w=6, c=4] depthwise over w with 3 taps → [1, 4, 4], then silu
     g, x = p.g, p.x("a", [1, 6, 4])
-    y = g.conv2d(g.reshape(g.transpose(x, [0, 2, 1]), [1, 4, 1, 6]), p.w("w", [4, 1, 1, 3]),
-                 groups=4)
+    y = g.conv2d(
+        g.reshape(g.transpose(x, [0, 2, 1]), [1, 4, 1, 6]), p.w("w", [4, 1, 1, 3]), groups=4
+    )
     g.outputs(g.silu(g.transpose(g.reshape(y, [1, 4, 4]), [0, 2, 1])), g.mul(x, 2.0))
 
 
@@ -525,7 +564,10 @@ def compile_probe(variant: str, device: str = "host") -> tuple[ProbeGraph, Any]:
 def _row(variant: str, name: str) -> ThunkRow:
     probe = PROBES.get(variant)
     row = ThunkRow(
-        variant, name, probe.produced_by if probe else "-", host_by_design(variant),
+        variant,
+        name,
+        probe.produced_by if probe else "-",
+        host_by_design(variant),
         seed_metal_host(variant),
     )
     if probe is None:

@@ -26,13 +26,13 @@ ARCHS = ("llama", "qwen2", "qwen3", "gemma3")
 TOL = 1e-4
 
 
-
 #: Decode steps (one row) against prefill rows with quantised weights: on CPUs
 #: with AVX-512 VNNI the m <= 8 packed matmuls round activations to 8-bit blocks
 #: (as llama.cpp does), bounded per output by 1/2 sum|w| * max|x|/127 per block;
 #: on these tiny random models that is up to ~3% of the logits' scale. Prefill
 #: (m > 8) rounds on two levels (``INT8_PREFILL_TOL``); F32 weights stay exact.
 DECODE_VS_PREFILL_TOL = 5e-2
+
 
 def _rel(a: np.ndarray, b: np.ndarray) -> float:
     return float(np.max(np.abs(a - b)) / np.max(np.abs(b)))

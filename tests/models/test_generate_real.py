@@ -59,7 +59,11 @@ def test_smollm2_config(smol: DecoderModel) -> None:
     c = smol.config
     assert (c.n_layers, c.hidden, c.heads, c.kv_heads, c.head_dim) == (30, 576, 9, 3, 64)
     assert (c.ffn, c.vocab, c.ctx, c.rope_base, c.rope_kind) == (
-        1536, 49152, 8192, 100000.0, "interleaved"
+        1536,
+        49152,
+        8192,
+        100000.0,
+        "interleaved",
     )
     assert c.tied_output
 
@@ -68,7 +72,12 @@ def test_gemma3_config_and_generation(model_or_skip: Callable[[str], Path]) -> N
     m = rlx.load(str(model_or_skip("gemma3-270m")))
     c = m.config
     assert (c.n_layers, c.hidden, c.heads, c.kv_heads, c.head_dim, c.vocab) == (
-        18, 640, 4, 1, 256, 262144
+        18,
+        640,
+        4,
+        1,
+        256,
+        262144,
     )
     assert [i for i, w in enumerate(c.windows) if w == 0] == [5, 11, 17]
     assert set(c.windows) == {0, 512}

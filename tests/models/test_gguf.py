@@ -82,9 +82,10 @@ def test_matches_gguf_reader_oracle(smollm2: GGUFFile) -> None:
         assert np.array_equal(smollm2.tensor_bytes(r.name), r.data.reshape(-1).view(np.uint8))
     for key in ("llama.block_count", "llama.rope.freq_base", "tokenizer.ggml.pre"):
         assert smollm2.get(key) == ref.fields[key].contents()
-    assert smollm2.get_str_list("tokenizer.ggml.merges") == ref.fields[
-        "tokenizer.ggml.merges"
-    ].contents()
+    assert (
+        smollm2.get_str_list("tokenizer.ggml.merges")
+        == ref.fields["tokenizer.ggml.merges"].contents()
+    )
 
 
 def test_dequantized_row_is_sane(smollm2: GGUFFile) -> None:

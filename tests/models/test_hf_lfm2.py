@@ -51,9 +51,7 @@ def test_conv_fuses_in_every_conv_layer(n_new: int) -> None:
 
 
 @pytest.mark.parametrize("device", ["host", "reference"])
-def test_pass_on_and_off_give_the_same_logits(
-    monkeypatch: pytest.MonkeyPatch, device: str
-) -> None:
+def test_pass_on_and_off_give_the_same_logits(monkeypatch: pytest.MonkeyPatch, device: str) -> None:
     e = expected(fixture("lfm2"))
     out = []
     for disable in ("", PASS):
@@ -181,9 +179,11 @@ def _numpy_lfm2(t: dict[str, np.ndarray], c: dict, ids: list[int]) -> np.ndarray
         h = h + y
         x = rms(h, t[p + "ffn_norm.weight"])
         g = x @ t[p + "feed_forward.w1.weight"].T
-        h = h + (g / (1 + np.exp(-g)) * (x @ t[p + "feed_forward.w3.weight"].T)) @ t[
-            p + "feed_forward.w2.weight"
-        ].T
+        h = (
+            h
+            + (g / (1 + np.exp(-g)) * (x @ t[p + "feed_forward.w3.weight"].T))
+            @ t[p + "feed_forward.w2.weight"].T
+        )
     return rms(h, t["model.embedding_norm.weight"]) @ t["model.embed_tokens.weight"].T
 
 

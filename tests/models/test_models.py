@@ -123,7 +123,7 @@ def test_smollm2_is_used_in_place(smollm2_path: Path) -> None:
 
 def test_gemma_sha_matches_package_sums(model_or_skip: object) -> None:
     path = model_or_skip("gemma3-270m")  # type: ignore[operator]
-    assert models._expected_sha256(models.MODELS["gemma3-270m"]) == models.MODELS[
-        "gemma3-270m"
-    ].sha256
+    assert (
+        models._expected_sha256(models.MODELS["gemma3-270m"]) == models.MODELS["gemma3-270m"].sha256
+    )
     assert path.stat().st_size == 253_113_024

@@ -53,8 +53,9 @@ class Result:
         return dict(self.exe.stats["by_thunk"])
 
 
-def rand(shape: Iterable[int], dtype: str = "f32", *, lo: float = -3.0, hi: float = 3.0,
-         seed: int = 0) -> np.ndarray:
+def rand(
+    shape: Iterable[int], dtype: str = "f32", *, lo: float = -3.0, hi: float = 3.0, seed: int = 0
+) -> np.ndarray:
     """Random data of an rlx dtype: uniform floats in ``[lo, hi)``, ints in
     ``[lo, hi)``, bools 50/50."""
     rng = np.random.default_rng(seed)
@@ -119,8 +120,14 @@ def run_both(
     return Result(out_h, out_r, host, seen)
 
 
-def assert_same(host: np.ndarray, ref: np.ndarray, *, atol: Optional[float] = None,
-                rtol: Optional[float] = None, what: str = "") -> None:
+def assert_same(
+    host: np.ndarray,
+    ref: np.ndarray,
+    *,
+    atol: Optional[float] = None,
+    rtol: Optional[float] = None,
+    what: str = "",
+) -> None:
     """Compare one output: dtype and shape equal; ints/bools exact; floats
     within tolerance with NaN and ±inf at the same places."""
     assert host.dtype == ref.dtype, f"{what}: dtype {host.dtype} vs {ref.dtype}"

@@ -25,8 +25,9 @@ import rlx
 TOL = {np.dtype(np.float32): 1e-5, np.dtype(np.float16): 1e-2}
 
 
-def rand(rng: np.random.Generator, shape: Sequence[int], dtype: Any = np.float32,
-         scale: float = 1.0) -> np.ndarray:
+def rand(
+    rng: np.random.Generator, shape: Sequence[int], dtype: Any = np.float32, scale: float = 1.0
+) -> np.ndarray:
     """Normal values of ``shape`` in ``dtype``."""
     return (rng.standard_normal(tuple(shape)) * scale).astype(dtype)
 
@@ -48,8 +49,11 @@ def close(got: np.ndarray, want: np.ndarray, tol: float, what: str) -> None:
         )
 
 
-def compile_both(g: rlx.Graph, params: Optional[dict[str, np.ndarray]] = None,
-                 dims: Optional[dict[str, int]] = None) -> tuple[rlx.Executable, rlx.Executable]:
+def compile_both(
+    g: rlx.Graph,
+    params: Optional[dict[str, np.ndarray]] = None,
+    dims: Optional[dict[str, int]] = None,
+) -> tuple[rlx.Executable, rlx.Executable]:
     """Host and reference executables of ``g`` with ``params`` bound, both verified."""
     exes = []
     for device in ("host", "reference"):
@@ -122,16 +126,27 @@ class Block:
     def __init__(self, width: int, heads: int, kv_heads: int, ffn: int, eps: float = 1e-6):
         assert width % heads == 0
         self.width, self.heads, self.kv_heads, self.ffn, self.eps = (
-            width, heads, kv_heads, ffn, eps)
+            width,
+            heads,
+            kv_heads,
+            ffn,
+            eps,
+        )
         self.head_dim = width // heads
 
     def param_shapes(self) -> dict[str, list[int]]:
         """Shapes of one layer's params."""
         d, hd = self.width, self.head_dim
         return {
-            "attn_norm": [d], "wq": [d, self.heads * hd], "wk": [d, self.kv_heads * hd],
-            "wv": [d, self.kv_heads * hd], "wo": [self.heads * hd, d], "mlp_norm": [d],
-            "w_gate": [d, self.ffn], "w_up": [d, self.ffn], "w_down": [self.ffn, d],
+            "attn_norm": [d],
+            "wq": [d, self.heads * hd],
+            "wk": [d, self.kv_heads * hd],
+            "wv": [d, self.kv_heads * hd],
+            "wo": [self.heads * hd, d],
+            "mlp_norm": [d],
+            "w_gate": [d, self.ffn],
+            "w_up": [d, self.ffn],
+            "w_down": [self.ffn, d],
         }
 
     def params(self, rng: np.random.Generator, layer: int) -> dict[str, np.ndarray]:
@@ -145,23 +160,31 @@ class Block:
             out[f"l{layer}.{name}"] = v
         return out
 
-    def build(self, g: rlx.Graph, x: rlx.Node, cos: rlx.Node, sin: rlx.Node,
-              layer: int) -> rlx.Node:
+    def build(
+        self, g: rlx.Graph, x: rlx.Node, cos: rlx.Node, sin: rlx.Node, layer: int
+    ) -> rlx.Node:
         """Append one layer to ``g``; returns the new residual stream."""
         p = {n: g.param(f"l{layer}.{n}", s) for n, s in self.param_shapes().items()}
         h = g.rms_norm(x, p["attn_norm"], eps=self.eps)
         q = g.rope(g.matmul(h, p["wq"]), cos, sin, head_dim=self.head_dim)
         k = g.rope(g.matmul(h, p["wk"]), cos, sin, head_dim=self.head_dim)
         v = g.matmul(h, p["wv"])
-        a = g.attention(q, k, v, heads=self.heads, kv_heads=self.kv_heads,
-                        head_dim=self.head_dim, mask="causal")
+        a = g.attention(
+            q, k, v, heads=self.heads, kv_heads=self.kv_heads, head_dim=self.head_dim, mask="causal"
+        )
         x = g.add(x, g.matmul(a, p["wo"]))
         h = g.rms_norm(x, p["mlp_norm"], eps=self.eps)
         m = g.mul(g.silu(g.matmul(h, p["w_gate"])), g.matmul(h, p["w_up"]))
         return g.add(x, g.matmul(m, p["w_down"]), name=f"l{layer}.out")
 
-    def numpy(self, x: np.ndarray, cos: np.ndarray, sin: np.ndarray,
-              params: dict[str, np.ndarray], layer: int) -> np.ndarray:
+    def numpy(
+        self,
+        x: np.ndarray,
+        cos: np.ndarray,
+        sin: np.ndarray,
+        params: dict[str, np.ndarray],
+        layer: int,
+    ) -> np.ndarray:
         """The same layer in float64 numpy, written from the formulas."""
         w = {n: params[f"l{layer}.{n}"].astype(np.float64) for n in self.param_shapes()}
         b, s, _ = x.shape
@@ -199,9 +222,9 @@ def rope_tables(seq: int, head_dim: int, theta: float = 10000.0) -> tuple[np.nda
     return np.cos(ang).astype(np.float32), np.sin(ang).astype(np.float32)
 
 
-def transformer(layers: int, block: Block, batch: int, seq: int,
-                seed: int = 0) -> tuple[rlx.Graph, dict[str, np.ndarray], dict[str, np.ndarray],
-                                        np.ndarray]:
+def transformer(
+    layers: int, block: Block, batch: int, seq: int, seed: int = 0
+) -> tuple[rlx.Graph, dict[str, np.ndarray], dict[str, np.ndarray], np.ndarray]:
     """A ``layers``-deep stack: the graph, its params, its inputs and the
     float64 numpy result."""
     rng = np.random.default_rng(seed)

@@ -17,9 +17,16 @@ from _harness2 import check, rand
 DTS = {"f32": np.float32, "f16": np.float16}
 
 
-def np_sdpa(q: np.ndarray, k: np.ndarray, v: np.ndarray, *, scale: float,
-            allowed: Optional[np.ndarray] = None, bias: Optional[np.ndarray] = None,
-            softcap: Optional[float] = None) -> np.ndarray:
+def np_sdpa(
+    q: np.ndarray,
+    k: np.ndarray,
+    v: np.ndarray,
+    *,
+    scale: float,
+    allowed: Optional[np.ndarray] = None,
+    bias: Optional[np.ndarray] = None,
+    softcap: Optional[float] = None,
+) -> np.ndarray:
     """Plain SDPA over BHSD float64 arrays (kv heads repeated for GQA);
     ``allowed`` / ``bias`` broadcast to ``[b, h, s, kv]``; rows with no
     visible key give zeros."""
@@ -47,11 +54,23 @@ def positions(seq: int, kv: int) -> tuple[np.ndarray, np.ndarray]:
     return (kv - seq + np.arange(seq))[:, None], np.arange(kv)[None, :]
 
 
-def _attn_case(*, b: int = 2, s: int = 5, kv: Optional[int] = None, h: int = 4,
-               kvh: Optional[int] = None, d: int = 8, layout: str = "bshd",
-               mask: Optional[str] = "causal", window: int = 0, dt: str = "f32",
-               score_scale: Optional[float] = None, softcap: Optional[float] = None,
-               mask_shape: Optional[list[int]] = None, seed: int = 0) -> None:
+def _attn_case(
+    *,
+    b: int = 2,
+    s: int = 5,
+    kv: Optional[int] = None,
+    h: int = 4,
+    kvh: Optional[int] = None,
+    d: int = 8,
+    layout: str = "bshd",
+    mask: Optional[str] = "causal",
+    window: int = 0,
+    dt: str = "f32",
+    score_scale: Optional[float] = None,
+    softcap: Optional[float] = None,
+    mask_shape: Optional[list[int]] = None,
+    seed: int = 0,
+) -> None:
     rng = np.random.default_rng(seed)
     kv = s if kv is None else kv
     kvh = h if kvh is None else kvh
@@ -72,14 +91,27 @@ def _attn_case(*, b: int = 2, s: int = 5, kv: Optional[int] = None, h: int = 4,
         if mask == "custom":
             mv = (rng.random(mshape) < 0.6).astype(npdt)
             allowed = np.broadcast_to(
-                mv.reshape([1] * (4 - len(mshape)) + mshape) != 0, (b, h, s, kv))
+                mv.reshape([1] * (4 - len(mshape)) + mshape) != 0, (b, h, s, kv)
+            )
         else:
             mv = rand(rng, mshape, npdt)
             bias = mv.astype(np.float64)
         feeds["m"] = mv
-    y = g.attention(q, k, v, heads=h, kv_heads=kvh, head_dim=d, mask=mask, window=window,
-                    layout=layout, score_scale=score_scale, softcap=softcap,
-                    mask_input=mnode, name="y")
+    y = g.attention(
+        q,
+        k,
+        v,
+        heads=h,
+        kv_heads=kvh,
+        head_dim=d,
+        mask=mask,
+        window=window,
+        layout=layout,
+        score_scale=score_scale,
+        softcap=softcap,
+        mask_input=mnode,
+        name="y",
+    )
     g.outputs(y)
     qp, kp = positions(s, kv)
     if mask == "causal" and window == 0:
@@ -94,8 +126,15 @@ def _attn_case(*, b: int = 2, s: int = 5, kv: Optional[int] = None, h: int = 4,
         return x.reshape(x.shape[0], x.shape[1], nh, d).transpose(0, 2, 1, 3)
 
     scale = score_scale if score_scale is not None else 1 / math.sqrt(d)
-    o = np_sdpa(bhsd(qv, h), bhsd(kvv, kvh), bhsd(vv, kvh), scale=scale, allowed=allowed,
-                bias=bias, softcap=softcap)
+    o = np_sdpa(
+        bhsd(qv, h),
+        bhsd(kvv, kvh),
+        bhsd(vv, kvh),
+        scale=scale,
+        allowed=allowed,
+        bias=bias,
+        softcap=softcap,
+    )
     want = o if layout == "bhsd" else o.transpose(0, 2, 1, 3).reshape(qs)
     check(g, feeds, native=["attention"], expect=want)
 
@@ -129,8 +168,7 @@ def test_attention_custom_mask(layout: str, mask_shape: Optional[list[int]]) -> 
 @pytest.mark.parametrize("mask_shape", [[2, 4, 5, 7], [4, 5, 7], [1, 4, 1, 7]])
 def test_attention_custom_mask_per_head(layout: str, dt: str, mask_shape: list[int]) -> None:
     # a mask whose head axis is not 1 (right-aligned against [b, heads, s, kv])
-    _attn_case(layout=layout, mask="custom", s=5, kv=7, h=4, kvh=2, mask_shape=mask_shape,
-               dt=dt)
+    _attn_case(layout=layout, mask="custom", s=5, kv=7, h=4, kvh=2, mask_shape=mask_shape, dt=dt)
 
 
 def test_attention_custom_mask_bool() -> None:
@@ -144,8 +182,12 @@ def test_attention_custom_mask_bool() -> None:
     mv = np.tril(np.ones((s, s), bool)) & (rng.random((s, s)) < 0.7)
     x = qv.astype(np.float64).reshape(b, s, h, d).transpose(0, 2, 1, 3)
     want = np_sdpa(x, x, x, scale=1 / math.sqrt(d), allowed=mv)
-    check(g, {"q": qv, "m": mv}, native=["attention"],
-          expect=want.transpose(0, 2, 1, 3).reshape(b, s, h * d))
+    check(
+        g,
+        {"q": qv, "m": mv},
+        native=["attention"],
+        expect=want.transpose(0, 2, 1, 3).reshape(b, s, h * d),
+    )
 
 
 @pytest.mark.parametrize("dt", ["f32", "f16"])
@@ -170,8 +212,7 @@ def test_attention_causal_window_alias() -> None:
 @pytest.mark.parametrize("mask", ["causal", "none", "sliding_window"])
 @pytest.mark.parametrize("s,kv", [(1, 9), (3, 11)])
 def test_attention_cached_decode(layout: str, mask: str, s: int, kv: int) -> None:
-    _attn_case(layout=layout, mask=mask, s=s, kv=kv, window=4 if mask != "none" else 0,
-               h=6, kvh=2)
+    _attn_case(layout=layout, mask=mask, s=s, kv=kv, window=4 if mask != "none" else 0, h=6, kvh=2)
 
 
 @pytest.mark.parametrize("dt", ["f32", "f16"])
@@ -182,17 +223,18 @@ def test_attention_score_scale_softcap(dt: str) -> None:
 
 
 def test_attention_f16_gqa_bhsd_window() -> None:
-    _attn_case(dt="f16", layout="bhsd", h=6, kvh=3, d=10, s=7, kv=12, mask="sliding_window",
-               window=3)
+    _attn_case(
+        dt="f16", layout="bhsd", h=6, kvh=3, d=10, s=7, kv=12, mask="sliding_window", window=3
+    )
 
 
 # ------------------------------------------------------------------ fused block
 def _rope_neox(x: np.ndarray, cos: np.ndarray, sin: np.ndarray) -> np.ndarray:
     half = cos.shape[-1]
-    a, c = x[..., :half], x[..., half:2 * half]
+    a, c = x[..., :half], x[..., half : 2 * half]
     out = x.copy()
     out[..., :half] = a * cos - c * sin
-    out[..., half:2 * half] = a * sin + c * cos
+    out[..., half : 2 * half] = a * sin + c * cos
     return out
 
 
@@ -210,15 +252,19 @@ def test_fused_attention_block(rope: bool, mask: str) -> None:
     ang = rng.random((s, d // 2)) * 3
     if rope:
         cos, sin = g.input("cos", [s, d // 2]), g.input("sin", [s, d // 2])
-        feeds["cos"], feeds["sin"] = np.cos(ang).astype(np.float32), np.sin(ang).astype(
-            np.float32)
+        feeds["cos"], feeds["sin"] = np.cos(ang).astype(np.float32), np.sin(ang).astype(np.float32)
     if mask == "custom":
         m = g.input("m", [b, 1, s, s])
         feeds["m"] = (rng.random((b, 1, s, s)) < 0.5).astype(np.float32)
-    g.outputs(g.fused_attention_block(x, wq, wo, heads=h, head_dim=d, cos=cos, sin=sin,
-                                      mask=mask, mask_input=m, name="y"))
-    params = {"w_qkv": rand(rng, [hid, 3 * inner], scale=0.3),
-              "w_out": rand(rng, [inner, hid], scale=0.3)}
+    g.outputs(
+        g.fused_attention_block(
+            x, wq, wo, heads=h, head_dim=d, cos=cos, sin=sin, mask=mask, mask_input=m, name="y"
+        )
+    )
+    params = {
+        "w_qkv": rand(rng, [hid, 3 * inner], scale=0.3),
+        "w_out": rand(rng, [inner, hid], scale=0.3),
+    }
     qkv = feeds["x"].astype(np.float64) @ params["w_qkv"].astype(np.float64)
     qkv = qkv.reshape(b, s, 3, h, d).transpose(2, 0, 3, 1, 4)
     q, k, v = qkv[0], qkv[1], qkv[2]
@@ -226,8 +272,7 @@ def test_fused_attention_block(rope: bool, mask: str) -> None:
         c64, s64 = feeds["cos"].astype(np.float64), feeds["sin"].astype(np.float64)
         q, k = _rope_neox(q, c64, s64), _rope_neox(k, c64, s64)
     qp, kp = positions(s, s)
-    allowed = {"causal": kp <= qp, "none": None,
-               "custom": feeds.get("m", np.ones(1)) != 0}[mask]
+    allowed = {"causal": kp <= qp, "none": None, "custom": feeds.get("m", np.ones(1)) != 0}[mask]
     o = np_sdpa(q, k, v, scale=1 / math.sqrt(d), allowed=allowed)
     want = o.transpose(0, 2, 1, 3).reshape(b, s, inner) @ params["w_out"].astype(np.float64)
     check(g, feeds, params, native=["sgemm", "fused_attn"], expect=want)
@@ -245,8 +290,9 @@ def test_rope(dt: str, kind: str, d: int, n_rot: int, per_token: bool) -> None:
     x = g.input("x", [b, s, h * d], dt)
     rows = b * s if per_token else s
     cos, sin = g.input("cos", [rows, n_rot // 2], dt), g.input("sin", [rows, n_rot // 2], dt)
-    g.outputs(g.rope(x, cos, sin, head_dim=d, n_rot=n_rot, kind=kind, per_token=per_token,
-                     name="y"))
+    g.outputs(
+        g.rope(x, cos, sin, head_dim=d, n_rot=n_rot, kind=kind, per_token=per_token, name="y")
+    )
     xv = rand(rng, [b, s, h * d], DTS[dt])
     ang = rng.random((rows, n_rot // 2)) * 6
     cv, sv = np.cos(ang).astype(DTS[dt]), np.sin(ang).astype(DTS[dt])
@@ -265,5 +311,4 @@ def test_rope(dt: str, kind: str, d: int, n_rot: int, per_token: bool) -> None:
         want[..., :half], want[..., half:n_rot] = z.real, z.imag
     else:
         want[..., 0:n_rot:2], want[..., 1:n_rot:2] = z.real, z.imag
-    check(g, {"x": xv, "cos": cv, "sin": sv}, native=["rope"],
-          expect=want.reshape(b, s, h * d))
+    check(g, {"x": xv, "cos": cv, "sin": sv}, native=["rope"], expect=want.reshape(b, s, h * d))

@@ -13,12 +13,14 @@ from _harness2 import Block, check, transformer
     "width,heads,kv_heads,ffn,batch,seq",
     [(48, 6, 2, 72, 1, 11), (32, 4, 4, 40, 2, 7), (40, 5, 1, 24, 1, 1), (64, 8, 2, 96, 2, 16)],
 )
-def test_decoder_block(width: int, heads: int, kv_heads: int, ffn: int, batch: int,
-                       seq: int) -> None:
+def test_decoder_block(
+    width: int, heads: int, kv_heads: int, ffn: int, batch: int, seq: int
+) -> None:
     block = Block(width, heads, kv_heads, ffn)
     g, params, inputs, want = transformer(1, block, batch, seq, seed=width + seq)
-    check(g, inputs, params, expect=want,
-          native=["sgemm", "rms_norm", "rope", "attention", "binary"])
+    check(
+        g, inputs, params, expect=want, native=["sgemm", "rms_norm", "rope", "attention", "binary"]
+    )
 
 
 def test_two_layers() -> None:

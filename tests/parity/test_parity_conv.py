@@ -21,15 +21,22 @@ import rlx
 from _harness import check, rand
 
 
-def _conv_ref(x: np.ndarray, w: np.ndarray, b: np.ndarray | None, stride: tuple[int, int],
-              pad: tuple[int, int], dil: tuple[int, int], groups: int) -> np.ndarray:
+def _conv_ref(
+    x: np.ndarray,
+    w: np.ndarray,
+    b: np.ndarray | None,
+    stride: tuple[int, int],
+    pad: tuple[int, int],
+    dil: tuple[int, int],
+    groups: int,
+) -> np.ndarray:
     """Direct loop-nest convolution (PyTorch semantics), f64."""
     n, ci, h, wd = x.shape
     co, cig, kh, kw = w.shape
     ho = (h + 2 * pad[0] - dil[0] * (kh - 1) - 1) // stride[0] + 1
     wo = (wd + 2 * pad[1] - dil[1] * (kw - 1) - 1) // stride[1] + 1
     xp = np.zeros((n, ci, h + 2 * pad[0], wd + 2 * pad[1]))
-    xp[:, :, pad[0]:pad[0] + h, pad[1]:pad[1] + wd] = x
+    xp[:, :, pad[0] : pad[0] + h, pad[1] : pad[1] + wd] = x
     out = np.zeros((n, co, ho, wo))
     cog = co // groups
     for o in range(co):
@@ -86,8 +93,13 @@ def test_conv2d_large_reduction() -> None:
     wt = g.param("w", [16, 64, 3, 3])
     y = g.conv2d(x, wt, padding=1)
     g.outputs(y)
-    check(g, {"x": rand([1, 64, 9, 9], lo=-1, hi=1, seed=4)},
-          {"w": rand([16, 64, 3, 3], lo=-1, hi=1, seed=5)}, atol=1e-4, rtol=1e-5)
+    check(
+        g,
+        {"x": rand([1, 64, 9, 9], lo=-1, hi=1, seed=4)},
+        {"w": rand([16, 64, 3, 3], lo=-1, hi=1, seed=5)},
+        atol=1e-4,
+        rtol=1e-5,
+    )
 
 
 TCONV_CASES = [
@@ -162,18 +174,22 @@ def test_pool2d(case: tuple, kind: str) -> None:
     for oy in range(ho):
         for ox in range(wo):
             y0, x0 = oy * s[0] - p[0], ox * s[1] - p[1]
-            win = xv[:, :, max(y0, 0):y0 + k[0], max(x0, 0):x0 + k[1]].astype(np.float64)
+            win = xv[:, :, max(y0, 0) : y0 + k[0], max(x0, 0) : x0 + k[1]].astype(np.float64)
             want[:, :, oy, ox] = win.max((2, 3)) if kind == "max" else win.mean((2, 3))
     np.testing.assert_allclose(res.host[y.name], want, rtol=1e-6, atol=1e-6)
 
 
 @pytest.mark.parametrize(
     ("k", "s", "p", "d"),
-    [((3, 3), (1, 1), (1, 1), (1, 1)), ((2, 3), (2, 1), (0, 2), (1, 2)),
-     ((1, 1), (3, 3), (0, 0), (1, 1))],  # fmt: skip
+    [
+        ((3, 3), (1, 1), (1, 1), (1, 1)),
+        ((2, 3), (2, 1), (0, 2), (1, 2)),
+        ((1, 1), (3, 3), (0, 0), (1, 1)),
+    ],  # fmt: skip
 )
-def test_im2col(k: tuple[int, int], s: tuple[int, int], p: tuple[int, int],
-                d: tuple[int, int]) -> None:
+def test_im2col(
+    k: tuple[int, int], s: tuple[int, int], p: tuple[int, int], d: tuple[int, int]
+) -> None:
     g = rlx.Graph()
     x = g.input("x", [2, 3, 7, 9])
     y = g.im2col(x, k, stride=s, padding=p, dilation=d)

@@ -64,8 +64,9 @@ def test_activation(act: str, dt: str) -> None:
 
 @pytest.mark.parametrize("dt", ["f32", "f16"])
 def test_activation_nan_inf(dt: str) -> None:
-    special = np.array([np.nan, np.inf, -np.inf, 0.0, -0.0, 1.0, -1.0, 100.0, -100.0, 0.5],
-                       NP_DT[dt])
+    special = np.array(
+        [np.nan, np.inf, -np.inf, 0.0, -0.0, 1.0, -1.0, 100.0, -100.0, 0.5], NP_DT[dt]
+    )
     g = rlx.Graph()
     x = g.input("x", [special.size], dt)
     g.outputs(*[g.activation(x, a, name=a) for a in ACTS])
@@ -303,8 +304,11 @@ def test_region_every_activation(act: str) -> None:
     x = g.input("x", [33])
     y = g.input("y", [1])
     g.outputs(g.elementwise_region([x, y], [(act, "x0"), ("mul", "s0", "x1")]))
-    check(g, {"x": _act_input(act, 33, "f32"), "y": np.array([1.5], np.float32)},
-          expect=["elementwise_region"])
+    check(
+        g,
+        {"x": _act_input(act, 33, "f32"), "y": np.array([1.5], np.float32)},
+        expect=["elementwise_region"],
+    )
 
 
 @pytest.mark.parametrize("op", BINARY)
@@ -327,8 +331,11 @@ def test_region_f16_inputs_and_mid_broadcast(monkeypatch: pytest.MonkeyPatch) ->
     x = g.input("x", [3, 7, 5], "f16")
     y = g.input("y", [3, 1, 5])  # not a trailing broadcast: materialised
     g.outputs(g.elementwise_region([x, y], [("add", "x0", "x1"), ("tanh", "s0")]))
-    check(g, {"x": rand([3, 7, 5], "f16", seed=1), "y": rand([3, 1, 5], seed=2)},
-          expect=["elementwise_region"])
+    check(
+        g,
+        {"x": rand([3, 7, 5], "f16", seed=1), "y": rand([3, 1, 5], seed=2)},
+        expect=["elementwise_region"],
+    )
 
 
 def test_region_nan_inf(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -32,9 +32,21 @@ def _bhsd(x: np.ndarray, nh: int, d: int, layout: str) -> np.ndarray:
     return x.reshape(x.shape[0], x.shape[1], nh, d).transpose(0, 2, 1, 3)
 
 
-def _dyn_case(*, s: int, cap: int, kv_len: int, h: int, kvh: int, d: int,
-              layout: str = "bshd", mask: Optional[str] = "causal", window: int = 0,
-              softcap: Optional[float] = None, dt: str = "f32", seed: int = 0) -> None:
+def _dyn_case(
+    *,
+    s: int,
+    cap: int,
+    kv_len: int,
+    h: int,
+    kvh: int,
+    d: int,
+    layout: str = "bshd",
+    mask: Optional[str] = "causal",
+    window: int = 0,
+    softcap: Optional[float] = None,
+    dt: str = "f32",
+    seed: int = 0,
+) -> None:
     rng = np.random.default_rng(seed)
     npdt = DTS[dt]
     b = 1
@@ -43,8 +55,22 @@ def _dyn_case(*, s: int, cap: int, kv_len: int, h: int, kvh: int, d: int,
     g = rlx.Graph("dyn_attn")
     q, k, v = g.input("q", qs, dt), g.input("k", ks, dt), g.input("v", ks, dt)
     n = g.input("n", [1], "i32")
-    g.outputs(g.attention(q, k, v, heads=h, kv_heads=kvh, head_dim=d, mask=mask,
-                          window=window, layout=layout, softcap=softcap, kv_len=n, name="y"))
+    g.outputs(
+        g.attention(
+            q,
+            k,
+            v,
+            heads=h,
+            kv_heads=kvh,
+            head_dim=d,
+            mask=mask,
+            window=window,
+            layout=layout,
+            softcap=softcap,
+            kv_len=n,
+            name="y",
+        )
+    )
     qv, kv_, vv = rand(rng, qs, npdt), rand(rng, ks, npdt), rand(rng, ks, npdt)
     # rows past kv_len are unwritten cache: NaN must never reach the output
     if layout == "bshd":
@@ -59,8 +85,9 @@ def _dyn_case(*, s: int, cap: int, kv_len: int, h: int, kvh: int, d: int,
         allowed = kp <= qp
     elif mask in ("causal", "sliding_window"):
         allowed = (kp <= qp) & (qp - kp <= window)
-    o = np_sdpa(_bhsd(qv, h, d, layout), kq, vq, scale=1 / math.sqrt(d), allowed=allowed,
-                softcap=softcap)
+    o = np_sdpa(
+        _bhsd(qv, h, d, layout), kq, vq, scale=1 / math.sqrt(d), allowed=allowed, softcap=softcap
+    )
     want = o if layout == "bhsd" else o.transpose(0, 2, 1, 3).reshape(qs)
     feeds = {"q": qv, "k": kv_, "v": vv, "n": np.array([kv_len], np.int32)}
     check(g, feeds, native=["attention"], expect=want)
@@ -71,20 +98,37 @@ def _dyn_case(*, s: int, cap: int, kv_len: int, h: int, kvh: int, d: int,
 @pytest.mark.parametrize("kv_len", [1, 9, 24])
 @pytest.mark.parametrize("h,kvh,d", [(9, 3, 16), (14, 2, 8), (4, 1, 32)])
 def test_decode_kv_len(layout: str, dt: str, kv_len: int, h: int, kvh: int, d: int) -> None:
-    _dyn_case(s=1, cap=24, kv_len=kv_len, h=h, kvh=kvh, d=d, layout=layout, dt=dt,
-              seed=kv_len + h)
+    _dyn_case(s=1, cap=24, kv_len=kv_len, h=h, kvh=kvh, d=d, layout=layout, dt=dt, seed=kv_len + h)
 
 
 @pytest.mark.parametrize("layout", ["bshd", "bhsd"])
-@pytest.mark.parametrize("mask,window,softcap", [
-    ("causal", 0, None), ("causal", 3, None), ("none", 0, None), ("causal", 0, 5.0),
-    ("sliding_window", 512, 30.0),
-])
+@pytest.mark.parametrize(
+    "mask,window,softcap",
+    [
+        ("causal", 0, None),
+        ("causal", 3, None),
+        ("none", 0, None),
+        ("causal", 0, 5.0),
+        ("sliding_window", 512, 30.0),
+    ],
+)
 @pytest.mark.parametrize("kv_len", [1, 9, 16])
-def test_decode_masks_and_softcap(layout: str, mask: str, window: int,
-                                  softcap: Optional[float], kv_len: int) -> None:
-    _dyn_case(s=1, cap=16, kv_len=kv_len, h=4, kvh=2, d=8, layout=layout, mask=mask,
-              window=window, softcap=softcap, seed=kv_len)
+def test_decode_masks_and_softcap(
+    layout: str, mask: str, window: int, softcap: Optional[float], kv_len: int
+) -> None:
+    _dyn_case(
+        s=1,
+        cap=16,
+        kv_len=kv_len,
+        h=4,
+        kvh=2,
+        d=8,
+        layout=layout,
+        mask=mask,
+        window=window,
+        softcap=softcap,
+        seed=kv_len,
+    )
 
 
 @pytest.mark.parametrize("layout", ["bshd", "bhsd"])
@@ -92,8 +136,18 @@ def test_decode_masks_and_softcap(layout: str, mask: str, window: int,
 @pytest.mark.parametrize("kv_len,window", [(6, 0), (11, 0), (11, 4), (16, 2)])
 def test_prefill_kv_len(layout: str, dt: str, kv_len: int, window: int) -> None:
     # a padded prefill bucket (s = 6) over a 16-row cache holding kv_len rows
-    _dyn_case(s=6, cap=16, kv_len=kv_len, h=6, kvh=2, d=8, layout=layout, dt=dt,
-              window=window, seed=kv_len * 3 + window)
+    _dyn_case(
+        s=6,
+        cap=16,
+        kv_len=kv_len,
+        h=6,
+        kvh=2,
+        d=8,
+        layout=layout,
+        dt=dt,
+        window=window,
+        seed=kv_len * 3 + window,
+    )
 
 
 # ----------------------------------------------------------- decode loop
@@ -111,13 +165,13 @@ def _kv_graph(s: int, cap: int, h: int, kvh: int, d: int) -> rlx.Graph:
     kc2 = g.scatter_nd(kc, pos, kn, name="kc_write")
     vc2 = g.scatter_nd(vc, pos, vn, name="vc_write")
     kview, vview = g.reshape(kc2, [1, cap, kvd]), g.reshape(vc2, [1, cap, kvd])
-    g.outputs(g.attention(q, kview, vview, heads=h, kv_heads=kvh, head_dim=d, kv_len=n,
-                          name="y"))
+    g.outputs(g.attention(q, kview, vview, heads=h, kv_heads=kvh, head_dim=d, kv_len=n, name="y"))
     return g
 
 
-def _full_causal(q: np.ndarray, k: np.ndarray, v: np.ndarray, h: int, kvh: int,
-                 d: int) -> np.ndarray:
+def _full_causal(
+    q: np.ndarray, k: np.ndarray, v: np.ndarray, h: int, kvh: int, d: int
+) -> np.ndarray:
     """Causal attention over a whole sequence: q ``[T, h·d]``, k/v ``[T, kvh·d]``."""
     t = q.shape[0]
     qb = q.reshape(1, t, h, d).transpose(0, 2, 1, 3).astype(np.float64)
@@ -146,8 +200,13 @@ def test_prefill_then_decode_loop_matches_full_causal() -> None:
     fb = pre_h.stats["fallback_by_thunk"]
     assert fb.get("cpu_indexing", 0) == 0 and fb.get("attention", 0) == 0, fb
     pos = np.arange(p, dtype=np.int32)[:, None]
-    feeds = {"q": q_all[None, :p], "k_new": k_all[:p], "v_new": v_all[:p], "pos": pos,
-             "n": np.array([p], np.int32)}
+    feeds = {
+        "q": q_all[None, :p],
+        "k_new": k_all[:p],
+        "v_new": v_all[:p],
+        "pos": pos,
+        "n": np.array([p], np.int32),
+    }
     for exe, dec in ((pre_h, dec_h), (pre_r, dec_r)):
         y = exe.run(**feeds)["y"]
         np.testing.assert_allclose(y[0], want[:p], atol=1e-5, rtol=1e-5)
@@ -158,8 +217,13 @@ def test_prefill_then_decode_loop_matches_full_causal() -> None:
         dec.set_state("kc", kc)
         dec.set_state("vc", exe.state("vc"))
     for t in range(p, total):
-        step = {"q": q_all[None, t:t + 1], "k_new": k_all[t:t + 1], "v_new": v_all[t:t + 1],
-                "pos": np.array([[t]], np.int32), "n": np.array([t + 1], np.int32)}
+        step = {
+            "q": q_all[None, t : t + 1],
+            "k_new": k_all[t : t + 1],
+            "v_new": v_all[t : t + 1],
+            "pos": np.array([[t]], np.int32),
+            "n": np.array([t + 1], np.int32),
+        }
         yh = dec_h.run(**step)["y"]
         yr = dec_r.run(**step)["y"]
         np.testing.assert_allclose(yh[0, 0], want[t], atol=1e-5, rtol=1e-5, err_msg=f"t={t}")
@@ -214,16 +278,23 @@ def test_state_with_two_consumers_is_rejected() -> None:
     also = g.add(kc, kc, name="reader")
     g.outputs(w, also)
     for device in ("host", "reference"):
-        with pytest.raises(rlx.GraphError, match=r"node 3 \(scatter_nd\): 'write' writes "
-                           r"State 'kc' in place.*node 4 'reader'"):
+        with pytest.raises(
+            rlx.GraphError,
+            match=r"node 3 \(scatter_nd\): 'write' writes "
+            r"State 'kc' in place.*node 4 'reader'",
+        ):
             rlx.compile(g, device=device)
 
 
 def test_scatter_row_out_of_range_names_the_index() -> None:
     exe_h, exe_r = compile_both(_kv_graph(1, 8, 2, 1, 4))
-    step = {"q": np.zeros((1, 1, 8), np.float32), "k_new": np.ones((1, 4), np.float32),
-            "v_new": np.ones((1, 4), np.float32), "pos": np.array([[8]], np.int32),
-            "n": np.array([1], np.int32)}
+    step = {
+        "q": np.zeros((1, 1, 8), np.float32),
+        "k_new": np.ones((1, 4), np.float32),
+        "v_new": np.ones((1, 4), np.float32),
+        "pos": np.array([[8]], np.int32),
+        "n": np.array([1], np.int32),
+    }
     with pytest.raises(rlx.KernelError, match=r"cpu_indexing.*scatter_nd.*index 8"):
         exe_h.run(**step)
     assert (exe_h.state("kc") == 0).all(), "a rejected write must leave the cache alone"

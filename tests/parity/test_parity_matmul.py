@@ -13,13 +13,34 @@ import rlx
 from _harness2 import check, rand
 
 ACTS: list[Optional[str]] = [
-    None, "gelu", "gelu_approx", "silu", "relu", "sigmoid", "tanh", "exp", "log", "sqrt",
-    "rsqrt", "neg", "abs", "sin", "cos", "tan", "atan", "round",
+    None,
+    "gelu",
+    "gelu_approx",
+    "silu",
+    "relu",
+    "sigmoid",
+    "tanh",
+    "exp",
+    "log",
+    "sqrt",
+    "rsqrt",
+    "neg",
+    "abs",
+    "sin",
+    "cos",
+    "tan",
+    "atan",
+    "round",
 ]
 
 
-def _mm(a_shape: list[int], b_shape: list[int], dt: str = "f32", b_dt: Optional[str] = None,
-        seed: int = 0) -> None:
+def _mm(
+    a_shape: list[int],
+    b_shape: list[int],
+    dt: str = "f32",
+    b_dt: Optional[str] = None,
+    seed: int = 0,
+) -> None:
     rng = np.random.default_rng(seed)
     g = rlx.Graph("mm")
     a = g.input("a", a_shape, dt)
@@ -69,8 +90,9 @@ def test_matmul_rank1(a_shape: list[int], b_shape: list[int]) -> None:
     _mm(a_shape, b_shape)
 
 
-@pytest.mark.parametrize("shapes", [([3, 5], [5, 7]), ([2, 3, 5], [5, 7]), ([6, 9], [9, 130]),
-                                    ([2, 3, 5], [2, 5, 7])])
+@pytest.mark.parametrize(
+    "shapes", [([3, 5], [5, 7]), ([2, 3, 5], [5, 7]), ([6, 9], [9, 130]), ([2, 3, 5], [2, 5, 7])]
+)
 def test_matmul_f32_lhs_f16_rhs(shapes: tuple[list[int], list[int]]) -> None:
     _mm(shapes[0], shapes[1], "f32", "f16")
 
@@ -111,14 +133,24 @@ def _act(act: Optional[str], z: np.ndarray) -> np.ndarray:
     table = {
         None: lambda x: x,
         "gelu": lambda x: x * 0.5 * (1 + np.vectorize(erf)(x / math.sqrt(2))),
-        "gelu_approx": lambda x: 0.5 * x * (1 + np.tanh(math.sqrt(2 / math.pi)
-                                                          * (x + 0.044715 * x**3))),
+        "gelu_approx": lambda x: (
+            0.5 * x * (1 + np.tanh(math.sqrt(2 / math.pi) * (x + 0.044715 * x**3)))
+        ),
         "silu": lambda x: x / (1 + np.exp(-x)),
         "relu": lambda x: np.maximum(x, 0),
         "sigmoid": lambda x: 1 / (1 + np.exp(-x)),
-        "tanh": np.tanh, "exp": np.exp, "log": np.log, "sqrt": np.sqrt,
-        "rsqrt": lambda x: 1 / np.sqrt(x), "neg": np.negative, "abs": np.abs,
-        "sin": np.sin, "cos": np.cos, "tan": np.tan, "atan": np.arctan, "round": np.rint,
+        "tanh": np.tanh,
+        "exp": np.exp,
+        "log": np.log,
+        "sqrt": np.sqrt,
+        "rsqrt": lambda x: 1 / np.sqrt(x),
+        "neg": np.negative,
+        "abs": np.abs,
+        "sin": np.sin,
+        "cos": np.cos,
+        "tan": np.tan,
+        "atan": np.arctan,
+        "round": np.rint,
     }
     return table[act](z)
 
@@ -132,8 +164,7 @@ def test_matmul_bias_act_f16() -> None:
     g.outputs(g.matmul_bias_act(a, w, bias, act="gelu", name="y"))
     av, wv, bv = (rand(rng, s, np.float16) for s in ([5, 9], [9, 6], [6]))
     z = av.astype(np.float64) @ wv.astype(np.float64) + bv
-    check(g, {"a": av}, {"w": wv, "bias": bv}, native=["fused_mm_bias_act"],
-          expect=_act("gelu", z))
+    check(g, {"a": av}, {"w": wv, "bias": bv}, native=["fused_mm_bias_act"], expect=_act("gelu", z))
 
 
 @pytest.mark.parametrize("m,k,n,e", [(1, 3, 2, 1), (9, 7, 5, 3), (33, 16, 10, 4)])

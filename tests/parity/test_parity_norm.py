@@ -63,8 +63,9 @@ def test_rms_norm(dt: str, beta: bool, shape: list[int]) -> None:
 
 
 @pytest.mark.parametrize("dt", ["f32", "f16"])
-@pytest.mark.parametrize("n,c,h,w,groups", [(1, 4, 3, 5, 2), (2, 6, 7, 3, 3), (1, 5, 1, 1, 5),
-                                            (2, 8, 4, 4, 1)])
+@pytest.mark.parametrize(
+    "n,c,h,w,groups", [(1, 4, 3, 5, 2), (2, 6, 7, 3, 3), (1, 5, 1, 1, 5), (2, 8, 4, 4, 1)]
+)
 def test_group_norm(dt: str, n: int, c: int, h: int, w: int, groups: int) -> None:
     rng = np.random.default_rng(c * 7 + groups)
     g = rlx.Graph("gn")
@@ -74,8 +75,10 @@ def test_group_norm(dt: str, n: int, c: int, h: int, w: int, groups: int) -> Non
     xv = rand(rng, [n, c, h, w], DTS[dt], 2.0)
     gv, bv = rand(rng, [c], DTS[dt]), rand(rng, [c], DTS[dt])
     xg = xv.astype(np.float64).reshape(n, groups, -1)
-    want = _ln(xg, 1e-5).reshape(n, c, h, w) * gv.astype(np.float64)[:, None, None] \
+    want = (
+        _ln(xg, 1e-5).reshape(n, c, h, w) * gv.astype(np.float64)[:, None, None]
         + bv.astype(np.float64)[:, None, None]
+    )
     check(g, {"x": xv}, {"g": gv, "b": bv}, native=["group_norm"], expect=want)
 
 
@@ -89,8 +92,10 @@ def test_layer_norm2d(dt: str, n: int, c: int, h: int, w: int) -> None:
     g.outputs(g.layer_norm2d(x, gm, bt, eps=1e-6, name="y"))
     xv = rand(rng, [n, c, h, w], DTS[dt])
     gv, bv = rand(rng, [c], DTS[dt]), rand(rng, [c], DTS[dt])
-    want = _ln(xv, 1e-6, axis=1) * gv.astype(np.float64)[:, None, None] \
+    want = (
+        _ln(xv, 1e-6, axis=1) * gv.astype(np.float64)[:, None, None]
         + bv.astype(np.float64)[:, None, None]
+    )
     check(g, {"x": xv}, {"g": gv, "b": bv}, native=["layer_norm2d"], expect=want)
 
 
@@ -147,8 +152,7 @@ MOD_SHAPES = [
 @pytest.mark.parametrize("dt", ["f32", "f16"])
 @pytest.mark.parametrize("layer_norm", [True, False])
 @pytest.mark.parametrize("shapes", MOD_SHAPES)
-def test_ada_layer_norm(dt: str, layer_norm: bool,
-                        shapes: tuple[list[int], list[int]]) -> None:
+def test_ada_layer_norm(dt: str, layer_norm: bool, shapes: tuple[list[int], list[int]]) -> None:
     rng = np.random.default_rng(11)
     xs, ms = shapes
     g = rlx.Graph("adaln")

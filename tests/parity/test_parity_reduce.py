@@ -77,8 +77,9 @@ def test_softmax_f32(axis: int) -> None:
     xv = rand([3, 13, 7], lo=-8, hi=8, seed=1)
     res = check(g, {"x": xv}, expect=["softmax"])
     e = np.exp(xv - xv.max(axis=axis, keepdims=True))
-    np.testing.assert_allclose(res.host[y.name], e / e.sum(axis=axis, keepdims=True),
-                               rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(
+        res.host[y.name], e / e.sum(axis=axis, keepdims=True), rtol=1e-5, atol=1e-6
+    )
 
 
 def test_softmax_f16_last_axis() -> None:
@@ -213,8 +214,17 @@ def test_cross_entropy_dense() -> None:
 
 @pytest.mark.parametrize(
     ("temperature", "top_k", "top_p"),
-    [(0.0, 0, 1.0), (1.0, 0, 1.0), (0.7, 0, 1.0), (1.3, 5, 1.0), (1.0, 0, 0.6),
-     (1.0, 8, 0.5), (0.8, 3, 0.9), (1.0, 1, 1.0), (2.0, 13, 0.3)],  # fmt: skip
+    [
+        (0.0, 0, 1.0),
+        (1.0, 0, 1.0),
+        (0.7, 0, 1.0),
+        (1.3, 5, 1.0),
+        (1.0, 0, 0.6),
+        (1.0, 8, 0.5),
+        (0.8, 3, 0.9),
+        (1.0, 1, 1.0),
+        (2.0, 13, 0.3),
+    ],  # fmt: skip
 )
 def test_sample(temperature: float, top_k: int, top_p: float) -> None:
     rows, vocab = 64, 33

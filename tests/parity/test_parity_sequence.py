@@ -27,8 +27,7 @@ SEQ_THUNKS = ["selective_scan", "mamba2", "gated_delta_net", "lstm", "gru", "rnn
 
 
 # ------------------------------------------------------------------ numpy
-def np_selective_scan(x: A, dt: A, a: A, b: A, c: A,
-                      h0: Optional[A] = None) -> tuple[A, A]:
+def np_selective_scan(x: A, dt: A, a: A, b: A, c: A, h0: Optional[A] = None) -> tuple[A, A]:
     """Gu & Dao 2023, Alg. 2 (recurrent): ``h = exp(Δ·A)·h + Δ·x·B``, ``y = h·C``."""
     x, dt, a, b, c = (np.asarray(v, np.float64) for v in (x, dt, a, b, c))
     bsz, s, hid = x.shape
@@ -41,8 +40,9 @@ def np_selective_scan(x: A, dt: A, a: A, b: A, c: A,
     return y, h
 
 
-def np_mamba2(x: A, dt: A, a: A, b: A, c: A, heads: int, p: int,
-              h0: Optional[A] = None) -> tuple[A, A]:
+def np_mamba2(
+    x: A, dt: A, a: A, b: A, c: A, heads: int, p: int, h0: Optional[A] = None
+) -> tuple[A, A]:
     """Dao & Gu 2024, SSD recurrent form with scalar A per head."""
     x, dt, a, b, c = (np.asarray(v, np.float64) for v in (x, dt, a, b, c))
     bsz, s, _ = x.shape
@@ -78,8 +78,20 @@ def _sig(z: A) -> A:
     return 1.0 / (1.0 + np.exp(-z))
 
 
-def np_rnn(kind: str, x: A, w_ih: A, w_hh: A, b1: A, b2: A, h0: A, c0: Optional[A],
-           layers: int, bidir: bool, carry: bool, relu: bool = False) -> A:
+def np_rnn(
+    kind: str,
+    x: A,
+    w_ih: A,
+    w_hh: A,
+    b1: A,
+    b2: A,
+    h0: A,
+    c0: Optional[A],
+    layers: int,
+    bidir: bool,
+    carry: bool,
+    relu: bool = False,
+) -> A:
     """torch.nn.LSTM / GRU / RNN (batch_first) on the IR's packed layout."""
     D = 2 if bidir else 1
     inp = np.asarray(x, np.float64)
@@ -99,14 +111,14 @@ def np_rnn(kind: str, x: A, w_ih: A, w_hh: A, b1: A, b2: A, h0: A, c0: Optional[
                 xw = inp[:, t] @ W.T + b1[li]
                 if kind == "lstm":
                     z = xw + h @ U.T
-                    i, f, gg, o = (z[:, j * H:(j + 1) * H] for j in range(4))
+                    i, f, gg, o = (z[:, j * H : (j + 1) * H] for j in range(4))
                     c = _sig(f) * c + _sig(i) * np.tanh(gg)
                     h = _sig(o) * np.tanh(c)
                 elif kind == "gru":
                     hw = h @ U.T + b2[li]
                     r = _sig(xw[:, :H] + hw[:, :H])
-                    zz = _sig(xw[:, H:2 * H] + hw[:, H:2 * H])
-                    nn = np.tanh(xw[:, 2 * H:] + r * hw[:, 2 * H:])
+                    zz = _sig(xw[:, H : 2 * H] + hw[:, H : 2 * H])
+                    nn = np.tanh(xw[:, 2 * H :] + r * hw[:, 2 * H :])
                     h = (1 - zz) * nn + zz * h
                 else:
                     pre = xw + h @ U.T
@@ -125,8 +137,15 @@ def np_rnn(kind: str, x: A, w_ih: A, w_hh: A, b1: A, b2: A, h0: A, c0: Optional[
 
 
 # ------------------------------------------------------------------ inputs
-def _ssm_inputs(rng: np.random.Generator, b: int, s: int, width: int, gates: int, n: int,
-                a_shape: tuple[int, ...]) -> tuple[A, A, A, A, A]:
+def _ssm_inputs(
+    rng: np.random.Generator,
+    b: int,
+    s: int,
+    width: int,
+    gates: int,
+    n: int,
+    a_shape: tuple[int, ...],
+) -> tuple[A, A, A, A, A]:
     x = rng.standard_normal((b, s, width)).astype(np.float32)
     dt = rng.uniform(0.01, 0.3, (b, s, gates)).astype(np.float32)
     a = -rng.uniform(0.2, 1.5, a_shape).astype(np.float32)
@@ -164,8 +183,9 @@ def _gdn_graph(b: int, s: int, heads: int, n: int, dt: str) -> rlx.Graph:
     return g
 
 
-def _gdn_inputs(rng: np.random.Generator, b: int, s: int, heads: int, n: int,
-                npdt: Any) -> dict[str, A]:
+def _gdn_inputs(
+    rng: np.random.Generator, b: int, s: int, heads: int, n: int, npdt: Any
+) -> dict[str, A]:
     def unit(shape: tuple[int, ...]) -> A:
         z = rng.standard_normal(shape).reshape(b, s, heads, n)
         return (z / np.linalg.norm(z, axis=-1, keepdims=True)).reshape(shape)
@@ -214,8 +234,12 @@ def test_mamba2(s: int, n: int) -> None:
         close(exe.state("h"), fin, 1e-5, f"{exe.device} state")
     # without a state operand: zero start, same as numpy's zero state
     want0, _ = np_mamba2(x, dt, a, bb, cc, heads, p)
-    check(_m2_graph(b, s, heads, p, n, False), dict(x=x, dt=dt, a=a, b=bb, c=cc),
-          native=["mamba2"], expect=want0)
+    check(
+        _m2_graph(b, s, heads, p, n, False),
+        dict(x=x, dt=dt, a=a, b=bb, c=cc),
+        native=["mamba2"],
+        expect=want0,
+    )
 
 
 @pytest.mark.parametrize("dt", ["f32", "f16"])
@@ -262,7 +286,9 @@ def test_prefill_equals_decode(kind: str) -> None:
     y_pre = one(pre.run(**ins))
     rows = []
     for t in range(s):
-        tok = {k: (v if k == "a" else np.ascontiguousarray(v[:, t:t + 1])) for k, v in ins.items()}
+        tok = {
+            k: (v if k == "a" else np.ascontiguousarray(v[:, t : t + 1])) for k, v in ins.items()
+        }
         rows.append(one(dec.run(**tok)))
     close(np.concatenate(rows, 1), y_pre, 1e-5, "decode outputs vs prefill")
     close(dec.state(st), pre.state(st), 1e-5, "decode state vs prefill state")
@@ -291,8 +317,9 @@ def test_active_extent_state(kind: str) -> None:
         assert bucket.set_active_extent(full_rows, token) == 1
         exact = rlx.compile(mk(n_rows), device=device)
         y_b = one(bucket.run_active(n_rows, **ins))[:, :n_rows]
-        short = {k: (v if k == "a" else np.ascontiguousarray(v[:, :n_rows]))
-                 for k, v in ins.items()}
+        short = {
+            k: (v if k == "a" else np.ascontiguousarray(v[:, :n_rows])) for k, v in ins.items()
+        }
         y_e = one(exact.run(**short))
         close(y_b, y_e, 1e-5, f"{device} active outputs vs exact")
         close(bucket.state(st), exact.state(st), 1e-5, f"{device} active state vs exact")
@@ -311,8 +338,9 @@ RNN_CASES = [
 
 
 @pytest.mark.parametrize("kind,layers,bidir,carry,s,nin,hid", RNN_CASES)
-def test_recurrent(kind: str, layers: int, bidir: bool, carry: bool, s: int, nin: int,
-                   hid: int) -> None:
+def test_recurrent(
+    kind: str, layers: int, bidir: bool, carry: bool, s: int, nin: int, hid: int
+) -> None:
     rng = np.random.default_rng(layers * 100 + s)
     b, D = 2, 2 if bidir else 1
     base = kind.split("_")[0]
@@ -328,9 +356,11 @@ def test_recurrent(kind: str, layers: int, bidir: bool, carry: bool, s: int, nin
     x = rng.standard_normal((b, s, nin)).astype(np.float32)
     g = rlx.Graph(kind)
     X = g.input("x", [b, s, nin])
-    P = {k: g.param(k, list(v.shape)) for k, v in
-         dict(w_ih=w_ih, w_hh=w_hh, b1=b1, b2=b2, h0=h0, c0=c0).items()
-         if k not in ({"b2"} if base == "lstm" else {"c0"} if base == "gru" else {"b2", "c0"})}
+    P = {
+        k: g.param(k, list(v.shape))
+        for k, v in dict(w_ih=w_ih, w_hh=w_hh, b1=b1, b2=b2, h0=h0, c0=c0).items()
+        if k not in ({"b2"} if base == "lstm" else {"c0"} if base == "gru" else {"b2", "c0"})
+    }
     kw = dict(hidden=hid, num_layers=layers, bidirectional=bidir, carry=carry, name="y")
     if base == "lstm":
         y = g.lstm(X, P["w_ih"], P["w_hh"], P["b1"], P["h0"], P["c0"], **kw)
@@ -342,8 +372,20 @@ def test_recurrent(kind: str, layers: int, bidir: bool, carry: bool, s: int, nin
     params = dict(w_ih=w_ih, w_hh=w_hh, b1=b1, b2=b2, h0=h0, c0=c0)
     used = {k: params[k] for k in ("w_ih", "w_hh", "b1", "h0")}
     used.update({"lstm": {"c0": c0}, "gru": {"b2": b2}}.get(base, {}))
-    want = np_rnn(base, x, w_ih, w_hh, b1, b2, h0, c0 if base == "lstm" else None,
-                  layers, bidir, carry, kind == "rnn_relu")
+    want = np_rnn(
+        base,
+        x,
+        w_ih,
+        w_hh,
+        b1,
+        b2,
+        h0,
+        c0 if base == "lstm" else None,
+        layers,
+        bidir,
+        carry,
+        kind == "rnn_relu",
+    )
     check(g, dict(x=x), used, native=[base], expect=want)
 
 
@@ -392,14 +434,20 @@ def test_no_sequence_thunk_falls_back() -> None:
     xm = g.input("xm", [b, s, heads * p])
     dt = g.input("dt", [b, s, heads])
     am = g.input("am", [heads])
-    m2 = g.mamba2(xm, dt, am, bb, bb, heads=heads, state=g.state("h2", [b, heads, p, n]),
-                  name="m2")
+    m2 = g.mamba2(xm, dt, am, bb, bb, heads=heads, state=g.state("h2", [b, heads, p, n]), name="m2")
     q = g.input("q", [b, s, heads * n])
-    gd = g.gated_delta_net(q, q, q, dt, dt, g.state("S", [b, heads, n, n]), heads=heads,
-                           name="gdn")
-    w = {k: g.input(k, [1, G * hid, d]) for k, G, d in
-         [("wl", 4, h), ("wg", 3, h), ("wr", 1, h), ("ul", 4, hid), ("ug", 3, hid),
-          ("ur", 1, hid)]}
+    gd = g.gated_delta_net(q, q, q, dt, dt, g.state("S", [b, heads, n, n]), heads=heads, name="gdn")
+    w = {
+        k: g.input(k, [1, G * hid, d])
+        for k, G, d in [
+            ("wl", 4, h),
+            ("wg", 3, h),
+            ("wr", 1, h),
+            ("ul", 4, hid),
+            ("ug", 3, hid),
+            ("ur", 1, hid),
+        ]
+    }
     bias = {k: g.input(k, [1, G * hid]) for k, G in [("bl", 4), ("bg", 3), ("br", 1)]}
     h0 = g.input("h0", [1, b, hid])
     ls = g.lstm(x, w["wl"], w["ul"], bias["bl"], h0, h0, carry=True, name="lstm")
@@ -409,8 +457,9 @@ def test_no_sequence_thunk_falls_back() -> None:
     g.outputs(ss, m2, gd, ls, gr, rn, sc)
     exe = rlx.compile(g, device="host")
     rng = np.random.default_rng(0)
-    ins = {k: (rng.standard_normal(v.shape) * 0.3).astype(np.float32)
-           for k, v in exe.inputs.items()}
+    ins = {
+        k: (rng.standard_normal(v.shape) * 0.3).astype(np.float32) for k, v in exe.inputs.items()
+    }
     exe.run(**ins)
     fb = exe.stats["fallback_by_thunk"]
     names = SEQ_THUNKS + SCAN_NATIVE

@@ -28,8 +28,13 @@ def _data(shape: list[int], dt: str, seed: int = 0) -> np.ndarray:
 @pytest.mark.parametrize("dt", DTS + ["i32"])
 @pytest.mark.parametrize(
     ("shape", "axis", "start", "length"),
-    [([3, 7, 13], 1, 2, 4), ([3, 7, 13], 2, 5, 7), ([3, 7, 13], -1, 0, 1), ([5, 3], 1, 1, 1),
-     ([2, 3, 4, 5], 2, 1, 3)],  # fmt: skip
+    [
+        ([3, 7, 13], 1, 2, 4),
+        ([3, 7, 13], 2, 5, 7),
+        ([3, 7, 13], -1, 0, 1),
+        ([5, 3], 1, 1, 1),
+        ([2, 3, 4, 5], 2, 1, 3),
+    ],  # fmt: skip
 )
 def test_narrow_thunk(shape: list[int], axis: int, start: int, length: int, dt: str) -> None:
     g = rlx.Graph()
@@ -147,8 +152,8 @@ def test_transpose(shape: list[int], perm: list[int], dt: str) -> None:
 
 @pytest.mark.parametrize("dt", DTS)
 @pytest.mark.parametrize(
-    ("src", "dst"), [([3, 1, 5], [3, 7, 5]), ([5], [2, 3, 5]), ([1, 1], [7, 13]),
-                     ([3, 1], [2, 3, 4])],  # fmt: skip
+    ("src", "dst"),
+    [([3, 1, 5], [3, 7, 5]), ([5], [2, 3, 5]), ([1, 1], [7, 13]), ([3, 1], [2, 3, 4])],  # fmt: skip
 )
 def test_expand(src: list[int], dst: list[int], dt: str) -> None:
     g = rlx.Graph()

@@ -20,9 +20,11 @@ def test_thirty_layer_transformer_arena() -> None:
     host, ref = compile_both(g, params)
     s = host.stats
     ratio = s["arena_bytes"] / s["naive_bytes"]
-    print(f"\n30-layer transformer (width 64, seq 16): {s['thunks']} thunks, "
-          f"arena {s['arena_bytes']} B vs naive {s['naive_bytes']} B "
-          f"(ratio {ratio:.4f}), weights {s['weights_bytes']} B")
+    print(
+        f"\n30-layer transformer (width 64, seq 16): {s['thunks']} thunks, "
+        f"arena {s['arena_bytes']} B vs naive {s['naive_bytes']} B "
+        f"(ratio {ratio:.4f}), weights {s['weights_bytes']} B"
+    )
     # A layer's activations are ~25 KB; the stack's naive sum is 30× that.
     # Reuse keeps the arena to about one layer's working set (observed ratio
     # ~0.03); 0.05 leaves room for alignment without hiding a regression.
@@ -60,8 +62,9 @@ def _factor(n: int, rng: np.random.Generator) -> int:
     return int(rng.choice(divs))
 
 
-def random_graph(seed: int) -> tuple[rlx.Graph, dict[str, np.ndarray], dict[str, np.ndarray],
-                                     dict[str, np.ndarray]]:
+def random_graph(
+    seed: int,
+) -> tuple[rlx.Graph, dict[str, np.ndarray], dict[str, np.ndarray], dict[str, np.ndarray]]:
     """A random DAG over rank-2 f32 values; returns graph, inputs, params and
     the float64 numpy value of every output."""
     rng = np.random.default_rng(seed)
@@ -78,10 +81,13 @@ def random_graph(seed: int) -> tuple[rlx.Graph, dict[str, np.ndarray], dict[str,
     for step in range(steps):
         # bias towards recent values (chains), sometimes old ones (diamonds)
         pick = lambda: vals[  # noqa: E731
-            len(vals) - 1 - min(int(rng.geometric(0.5)) - 1, len(vals) - 1)]
+            len(vals) - 1 - min(int(rng.geometric(0.5)) - 1, len(vals) - 1)
+        ]
         node, v = pick()
-        kind = rng.choice(["unary", "binary", "matmul", "reshape", "narrow0", "narrow1",
-                           "transpose"], p=[0.2, 0.25, 0.15, 0.12, 0.12, 0.08, 0.08])
+        kind = rng.choice(
+            ["unary", "binary", "matmul", "reshape", "narrow0", "narrow1", "transpose"],
+            p=[0.2, 0.25, 0.15, 0.12, 0.12, 0.08, 0.08],
+        )
         nm = f"s{step}"
         if kind == "unary":
             op = str(rng.choice(list(UNARY)))
@@ -105,7 +111,7 @@ def random_graph(seed: int) -> tuple[rlx.Graph, dict[str, np.ndarray], dict[str,
             d = v.shape[ax]
             ln = int(rng.integers(1, d + 1))
             st = int(rng.integers(0, d - ln + 1))
-            sl = v[st:st + ln] if ax == 0 else v[:, st:st + ln]
+            sl = v[st : st + ln] if ax == 0 else v[:, st : st + ln]
             out = (g.narrow(node, ax, st, ln, name=nm), sl)
         else:
             out = (g.transpose(node, [1, 0], name=nm), v.T)

@@ -101,8 +101,9 @@ def test_run_inputs_and_live_operands_are_not_overwritten() -> None:
     np.testing.assert_array_equal(xv, _x())  # the caller's array is untouched
     sm = _softmax(xv.astype(np.float64))
     got = sorted(out.values(), key=lambda v: float(np.asarray(v).sum()))
-    want = sorted([np.tanh(xv.astype(np.float64)), 1 / (1 + np.exp(-sm)) + sm],
-                  key=lambda v: float(v.sum()))
+    want = sorted(
+        [np.tanh(xv.astype(np.float64)), 1 / (1 + np.exp(-sm)) + sm], key=lambda v: float(v.sum())
+    )
     for gv, wv in zip(got, want):
         np.testing.assert_allclose(gv, wv, rtol=1e-5, atol=1e-6)
 
@@ -124,8 +125,9 @@ def _batch_graph(k: int) -> rlx.Graph:
 def test_batch_elementwise_regions(monkeypatch: pytest.MonkeyPatch, device: str) -> None:
     k = 3
     rng = np.random.default_rng(5)
-    feeds = {f"{n}{i}": rng.uniform(-1, 1, SHAPE).astype(np.float32)
-             for i in range(k) for n in "ab"}
+    feeds = {
+        f"{n}{i}": rng.uniform(-1, 1, SHAPE).astype(np.float32) for i in range(k) for n in "ab"
+    }
     on = rlx.compile(_batch_graph(k), device=device)
     assert on.stats["by_thunk"]["batch_elementwise_region"] == 1, on.stats["by_thunk"]
     assert "elementwise_region" not in on.stats["by_thunk"]
@@ -162,9 +164,7 @@ def test_dependent_regions_are_not_batched() -> None:
 
 
 @pytest.mark.parametrize("device", ["host", "metal-sim"])
-def test_gelu_host_past_the_arena_threshold(
-    monkeypatch: pytest.MonkeyPatch, device: str
-) -> None:
+def test_gelu_host_past_the_arena_threshold(monkeypatch: pytest.MonkeyPatch, device: str) -> None:
     g = rlx.Graph("gelu")
     g.outputs(g.gelu_approx(g.input("x", SHAPE)))
     x = _x()

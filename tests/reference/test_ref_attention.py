@@ -11,8 +11,15 @@ import pytest
 from _mem import Arena, npdt, rng, tol
 
 
-def _ref_attn(q: np.ndarray, k: np.ndarray, v: np.ndarray, allowed: np.ndarray,
-              scale: float, cap: float = 0.0, bias: np.ndarray | None = None) -> np.ndarray:
+def _ref_attn(
+    q: np.ndarray,
+    k: np.ndarray,
+    v: np.ndarray,
+    allowed: np.ndarray,
+    scale: float,
+    cap: float = 0.0,
+    bias: np.ndarray | None = None,
+) -> np.ndarray:
     """q [B,H,S,D], k/v [B,KVH,KV,D], allowed [B,H,S,KV] → [B,H,S,D] by loops."""
     b_, h_, s_, d_ = q.shape
     kvh = k.shape[1]
@@ -23,8 +30,10 @@ def _ref_attn(q: np.ndarray, k: np.ndarray, v: np.ndarray, allowed: np.ndarray,
             for i in range(s_):
                 sc = []
                 for j in range(k.shape[2]):
-                    z = math.fsum(float(q[b, h, i, e]) * float(k[b, g, j, e])
-                                  for e in range(d_)) * scale
+                    z = (
+                        math.fsum(float(q[b, h, i, e]) * float(k[b, g, j, e]) for e in range(d_))
+                        * scale
+                    )
                     if cap:
                         z = cap * math.tanh(z / cap)
                     if bias is not None:
@@ -37,8 +46,9 @@ def _ref_attn(q: np.ndarray, k: np.ndarray, v: np.ndarray, allowed: np.ndarray,
                 w = [math.exp(z - m) if z is not None else 0.0 for z in sc]
                 tot = math.fsum(w)
                 for e in range(d_):
-                    out[b, h, i, e] = math.fsum(w[j] * float(v[b, g, j, e])
-                                                for j in range(len(w))) / tot
+                    out[b, h, i, e] = (
+                        math.fsum(w[j] * float(v[b, g, j, e]) for j in range(len(w))) / tot
+                    )
     return out
 
 
@@ -62,9 +72,22 @@ def _place(a: Arena, x: np.ndarray, bhsd: bool) -> int:
     return a.put(x.transpose(0, 2, 1, 3).reshape(b, s, h * d))
 
 
-def _run(dt: str, b: int, s: int, kv: int, h: int, kvh: int, d: int, kind: int,
-         bhsd: bool, window: int = 0, scale: float = 0.0, cap: float = 0.0,
-         mask: np.ndarray | None = None, seed: int = 40) -> tuple[np.ndarray, np.ndarray]:
+def _run(
+    dt: str,
+    b: int,
+    s: int,
+    kv: int,
+    h: int,
+    kvh: int,
+    d: int,
+    kind: int,
+    bhsd: bool,
+    window: int = 0,
+    scale: float = 0.0,
+    cap: float = 0.0,
+    mask: np.ndarray | None = None,
+    seed: int = 40,
+) -> tuple[np.ndarray, np.ndarray]:
     r = rng(seed)
     q = r.normal(size=(b, h, s, d)).astype(npdt(dt))
     k = r.normal(size=(b, kvh, kv, d)).astype(npdt(dt))
@@ -73,10 +96,28 @@ def _run(dt: str, b: int, s: int, kv: int, h: int, kvh: int, d: int, kind: int,
     qo, ko, vo = _place(a, q, bhsd), _place(a, k, bhsd), _place(a, v, bhsd)
     mo = a.put(mask.astype(npdt(dt))) if mask is not None else 0
     oo = a.out(b * h * s * d, npdt(dt))
-    a.run({"name": "attention", "q": qo, "k": ko, "v": vo, "mask": mo, "out": oo, "batch": b,
-           "seq": s, "kv_seq": kv, "heads": h, "kv_heads": kvh, "head_dim": d,
-           "mask_kind": kind, "window": window, "dt": dt, "bhsd": int(bhsd),
-           "score_scale": scale, "attn_logit_softcap": cap})
+    a.run(
+        {
+            "name": "attention",
+            "q": qo,
+            "k": ko,
+            "v": vo,
+            "mask": mo,
+            "out": oo,
+            "batch": b,
+            "seq": s,
+            "kv_seq": kv,
+            "heads": h,
+            "kv_heads": kvh,
+            "head_dim": d,
+            "mask_kind": kind,
+            "window": window,
+            "dt": dt,
+            "bhsd": int(bhsd),
+            "score_scale": scale,
+            "attn_logit_softcap": cap,
+        }
+    )
     got = a.get(oo).astype(np.float64)
     got = got.reshape(b, h, s, d) if bhsd else got.reshape(b, s, h, d).transpose(0, 2, 1, 3)
     eff = scale if scale else 1 / math.sqrt(d)
@@ -84,8 +125,9 @@ def _run(dt: str, b: int, s: int, kv: int, h: int, kvh: int, d: int, kind: int,
         allowed = np.broadcast_to((mask != 0)[:, None], (b, h, s, kv))
         want = _ref_attn(q, k, v, allowed, eff, cap)
     elif kind == 3:
-        want = _ref_attn(q, k, v, np.ones((b, h, s, kv), bool), eff, cap,
-                         bias=mask.astype(npdt(dt)))
+        want = _ref_attn(
+            q, k, v, np.ones((b, h, s, kv), bool), eff, cap, bias=mask.astype(npdt(dt))
+        )
     else:
         want = _ref_attn(q, k, v, _allowed(kind, b, h, s, kv, window), eff, cap)
     return got, want
@@ -155,8 +197,17 @@ def test_attention_scale_and_softcap(scale: float, cap: float) -> None:
 
 # ------------------------------------------------------------------ rope
 
-def _rope_loop(x: np.ndarray, cos: np.ndarray, sin: np.ndarray, heads: int, hd: int,
-               n_rot: int, interleaved: bool, per_token: bool) -> np.ndarray:
+
+def _rope_loop(
+    x: np.ndarray,
+    cos: np.ndarray,
+    sin: np.ndarray,
+    heads: int,
+    hd: int,
+    n_rot: int,
+    interleaved: bool,
+    per_token: bool,
+) -> np.ndarray:
     b_, s_, _ = x.shape
     out = x.astype(np.float64).copy()
     half = n_rot // 2
@@ -166,8 +217,11 @@ def _rope_loop(x: np.ndarray, cos: np.ndarray, sin: np.ndarray, heads: int, hd: 
             for h in range(heads):
                 base = h * hd
                 for i in range(half):
-                    ia, ib = (base + 2 * i, base + 2 * i + 1) if interleaved else \
-                        (base + i, base + i + half)
+                    ia, ib = (
+                        (base + 2 * i, base + 2 * i + 1)
+                        if interleaved
+                        else (base + i, base + i + half)
+                    )
                     c, sn = float(cos[row, i]), float(sin[row, i])
                     p, q = float(x[b, s, ia]), float(x[b, s, ib])
                     out[b, s, ia] = p * c - q * sn
@@ -177,8 +231,9 @@ def _rope_loop(x: np.ndarray, cos: np.ndarray, sin: np.ndarray, heads: int, hd: 
 
 @pytest.mark.parametrize("dt", ["f32", "f16"])
 @pytest.mark.parametrize("interleaved", [False, True])
-@pytest.mark.parametrize("n_rot,per_token,extra", [(6, False, 0), (4, False, 5), (6, True, 0),
-                                                   (2, True, 3)])
+@pytest.mark.parametrize(
+    "n_rot,per_token,extra", [(6, False, 0), (4, False, 5), (6, True, 0), (2, True, 3)]
+)
 def test_rope(n_rot: int, per_token: bool, extra: int, interleaved: bool, dt: str) -> None:
     b, s, heads, hd = 2, 3, 3, 6
     hid = heads * hd
@@ -192,9 +247,24 @@ def test_rope(n_rot: int, per_token: bool, extra: int, interleaved: bool, dt: st
     a = Arena()
     so, co, sio = a.put(parent), a.put(cos), a.put(sin)
     do = a.out((b, s, hid), npdt(dt))
-    a.run({"name": "rope", "src": so, "cos": co, "sin": sio, "dst": do, "batch": b, "seq": s,
-           "hidden": hid, "head_dim": hd, "n_rot": n_rot, "dt": dt, "src_row_stride": stride,
-           "cos_per_token": per_token, "interleaved": interleaved})
+    a.run(
+        {
+            "name": "rope",
+            "src": so,
+            "cos": co,
+            "sin": sio,
+            "dst": do,
+            "batch": b,
+            "seq": s,
+            "hidden": hid,
+            "head_dim": hd,
+            "n_rot": n_rot,
+            "dt": dt,
+            "src_row_stride": stride,
+            "cos_per_token": per_token,
+            "interleaved": interleaved,
+        }
+    )
     want = _rope_loop(parent[:, :, :hid], cos, sin, heads, hd, n_rot, interleaved, per_token)
     np.testing.assert_allclose(a.get(do).astype(float), want, **tol(dt))
 
@@ -206,16 +276,30 @@ def test_axial_rope2d_matches_sam2_complex_form() -> None:
     x = rng(45).normal(size=(b, s, heads * hd)).astype(np.float32)
     a = Arena()
     so, do = a.put(x), a.out((b, s, heads * hd))
-    a.run({"name": "axial_rope2d_host", "src": so, "dst": do, "batch": b, "seq": s,
-           "hidden": heads * hd, "end_x": ex, "end_y": ey, "head_dim": hd, "num_heads": heads,
-           "theta": theta, "repeat_factor": rep})
+    a.run(
+        {
+            "name": "axial_rope2d_host",
+            "src": so,
+            "dst": do,
+            "batch": b,
+            "seq": s,
+            "hidden": heads * hd,
+            "end_x": ex,
+            "end_y": ey,
+            "head_dim": hd,
+            "num_heads": heads,
+            "theta": theta,
+            "repeat_factor": rep,
+        }
+    )
     # SAM 2 compute_axial_cis: freqs over arange(0, dim, 4)[:dim//4]; t_x = i % end_x,
     # t_y = i // end_x; cis = cat(polar(outer(t_x, f)), polar(outer(t_y, f))); keys
     # repeat the table `rep` times; applied as complex multiply on (even, odd) pairs.
     freqs = 1.0 / (theta ** (np.arange(0, hd, 4)[: hd // 4].astype(np.float64) / hd))
     pos = np.arange(ex * ey)
-    cis = np.concatenate([np.exp(1j * np.outer(pos % ex, freqs)),
-                          np.exp(1j * np.outer(pos // ex, freqs))], axis=1)
+    cis = np.concatenate(
+        [np.exp(1j * np.outer(pos % ex, freqs)), np.exp(1j * np.outer(pos // ex, freqs))], axis=1
+    )
     cis = np.tile(cis, (rep, 1))
     xc = x.astype(np.float64).reshape(b, s, heads, hd // 2, 2)
     z = (xc[..., 0] + 1j * xc[..., 1]) * cis[None, :, None, :]
@@ -237,9 +321,23 @@ def test_fused_attn(has_rope: int, mask_kind: int, scale: float) -> None:
     a = Arena()
     qo, mo, co, sio, oo = a.put(qkv), a.put(mask), a.put(cos), a.put(sin), a.out((b, s, inner))
     bits = struct.unpack("<I", struct.pack("<f", scale))[0]
-    a.run({"name": "fused_attn", "qkv": qo, "mask": mo, "cos": co, "sin": sio, "out": oo,
-           "batch": b, "seq": s, "heads": h, "head_dim": d, "mask_kind": mask_kind,
-           "scale_bits": bits, "has_rope": has_rope})
+    a.run(
+        {
+            "name": "fused_attn",
+            "qkv": qo,
+            "mask": mo,
+            "cos": co,
+            "sin": sio,
+            "out": oo,
+            "batch": b,
+            "seq": s,
+            "heads": h,
+            "head_dim": d,
+            "mask_kind": mask_kind,
+            "scale_bits": bits,
+            "has_rope": has_rope,
+        }
+    )
     q, k, v = qkv[..., :inner], qkv[..., inner : 2 * inner], qkv[..., 2 * inner :]
     if has_rope:
         q = _rope_loop(q, cos, sin, h, d, d, False, False)

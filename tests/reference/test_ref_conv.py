@@ -30,9 +30,30 @@ def test_conv2d(cfg: tuple) -> None:
     wt = r.normal(size=(co, ci // g, kh, kw)).astype(np.float32)
     a = Arena()
     so, wo_, do = a.put(x), a.weight(wt), a.out((n, co, ho, wo))
-    a.run({"name": "conv2d", "src": so, "weight": wo_, "dst": do, "n": n, "c_in": ci, "h": h,
-           "w": w, "c_out": co, "h_out": ho, "w_out": wo, "kh": kh, "kw": kw, "sh": sh,
-           "sw": sw, "ph": ph, "pw": pw, "dh": dh, "dw": dw, "groups": g})
+    a.run(
+        {
+            "name": "conv2d",
+            "src": so,
+            "weight": wo_,
+            "dst": do,
+            "n": n,
+            "c_in": ci,
+            "h": h,
+            "w": w,
+            "c_out": co,
+            "h_out": ho,
+            "w_out": wo,
+            "kh": kh,
+            "kw": kw,
+            "sh": sh,
+            "sw": sw,
+            "ph": ph,
+            "pw": pw,
+            "dh": dh,
+            "dw": dw,
+            "groups": g,
+        }
+    )
     want = np.zeros((n, co, ho, wo))
     cig, cog = ci // g, co // g
     for b in range(n):
@@ -46,8 +67,10 @@ def test_conv2d(cfg: tuple) -> None:
                             for kx in range(kw):
                                 iy, ix = oy * sh - ph + ky * dh, ox * sw - pw + kx * dw
                                 if 0 <= iy < h and 0 <= ix < w:
-                                    acc.append(float(x[b, grp * cig + ic, iy, ix])
-                                               * float(wt[oc, ic, ky, kx]))
+                                    acc.append(
+                                        float(x[b, grp * cig + ic, iy, ix])
+                                        * float(wt[oc, ic, ky, kx])
+                                    )
                     want[b, oc, oy, ox] = math.fsum(acc)
     np.testing.assert_allclose(a.get(do), want, **tol("f32"))
 
@@ -70,10 +93,31 @@ def test_conv_transpose2d(cfg: tuple, dt: str) -> None:
     wt = r.normal(size=(ci, co // g, kh, kw)).astype(npdt(dt))
     a = Arena()
     so, wo_, do = a.put(x), a.weight(wt), a.out((n, co, ho, wo), npdt(dt))
-    a.run({"name": "conv_transpose2d", "src": so, "weight": wo_, "dst": do, "n": n,
-           "c_in": ci, "h": h, "w_in": w, "c_out": co, "h_out": ho, "w_out": wo, "kh": kh,
-           "kw": kw, "sh": sh, "sw": sw, "ph": ph, "pw": pw, "dh": dh, "dw": dw, "groups": g,
-           "dt": dt})
+    a.run(
+        {
+            "name": "conv_transpose2d",
+            "src": so,
+            "weight": wo_,
+            "dst": do,
+            "n": n,
+            "c_in": ci,
+            "h": h,
+            "w_in": w,
+            "c_out": co,
+            "h_out": ho,
+            "w_out": wo,
+            "kh": kh,
+            "kw": kw,
+            "sh": sh,
+            "sw": sw,
+            "ph": ph,
+            "pw": pw,
+            "dh": dh,
+            "dw": dw,
+            "groups": g,
+            "dt": dt,
+        }
+    )
     # gather form: out[oy] collects inputs iy with oy = iy*sh - ph + ky*dh
     want = np.zeros((n, co, ho, wo))
     cig, cog = ci // g, co // g
@@ -93,7 +137,8 @@ def test_conv_transpose2d(cfg: tuple, dt: str) -> None:
                                 if nx % sw or not 0 <= nx // sw < w:
                                     continue
                                 acc += float(x[b, ic, ny // sh, nx // sw]) * float(
-                                    wt[ic, o_in, ky, kx])
+                                    wt[ic, o_in, ky, kx]
+                                )
                     want[b, oc, oy, ox] = acc
     np.testing.assert_allclose(a.get(do).astype(float), want, **tol(dt))
 
@@ -110,14 +155,34 @@ def test_pool2d(cfg: tuple, kind: str) -> None:
     x = rng(72).normal(size=(n, c, h, w)).astype(np.float32) - 2.0  # negative: pad ≠ 0 wins
     a = Arena()
     so, do = a.put(x), a.out((n, c, ho, wo))
-    a.run({"name": "pool2d", "src": so, "dst": do, "n": n, "c": c, "h": h, "w": w,
-           "h_out": ho, "w_out": wo, "kh": kh, "kw": kw, "sh": sh, "sw": sw, "ph": ph,
-           "pw": pw, "kind": kind})
+    a.run(
+        {
+            "name": "pool2d",
+            "src": so,
+            "dst": do,
+            "n": n,
+            "c": c,
+            "h": h,
+            "w": w,
+            "h_out": ho,
+            "w_out": wo,
+            "kh": kh,
+            "kw": kw,
+            "sh": sh,
+            "sw": sw,
+            "ph": ph,
+            "pw": pw,
+            "kind": kind,
+        }
+    )
     want = np.zeros((n, c, ho, wo))
     for b, ch, oy, ox in np.ndindex(n, c, ho, wo):
-        cells = [float(x[b, ch, oy * sh - ph + ky, ox * sw - pw + kx])
-                 for ky in range(kh) for kx in range(kw)
-                 if 0 <= oy * sh - ph + ky < h and 0 <= ox * sw - pw + kx < w]
+        cells = [
+            float(x[b, ch, oy * sh - ph + ky, ox * sw - pw + kx])
+            for ky in range(kh)
+            for kx in range(kw)
+            if 0 <= oy * sh - ph + ky < h and 0 <= ox * sw - pw + kx < w
+        ]
         want[b, ch, oy, ox] = max(cells) if kind == "max" else math.fsum(cells) / len(cells)
     np.testing.assert_allclose(a.get(do), want, **tol("f32"))
 
@@ -130,9 +195,27 @@ def test_im2col(cfg: tuple) -> None:
     x = rng(73).normal(size=(n, ci, h, w)).astype(np.float32)
     a = Arena()
     xo, co = a.put(x), a.out((n, ci * kh * kw, ho * wo))
-    a.run({"name": "im2col", "x": xo, "col": co, "n": n, "c_in": ci, "h": h, "w": w,
-           "h_out": ho, "w_out": wo, "kh": kh, "kw": kw, "sh": sh, "sw": sw, "ph": ph,
-           "pw": pw, "dh": dh, "dw_dil": dw})
+    a.run(
+        {
+            "name": "im2col",
+            "x": xo,
+            "col": co,
+            "n": n,
+            "c_in": ci,
+            "h": h,
+            "w": w,
+            "h_out": ho,
+            "w_out": wo,
+            "kh": kh,
+            "kw": kw,
+            "sh": sh,
+            "sw": sw,
+            "ph": ph,
+            "pw": pw,
+            "dh": dh,
+            "dw_dil": dw,
+        }
+    )
     want = np.zeros((n, ci * kh * kw, ho * wo))
     for b, c, ky, kx, oy, ox in np.ndindex(n, ci, kh, kw, ho, wo):
         iy, ix = oy * sh - ph + ky * dh, ox * sw - pw + kx * dw
@@ -151,8 +234,20 @@ def test_fused_depthwise_conv1d_bsc(k: int, silu: bool) -> None:
     wt = r.normal(size=(ch, k)).astype(np.float32)
     a = Arena()
     so, wo, do = a.put(x), a.weight(wt), a.out((b, os_, ch))
-    a.run({"name": "fused_depthwise_conv1d_bsc", "src": so, "weight": wo, "dst": do,
-           "batch": b, "width": width, "out_seq": os_, "channels": ch, "k": k, "silu": silu})
+    a.run(
+        {
+            "name": "fused_depthwise_conv1d_bsc",
+            "src": so,
+            "weight": wo,
+            "dst": do,
+            "batch": b,
+            "width": width,
+            "out_seq": os_,
+            "channels": ch,
+            "k": k,
+            "silu": silu,
+        }
+    )
     want = np.zeros((b, os_, ch))
     for bb, t, c in np.ndindex(b, os_, ch):
         v = math.fsum(float(x[bb, t + j, c]) * float(wt[c, j]) for j in range(k))

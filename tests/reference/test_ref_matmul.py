@@ -27,8 +27,19 @@ def test_sgemm(m: int, k: int, n: int, dt: str) -> None:
     B = r.normal(size=(k, n)).astype(npdt(dt))
     a = Arena()
     ao, bo, co = a.put(A), a.weight(B), a.out((m, n), npdt(dt))
-    a.run({"name": "sgemm", "a": ao, "b": bo, "c": co, "m": m, "k": k, "n": n, "dt": dt,
-           "b_f16": False})
+    a.run(
+        {
+            "name": "sgemm",
+            "a": ao,
+            "b": bo,
+            "c": co,
+            "m": m,
+            "k": k,
+            "n": n,
+            "dt": dt,
+            "b_f16": False,
+        }
+    )
     np.testing.assert_allclose(a.get(co).astype(float), _loop_mm(A, B), **tol(dt))
 
 
@@ -39,8 +50,19 @@ def test_sgemm_b_f16() -> None:
     B = r.normal(size=(k, n)).astype(np.float16)
     a = Arena()
     ao, bo, co = a.put(A), a.weight(B), a.out((m, n))
-    a.run({"name": "sgemm", "a": ao, "b": bo, "c": co, "m": m, "k": k, "n": n, "dt": "f32",
-           "b_f16": True})
+    a.run(
+        {
+            "name": "sgemm",
+            "a": ao,
+            "b": bo,
+            "c": co,
+            "m": m,
+            "k": k,
+            "n": n,
+            "dt": "f32",
+            "b_f16": True,
+        }
+    )
     np.testing.assert_allclose(a.get(co), _loop_mm(A, B), **tol("f32"))
 
 
@@ -53,10 +75,26 @@ def test_batched_sgemm(a_bc: bool, b_bc: bool, dt: str) -> None:
     B = r.normal(size=(1 if b_bc else bt, k, n)).astype(npdt(dt))
     a = Arena()
     ao, bo, co = a.put(A), a.put(B), a.out((bt, m, n), npdt(dt))
-    a.run({"name": "batched_sgemm", "a": ao, "b": bo, "c": co, "batch": bt, "m": m, "k": k,
-           "n": n, "dt": dt, "a_bcast": a_bc, "b_bcast": b_bc})
-    want = np.einsum("bmk,bkn->bmn", np.broadcast_to(A, (bt, m, k)).astype(float),
-                     np.broadcast_to(B, (bt, k, n)).astype(float))
+    a.run(
+        {
+            "name": "batched_sgemm",
+            "a": ao,
+            "b": bo,
+            "c": co,
+            "batch": bt,
+            "m": m,
+            "k": k,
+            "n": n,
+            "dt": dt,
+            "a_bcast": a_bc,
+            "b_bcast": b_bc,
+        }
+    )
+    want = np.einsum(
+        "bmk,bkn->bmn",
+        np.broadcast_to(A, (bt, m, k)).astype(float),
+        np.broadcast_to(B, (bt, k, n)).astype(float),
+    )
     np.testing.assert_allclose(a.get(co).astype(float), want, **tol(dt))
 
 
@@ -70,12 +108,27 @@ def test_fused_mm_bias_act(act: str | None, dt: str) -> None:
     bias = r.normal(size=n).astype(npdt(dt))
     a = Arena()
     ao, wo, bo, co = a.put(A), a.weight(W), a.weight(bias), a.out((m, n), npdt(dt))
-    a.run({"name": "fused_mm_bias_act", "a": ao, "w": wo, "bias": bo, "c": co, "m": m, "k": k,
-           "n": n, "act": act, "dt": dt})
+    a.run(
+        {
+            "name": "fused_mm_bias_act",
+            "a": ao,
+            "w": wo,
+            "bias": bo,
+            "c": co,
+            "m": m,
+            "k": k,
+            "n": n,
+            "act": act,
+            "dt": dt,
+        }
+    )
     z = _loop_mm(A, W) + bias.astype(float)
-    fn = {None: lambda v: v, "relu": lambda v: max(v, 0.0),
-          "gelu": lambda v: 0.5 * v * (1 + math.erf(v / math.sqrt(2))),
-          "silu": lambda v: v / (1 + math.exp(-v))}[act]
+    fn = {
+        None: lambda v: v,
+        "relu": lambda v: max(v, 0.0),
+        "gelu": lambda v: 0.5 * v * (1 + math.erf(v / math.sqrt(2))),
+        "silu": lambda v: v / (1 + math.exp(-v)),
+    }[act]
     want = np.vectorize(fn)(z)
     np.testing.assert_allclose(a.get(co).astype(float), want, **tol(dt))
 
@@ -88,8 +141,19 @@ def test_grouped_matmul() -> None:
     e = np.array([3, 0, 0, 2, 3, 1, 2], np.int32)
     a = Arena()
     xo, wo, eo, do = a.put(X), a.weight(W), a.put(e), a.out((m, n))
-    a.run({"name": "grouped_matmul", "input": xo, "weight": wo, "expert_idx": eo, "dst": do,
-           "m": m, "k_dim": kd, "n": n, "num_experts": ne})
+    a.run(
+        {
+            "name": "grouped_matmul",
+            "input": xo,
+            "weight": wo,
+            "expert_idx": eo,
+            "dst": do,
+            "m": m,
+            "k_dim": kd,
+            "n": n,
+            "num_experts": ne,
+        }
+    )
     want = np.vstack([_loop_mm(X[i : i + 1], W[e[i]]) for i in range(m)])
     np.testing.assert_allclose(a.get(do), want, **tol("f32"))
 
@@ -101,5 +165,16 @@ def test_grouped_matmul_rejects_bad_expert() -> None:
     eo = a.put(np.array([2], np.int32))
     do = a.out((1, 2))
     with pytest.raises(IndexError):
-        a.run({"name": "grouped_matmul", "input": xo, "weight": wo, "expert_idx": eo,
-               "dst": do, "m": 1, "k_dim": 2, "n": 2, "num_experts": 2})
+        a.run(
+            {
+                "name": "grouped_matmul",
+                "input": xo,
+                "weight": wo,
+                "expert_idx": eo,
+                "dst": do,
+                "m": 1,
+                "k_dim": 2,
+                "n": 2,
+                "num_experts": 2,
+            }
+        )

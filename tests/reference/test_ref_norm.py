@@ -45,8 +45,19 @@ def test_row_norms(kind: str, dt: str) -> None:
     x, g, b = _setup(dt, rows, h, 30)
     a = Arena()
     so, go, bo, do = a.put(x), a.weight(g), a.weight(b), a.out((rows, h), npdt(dt))
-    a.run({"name": kind, "src": so, "g": go, "b": bo, "dst": do, "rows": rows, "h": h,
-           "eps": EPS, "dt": dt})
+    a.run(
+        {
+            "name": kind,
+            "src": so,
+            "g": go,
+            "b": bo,
+            "dst": do,
+            "rows": rows,
+            "h": h,
+            "eps": EPS,
+            "dt": dt,
+        }
+    )
     norm = _ln_row if kind == "layer_norm" else _rms_row
     want = [[v * gg + bb for v, gg, bb in zip(norm(row, EPS), _f(g), _f(b))] for row in _f(x)]
     np.testing.assert_allclose(a.get(do).astype(float), want, **tol(dt))
@@ -63,8 +74,22 @@ def test_fused_residual_norms(kind: str, has_bias: bool, dt: str) -> None:
     a = Arena()
     xo, ro, bio, go, bo = a.put(x), a.put(res), a.weight(bias), a.weight(g), a.weight(b)
     oo = a.out((rows, h), npdt(dt))
-    a.run({"name": kind, "x": xo, "res": ro, "bias": bio if has_bias else 0, "g": go, "b": bo,
-           "out": oo, "rows": rows, "h": h, "eps": EPS, "has_bias": has_bias, "dt": dt})
+    a.run(
+        {
+            "name": kind,
+            "x": xo,
+            "res": ro,
+            "bias": bio if has_bias else 0,
+            "g": go,
+            "b": bo,
+            "out": oo,
+            "rows": rows,
+            "h": h,
+            "eps": EPS,
+            "has_bias": has_bias,
+            "dt": dt,
+        }
+    )
     norm = _ln_row if kind == "fused_residual_ln" else _rms_row
     want = []
     for xr, rr in zip(_f(x), _f(res)):
@@ -82,8 +107,22 @@ def test_group_norm(groups: int, dt: str) -> None:
     g, b = r.normal(size=c).astype(npdt(dt)), r.normal(size=c).astype(npdt(dt))
     a = Arena()
     so, go, bo, do = a.put(x), a.weight(g), a.weight(b), a.out((n, c, h, w), npdt(dt))
-    a.run({"name": "group_norm", "src": so, "g": go, "b": bo, "dst": do, "n": n, "c": c,
-           "h": h, "w": w, "num_groups": groups, "eps": EPS, "dt": dt})
+    a.run(
+        {
+            "name": "group_norm",
+            "src": so,
+            "g": go,
+            "b": bo,
+            "dst": do,
+            "n": n,
+            "c": c,
+            "h": h,
+            "w": w,
+            "num_groups": groups,
+            "eps": EPS,
+            "dt": dt,
+        }
+    )
     want = np.empty((n, c, h, w))
     cg = c // groups
     for i in range(n):
@@ -104,8 +143,21 @@ def test_layer_norm2d(dt: str) -> None:
     g, b = r.normal(size=c).astype(npdt(dt)), r.normal(size=c).astype(npdt(dt))
     a = Arena()
     so, go, bo, do = a.put(x), a.weight(g), a.weight(b), a.out((n, c, h, w), npdt(dt))
-    a.run({"name": "layer_norm2d", "src": so, "g": go, "b": bo, "dst": do, "n": n, "c": c,
-           "h": h, "w": w, "eps": EPS, "dt": dt})
+    a.run(
+        {
+            "name": "layer_norm2d",
+            "src": so,
+            "g": go,
+            "b": bo,
+            "dst": do,
+            "n": n,
+            "c": c,
+            "h": h,
+            "w": w,
+            "eps": EPS,
+            "dt": dt,
+        }
+    )
     want = np.empty((n, c, h, w))
     for i in range(n):
         for yy in range(h):
@@ -126,8 +178,7 @@ CASES = [([2, 5], [2, 1]), ([2, 5], [1, 1]), ([3], [3]), ([2, 3, 2], [1, 3, 1])]
 @pytest.mark.parametrize("dt", ["f32", "f16"])
 @pytest.mark.parametrize("layer_norm", [True, False])
 @pytest.mark.parametrize("x_lead,mod_lead", CASES)
-def test_ada_layer_norm(x_lead: list[int], mod_lead: list[int], layer_norm: bool,
-                        dt: str) -> None:
+def test_ada_layer_norm(x_lead: list[int], mod_lead: list[int], layer_norm: bool, dt: str) -> None:
     h = 7
     rows = int(np.prod(x_lead))
     r = rng(36)
@@ -136,9 +187,21 @@ def test_ada_layer_norm(x_lead: list[int], mod_lead: list[int], layer_norm: bool
     sh = r.normal(size=[*mod_lead, h]).astype(npdt(dt))
     a = Arena()
     xo, sco, sho, oo = a.put(x), a.put(sc), a.put(sh), a.out((rows, h), npdt(dt))
-    a.run({"name": "ada_layer_norm", "x": xo, "scale": sco, "shift": sho, "out": oo,
-           "rows": rows, "h": h, "eps": EPS, "layer_norm": layer_norm,
-           "lead_pack": _pack(x_lead, mod_lead), "dt": dt})
+    a.run(
+        {
+            "name": "ada_layer_norm",
+            "x": xo,
+            "scale": sco,
+            "shift": sho,
+            "out": oo,
+            "rows": rows,
+            "h": h,
+            "eps": EPS,
+            "layer_norm": layer_norm,
+            "lead_pack": _pack(x_lead, mod_lead),
+            "dt": dt,
+        }
+    )
     norm = _ln_row if layer_norm else _rms_row
     want = []
     for ri, idx in enumerate(np.ndindex(*x_lead)):
@@ -159,8 +222,19 @@ def test_gated_residual(x_lead: list[int], mod_lead: list[int], dt: str) -> None
     gate = r.normal(size=[*mod_lead, h]).astype(npdt(dt))
     a = Arena()
     xo, yo, go, oo = a.put(x), a.put(y), a.put(gate), a.out((rows, h), npdt(dt))
-    a.run({"name": "gated_residual", "x": xo, "y": yo, "gate": go, "out": oo, "rows": rows,
-           "h": h, "lead_pack": _pack(x_lead, mod_lead), "dt": dt})
+    a.run(
+        {
+            "name": "gated_residual",
+            "x": xo,
+            "y": yo,
+            "gate": go,
+            "out": oo,
+            "rows": rows,
+            "h": h,
+            "lead_pack": _pack(x_lead, mod_lead),
+            "dt": dt,
+        }
+    )
     want = []
     for ri, idx in enumerate(np.ndindex(*x_lead)):
         midx = tuple(i if d > 1 else 0 for i, d in zip(idx, mod_lead))
@@ -175,8 +249,22 @@ def test_fused_rms_norm_mul_silu(dt: str) -> None:
     z = rng(39).normal(size=(rows, h)).astype(npdt(dt))
     a = Arena()
     xo, go, bo, zo, oo = a.put(x), a.weight(g), a.weight(b), a.put(z), a.out((rows, h), npdt(dt))
-    a.run({"name": "fused_rms_norm_mul_silu", "x": xo, "g": go, "b": bo, "z": zo, "out": oo,
-           "rows": rows, "h": h, "eps": EPS, "dt": dt})
-    want = [[(v * gg + bb) * _silu(zz) for v, gg, bb, zz in
-             zip(_rms_row(xr, EPS), _f(g), _f(b), zr)] for xr, zr in zip(_f(x), _f(z))]
+    a.run(
+        {
+            "name": "fused_rms_norm_mul_silu",
+            "x": xo,
+            "g": go,
+            "b": bo,
+            "z": zo,
+            "out": oo,
+            "rows": rows,
+            "h": h,
+            "eps": EPS,
+            "dt": dt,
+        }
+    )
+    want = [
+        [(v * gg + bb) * _silu(zz) for v, gg, bb, zz in zip(_rms_row(xr, EPS), _f(g), _f(b), zr)]
+        for xr, zr in zip(_f(x), _f(z))
+    ]
     np.testing.assert_allclose(a.get(oo).astype(float), want, **tol(dt))

@@ -39,10 +39,26 @@ def test_softmax_cross_entropy_dense_and_labels() -> None:
     a = Arena()
     lo, to, la = a.put(logits), a.put(targets), a.put(labels)
     d1, d2 = a.out(n), a.out(n)
-    a.run({"name": "softmax_cross_entropy_dense", "logits": lo, "targets": to, "dst": d1,
-           "n": n, "c": c})
-    a.run({"name": "softmax_cross_entropy_with_logits", "logits": lo, "labels": la, "dst": d2,
-           "n": n, "c": c})
+    a.run(
+        {
+            "name": "softmax_cross_entropy_dense",
+            "logits": lo,
+            "targets": to,
+            "dst": d1,
+            "n": n,
+            "c": c,
+        }
+    )
+    a.run(
+        {
+            "name": "softmax_cross_entropy_with_logits",
+            "logits": lo,
+            "labels": la,
+            "dst": d2,
+            "n": n,
+            "c": c,
+        }
+    )
     want1, want2 = [], []
     for i in range(n):
         row = [float(v) for v in logits[i]]
@@ -59,8 +75,9 @@ def test_cumsum(exclusive: bool) -> None:
     x = rng(62).normal(size=(rows, cols)).astype(np.float32)
     a = Arena()
     so, do = a.put(x), a.out((rows, cols))
-    a.run({"name": "cumsum", "src": so, "dst": do, "rows": rows, "cols": cols,
-           "exclusive": exclusive})
+    a.run(
+        {"name": "cumsum", "src": so, "dst": do, "rows": rows, "cols": cols, "exclusive": exclusive}
+    )
     want = np.zeros((rows, cols))
     for i in range(rows):
         acc = 0.0
@@ -81,10 +98,25 @@ def test_reduce(shape: tuple[int, int, int], op: str, dt: str) -> None:
     x = rng(63).uniform(0.5, 1.5, size=shape).astype(npdt(dt))
     a = Arena()
     so, do = a.put(x), a.out((o, i), npdt(dt))
-    a.run({"name": "reduce", "src": so, "dst": do, "outer": o, "reduced": rr, "inner": i,
-           "op": op, "dt": dt})
-    fn = {"sum": math.fsum, "mean": lambda v: math.fsum(v) / len(v), "max": max, "min": min,
-          "prod": math.prod}[op]
+    a.run(
+        {
+            "name": "reduce",
+            "src": so,
+            "dst": do,
+            "outer": o,
+            "reduced": rr,
+            "inner": i,
+            "op": op,
+            "dt": dt,
+        }
+    )
+    fn = {
+        "sum": math.fsum,
+        "mean": lambda v: math.fsum(v) / len(v),
+        "max": max,
+        "min": min,
+        "prod": math.prod,
+    }[op]
     want = [[fn([float(x[p, q, s]) for q in range(rr)]) for s in range(i)] for p in range(o)]
     np.testing.assert_allclose(a.get(do).astype(float), want, **tol(dt))
 
@@ -108,8 +140,17 @@ def test_argreduce_first_index(is_max: bool) -> None:
     x = rng(64).integers(0, 3, size=(o, rr, i)).astype(np.float32)  # many ties
     a = Arena()
     so, do = a.put(x), a.out((o, i), np.int32)
-    a.run({"name": "argreduce", "src": so, "dst": do, "outer": o, "reduced": rr, "inner": i,
-           "is_max": is_max})
+    a.run(
+        {
+            "name": "argreduce",
+            "src": so,
+            "dst": do,
+            "outer": o,
+            "reduced": rr,
+            "inner": i,
+            "is_max": is_max,
+        }
+    )
     want = np.zeros((o, i), np.int32)
     for p in range(o):
         for s in range(i):
@@ -161,14 +202,23 @@ def test_sample_greedy_is_first_argmax() -> None:
     np.testing.assert_array_equal(got, [1, 0])
 
 
-@pytest.mark.parametrize("top_k,top_p,temp", [(0, 1.0, 1.0), (3, 1.0, 0.7), (0, 0.6, 1.3),
-                                              (4, 0.8, 2.0), (1, 1.0, 1.0)])
+@pytest.mark.parametrize(
+    "top_k,top_p,temp", [(0, 1.0, 1.0), (3, 1.0, 0.7), (0, 0.6, 1.3), (4, 0.8, 2.0), (1, 1.0, 1.0)]
+)
 def test_sample_matches_loop_with_counter_rng(top_k: int, top_p: float, temp: float) -> None:
     b, v, seed = 64, 7, 1234
     logits = rng(65).normal(size=(b, v)).astype(np.float32)
     got = _run_sample(logits, top_k=top_k, top_p=top_p, temperature=temp, seed=seed)
-    want = [_sample_loop([float(t) for t in logits[r]], top_k, float(np.float32(top_p)),
-                         float(np.float32(temp)), uniform_at(seed, r)) for r in range(b)]
+    want = [
+        _sample_loop(
+            [float(t) for t in logits[r]],
+            top_k,
+            float(np.float32(top_p)),
+            float(np.float32(temp)),
+            uniform_at(seed, r),
+        )
+        for r in range(b)
+    ]
     np.testing.assert_array_equal(got, want)
     if top_k == 1:
         np.testing.assert_array_equal(got, logits.argmax(axis=1))

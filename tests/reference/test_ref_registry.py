@@ -76,8 +76,9 @@ def test_reference_past_end_raises() -> None:
     x = a.put(np.ones(5, np.float32))
     mem = a.memory()
     with pytest.raises(IndexError):
-        ref.run_thunk({"name": "copy", "src": x, "dst": mem.arena.size - 8, "len": 5,
-                       "dt": "f32"}, mem)
+        ref.run_thunk(
+            {"name": "copy", "src": x, "dst": mem.arena.size - 8, "len": 5, "dt": "f32"}, mem
+        )
 
 
 def test_weight_tag_selects_weights_buffer() -> None:

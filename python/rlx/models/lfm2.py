@@ -69,8 +69,9 @@ def config(f: GGUFFile) -> tuple[Config, ArchSpec]:
         rope_bases=[base] * n_layers,
         mixers=["attention" if k > 0 else "short_conv" for k in kv_list],
         conv_kernel=f.arch_int("shortconv.l_cache", 3),
-        conv_bias=f"blk.{kv_list.index(0)}.shortconv.in_proj.bias"
-        in {t.name for t in f.tensors} if 0 in kv_list else False,
+        conv_bias=f"blk.{kv_list.index(0)}.shortconv.in_proj.bias" in {t.name for t in f.tensors}
+        if 0 in kv_list
+        else False,
     )
     return cfg, ArchSpec(qk_norm=True)
 

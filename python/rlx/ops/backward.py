@@ -233,9 +233,7 @@ class BackwardOps(GraphBase):
         ins = [positions, scales, rotations, opacities, colors, sh, camera, d_loss]
         return self._add(op, ins, name)
 
-    def spd_backward(
-        self, kind: str, *operands: Node, eps: float = 1e-4, name: str = ""
-    ) -> Node:
+    def spd_backward(self, kind: str, *operands: Node, eps: float = 1e-4, name: str = "") -> Node:
         """SPD-op gradient: the forward's operands then ``dy`` → the first operand's shape."""
         return self._add({"op": "spd_backward", "kind": kind, "eps": eps}, list(operands), name)
 

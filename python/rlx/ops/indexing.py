@@ -78,8 +78,7 @@ def getitem(x: Node, index: Any) -> Node:
                     stop += dim
                 if not (0 <= start <= dim and isinstance(stop, int) and start <= stop <= dim):
                     raise ShapeError(
-                        f"[narrow] slice {it.start}:{it.stop} out of range for {where} "
-                        f"(size {dim})"
+                        f"[narrow] slice {it.start}:{it.stop} out of range for {where} (size {dim})"
                     )
             assert isinstance(stop, int)
             length = stop - start
@@ -94,16 +93,12 @@ def getitem(x: Node, index: Any) -> Node:
                 if not 0 <= i < dim:
                     raise ShapeError(f"[narrow] index {int(it)} out of range for {where}")
             elif i < 0:
-                raise ShapeError(
-                    f"[narrow] negative index {i} on symbolic dim {dim!r} ({where})"
-                )
+                raise ShapeError(f"[narrow] negative index {i} on symbolic dim {dim!r} ({where})")
             out = g.narrow(out, axis, i, 1)
             changed_rank = True
             axis += 1
         else:
-            raise TypeError(
-                f"[narrow] unsupported index {it!r}: use ints, slices, '...' or None"
-            )
+            raise TypeError(f"[narrow] unsupported index {it!r}: use ints, slices, '...' or None")
     if changed_rank:
         out = g.reshape(out, final)
     return out

@@ -57,9 +57,7 @@ class ReduceOps(GraphBase):
         """Per-row loss: logits ``[n, c]``, labels int ``[n]`` or soft ``[n, c]`` → f32 ``[n]``."""
         return self._add({"op": "softmax_cross_entropy"}, [logits, labels], name)
 
-    def cumsum(
-        self, x: Node, axis: int = -1, *, exclusive: bool = False, name: str = ""
-    ) -> Node:
+    def cumsum(self, x: Node, axis: int = -1, *, exclusive: bool = False, name: str = "") -> Node:
         """Inclusive (or exclusive) prefix sum along ``axis``."""
         return self._add({"op": "cumsum", "axis": axis, "exclusive": exclusive}, [x], name)
 
@@ -67,15 +65,11 @@ class ReduceOps(GraphBase):
         """Indices (i32) of the ``k`` largest along ``axis``, descending."""
         return self._add({"op": "top_k", "k": k, "axis": axis}, [x], name)
 
-    def argmax(
-        self, x: Node, axis: int = -1, *, keep_dims: bool = False, name: str = ""
-    ) -> Node:
+    def argmax(self, x: Node, axis: int = -1, *, keep_dims: bool = False, name: str = "") -> Node:
         """Index (i32) of the maximum along ``axis``."""
         return self._add({"op": "arg_max", "axis": axis, "keep_dims": keep_dims}, [x], name)
 
-    def argmin(
-        self, x: Node, axis: int = -1, *, keep_dims: bool = False, name: str = ""
-    ) -> Node:
+    def argmin(self, x: Node, axis: int = -1, *, keep_dims: bool = False, name: str = "") -> Node:
         """Index (i32) of the minimum along ``axis``."""
         return self._add({"op": "arg_min", "axis": axis, "keep_dims": keep_dims}, [x], name)
 
@@ -99,4 +93,3 @@ class ReduceOps(GraphBase):
             "seed": seed,
         }
         return self._add(op, [logits], name)
-

@@ -91,9 +91,7 @@ class SequenceOps(GraphBase):
         op = {"op": "gated_delta_net", "heads": heads, "state_size": state_size}
         return self._add(op, [q, k, v, g, beta, state], name)
 
-    def _rnn_attrs(
-        self, w_hh: Node, hidden: Optional[int], op: str, **kw: Any
-    ) -> dict[str, Any]:
+    def _rnn_attrs(self, w_hh: Node, hidden: Optional[int], op: str, **kw: Any) -> dict[str, Any]:
         if hidden is None:
             hidden = self._static(w_hh, -1, op, "hidden")
         return {"op": op, "hidden": hidden, **kw}

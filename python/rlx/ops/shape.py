@@ -41,9 +41,7 @@ def infer_reshape(src: Sequence[Dim], dims: Sequence[Dim]) -> list[Dim]:
     (sn, ss), (dn, ds) = factor(src), factor(dims)
     left = ss - ds
     if ds - ss or len(left) > 1 or sum(left.values()) > 1:
-        raise ShapeError(
-            f"[reshape] cannot infer -1 reshaping {dims_str(src)} to {dims_str(dims)}"
-        )
+        raise ShapeError(f"[reshape] cannot infer -1 reshaping {dims_str(src)} to {dims_str(dims)}")
     if dn == 0 or sn % dn:
         raise ShapeError(
             f"[reshape] cannot infer -1 reshaping {dims_str(src)} to {dims_str(dims)}: "

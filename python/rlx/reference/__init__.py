@@ -57,6 +57,7 @@ def decode_offset(offset: int) -> tuple[str, int, int]:
         return "state", 0, offset & _RAW_MASK
     return "arena", 0, offset
 
+
 RefFn = Callable[[dict, "Memory"], None]
 
 #: name -> reference function; filled by the family modules on import.

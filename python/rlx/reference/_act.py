@@ -86,8 +86,23 @@ ACTIVATIONS: dict[str, Callable[[np.ndarray], np.ndarray]] = {
 
 #: ElementwiseRegion chain activation sub-codes (kind 0), in code order.
 REGION_ACTIVATIONS: tuple[str, ...] = (
-    "gelu", "gelu_approx", "silu", "relu", "sigmoid", "tanh", "exp", "log",
-    "sqrt", "rsqrt", "neg", "abs", "sin", "cos", "tan", "atan", "round",
+    "gelu",
+    "gelu_approx",
+    "silu",
+    "relu",
+    "sigmoid",
+    "tanh",
+    "exp",
+    "log",
+    "sqrt",
+    "rsqrt",
+    "neg",
+    "abs",
+    "sin",
+    "cos",
+    "tan",
+    "atan",
+    "round",
 )
 
 #: ElementwiseRegion chain binary sub-codes (kind 2), in code order.

@@ -42,8 +42,9 @@ def strided_index(dims: list[int], strides: list[int]) -> np.ndarray:
     return idx.reshape(-1)
 
 
-def strided_read(mem: Memory, off: int, dims: list[int], strides: list[int],
-                 dtype: np.dtype) -> np.ndarray:
+def strided_read(
+    mem: Memory, off: int, dims: list[int], strides: list[int], dtype: np.dtype
+) -> np.ndarray:
     """Gather the ``dims``-shaped strided pattern at ``off`` (flattened copy)."""
     idx = strided_index(dims, strides)
     if idx.size == 0:

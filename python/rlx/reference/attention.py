@@ -39,8 +39,15 @@ def _visible(kind: int, seq: int, kv_seq: int, window: int) -> np.ndarray:
     raise ValueError(f"[attention] mask kind {kind} has no positional mask")
 
 
-def sdpa(q: np.ndarray, k: np.ndarray, v: np.ndarray, scale: float, softcap: float,
-         visible: np.ndarray | None, bias: np.ndarray | None) -> np.ndarray:
+def sdpa(
+    q: np.ndarray,
+    k: np.ndarray,
+    v: np.ndarray,
+    scale: float,
+    softcap: float,
+    visible: np.ndarray | None,
+    bias: np.ndarray | None,
+) -> np.ndarray:
     """Core over BHSD float64 arrays; k/v may have fewer (kv) heads.
 
     ``visible`` broadcasts to ``[B, H, S, KV]`` (True = attend), ``bias`` is
@@ -94,8 +101,9 @@ def attention(t: dict, mem: Memory) -> None:
     applied after scaling and before the bias / mask.
     """
     dt = fdt(t)
-    b, s, kv, h, kvh, d = (t[x] for x in ("batch", "seq", "kv_seq", "heads", "kv_heads",
-                                          "head_dim"))
+    b, s, kv, h, kvh, d = (
+        t[x] for x in ("batch", "seq", "kv_seq", "heads", "kv_heads", "head_dim")
+    )
     bhsd = bool(t.get("bhsd", 0))
 
     def load(key: str, nh: int, length: int) -> np.ndarray:
@@ -116,7 +124,8 @@ def attention(t: dict, mem: Memory) -> None:
         for n in lens:
             if not 1 <= n <= kv:
                 raise ValueError(
-                    f"[attention] kv_len {n} out of range 1..={kv} (the key/value capacity)")
+                    f"[attention] kv_len {n} out of range 1..={kv} (the key/value capacity)"
+                )
     kind = t.get("mask_kind", 0)
     scale = float(np.float32(t.get("score_scale", 0.0)))
     if scale == 0.0:

@@ -14,8 +14,20 @@ from ._act import silu, store
 from ._common import F32, fdt
 
 
-def _patches(x: np.ndarray, kh: int, kw: int, h_out: int, w_out: int, sh: int, sw: int,
-             ph: int, pw: int, dh: int, dw: int, fill: float = 0.0) -> np.ndarray:
+def _patches(
+    x: np.ndarray,
+    kh: int,
+    kw: int,
+    h_out: int,
+    w_out: int,
+    sh: int,
+    sw: int,
+    ph: int,
+    pw: int,
+    dh: int,
+    dw: int,
+    fill: float = 0.0,
+) -> np.ndarray:
     """``[n, c, kh, kw, h_out, w_out]`` input taps (``fill`` outside)."""
     n, c, h, w = x.shape
     need_h = (h_out - 1) * sh + (kh - 1) * dh + 1
@@ -28,8 +40,9 @@ def _patches(x: np.ndarray, kh: int, kw: int, h_out: int, w_out: int, sh: int, s
     for ky in range(kh):
         for kx in range(kw):
             y0, x0 = ky * dh, kx * dw
-            out[:, :, ky, kx] = pad[:, :, y0 : y0 + (h_out - 1) * sh + 1 : sh,
-                                    x0 : x0 + (w_out - 1) * sw + 1 : sw]
+            out[:, :, ky, kx] = pad[
+                :, :, y0 : y0 + (h_out - 1) * sh + 1 : sh, x0 : x0 + (w_out - 1) * sw + 1 : sw
+            ]
     return out
 
 
@@ -43,8 +56,19 @@ def conv2d(t: dict, mem: Memory) -> None:
         raise ValueError(f"[conv2d] channels {ci}->{co} not divisible by groups {g}")
     x = mem.view(t["src"], (n, ci, h, w), F32).astype(np.float64)
     wt = mem.view(t["weight"], (co, ci // g, kh, kw), F32).astype(np.float64)
-    p = _patches(x, kh, kw, ho, wo, t["sh"], t["sw"], t["ph"], t["pw"],
-                 t.get("dh", 1) or 1, t.get("dw", 1) or 1)
+    p = _patches(
+        x,
+        kh,
+        kw,
+        ho,
+        wo,
+        t["sh"],
+        t["sw"],
+        t["ph"],
+        t["pw"],
+        t.get("dh", 1) or 1,
+        t.get("dw", 1) or 1,
+    )
     p = p.reshape(n, g, ci // g, kh, kw, ho, wo)
     wg = wt.reshape(g, co // g, ci // g, kh, kw)
     out = np.einsum("ngcyxhw,gocyx->ngohw", p, wg, optimize=True).reshape(n, co, ho, wo)
@@ -75,8 +99,9 @@ def conv_transpose2d(t: dict, mem: Memory) -> None:
     for ky in range(kh):
         for kx in range(kw):
             y0, x0 = ky * dh, kx * dw
-            big[:, :, :, y0 : y0 + (h - 1) * sh + 1 : sh,
-                x0 : x0 + (wi - 1) * sw + 1 : sw] += contrib[:, :, :, ky, kx]
+            big[:, :, :, y0 : y0 + (h - 1) * sh + 1 : sh, x0 : x0 + (wi - 1) * sw + 1 : sw] += (
+                contrib[:, :, :, ky, kx]
+            )
     out = big[:, :, :, ph : ph + ho, pw : pw + wo].reshape(n, co, ho, wo)
     store(mem.view(t["dst"], (n, co, ho, wo), dt), out)
 
@@ -109,8 +134,19 @@ def im2col(t: dict, mem: Memory) -> None:
     n, ci, h, w, ho, wo = t["n"], t["c_in"], t["h"], t["w"], t["h_out"], t["w_out"]
     kh, kw = t["kh"], t["kw"]
     x = mem.view(t["x"], (n, ci, h, w), F32).astype(np.float64)
-    p = _patches(x, kh, kw, ho, wo, t["sh"], t["sw"], t["ph"], t["pw"],
-                 t.get("dh", 1) or 1, t.get("dw_dil", 1) or 1)
+    p = _patches(
+        x,
+        kh,
+        kw,
+        ho,
+        wo,
+        t["sh"],
+        t["sw"],
+        t["ph"],
+        t["pw"],
+        t.get("dh", 1) or 1,
+        t.get("dw_dil", 1) or 1,
+    )
     store(mem.view(t["col"], (n, ci * kh * kw, ho * wo), F32), p.reshape(n, ci * kh * kw, -1))
 
 

@@ -173,8 +173,9 @@ def binary_full(t: dict, mem: Memory) -> None:
     store(mem.view(t["dst"], n, dt), v)
 
 
-def _strided(mem: Memory, off: int, dims: list[int], strides: list[int],
-             dt: np.dtype) -> np.ndarray:
+def _strided(
+    mem: Memory, off: int, dims: list[int], strides: list[int], dt: np.dtype
+) -> np.ndarray:
     idx = strided_index(dims, strides)
     src = mem.view(off, int(idx.max()) + 1 if idx.size else 0, dt)
     return src[idx]
@@ -286,8 +287,9 @@ def _chain_inputs(chain: list[int], num_steps: int) -> int:
     return n
 
 
-def _region_input(mem: Memory, elem_off: int, i: int, n: int, scalar_mask: int,
-                  modulus: list[int]) -> np.ndarray:
+def _region_input(
+    mem: Memory, elem_off: int, i: int, n: int, scalar_mask: int, modulus: list[int]
+) -> np.ndarray:
     """Input ``i`` read at f32 element index ``elem_off``, broadcast to ``n``."""
     if scalar_mask >> i & 1:
         return np.broadcast_to(mem.view(4 * elem_off, 1, F32), (n,))
@@ -319,8 +321,9 @@ def elementwise_region(t: dict, mem: Memory) -> None:
     n = t["len"]
     offs = t["input_offs"]
     inputs = [
-        _region_input(mem, int(offs[i]), i, n, t.get("scalar_input_mask", 0),
-                      t.get("input_modulus", []))
+        _region_input(
+            mem, int(offs[i]), i, n, t.get("scalar_input_mask", 0), t.get("input_modulus", [])
+        )
         for i in range(t["num_inputs"])
     ]
     if t.get("prologue", 0) == 1:
@@ -353,8 +356,14 @@ def batch_elementwise_region(t: dict, mem: Memory) -> None:
         raise ValueError("[batch_elementwise_region] batch_input_offs too short")
     for b in range(nb):
         inputs = [
-            _region_input(mem, int(t["batch_input_offs"][b * k + i]), i, n,
-                          t.get("scalar_input_mask", 0), t.get("input_modulus", []))
+            _region_input(
+                mem,
+                int(t["batch_input_offs"][b * k + i]),
+                i,
+                n,
+                t.get("scalar_input_mask", 0),
+                t.get("input_modulus", []),
+            )
             for i in range(k)
         ]
         out = _run_chain(t["chain"], steps, inputs)

@@ -115,8 +115,9 @@ def _lead(t: dict, mem: Memory, key: str, dt: np.dtype) -> tuple[np.ndarray, lis
 
 
 def _mod(t: dict, mem: Memory, key: str, mdims: list[int], dt: np.dtype) -> np.ndarray:
-    return mem.view(t[key], int(np.prod(mdims, dtype=np.int64)), dt).astype(
-        np.float64).reshape(mdims)
+    return (
+        mem.view(t[key], int(np.prod(mdims, dtype=np.int64)), dt).astype(np.float64).reshape(mdims)
+    )
 
 
 @reference("ada_layer_norm")

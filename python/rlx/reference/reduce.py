@@ -112,8 +112,7 @@ def argreduce(t: dict, mem: Memory) -> None:
     mem.view(t["dst"], (o, i), I32)[...] = fn(x, axis=1)
 
 
-def sample_row(logits: np.ndarray, top_k: int, top_p: float, temperature: float,
-               u: float) -> int:
+def sample_row(logits: np.ndarray, top_k: int, top_p: float, temperature: float, u: float) -> int:
     """Draw one token id from one row of logits with uniform ``u``.
 
     temperature 0 → greedy (first max). Else: ``p = softmax(logits/T)``
@@ -153,5 +152,4 @@ def sample(t: dict, mem: Memory) -> None:
     temp = float(np.float32(t.get("temperature", 0.0)))
     for r in range(b):
         u = float(uniform_at(int(t.get("seed", 0)), r))
-        dst[r] = sample_row(logits[r], int(t.get("top_k", 0)), float(t.get("top_p", 1.0)),
-                            temp, u)
+        dst[r] = sample_row(logits[r], int(t.get("top_k", 0)), float(t.get("top_p", 1.0)), temp, u)

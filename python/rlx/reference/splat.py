@@ -68,24 +68,49 @@ def quat_to_rot(q: np.ndarray) -> np.ndarray:
 
 
 C1 = 0.4886025119029199
-C2 = (1.0925484305920792, -1.0925484305920792, 0.31539156525252005, -1.0925484305920792,
-      0.5462742152960396)
-C3 = (-0.5900435899266435, 2.890611442640554, -0.4570457994644658, 0.3731763325901154,
-      -0.4570457994644658, 1.445305721320277, -0.5900435899266435)
+C2 = (
+    1.0925484305920792,
+    -1.0925484305920792,
+    0.31539156525252005,
+    -1.0925484305920792,
+    0.5462742152960396,
+)
+C3 = (
+    -0.5900435899266435,
+    2.890611442640554,
+    -0.4570457994644658,
+    0.3731763325901154,
+    -0.4570457994644658,
+    1.445305721320277,
+    -0.5900435899266435,
+)
 
 
 def sh_basis(d: np.ndarray) -> np.ndarray:
     """Real SH basis (the paper's signs) of unit directions ``[g, 3]`` → ``[g, 16]``."""
     x, y, z = d[:, 0], d[:, 1], d[:, 2]
     xx, yy, zz = x * x, y * y, z * z
-    return np.stack([
-        np.full_like(x, C0), -C1 * y, C1 * z, -C1 * x,
-        C2[0] * x * y, C2[1] * y * z, C2[2] * (2 * zz - xx - yy), C2[3] * x * z,
-        C2[4] * (xx - yy),
-        C3[0] * y * (3 * xx - yy), C3[1] * x * y * z, C3[2] * y * (4 * zz - xx - yy),
-        C3[3] * z * (2 * zz - 3 * xx - 3 * yy), C3[4] * x * (4 * zz - xx - yy),
-        C3[5] * z * (xx - yy), C3[6] * x * (xx - 3 * yy),
-    ], -1)
+    return np.stack(
+        [
+            np.full_like(x, C0),
+            -C1 * y,
+            C1 * z,
+            -C1 * x,
+            C2[0] * x * y,
+            C2[1] * y * z,
+            C2[2] * (2 * zz - xx - yy),
+            C2[3] * x * z,
+            C2[4] * (xx - yy),
+            C3[0] * y * (3 * xx - yy),
+            C3[1] * x * y * z,
+            C3[2] * y * (4 * zz - xx - yy),
+            C3[3] * z * (2 * zz - 3 * xx - 3 * yy),
+            C3[4] * x * (4 * zz - xx - yy),
+            C3[5] * z * (xx - yy),
+            C3[6] * x * (xx - 3 * yy),
+        ],
+        -1,
+    )
 
 
 def sh_basis_grad(d: np.ndarray) -> np.ndarray:
@@ -94,9 +119,14 @@ def sh_basis_grad(d: np.ndarray) -> np.ndarray:
     xx, yy, zz = x * x, y * y, z * z
     o = np.zeros_like(x)
     rows = [
-        (o, o, o), (o, o - C1, o), (o, o, o + C1), (o - C1, o, o),
-        (C2[0] * y, C2[0] * x, o), (o, C2[1] * z, C2[1] * y),
-        (-2 * C2[2] * x, -2 * C2[2] * y, 4 * C2[2] * z), (C2[3] * z, o, C2[3] * x),
+        (o, o, o),
+        (o, o - C1, o),
+        (o, o, o + C1),
+        (o - C1, o, o),
+        (C2[0] * y, C2[0] * x, o),
+        (o, C2[1] * z, C2[1] * y),
+        (-2 * C2[2] * x, -2 * C2[2] * y, 4 * C2[2] * z),
+        (C2[3] * z, o, C2[3] * x),
         (2 * C2[4] * x, -2 * C2[4] * y, o),
         (6 * C3[0] * x * y, C3[0] * (3 * xx - 3 * yy), o),
         (C3[1] * y * z, C3[1] * x * z, C3[1] * x * y),
@@ -125,8 +155,9 @@ def _colors(pos: np.ndarray, colors: np.ndarray, sh: np.ndarray | None, meta: np
     centre = -view[:3, :3].T @ view[:3, 3]
     diff = pos - centre
     dist = np.linalg.norm(diff, axis=1)
-    dirs = np.where(dist[:, None] > 0, diff / np.where(dist > 0, dist, 1.0)[:, None],
-                    np.array([0.0, 0.0, 1.0]))
+    dirs = np.where(
+        dist[:, None] > 0, diff / np.where(dist > 0, dist, 1.0)[:, None], np.array([0.0, 0.0, 1.0])
+    )
     n = sh_used(k)
     raw = 0.5 + np.einsum("gj,gjc->gc", sh_basis(dirs)[:, :n], sh.reshape(g, k, 3)[:, :n])
     return np.maximum(raw, 0.0), raw, dirs, dist, k

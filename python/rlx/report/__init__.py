@@ -16,11 +16,14 @@ __all__ = ["GraphData", "collect", "render", "write_html"]
 def _quant_table(errs: dict[str, float], scheme: Any) -> str:
     import html
 
-    rows = "".join(f'<tr><td>{html.escape(k)}</td><td class="n">{v:.3e}</td></tr>'
-                   for k, v in errs.items())
-    return (f'<section class="graph"><h2>Quantised to {html.escape(str(scheme))}</h2>'
-            '<table class="tab"><tr><th>weight</th><th>‖dequant(W) − W‖ / ‖W‖</th></tr>'
-            f"{rows}</table></section>")
+    rows = "".join(
+        f'<tr><td>{html.escape(k)}</td><td class="n">{v:.3e}</td></tr>' for k, v in errs.items()
+    )
+    return (
+        f'<section class="graph"><h2>Quantised to {html.escape(str(scheme))}</h2>'
+        '<table class="tab"><tr><th>weight</th><th>‖dequant(W) − W‖ / ‖W‖</th></tr>'
+        f"{rows}</table></section>"
+    )
 
 
 def write_html(info: dict[str, Any], exes: list[Any], path: str | os.PathLike[str]) -> None:

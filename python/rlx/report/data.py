@@ -34,16 +34,33 @@ from collections.abc import Sequence
 from typing import Any, Optional
 
 __all__ = [
-    "Buffer", "Command", "GraphData", "ThunkRow", "arena_buffers", "collect",
-    "layer_of_name", "overlaps",
+    "Buffer",
+    "Command",
+    "GraphData",
+    "ThunkRow",
+    "arena_buffers",
+    "collect",
+    "layer_of_name",
+    "overlaps",
 ]
 
 Range = tuple[str, int, int]
 
 _LAYER = re.compile(r"(?:^|[._])(\d+)(?=[._]|$)")
 
-_DTYPE_BYTES = {"f64": 8, "f32": 4, "f16": 2, "bf16": 2, "i64": 8, "i32": 4, "u32": 4,
-                "i16": 2, "i8": 1, "u8": 1, "bool": 1}
+_DTYPE_BYTES = {
+    "f64": 8,
+    "f32": 4,
+    "f16": 2,
+    "bf16": 2,
+    "i64": 8,
+    "i32": 4,
+    "u32": 4,
+    "i16": 2,
+    "i8": 1,
+    "u8": 1,
+    "bool": 1,
+}
 
 
 @dataclasses.dataclass
@@ -140,9 +157,7 @@ def _assign_layers(rows: list[ThunkRow]) -> list[str]:
     return order
 
 
-def arena_buffers(
-    rows: list[ThunkRow], outputs: Sequence[tuple[int, int]] = ()
-) -> list[Buffer]:
+def arena_buffers(rows: list[ThunkRow], outputs: Sequence[tuple[int, int]] = ()) -> list[Buffer]:
     """The arena buffers of a schedule (see the module doc); ``outputs`` are
     the ``(offset, bytes)`` of the graph outputs in the arena."""
     live: list[Buffer] = []
@@ -191,7 +206,7 @@ def overlaps(buffers: list[Buffer]) -> list[tuple[Buffer, Buffer]]:
     bad = []
     by_first = sorted(buffers, key=lambda b: b.first)
     for k, a in enumerate(by_first):
-        for b in by_first[k + 1:]:
+        for b in by_first[k + 1 :]:
             if b.first > a.last:
                 break
             if b.first == a.last:

@@ -38,8 +38,24 @@ _CATEGORIES: list[tuple[str, str, tuple[str, ...]]] = [
     ("rope", "#ff9da7", ("rope",)),
     ("attention", "#b07aa1", ("attn", "attention", "sdpa")),
     ("norm", "#59a14f", ("norm",)),
-    ("elementwise", "#f28e2b", ("binary", "region", "activation", "swiglu", "gelu", "cast",
-                                "fma", "where", "compare", "bias", "elementwise", "residual")),
+    (
+        "elementwise",
+        "#f28e2b",
+        (
+            "binary",
+            "region",
+            "activation",
+            "swiglu",
+            "gelu",
+            "cast",
+            "fma",
+            "where",
+            "compare",
+            "bias",
+            "elementwise",
+            "residual",
+        ),
+    ),
     ("softmax / reduce", "#76b7b2", ("softmax", "reduce", "arg", "topk", "sample", "cumsum")),
     ("indexing", "#9c755f", ("gather", "scatter", "index", "embed")),
     ("layout", "#a0a0a0", ("copy", "narrow", "concat", "transpose", "split", "reverse", "shape")),
@@ -47,8 +63,17 @@ _CATEGORIES: list[tuple[str, str, tuple[str, ...]]] = [
 ]
 _OTHER = ("other", "#bab0ac")
 # pass outlines: saturated / dark, apart from the kind colours above
-_PASS_COLOURS = ["#800000", "#f032e6", "#000075", "#e6194b", "#000000", "#911eb4",
-                 "#808000", "#00a3c4", "#ff4500"]
+_PASS_COLOURS = [
+    "#800000",
+    "#f032e6",
+    "#000075",
+    "#e6194b",
+    "#000000",
+    "#911eb4",
+    "#808000",
+    "#00a3c4",
+    "#ff4500",
+]
 
 _CSS = """
 body{font:13px/1.4 system-ui,-apple-system,"Segoe UI",Roboto,sans-serif;margin:0;
@@ -164,9 +189,11 @@ def _cards(g: GraphData) -> str:
         (s["metal_host"], "Metal host commands"),
         (sum(1 for t in g.thunks if t.made_by), "thunks made by passes"),
     ]
-    return '<div class="cards">' + "".join(
-        f'<div class="card"><b>{_e(v)}</b><span>{_e(k)}</span></div>' for v, k in items
-    ) + "</div>"
+    return (
+        '<div class="cards">'
+        + "".join(f'<div class="card"><b>{_e(v)}</b><span>{_e(k)}</span></div>' for v, k in items)
+        + "</div>"
+    )
 
 
 def _pass_colours(g: GraphData) -> dict[str, str]:
@@ -175,11 +202,15 @@ def _pass_colours(g: GraphData) -> dict[str, str]:
 
 
 def _legend(entries: Iterable[tuple[str, str]], cls: str = "") -> str:
-    return '<div class="legend">' + "".join(
-        f'<span><i class="{cls}" style="{"border-color" if cls else "background"}:{c}"></i>'
-        f"{_e(n)}</span>"
-        for n, c in entries
-    ) + "</div>"
+    return (
+        '<div class="legend">'
+        + "".join(
+            f'<span><i class="{cls}" style="{"border-color" if cls else "background"}:{c}"></i>'
+            f"{_e(n)}</span>"
+            for n, c in entries
+        )
+        + "</div>"
+    )
 
 
 def _chip(t: ThunkRow, gid: str, pcol: dict[str, str]) -> str:
@@ -193,8 +224,10 @@ def _chip(t: ThunkRow, gid: str, pcol: dict[str, str]) -> str:
         cls = "chip op" if _fused_op(t.name) else "chip"
         if _fused_op(t.name):
             title += "\nfused op (a graph fusion or the model builder)"
-    return (f'<span class="{cls}" style="{style}" data-g="{gid}" data-t="{t.index}" '
-            f'title="{_e(title)}">{_e(t.name)}</span>')
+    return (
+        f'<span class="{cls}" style="{style}" data-g="{gid}" data-t="{t.index}" '
+        f'title="{_e(title)}">{_e(t.name)}</span>'
+    )
 
 
 def _fused_op(name: str) -> bool:
@@ -241,8 +274,10 @@ def _schedule(g: GraphData, gid: str) -> str:
         marks.append(("fused op from the graph (dashed)", "#333"))
     if marks:
         legend += _legend(marks, "pass")
-    return (f'<section class="schedule" id="schedule-{gid}"><h3>Schedule per layer</h3>'
-            f"{legend}<table class=\"sched\">{''.join(body)}</table></section>")
+    return (
+        f'<section class="schedule" id="schedule-{gid}"><h3>Schedule per layer</h3>'
+        f'{legend}<table class="sched">{"".join(body)}</table></section>'
+    )
 
 
 def _lifetimes(g: GraphData, gid: str, lo: int, hi: int, ymax: int, zoom: bool) -> str:
@@ -253,35 +288,43 @@ def _lifetimes(g: GraphData, gid: str, lo: int, hi: int, ymax: int, zoom: bool) 
     dx, dy = width / n, height / max(ymax, 1)
     out = [f'<svg class="lifetimes" width="{left + width + 10}" height="{top + height + 44}">']
     spans: dict[str, list[int]] = {}
-    for t in g.thunks[lo:hi + 1]:
+    for t in g.thunks[lo : hi + 1]:
         spans.setdefault(t.layer, [t.index, t.index])[1] = t.index
     for k, (name, (a, b)) in enumerate(spans.items()):  # layer bands
         x = left + (a - lo) * dx
         fill = "#eef1f5" if k % 2 == 0 else "#f8f9fb"
-        out.append(f'<rect x="{x:.2f}" y="{top}" width="{(b - a + 1) * dx:.2f}" '
-                   f'height="{height}" fill="{fill}"><title>{_e(name)}</title></rect>')
+        out.append(
+            f'<rect x="{x:.2f}" y="{top}" width="{(b - a + 1) * dx:.2f}" '
+            f'height="{height}" fill="{fill}"><title>{_e(name)}</title></rect>'
+        )
         short = name.replace("layer ", "L")
         if (b - a + 1) * dx >= 7 * len(short):
             out.append(f'<text x="{x + 2:.1f}" y="{top - 6}">{_e(short)}</text>')
     ystep, v = _nice_step(ymax, 6), 0.0
     while v <= ymax:
         y = top + v * dy
-        out.append(f'<line x1="{left - 4}" x2="{left + width}" y1="{y:.1f}" y2="{y:.1f}" '
-                   f'stroke="#d9dde3" stroke-width=".5"/>'
-                   f'<text x="{left - 6}" y="{y + 4:.1f}" text-anchor="end">{_bytes(v)}</text>')
+        out.append(
+            f'<line x1="{left - 4}" x2="{left + width}" y1="{y:.1f}" y2="{y:.1f}" '
+            f'stroke="#d9dde3" stroke-width=".5"/>'
+            f'<text x="{left - 6}" y="{y + 4:.1f}" text-anchor="end">{_bytes(v)}</text>'
+        )
         v += ystep
     xstep = max(1, int(_nice_step(n, 10)))
     for i in range(lo - lo % xstep, hi + 2, xstep):
         if i < lo:
             continue
         x = left + (i - lo) * dx
-        out.append(f'<line x1="{x:.1f}" x2="{x:.1f}" y1="{top + height}" y2="{top + height + 4}" '
-                   f'stroke="#555"/><text x="{x:.1f}" y="{top + height + 16}" '
-                   f'text-anchor="middle">{i}</text>')
-    out.append(f'<text x="{left + width / 2}" y="{top + height + 34}" text-anchor="middle">'
-               "thunk index (schedule order)</text>"
-               f'<text transform="translate(14 {top + height / 2}) rotate(-90)" '
-               'text-anchor="middle">arena offset</text>')
+        out.append(
+            f'<line x1="{x:.1f}" x2="{x:.1f}" y1="{top + height}" y2="{top + height + 4}" '
+            f'stroke="#555"/><text x="{x:.1f}" y="{top + height + 16}" '
+            f'text-anchor="middle">{i}</text>'
+        )
+    out.append(
+        f'<text x="{left + width / 2}" y="{top + height + 34}" text-anchor="middle">'
+        "thunk index (schedule order)</text>"
+        f'<text transform="translate(14 {top + height / 2}) rotate(-90)" '
+        'text-anchor="middle">arena offset</text>'
+    )
     for b in g.buffers:
         if b.last < lo or b.first > hi or b.offset >= ymax:
             continue
@@ -290,20 +333,29 @@ def _lifetimes(g: GraphData, gid: str, lo: int, hi: int, ymax: int, zoom: bool) 
         x, y = left + (a - lo) * dx, top + b.offset * dy
         w, h = max((e - a + 1) * dx, 1.0), max(min(b.end, ymax) - b.offset, 0) * dy
         cls = ("buf out" if b.output else "buf") + (" zoom" if zoom else "")
-        tip = (f"{_bytes(b.size)} at offset {b.offset}, thunks {b.first}–{b.last}, "
-               f"written by #{b.first} {b.writer} ({b.layer})"
-               + (", graph output" if b.output else ""))
-        out.append(f'<rect class="{cls}" data-g="{gid}" data-w="{b.first}" x="{x:.2f}" '
-                   f'y="{y:.2f}" width="{w:.2f}" height="{max(h, 1.0):.2f}" fill="{colour}">'
-                   f"<title>{_e(tip)}</title></rect>")
+        tip = (
+            f"{_bytes(b.size)} at offset {b.offset}, thunks {b.first}–{b.last}, "
+            f"written by #{b.first} {b.writer} ({b.layer})" + (", graph output" if b.output else "")
+        )
+        out.append(
+            f'<rect class="{cls}" data-g="{gid}" data-w="{b.first}" x="{x:.2f}" '
+            f'y="{y:.2f}" width="{w:.2f}" height="{max(h, 1.0):.2f}" fill="{colour}">'
+            f"<title>{_e(tip)}</title></rect>"
+        )
         if zoom and w > 7 * len(b.writer) and h >= 12:
-            out.append(f'<text x="{x + 3:.1f}" y="{y + min(h, 24) / 2 + 4:.1f}" '
-                       f'pointer-events="none">{_e(b.writer)}</text>')
-    out.append(f'<line class="cursor" visibility="hidden" data-g="{gid}" data-x0="{left}" '
-               f'data-dx="{dx:.4f}" data-lo="{lo}" data-hi="{hi}" '
-               f'x1="0" x2="0" y1="{top}" y2="{top + height}"/>')
-    out.append(f'<rect x="{left}" y="{top}" width="{width}" height="{height}" fill="none" '
-               'stroke="#555"/></svg>')
+            out.append(
+                f'<text x="{x + 3:.1f}" y="{y + min(h, 24) / 2 + 4:.1f}" '
+                f'pointer-events="none">{_e(b.writer)}</text>'
+            )
+    out.append(
+        f'<line class="cursor" visibility="hidden" data-g="{gid}" data-x0="{left}" '
+        f'data-dx="{dx:.4f}" data-lo="{lo}" data-hi="{hi}" '
+        f'x1="0" x2="0" y1="{top}" y2="{top + height}"/>'
+    )
+    out.append(
+        f'<rect x="{left}" y="{top}" width="{width}" height="{height}" fill="none" '
+        'stroke="#555"/></svg>'
+    )
     return "".join(out)
 
 
@@ -311,13 +363,17 @@ def _arena(g: GraphData, gid: str) -> str:
     n = max(len(g.thunks), 1)
     arena = max([g.stats["arena_bytes"]] + [b.end for b in g.buffers] + [1])
     peak = max((b.end for b in g.buffers), default=0)
-    note = (f'<p class="note">{len(g.buffers)} buffers; highest byte used {_bytes(peak)} of an '
-            f'arena of {_bytes(g.stats["arena_bytes"])} (naive sum '
-            f'{_bytes(g.stats["naive_bytes"])}). A rectangle spans the thunk that writes the '
-            "buffer to the last that reads it; black outline: graph output. Colour: the kind "
-            "of the thunk that writes it.</p>")
-    main = (f'<section class="arena" id="arena-{gid}"><h3>Arena lifetimes</h3>{note}'
-            f'<div class="plot">{_lifetimes(g, gid, 0, n - 1, arena, False)}</div></section>')
+    note = (
+        f'<p class="note">{len(g.buffers)} buffers; highest byte used {_bytes(peak)} of an '
+        f"arena of {_bytes(g.stats['arena_bytes'])} (naive sum "
+        f"{_bytes(g.stats['naive_bytes'])}). A rectangle spans the thunk that writes the "
+        "buffer to the last that reads it; black outline: graph output. Colour: the kind "
+        "of the thunk that writes it.</p>"
+    )
+    main = (
+        f'<section class="arena" id="arena-{gid}"><h3>Arena lifetimes</h3>{note}'
+        f'<div class="plot">{_lifetimes(g, gid, 0, n - 1, arena, False)}</div></section>'
+    )
     # one layer up close (the second, past the first layer's input buffers)
     layers = [name for name in g.layers if name.startswith("layer ")]
     if not layers or len(g.thunks) < 40:
@@ -326,10 +382,12 @@ def _arena(g: GraphData, gid: str) -> str:
     idx = [t.index for t in g.thunks if t.layer == pick]
     lo, hi = idx[0], idx[-1]
     ymax = max((b.end for b in g.buffers if b.first <= hi and b.last >= lo), default=1)
-    zoom = (f'<section class="arena-zoom" id="arena-zoom-{gid}"><h3>Arena lifetimes, {_e(pick)} '
-            f'up close</h3><p class="note">Thunks {lo}–{hi}, the bytes below the highest buffer '
-            f"live in them ({_bytes(ymax)}).</p>"
-            f'<div class="plot">{_lifetimes(g, gid, lo, hi, ymax, True)}</div></section>')
+    zoom = (
+        f'<section class="arena-zoom" id="arena-zoom-{gid}"><h3>Arena lifetimes, {_e(pick)} '
+        f'up close</h3><p class="note">Thunks {lo}–{hi}, the bytes below the highest buffer '
+        f"live in them ({_bytes(ymax)}).</p>"
+        f'<div class="plot">{_lifetimes(g, gid, lo, hi, ymax, True)}</div></section>'
+    )
     return main + zoom
 
 
@@ -343,8 +401,10 @@ def _metal(g: GraphData, gid: str) -> str:
     cw = max(7, min(20, 1120 // max(len(cmds), 1)))
     ch, gap = 16, 20
     rows = max(1, -(-len(cmds) // per_row))
-    svg = [f'<svg id="metal-svg-{gid}" '
-           f'width="{min(per_row, len(cmds)) * cw + 60}" height="{rows * (ch + gap) + 4}">']
+    svg = [
+        f'<svg id="metal-svg-{gid}" '
+        f'width="{min(per_row, len(cmds)) * cw + 60}" height="{rows * (ch + gap) + 4}">'
+    ]
     layer = ""
     for k, c in enumerate(cmds):
         r, col = divmod(k, per_row)
@@ -354,14 +414,17 @@ def _metal(g: GraphData, gid: str) -> str:
         here = g.thunks[c.thunk].layer if 0 <= c.thunk < len(g.thunks) else layer
         if here != layer:  # a layer starts: tick and name above the cell
             layer = here
-            svg.append(f'<line x1="{x}" x2="{x}" y1="{y - 12}" y2="{y + ch}" stroke="#555" '
-                       f'stroke-width=".7"/><text x="{x + 2}" y="{y - 3}">'
-                       f'{_e(here.replace("layer ", "L"))}</text>')
+            svg.append(
+                f'<line x1="{x}" x2="{x}" y1="{y - 12}" y2="{y + ch}" stroke="#555" '
+                f'stroke-width=".7"/><text x="{x + 2}" y="{y - 3}">'
+                f"{_e(here.replace('layer ', 'L'))}</text>"
+            )
         svg.append(_command_cell(c, g.thunks, x, y, cw, ch))
     svg.append("</svg>")
     kernels = Counter(c.kernel for c in cmds if c.kind in ("dispatch", "user"))
-    hosts = Counter(g.thunks[c.thunk].name for c in cmds
-                    if c.kind == "host" and 0 <= c.thunk < len(g.thunks))
+    hosts = Counter(
+        g.thunks[c.thunk].name for c in cmds if c.kind == "host" and 0 <= c.thunk < len(g.thunks)
+    )
     runs, cur = [], 0
     for c in cmds:
         if c.kind in ("dispatch", "user"):
@@ -373,41 +436,51 @@ def _metal(g: GraphData, gid: str) -> str:
     if cur:
         runs.append(cur)
     fams = sorted({_family(c.kernel) for c in cmds if c.kind == "dispatch"})
-    legend = _legend([(f, category(f)[1]) for f in fams]
-                     + [("barrier", "#d62728"), ("host command", "#000")])
-    rows_html = "".join(f'<tr><td>{_e(k)}</td><td class="n">{v}</td></tr>'
-                        for k, v in kernels.most_common())
-    host_html = "".join(f'<tr><td>host: {_e(k)}</td><td class="n">{v}</td></tr>'
-                        for k, v in hosts.most_common())
+    legend = _legend(
+        [(f, category(f)[1]) for f in fams] + [("barrier", "#d62728"), ("host command", "#000")]
+    )
+    rows_html = "".join(
+        f'<tr><td>{_e(k)}</td><td class="n">{v}</td></tr>' for k, v in kernels.most_common()
+    )
+    host_html = "".join(
+        f'<tr><td>host: {_e(k)}</td><td class="n">{v}</td></tr>' for k, v in hosts.most_common()
+    )
     mean = sum(runs) / len(runs) if runs else 0.0
-    note = (f'<p class="note">{len(cmds)} commands in order: '
-            f"{g.stats['metal_dispatches']} dispatches, {g.stats['metal_barriers']} barriers, "
-            f"{g.stats['metal_host']} host commands. Barriers come from byte-range hazards; "
-            f"the dispatches between two of them may run concurrently: {len(runs)} runs, "
-            f"{mean:.1f} dispatches per run on average, longest {max(runs, default=0)}. "
-            "Ticks mark where a layer's commands begin. "
-            "This is the plan <code>device=\"metal\"</code> and <code>\"metal-sim\"</code> "
-            "run.</p>")
-    return (f'<section class="metal" id="metal-{gid}"><h3>Metal plan</h3>{note}{legend}'
-            f'<div class="plot">{"".join(svg)}</div>'
-            f'<table class="tab"><tr><th>kernel (file:function)</th><th>dispatches</th></tr>'
-            f"{rows_html}{host_html}</table></section>")
+    note = (
+        f'<p class="note">{len(cmds)} commands in order: '
+        f"{g.stats['metal_dispatches']} dispatches, {g.stats['metal_barriers']} barriers, "
+        f"{g.stats['metal_host']} host commands. Barriers come from byte-range hazards; "
+        f"the dispatches between two of them may run concurrently: {len(runs)} runs, "
+        f"{mean:.1f} dispatches per run on average, longest {max(runs, default=0)}. "
+        "Ticks mark where a layer's commands begin. "
+        'This is the plan <code>device="metal"</code> and <code>"metal-sim"</code> '
+        "run.</p>"
+    )
+    return (
+        f'<section class="metal" id="metal-{gid}"><h3>Metal plan</h3>{note}{legend}'
+        f'<div class="plot">{"".join(svg)}</div>'
+        f'<table class="tab"><tr><th>kernel (file:function)</th><th>dispatches</th></tr>'
+        f"{rows_html}{host_html}</table></section>"
+    )
 
 
 def _command_cell(c: Command, thunks: list[ThunkRow], x: float, y: float, w: int, h: int) -> str:
     what = thunks[c.thunk].text if 0 <= c.thunk < len(thunks) else ""
     if c.kind == "barrier":
-        return (f'<rect class="cmd barrier" x="{x + w / 2 - 1.5}" y="{y - 2}" width="3" '
-                f'height="{h + 4}" fill="#d62728"><title>barrier</title></rect>')
+        return (
+            f'<rect class="cmd barrier" x="{x + w / 2 - 1.5}" y="{y - 2}" width="3" '
+            f'height="{h + 4}" fill="#d62728"><title>barrier</title></rect>'
+        )
     if c.kind == "host":
         tip = f"host #{c.thunk} {what}"
         fill = "#000"
     else:
-        tip = (f"dispatch #{c.thunk} {c.kernel} grid={list(c.grid)} "
-               f"tg={list(c.threadgroup)}\n{what}")
+        tip = f"dispatch #{c.thunk} {c.kernel} grid={list(c.grid)} tg={list(c.threadgroup)}\n{what}"
         fill = category(_family(c.kernel) or c.kernel)[1]
-    return (f'<rect class="cmd {c.kind}" x="{x}" y="{y}" width="{w - 1}" height="{h}" '
-            f'fill="{fill}"><title>{_e(tip)}</title></rect>')
+    return (
+        f'<rect class="cmd {c.kind}" x="{x}" y="{y}" width="{w - 1}" height="{h}" '
+        f'fill="{fill}"><title>{_e(tip)}</title></rect>'
+    )
 
 
 def _kinds(d: dict[str, int]) -> str:
@@ -419,36 +492,49 @@ def _passes(g: GraphData, gid: str) -> str:
     rows = []
     for name, enabled, matches, before, after in s.get("graph_passes", []):
         state = str(matches) if enabled else "disabled"
-        rows.append(f'<tr><td>{_e(name)}</td><td>graph fusion</td><td class="n">{state}</td>'
-                    f'<td class="n">{before} → {after} nodes</td>'
-                    "<td colspan=2>" + ("fused IR ops, each lowered to one thunk" if matches > 0
-                                        else "–") + "</td></tr>")
+        rows.append(
+            f'<tr><td>{_e(name)}</td><td>graph fusion</td><td class="n">{state}</td>'
+            f'<td class="n">{before} → {after} nodes</td>'
+            "<td colspan=2>"
+            + ("fused IR ops, each lowered to one thunk" if matches > 0 else "–")
+            + "</td></tr>"
+        )
     pcol = _pass_colours(g)
     for p in s.get("passes", []):
         state = str(p["matches"]) if p["enabled"] else "disabled"
-        swatch = (f'<i style="display:inline-block;width:10px;height:10px;'
-                  f'background:{pcol[p["name"]]}"></i> ')
+        swatch = (
+            f'<i style="display:inline-block;width:10px;height:10px;'
+            f'background:{pcol[p["name"]]}"></i> '
+        )
         rows.append(
             f'<tr><td>{swatch}{_e(p["name"])}</td><td>thunk pass</td><td class="n">{state}</td>'
             f'<td class="n">{p["thunks_before"]} → {p["thunks_after"]}</td>'
-            f'<td>{_e(_kinds(p.get("removed", {})))}</td>'
-            f'<td>{_e(_kinds(p.get("made", {})))}</td></tr>'
+            f"<td>{_e(_kinds(p.get('removed', {})))}</td>"
+            f"<td>{_e(_kinds(p.get('made', {})))}</td></tr>"
         )
-    table = ('<table class="tab"><tr><th>pass</th><th>level</th><th>matches</th>'
-             "<th>thunks before → after</th><th>removed</th><th>made</th></tr>"
-             + "".join(rows) + "</table>")
-    return (f'<section class="passes" id="passes-{gid}"><h3>Pass report</h3>{table}'
-            f"<pre>{_e(g.pass_text)}</pre></section>")
+    table = (
+        '<table class="tab"><tr><th>pass</th><th>level</th><th>matches</th>'
+        "<th>thunks before → after</th><th>removed</th><th>made</th></tr>"
+        + "".join(rows)
+        + "</table>"
+    )
+    return (
+        f'<section class="passes" id="passes-{gid}"><h3>Pass report</h3>{table}'
+        f"<pre>{_e(g.pass_text)}</pre></section>"
+    )
 
 
 def _graph_section(g: GraphData, gid: str) -> str:
-    return (f'<section class="graph" id="graph-{gid}"><h2>{_e(g.title)}</h2>{_cards(g)}'
-            f"{_schedule(g, gid)}{_arena(g, gid)}{_metal(g, gid)}{_passes(g, gid)}"
-            "</section>")
+    return (
+        f'<section class="graph" id="graph-{gid}"><h2>{_e(g.title)}</h2>{_cards(g)}'
+        f"{_schedule(g, gid)}{_arena(g, gid)}{_metal(g, gid)}{_passes(g, gid)}"
+        "</section>"
+    )
 
 
-def render(title: str, subtitle: str, graphs: list[tuple[str, GraphData]],
-           extra: Optional[str] = None) -> str:
+def render(
+    title: str, subtitle: str, graphs: list[tuple[str, GraphData]], extra: Optional[str] = None
+) -> str:
     """The page: ``graphs`` are ``(id, data)`` pairs (ids are used in element
     ids: letters and digits); ``extra`` is trusted HTML appended at the end."""
     nav = "".join(f'<a href="#graph-{_e(gid)}">{_e(g.title)}</a>' for gid, g in graphs)
