@@ -120,7 +120,7 @@ pub fn verify_strict(g: &Graph) -> Result<()> {
 mod tests {
     use super::*;
     use crate::dtype::DType;
-    use crate::op::{Op, ReduceOp};
+    use crate::op::{Op, ReduceOp, Window};
     use crate::shape::Shape;
 
     #[test]
@@ -155,10 +155,12 @@ mod tests {
             )
             .unwrap();
         let pool = Op::Pool2d {
+            win: Window {
+                kernel: [2, 2],
+                stride: [2, 2],
+                padding: [0, 0],
+            },
             kind: ReduceOp::Max,
-            kernel: [2, 2],
-            stride: [2, 2],
-            padding: [0, 0],
         };
         let a = g.add(pool.clone(), &[x], "a").unwrap();
         let b = g.add(pool, &[a], "b").unwrap();

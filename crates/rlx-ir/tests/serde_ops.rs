@@ -205,33 +205,41 @@ fn owned_graph() -> Graph {
     let (stride, padding, dilation) = ([1, 1], [1, 1], [1, 1]);
     let y = b.add(
         Op::Conv2d {
-            stride,
-            padding,
-            dilation,
-            groups: 2,
+            geom: ConvGeom {
+                stride,
+                padding,
+                dilation,
+                groups: 2,
+            },
         },
         &[x, w, bias],
     );
     let wt = b.param(&[4, 3, 3, 3]);
     let convt = Op::ConvTranspose2d {
-        stride: [2, 2],
-        padding,
-        dilation,
+        geom: ConvGeom {
+            stride: [2, 2],
+            padding,
+            dilation,
+            groups: 1,
+        },
         output_padding: [1, 1],
-        groups: 1,
     };
     b.add(convt, &[x, wt]);
     let pool = Op::Pool2d {
+        win: Window {
+            kernel: [2, 2],
+            stride: [2, 2],
+            padding: [0, 0],
+        },
         kind: ReduceOp::Mean,
-        kernel: [2, 2],
-        stride: [2, 2],
-        padding: [0, 0],
     };
     b.add(pool, &[x]);
     let im2col = Op::Im2Col {
-        kernel: [3, 3],
-        stride,
-        padding,
+        win: Window {
+            kernel: [3, 3],
+            stride,
+            padding,
+        },
         dilation,
     };
     b.add(im2col, &[x]);
@@ -263,26 +271,32 @@ fn owned_graph() -> Graph {
     };
     let (wi, wh, bb) = rnn_params(&mut b, 4);
     let lstm = Op::Lstm {
-        hidden: 3,
-        num_layers: 1,
-        bidirectional: false,
-        carry: true,
+        net: Recurrent {
+            hidden: 3,
+            num_layers: 1,
+            bidirectional: false,
+            carry: true,
+        },
     };
     b.add(lstm, &[sx, wi, wh, bb, h0, h0]);
     let (wi, wh, bb) = rnn_params(&mut b, 3);
     let gru = Op::Gru {
-        hidden: 3,
-        num_layers: 1,
-        bidirectional: false,
-        carry: false,
+        net: Recurrent {
+            hidden: 3,
+            num_layers: 1,
+            bidirectional: false,
+            carry: false,
+        },
     };
     b.add(gru, &[sx, wi, wh, bb, bb, h0]);
     let (wi, wh, bb) = rnn_params(&mut b, 1);
     let rnn = Op::Rnn {
-        hidden: 3,
-        num_layers: 1,
-        bidirectional: false,
-        carry: true,
+        net: Recurrent {
+            hidden: 3,
+            num_layers: 1,
+            bidirectional: false,
+            carry: true,
+        },
         relu: true,
     };
     b.add(rnn, &[sx, wi, wh, bb, h0]);
@@ -290,15 +304,19 @@ fn owned_graph() -> Graph {
     let xs = b.input(&[5, 4]);
     let scan = |wrt_xs: Option<bool>| match wrt_xs {
         None => Op::Scan {
-            body: Box::new(scan_body()),
-            num_carry: 1,
-            length: 5,
+            scan: ScanLoop {
+                body: Box::new(scan_body()),
+                num_carry: 1,
+                length: 5,
+            },
             reverse: true,
         },
         Some(wrt_xs) => Op::ScanBackward {
-            body: Box::new(scan_body()),
-            num_carry: 1,
-            length: 5,
+            scan: ScanLoop {
+                body: Box::new(scan_body()),
+                num_carry: 1,
+                length: 5,
+            },
             wrt_xs,
         },
     };
@@ -428,24 +446,30 @@ fn owned_graph() -> Graph {
     b.add(gather, &[q, idx]);
     let dpool = b.input(&[1, 4, 4, 4]);
     let mp = Op::MaxPool2dBackward {
-        kernel: [2, 2],
-        stride: [2, 2],
-        padding: [0, 0],
+        win: Window {
+            kernel: [2, 2],
+            stride: [2, 2],
+            padding: [0, 0],
+        },
     };
     b.add(mp, &[x, dpool]);
     let conv_bi = Op::Conv2dBackwardInput {
-        stride,
-        padding,
-        dilation,
-        groups: 2,
+        geom: ConvGeom {
+            stride,
+            padding,
+            dilation,
+            groups: 2,
+        },
         input_hw: [8, 8],
     };
     b.add(conv_bi, &[y, w]);
     let conv_bw = Op::Conv2dBackwardWeight {
-        stride,
-        padding,
-        dilation,
-        groups: 2,
+        geom: ConvGeom {
+            stride,
+            padding,
+            dilation,
+            groups: 2,
+        },
         kernel: [3, 3],
     };
     b.add(conv_bw, &[x, y]);
@@ -541,4 +565,41 @@ fn foreign_ops_round_trip_inside_a_graph() {
     g.outputs = vec![g.len() - 1];
     let back: Graph = serde_json::from_str(&serde_json::to_string(&g).unwrap()).unwrap();
     assert_eq!(back, g);
+}
+
+/// The shared attribute structs (`ConvGeom`, `Recurrent`, `Window`,
+/// `ScanLoop`) are flattened: their fields sit beside `"op"`, as the Python
+/// front end writes them, and a missing one is named in the error.
+#[test]
+fn shared_attribute_structs_are_flat_in_json() {
+    let conv = Op::ConvTranspose2d {
+        geom: ConvGeom {
+            stride: [2, 1],
+            padding: [1, 0],
+            dilation: [1, 1],
+            groups: 2,
+        },
+        output_padding: [1, 0],
+    };
+    let want = serde_json::json!({
+        "op": "conv_transpose2d", "stride": [2, 1], "padding": [1, 0],
+        "dilation": [1, 1], "groups": 2, "output_padding": [1, 0],
+    });
+    assert_eq!(serde_json::to_value(&conv).unwrap(), want);
+    assert_eq!(serde_json::from_value::<Op>(want).unwrap(), conv);
+    let rnn = serde_json::json!({
+        "op": "rnn", "hidden": 7, "num_layers": 2, "bidirectional": true,
+        "carry": false, "relu": true,
+    });
+    let Op::Rnn { net, relu } = serde_json::from_value::<Op>(rnn).unwrap() else {
+        panic!("not an rnn");
+    };
+    assert_eq!(
+        (net.hidden, net.num_layers, net.bidirectional, relu),
+        (7, 2, true, true)
+    );
+    let pool =
+        serde_json::json!({"op": "pool2d", "kind": "max", "kernel": [2, 2], "stride": [2, 2]});
+    let err = serde_json::from_value::<Op>(pool).unwrap_err().to_string();
+    assert!(err.contains("padding"), "{err}");
 }

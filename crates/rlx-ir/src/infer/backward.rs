@@ -55,24 +55,15 @@ pub(super) fn infer(op: &Op, inputs: &[&Shape]) -> Result<Shape> {
             dims[a] = Dim::Static(*axis_dim);
             Ok(dy.with_dims(dims))
         }
-        Op::MaxPool2dBackward {
-            kernel,
-            stride,
-            padding,
-        } => {
+        Op::MaxPool2dBackward { win } => {
             arity(op, inputs, 2)?;
             let (x, dy) = (inputs[0], inputs[1]);
-            let y = conv::pool2d(op, &[x], ReduceOp::Max, *kernel, *stride, *padding)?;
+            let y = conv::pool2d(op, &[x], ReduceOp::Max, win)?;
             same_shape(op, dy, &y, "dy vs pooled output")?;
             Ok(x.clone())
         }
-        Op::Conv2dBackwardInput {
-            stride,
-            padding,
-            dilation,
-            groups,
-            input_hw,
-        } => {
+        Op::Conv2dBackwardInput { geom, input_hw } => {
+            let groups = &geom.groups;
             arity(op, inputs, 2)?;
             let (dy, w) = (inputs[0], inputs[1]);
             rank_is(op, dy, 4, "dy")?;
@@ -87,17 +78,12 @@ pub(super) fn infer(op: &Op, inputs: &[&Shape]) -> Result<Shape> {
                 Dim::Static(input_hw[0]),
                 Dim::Static(input_hw[1]),
             ]);
-            let y = conv::conv2d(op, &[&x, w], *stride, *padding, *dilation, *groups)?;
+            let y = conv::conv2d(op, &[&x, w], geom)?;
             same_shape(op, dy, &y, "dy vs forward conv output")?;
             Ok(x)
         }
-        Op::Conv2dBackwardWeight {
-            stride,
-            padding,
-            dilation,
-            groups,
-            kernel,
-        } => {
+        Op::Conv2dBackwardWeight { geom, kernel } => {
+            let groups = &geom.groups;
             arity(op, inputs, 2)?;
             let (x, dy) = (inputs[0], inputs[1]);
             rank_is(op, x, 4, "input")?;
@@ -112,7 +98,7 @@ pub(super) fn infer(op: &Op, inputs: &[&Shape]) -> Result<Shape> {
                 Dim::Static(kernel[0]),
                 Dim::Static(kernel[1]),
             ]);
-            let y = conv::conv2d(op, &[x, &w], *stride, *padding, *dilation, *groups)?;
+            let y = conv::conv2d(op, &[x, &w], geom)?;
             same_shape(op, dy, &y, "dy vs forward conv output")?;
             Ok(w)
         }
@@ -190,12 +176,9 @@ pub(super) fn infer(op: &Op, inputs: &[&Shape]) -> Result<Shape> {
             same_shape(op, dy[0], &y, "dy vs forward output")?;
             Ok(fwd[0].clone())
         }
-        Op::ScanBackward {
-            body,
-            num_carry,
-            length,
-            wrt_xs,
-        } => scan_backward(op, inputs, body, *num_carry, *length, *wrt_xs),
+        Op::ScanBackward { scan: s, wrt_xs } => {
+            scan_backward(op, inputs, &s.body, s.num_carry, s.length, *wrt_xs)
+        }
         _ => Err(wrong_family(op, "backward")),
     }
 }

@@ -14,44 +14,18 @@
 
 use super::common::*;
 use crate::error::{IrError, Result};
-use crate::op::{Op, ReduceOp};
+use crate::op::{ConvGeom, Op, ReduceOp, Window};
 use crate::shape::{Dim, Shape};
 
 pub(super) fn infer(op: &Op, inputs: &[&Shape]) -> Result<Shape> {
     match op {
-        Op::Conv2d {
-            stride,
-            padding,
-            dilation,
-            groups,
-        } => conv2d(op, inputs, *stride, *padding, *dilation, *groups),
+        Op::Conv2d { geom } => conv2d(op, inputs, geom),
         Op::ConvTranspose2d {
-            stride,
-            padding,
-            dilation,
+            geom,
             output_padding,
-            groups,
-        } => conv_transpose2d(
-            op,
-            inputs,
-            *stride,
-            *padding,
-            *dilation,
-            *output_padding,
-            *groups,
-        ),
-        Op::Pool2d {
-            kind,
-            kernel,
-            stride,
-            padding,
-        } => pool2d(op, inputs, *kind, *kernel, *stride, *padding),
-        Op::Im2Col {
-            kernel,
-            stride,
-            padding,
-            dilation,
-        } => im2col(op, inputs, *kernel, *stride, *padding, *dilation),
+        } => conv_transpose2d(op, inputs, geom, *output_padding),
+        Op::Pool2d { kind, win } => pool2d(op, inputs, *kind, win),
+        Op::Im2Col { win, dilation } => im2col(op, inputs, win, *dilation),
         _ => Err(wrong_family(op, "conv")),
     }
 }
@@ -191,14 +165,13 @@ fn channels(op: &Op, x: &Shape, what: &str) -> Result<usize> {
 
 /// `Conv2d` inference; also used by the conv backward ops (which pass their
 /// own `op` so that errors carry their name).
-pub(super) fn conv2d(
-    op: &Op,
-    inputs: &[&Shape],
-    stride: [usize; 2],
-    padding: [usize; 2],
-    dilation: [usize; 2],
-    groups: usize,
-) -> Result<Shape> {
+pub(super) fn conv2d(op: &Op, inputs: &[&Shape], geom: &ConvGeom) -> Result<Shape> {
+    let ConvGeom {
+        stride,
+        padding,
+        dilation,
+        groups,
+    } = *geom;
     arity_range(op, inputs, 2, 3)?;
     let (x, w) = (inputs[0], inputs[1]);
     all_positive(op, &stride, "stride")?;
@@ -261,12 +234,15 @@ pub(super) fn conv2d(
 fn conv_transpose2d(
     op: &Op,
     inputs: &[&Shape],
-    stride: [usize; 2],
-    padding: [usize; 2],
-    dilation: [usize; 2],
+    geom: &ConvGeom,
     output_padding: [usize; 2],
-    groups: usize,
 ) -> Result<Shape> {
+    let ConvGeom {
+        stride,
+        padding,
+        dilation,
+        groups,
+    } = *geom;
     arity_range(op, inputs, 2, 3)?;
     let (x, w) = (inputs[0], inputs[1]);
     all_positive(op, &stride, "stride")?;
@@ -337,14 +313,12 @@ fn conv_transpose2d(
 }
 
 /// `Pool2d` inference; also used by `MaxPool2dBackward` (with its own `op`).
-pub(super) fn pool2d(
-    op: &Op,
-    inputs: &[&Shape],
-    kind: ReduceOp,
-    kernel: [usize; 2],
-    stride: [usize; 2],
-    padding: [usize; 2],
-) -> Result<Shape> {
+pub(super) fn pool2d(op: &Op, inputs: &[&Shape], kind: ReduceOp, win: &Window) -> Result<Shape> {
+    let Window {
+        kernel,
+        stride,
+        padding,
+    } = *win;
     arity(op, inputs, 1)?;
     if !matches!(kind, ReduceOp::Max | ReduceOp::Mean) {
         return Err(IrError::attr(
@@ -384,14 +358,12 @@ pub(super) fn pool2d(
     Ok(x.with_dims(vec![x.dims[0].clone(), x.dims[1].clone(), oh, ow]))
 }
 
-fn im2col(
-    op: &Op,
-    inputs: &[&Shape],
-    kernel: [usize; 2],
-    stride: [usize; 2],
-    padding: [usize; 2],
-    dilation: [usize; 2],
-) -> Result<Shape> {
+fn im2col(op: &Op, inputs: &[&Shape], win: &Window, dilation: [usize; 2]) -> Result<Shape> {
+    let Window {
+        kernel,
+        stride,
+        padding,
+    } = *win;
     arity(op, inputs, 1)?;
     all_positive(op, &kernel, "kernel")?;
     all_positive(op, &stride, "stride")?;

@@ -19,7 +19,7 @@
 use super::common::*;
 use crate::error::{IrError, Result};
 use crate::graph::Graph;
-use crate::op::Op;
+use crate::op::{Op, Recurrent};
 use crate::shape::{Dim, Shape};
 
 pub(super) fn infer(op: &Op, inputs: &[&Shape]) -> Result<Shape> {
@@ -31,55 +31,10 @@ pub(super) fn infer(op: &Op, inputs: &[&Shape]) -> Result<Shape> {
             state_size,
         } => mamba2(op, inputs, *heads, *head_dim, *state_size),
         Op::GatedDeltaNet { heads, state_size } => gated_delta_net(op, inputs, *heads, *state_size),
-        Op::Lstm {
-            hidden,
-            num_layers,
-            bidirectional,
-            carry,
-        } => recurrent(
-            op,
-            inputs,
-            Cell::Lstm,
-            *hidden,
-            *num_layers,
-            *bidirectional,
-            *carry,
-        ),
-        Op::Gru {
-            hidden,
-            num_layers,
-            bidirectional,
-            carry,
-        } => recurrent(
-            op,
-            inputs,
-            Cell::Gru,
-            *hidden,
-            *num_layers,
-            *bidirectional,
-            *carry,
-        ),
-        Op::Rnn {
-            hidden,
-            num_layers,
-            bidirectional,
-            carry,
-            ..
-        } => recurrent(
-            op,
-            inputs,
-            Cell::Rnn,
-            *hidden,
-            *num_layers,
-            *bidirectional,
-            *carry,
-        ),
-        Op::Scan {
-            body,
-            num_carry,
-            length,
-            ..
-        } => scan(op, inputs, body, *num_carry, *length),
+        Op::Lstm { net } => recurrent(op, inputs, Cell::Lstm, net),
+        Op::Gru { net } => recurrent(op, inputs, Cell::Gru, net),
+        Op::Rnn { net, .. } => recurrent(op, inputs, Cell::Rnn, net),
+        Op::Scan { scan: s, .. } => scan(op, inputs, &s.body, s.num_carry, s.length),
         _ => Err(wrong_family(op, "sequence")),
     }
 }
@@ -233,16 +188,14 @@ impl Cell {
     }
 }
 
-/// LSTM / GRU / RNN; the packed weight layout is documented on [`Op::Lstm`].
-fn recurrent(
-    op: &Op,
-    inputs: &[&Shape],
-    cell: Cell,
-    hidden: usize,
-    num_layers: usize,
-    bidirectional: bool,
-    carry: bool,
-) -> Result<Shape> {
+/// LSTM / GRU / RNN; the packed weight layout is documented on [`Recurrent`].
+fn recurrent(op: &Op, inputs: &[&Shape], cell: Cell, net: &Recurrent) -> Result<Shape> {
+    let Recurrent {
+        hidden,
+        num_layers,
+        bidirectional,
+        carry,
+    } = *net;
     let names = cell.operands();
     arity(op, inputs, names.len())?;
     positive(op, hidden, "hidden")?;

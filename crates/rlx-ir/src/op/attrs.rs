@@ -336,3 +336,94 @@ pub struct SplatConfig {
     /// Capacity of the tile lists.
     pub max_list_entries: u32,
 }
+
+/// Window geometry of a 2-D convolution, one entry per spatial axis (h, w).
+/// Shared by [`Op::Conv2d`](super::Op::Conv2d), the transposed conv and the
+/// two conv gradients; flattened into each op's JSON (`"stride": [1, 1]`
+/// sits beside `"op"`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ConvGeom {
+    /// Stride (h, w).
+    pub stride: [usize; 2],
+    /// Zero padding (h, w).
+    pub padding: [usize; 2],
+    /// Dilation (h, w).
+    pub dilation: [usize; 2],
+    /// Groups: `c_in` and `c_out` divisible by it.
+    pub groups: usize,
+}
+
+/// Size and stacking of a recurrent net, shared by
+/// [`Op::Lstm`](super::Op::Lstm), [`Op::Gru`](super::Op::Gru) and
+/// [`Op::Rnn`](super::Op::Rnn); flattened into each op's JSON.
+///
+/// **The recurrent-net layout** (the one definition), with `G` gates per
+/// cell (LSTM 4 = i, f, g, o; GRU 3 = r, z, n; RNN 1), `dirs = 2` if
+/// bidirectional else 1 and `L = num_layers`; slot `l·dirs + d` holds layer
+/// `l`, direction `d` (0 forward, 1 reverse):
+/// * `w_ih [L·dirs, G·hidden, in_w]` where `in_w = in` for one layer,
+///   else `max(in, dirs·hidden)`; layer 0 reads the first `in` columns,
+///   later layers the first `dirs·hidden` (the rest is ignored padding).
+///   Slot `l·dirs + d` is PyTorch's `weight_ih_l{l}{_reverse}`.
+/// * `w_hh [L·dirs, G·hidden, hidden]` (`weight_hh_l{l}{_reverse}`).
+/// * `bias [L·dirs, G·hidden]` = PyTorch's `b_ih + b_hh` (exact for
+///   LSTM and Elman RNN, whose biases only ever add).
+/// * `h0`, `c0 [L·dirs, b, hidden]` (PyTorch's `h_0` / `c_0`).
+/// * Output `[b, s, dirs·hidden]`: the last layer's hidden states,
+///   forward then reverse along the feature axis (PyTorch `output` with
+///   `batch_first=True`); layer `l > 0` consumes that concatenation
+///   from layer `l − 1`.
+/// * `carry` appends rows along the sequence axis: `L` rows with each
+///   layer's final h (layer 0 first; directions concatenated as in the
+///   output, the reverse direction's final state being the one after
+///   step 0), then for the LSTM `L` rows with the final c. So row `s + l`,
+///   features `d·hidden..(d+1)·hidden` is PyTorch's `h_n[l·dirs + d]`
+///   (and row `s + L + l` is `c_n[l·dirs + d]`): `[b, s + 2L, ..]` for
+///   the LSTM, `[b, s + L, ..]` for GRU / RNN. Needs a static `s`.
+///
+/// All operands share x's float dtype; `in` must be static.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Recurrent {
+    /// Hidden size.
+    pub hidden: usize,
+    /// Stacked layers.
+    pub num_layers: usize,
+    /// Both directions.
+    pub bidirectional: bool,
+    /// Append each layer's final state rows (see the layout above).
+    pub carry: bool,
+}
+
+/// A pooling / im2col window, one entry per spatial axis (h, w), shared by
+/// [`Op::Pool2d`](super::Op::Pool2d), the max-pool gradient and
+/// [`Op::Im2Col`](super::Op::Im2Col); flattened into each op's JSON.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Window {
+    /// Window size.
+    pub kernel: [usize; 2],
+    /// Stride.
+    pub stride: [usize; 2],
+    /// Zero padding. Pooling takes at most `kernel/2` per axis; padded
+    /// positions never win a max and are excluded from a mean's divisor
+    /// (PyTorch `count_include_pad=False`).
+    pub padding: [usize; 2],
+}
+
+/// The loop of a generic scan, shared by [`Op::Scan`](super::Op::Scan) and
+/// its gradient; flattened into each op's JSON.
+///
+/// The body must verify; its `Input` leaves, in node order, are the
+/// carries (shapes equal to `carry_init`) then one slice per scanned
+/// operand (its shape without axis 0); its outputs are the new carries
+/// (shapes equal to `carry_init`) then `y`. Other leaves (params,
+/// constants) are allowed. `length ≥ 1`; axis 0 of every xs must be the
+/// static `length`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ScanLoop {
+    /// The body graph.
+    pub body: Box<crate::graph::Graph>,
+    /// Number of carried values.
+    pub num_carry: usize,
+    /// Steps.
+    pub length: usize,
+}

@@ -17,7 +17,6 @@ pub use attrs::*;
 pub use region::{RegionOperand, RegionStep, MAX_REGION_INPUTS, MAX_REGION_STEPS};
 
 use crate::dtype::DType;
-use crate::graph::Graph;
 use crate::quant::{QuantScheme, ScaleLayout, ScaledFormat};
 use crate::shape::{Dim, Shape};
 use serde::{Deserialize, Serialize};
@@ -437,14 +436,9 @@ pub enum Op {
     /// Channels and kernel must be static; a symbolic `h`/`w` is kept only by
     /// a length-preserving window (stride 1, `2·pad = dil·(k − 1)`).
     Conv2d {
-        /// Stride (h, w).
-        stride: [usize; 2],
-        /// Zero padding (h, w).
-        padding: [usize; 2],
-        /// Dilation (h, w).
-        dilation: [usize; 2],
-        /// Groups.
-        groups: usize,
+        /// Stride, padding, dilation, groups.
+        #[serde(flatten)]
+        geom: ConvGeom,
     },
     /// Transposed 2-D convolution (PyTorch layout). Operands
     /// `[x [n, c_in, h, w], w [c_in, c_out/g, kh, kw], (bias [c_out])]`.
@@ -452,40 +446,27 @@ pub enum Op {
     /// + dil·(kh − 1) + output_padding + 1 ≥ 1`; `output_padding` must be
     /// below `max(stride, dilation)` on each axis.
     ConvTranspose2d {
-        /// Stride.
-        stride: [usize; 2],
-        /// Padding.
-        padding: [usize; 2],
-        /// Dilation.
-        dilation: [usize; 2],
+        /// Stride, padding, dilation, groups.
+        #[serde(flatten)]
+        geom: ConvGeom,
         /// Extra size added to one side of the output.
         output_padding: [usize; 2],
-        /// Groups.
-        groups: usize,
     },
     /// Max or average pooling, NCHW. Operands `[x [n, c, h, w]]` (float) →
     /// `[n, c, h_out, w_out]` by the conv formula with dilation 1.
     Pool2d {
         /// `max` or `mean`.
         kind: ReduceOp,
-        /// Window.
-        kernel: [usize; 2],
-        /// Stride.
-        stride: [usize; 2],
-        /// Padding, at most `kernel/2` per axis. Padded positions never win a
-        /// max and are excluded from a mean's divisor (PyTorch
-        /// `count_include_pad=False`).
-        padding: [usize; 2],
+        /// Kernel, stride, padding.
+        #[serde(flatten)]
+        win: Window,
     },
     /// im2col, NCHW. Operands `[x [n, c, h, w]]` (any dtype: pure data
     /// movement) → `[n, c·kh·kw, h_out·w_out]`, rows ordered `(c, ky, kx)`.
     Im2Col {
-        /// Window.
-        kernel: [usize; 2],
-        /// Stride.
-        stride: [usize; 2],
-        /// Padding.
-        padding: [usize; 2],
+        /// Kernel, stride, padding.
+        #[serde(flatten)]
+        win: Window,
         /// Dilation.
         dilation: [usize; 2],
     },
@@ -526,91 +507,41 @@ pub enum Op {
         state_size: usize,
     },
     /// LSTM (PyTorch gate order i, f, g, o), batch-first. Operands
-    /// `[x [b, s, in], w_ih, w_hh, bias, h0, c0]` → `[b, s, dirs·hidden]`.
-    ///
-    /// **The recurrent-net layout** (the one definition; shared by `Gru` and
-    /// `Rnn` with `G` gates: LSTM 4 = i, f, g, o; GRU 3 = r, z, n; RNN 1).
-    /// `dirs = 2` if bidirectional else 1, `L = num_layers`; slot `l·dirs + d`
-    /// holds layer `l`, direction `d` (0 forward, 1 reverse):
-    /// * `w_ih [L·dirs, G·hidden, in_w]` where `in_w = in` for one layer,
-    ///   else `max(in, dirs·hidden)`; layer 0 reads the first `in` columns,
-    ///   later layers the first `dirs·hidden` (the rest is ignored padding).
-    ///   Slot `l·dirs + d` is PyTorch's `weight_ih_l{l}{_reverse}`.
-    /// * `w_hh [L·dirs, G·hidden, hidden]` (`weight_hh_l{l}{_reverse}`).
-    /// * `bias [L·dirs, G·hidden]` = PyTorch's `b_ih + b_hh` (exact for
-    ///   LSTM and Elman RNN, whose biases only ever add).
-    /// * `h0`, `c0 [L·dirs, b, hidden]` (PyTorch's `h_0` / `c_0`).
-    /// * Output `[b, s, dirs·hidden]`: the last layer's hidden states,
-    ///   forward then reverse along the feature axis (PyTorch `output` with
-    ///   `batch_first=True`); layer `l > 0` consumes that concatenation
-    ///   from layer `l − 1`.
-    /// * `carry` appends rows along the sequence axis: `L` rows with each
-    ///   layer's final h (layer 0 first; directions concatenated as in the
-    ///   output, the reverse direction's final state being the one after
-    ///   step 0), then for the LSTM `L` rows with the final c. So row `s + l`,
-    ///   features `d·hidden..(d+1)·hidden` is PyTorch's `h_n[l·dirs + d]`
-    ///   (and row `s + L + l` is `c_n[l·dirs + d]`): `[b, s + 2L, ..]` for
-    ///   the LSTM, `[b, s + L, ..]` for GRU / RNN. Needs a static `s`.
-    ///
-    /// All operands share x's float dtype; `in` must be static.
+    /// `[x [b, s, in], w_ih, w_hh, bias, h0, c0]` → `[b, s, dirs·hidden]`,
+    /// packed as [`Recurrent`] documents with `G = 4`; `carry` appends each
+    /// layer's final h and c as `2·num_layers` rows.
     Lstm {
-        /// Hidden size.
-        hidden: usize,
-        /// Stacked layers.
-        num_layers: usize,
-        /// Both directions.
-        bidirectional: bool,
-        /// Append each layer's final h and c as `2·num_layers` rows (see the
-        /// layout above).
-        carry: bool,
+        /// Size and stacking.
+        #[serde(flatten)]
+        net: Recurrent,
     },
     /// GRU (PyTorch gate order r, z, n). Operands `[x, w_ih, w_hh, b_ih, b_hh, h0]`,
-    /// packed as on [`Op::Lstm`] with `G = 3`; `b_ih` and `b_hh` are separate
-    /// (`[layers·dirs, 3·hidden]` each) because the n gate scales `b_hn` by r.
+    /// packed as [`Recurrent`] documents with `G = 3`; `b_ih` and `b_hh` are
+    /// separate (`[layers·dirs, 3·hidden]` each) because the n gate scales
+    /// `b_hn` by r.
     Gru {
-        /// Hidden size.
-        hidden: usize,
-        /// Layers.
-        num_layers: usize,
-        /// Both directions.
-        bidirectional: bool,
-        /// Append each layer's final h as `num_layers` rows (`[b, s + L, ..]`,
-        /// layout on [`Op::Lstm`]).
-        carry: bool,
+        /// Size and stacking.
+        #[serde(flatten)]
+        net: Recurrent,
     },
     /// Elman RNN (tanh or relu). Operands `[x, w_ih, w_hh, bias, h0]`, packed
-    /// as on [`Op::Lstm`] with `G = 1`.
+    /// as [`Recurrent`] documents with `G = 1`.
     Rnn {
-        /// Hidden size.
-        hidden: usize,
-        /// Layers.
-        num_layers: usize,
-        /// Both directions.
-        bidirectional: bool,
-        /// Append each layer's final h as `num_layers` rows (`[b, s + L, ..]`,
-        /// layout on [`Op::Lstm`]).
-        carry: bool,
+        /// Size and stacking.
+        #[serde(flatten)]
+        net: Recurrent,
         /// ReLU instead of tanh.
         relu: bool,
     },
     /// Generic scan. The body takes `num_carry` carries then one slice of each
     /// scanned operand, and returns `num_carry` new carries then `y`.
     /// Operands `[carry_init.., xs..]` (xs scanned along axis 0, length
-    /// `length`) → `y` stacked `[length, ..]`.
-    ///
-    /// The body must verify; its `Input` leaves, in node order, are the
-    /// carries (shapes equal to `carry_init`) then one slice per scanned
-    /// operand (its shape without axis 0); its outputs are the new carries
-    /// (shapes equal to `carry_init`) then `y`. Other leaves (params,
-    /// constants) are allowed. `length ≥ 1`; axis 0 of every xs must be the
-    /// static `length`.
+    /// `length`) → `y` stacked `[length, ..]`; the body's contract is on
+    /// [`ScanLoop`].
     Scan {
-        /// The body graph.
-        body: Box<Graph>,
-        /// Number of carried values.
-        num_carry: usize,
-        /// Steps.
-        length: usize,
+        /// Body, carries, steps.
+        #[serde(flatten)]
+        scan: ScanLoop,
         /// Scan from the end.
         reverse: bool,
     },
@@ -776,39 +707,26 @@ pub enum Op {
     /// Max-pool gradient. Operands `[x, dy]` → x's shape; dy must have the
     /// forward max-pool's output shape.
     MaxPool2dBackward {
-        /// Window.
-        kernel: [usize; 2],
-        /// Stride.
-        stride: [usize; 2],
-        /// Padding.
-        padding: [usize; 2],
+        /// The forward's kernel, stride, padding.
+        #[serde(flatten)]
+        win: Window,
     },
     /// Conv2d gradient w.r.t. input. Operands `[dy, w]` → `[n, c_in, h, w]`
     /// with `c_in = w.dims[1]·groups`, `(h, w) = input_hw`; dy must equal the
     /// forward conv's output shape.
     Conv2dBackwardInput {
-        /// Stride.
-        stride: [usize; 2],
-        /// Padding.
-        padding: [usize; 2],
-        /// Dilation.
-        dilation: [usize; 2],
-        /// Groups.
-        groups: usize,
+        /// The forward conv's stride, padding, dilation, groups.
+        #[serde(flatten)]
+        geom: ConvGeom,
         /// Spatial size of the forward input.
         input_hw: [usize; 2],
     },
     /// Conv2d gradient w.r.t. weight. Operands `[x, dy]` → `[c_out, c_in/g, kh, kw]`
     /// (`c_out` from dy); dy must equal the forward conv's output shape.
     Conv2dBackwardWeight {
-        /// Stride.
-        stride: [usize; 2],
-        /// Padding.
-        padding: [usize; 2],
-        /// Dilation.
-        dilation: [usize; 2],
-        /// Groups.
-        groups: usize,
+        /// The forward conv's stride, padding, dilation, groups.
+        #[serde(flatten)]
+        geom: ConvGeom,
         /// Kernel size.
         kernel: [usize; 2],
     },
@@ -867,12 +785,9 @@ pub enum Op {
     /// xs), each flattened, concatenated in operand order: `[Σ numel]` of their
     /// shared float dtype (targets must be static floats of one dtype).
     ScanBackward {
-        /// The forward body.
-        body: Box<Graph>,
-        /// Carries.
-        num_carry: usize,
-        /// Steps.
-        length: usize,
+        /// The forward's body, carries, steps.
+        #[serde(flatten)]
+        scan: ScanLoop,
         /// Differentiate w.r.t. xs (else the carries).
         wrt_xs: bool,
     },

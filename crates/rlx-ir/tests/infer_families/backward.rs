@@ -3,6 +3,7 @@
 use super::misc::{cfg, splat_inputs};
 use super::*;
 use rlx_ir::op::{AttnLayout, MaskKind, RopeKind, SpdOp, Wrt};
+use rlx_ir::op::{ConvGeom, ScanLoop, Window};
 use rlx_ir::Graph;
 
 #[test]
@@ -189,9 +190,11 @@ fn cumsum_and_gather_backward() {
 #[test]
 fn max_pool_backward() {
     let op = Op::MaxPool2dBackward {
-        kernel: [2, 2],
-        stride: [2, 2],
-        padding: [0, 0],
+        win: Window {
+            kernel: [2, 2],
+            stride: [2, 2],
+            padding: [0, 0],
+        },
     };
     let x = f32s(&[1, 3, 8, 8]);
     assert_eq!(ok(&op, &[x.clone(), f32s(&[1, 3, 4, 4])]), x);
@@ -207,10 +210,12 @@ fn max_pool_backward() {
 fn conv_backward() {
     let geo = ([2, 2], [1, 1], [1, 1], 2);
     let bi = Op::Conv2dBackwardInput {
-        stride: geo.0,
-        padding: geo.1,
-        dilation: geo.2,
-        groups: geo.3,
+        geom: ConvGeom {
+            stride: geo.0,
+            padding: geo.1,
+            dilation: geo.2,
+            groups: geo.3,
+        },
         input_hw: [9, 9],
     };
     let w = f32s(&[8, 2, 3, 3]);
@@ -222,10 +227,12 @@ fn conv_backward() {
         "dy vs forward conv output",
     );
     let bw = Op::Conv2dBackwardWeight {
-        stride: geo.0,
-        padding: geo.1,
-        dilation: geo.2,
-        groups: geo.3,
+        geom: ConvGeom {
+            stride: geo.0,
+            padding: geo.1,
+            dilation: geo.2,
+            groups: geo.3,
+        },
         kernel: [3, 3],
     };
     assert_eq!(ok(&bw, &[f32s(&[2, 4, 9, 9]), dy.clone()]), w);
@@ -372,9 +379,11 @@ fn scan_body() -> Graph {
 #[test]
 fn scan_backward() {
     let op = |wrt_xs| Op::ScanBackward {
-        body: Box::new(scan_body()),
-        num_carry: 2,
-        length: 6,
+        scan: ScanLoop {
+            body: Box::new(scan_body()),
+            num_carry: 2,
+            length: 6,
+        },
         wrt_xs,
     };
     let ins = [

@@ -2,13 +2,16 @@
 
 use super::*;
 use rlx_ir::op::ReduceOp;
+use rlx_ir::op::{ConvGeom, Window};
 
 fn conv(stride: usize, pad: usize, dil: usize, groups: usize) -> Op {
     Op::Conv2d {
-        stride: [stride; 2],
-        padding: [pad; 2],
-        dilation: [dil; 2],
-        groups,
+        geom: ConvGeom {
+            stride: [stride; 2],
+            padding: [pad; 2],
+            dilation: [dil; 2],
+            groups,
+        },
     }
 }
 
@@ -28,10 +31,12 @@ fn conv2d_shapes() {
     assert_eq!(y, f32s(&[1, 3, 6, 6]));
     // asymmetric attributes
     let op = Op::Conv2d {
-        stride: [1, 3],
-        padding: [0, 2],
-        dilation: [1, 1],
-        groups: 1,
+        geom: ConvGeom {
+            stride: [1, 3],
+            padding: [0, 2],
+            dilation: [1, 1],
+            groups: 1,
+        },
     };
     let y = ok(&op, &[f32s(&[1, 2, 5, 7]), f32s(&[4, 2, 5, 1])]);
     assert_eq!(y, f32s(&[1, 4, 1, 4]));
@@ -123,11 +128,13 @@ fn conv2d_rejections() {
 
 fn convt(stride: usize, pad: usize, out_pad: usize, groups: usize) -> Op {
     Op::ConvTranspose2d {
-        stride: [stride; 2],
-        padding: [pad; 2],
-        dilation: [1; 2],
+        geom: ConvGeom {
+            stride: [stride; 2],
+            padding: [pad; 2],
+            dilation: [1; 2],
+            groups,
+        },
         output_padding: [out_pad; 2],
-        groups,
     }
 }
 
@@ -187,10 +194,12 @@ fn conv_transpose2d_rejections() {
 
 fn pool(kind: ReduceOp, k: usize, s: usize, p: usize) -> Op {
     Op::Pool2d {
+        win: Window {
+            kernel: [k; 2],
+            stride: [s; 2],
+            padding: [p; 2],
+        },
         kind,
-        kernel: [k; 2],
-        stride: [s; 2],
-        padding: [p; 2],
     }
 }
 
@@ -227,18 +236,22 @@ fn pool2d_shapes_and_rejections() {
 #[test]
 fn im2col_shapes_and_rejections() {
     let op = Op::Im2Col {
-        kernel: [3, 3],
-        stride: [1, 1],
-        padding: [0, 0],
+        win: Window {
+            kernel: [3, 3],
+            stride: [1, 1],
+            padding: [0, 0],
+        },
         dilation: [1, 1],
     };
     assert_eq!(ok(&op, &[f32s(&[2, 3, 6, 6])]), f32s(&[2, 27, 16]));
     let x = shp(&[st(2), sym("c"), st(6), st(6)], DType::F32);
     err(&op, &[x], "c·kh·kw");
     let same = Op::Im2Col {
-        kernel: [3, 3],
-        stride: [1, 1],
-        padding: [1, 1],
+        win: Window {
+            kernel: [3, 3],
+            stride: [1, 1],
+            padding: [1, 1],
+        },
         dilation: [1, 1],
     };
     let x = shp(&[st(2), st(3), sym("h"), st(1)], DType::F32);

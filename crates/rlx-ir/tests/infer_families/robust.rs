@@ -7,6 +7,7 @@ use proptest::prelude::*;
 use rlx_ir::op::{
     AttnLayout, FftNorm, MaskKind, ReduceOp, RopeKind, SpdOp, SplatConfig, VqMetric, Wrt,
 };
+use rlx_ir::op::{ConvGeom, Recurrent, ScanLoop, Window};
 use rlx_ir::Graph;
 
 /// Ops of the five families with every size attribute set to `v`.
@@ -29,28 +30,36 @@ fn ops(v: usize) -> Vec<Op> {
     let body = Box::new(body);
     vec![
         Op::Conv2d {
-            stride: a2,
-            padding: a2,
-            dilation: a2,
-            groups: v,
+            geom: ConvGeom {
+                stride: a2,
+                padding: a2,
+                dilation: a2,
+                groups: v,
+            },
         },
         Op::ConvTranspose2d {
-            stride: a2,
-            padding: a2,
-            dilation: a2,
+            geom: ConvGeom {
+                stride: a2,
+                padding: a2,
+                dilation: a2,
+                groups: v,
+            },
             output_padding: [0, 0],
-            groups: v,
         },
         Op::Pool2d {
+            win: Window {
+                kernel: a2,
+                stride: a2,
+                padding: [0, 0],
+            },
             kind: ReduceOp::Max,
-            kernel: a2,
-            stride: a2,
-            padding: [0, 0],
         },
         Op::Im2Col {
-            kernel: a2,
-            stride: a2,
-            padding: a2,
+            win: Window {
+                kernel: a2,
+                stride: a2,
+                padding: a2,
+            },
             dilation: a2,
         },
         Op::SelectiveScan,
@@ -64,28 +73,36 @@ fn ops(v: usize) -> Vec<Op> {
             state_size: v,
         },
         Op::Lstm {
-            hidden: v,
-            num_layers: v,
-            bidirectional: true,
-            carry: true,
+            net: Recurrent {
+                hidden: v,
+                num_layers: v,
+                bidirectional: true,
+                carry: true,
+            },
         },
         Op::Gru {
-            hidden: v,
-            num_layers: v,
-            bidirectional: false,
-            carry: true,
+            net: Recurrent {
+                hidden: v,
+                num_layers: v,
+                bidirectional: false,
+                carry: true,
+            },
         },
         Op::Rnn {
-            hidden: v,
-            num_layers: v,
-            bidirectional: true,
-            carry: false,
+            net: Recurrent {
+                hidden: v,
+                num_layers: v,
+                bidirectional: true,
+                carry: false,
+            },
             relu: false,
         },
         Op::Scan {
-            body: body.clone(),
-            num_carry: v,
-            length: v,
+            scan: ScanLoop {
+                body: body.clone(),
+                num_carry: v,
+                length: v,
+            },
             reverse: false,
         },
         Op::Fft {
@@ -152,22 +169,28 @@ fn ops(v: usize) -> Vec<Op> {
             axis_dim: v,
         },
         Op::MaxPool2dBackward {
-            kernel: a2,
-            stride: a2,
-            padding: [0, 0],
+            win: Window {
+                kernel: a2,
+                stride: a2,
+                padding: [0, 0],
+            },
         },
         Op::Conv2dBackwardInput {
-            stride: a2,
-            padding: a2,
-            dilation: a2,
-            groups: v,
+            geom: ConvGeom {
+                stride: a2,
+                padding: a2,
+                dilation: a2,
+                groups: v,
+            },
             input_hw: a2,
         },
         Op::Conv2dBackwardWeight {
-            stride: a2,
-            padding: a2,
-            dilation: a2,
-            groups: v,
+            geom: ConvGeom {
+                stride: a2,
+                padding: a2,
+                dilation: a2,
+                groups: v,
+            },
             kernel: a2,
         },
         Op::AdaLayerNormBackward {
@@ -187,9 +210,11 @@ fn ops(v: usize) -> Vec<Op> {
             eps: 0.1,
         },
         Op::ScanBackward {
-            body,
-            num_carry: v,
-            length: v,
+            scan: ScanLoop {
+                body,
+                num_carry: v,
+                length: v,
+            },
             wrt_xs: v.is_multiple_of(2),
         },
     ]
@@ -238,16 +263,20 @@ proptest! {
 /// Valid (op, operands) pairs whose operands the next test perturbs.
 fn valid_cases() -> Vec<(Op, Vec<Shape>)> {
     let conv = |groups| Op::Conv2d {
-        stride: [2, 1],
-        padding: [1, 0],
-        dilation: [1, 2],
-        groups,
+        geom: ConvGeom {
+            stride: [2, 1],
+            padding: [1, 0],
+            dilation: [1, 2],
+            groups,
+        },
     };
     let bw = Op::Conv2dBackwardWeight {
-        stride: [1, 1],
-        padding: [1, 1],
-        dilation: [1, 1],
-        groups: 1,
+        geom: ConvGeom {
+            stride: [1, 1],
+            padding: [1, 1],
+            dilation: [1, 1],
+            groups: 1,
+        },
         kernel: [3, 3],
     };
     let mut splat = super::misc::splat_inputs(st(5));
@@ -259,29 +288,35 @@ fn valid_cases() -> Vec<(Op, Vec<Shape>)> {
         ),
         (
             Op::ConvTranspose2d {
-                stride: [2, 2],
-                padding: [1, 1],
-                dilation: [1, 1],
+                geom: ConvGeom {
+                    stride: [2, 2],
+                    padding: [1, 1],
+                    dilation: [1, 1],
+                    groups: 1,
+                },
                 output_padding: [1, 1],
-                groups: 1,
             },
             vec![f32s(&[1, 4, 5, 5]), f32s(&[4, 3, 3, 3])],
         ),
         (
             Op::Im2Col {
-                kernel: [3, 3],
-                stride: [1, 1],
-                padding: [1, 1],
+                win: Window {
+                    kernel: [3, 3],
+                    stride: [1, 1],
+                    padding: [1, 1],
+                },
                 dilation: [1, 1],
             },
             vec![f32s(&[2, 3, 6, 6])],
         ),
         (
             Op::Lstm {
-                hidden: 5,
-                num_layers: 2,
-                bidirectional: true,
-                carry: true,
+                net: Recurrent {
+                    hidden: 5,
+                    num_layers: 2,
+                    bidirectional: true,
+                    carry: true,
+                },
             },
             vec![
                 f32s(&[2, 7, 3]),

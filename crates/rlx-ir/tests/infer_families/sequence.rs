@@ -1,6 +1,7 @@
 //! Sequence family: SSM scans, GDN, LSTM/GRU/RNN, generic scan.
 
 use super::*;
+use rlx_ir::op::{Recurrent, ScanLoop};
 use rlx_ir::Graph;
 
 #[test]
@@ -94,10 +95,12 @@ fn gated_delta_net() {
 
 fn lstm(layers: usize, bidirectional: bool, carry: bool) -> Op {
     Op::Lstm {
-        hidden: 5,
-        num_layers: layers,
-        bidirectional,
-        carry,
+        net: Recurrent {
+            hidden: 5,
+            num_layers: layers,
+            bidirectional,
+            carry,
+        },
     }
 }
 
@@ -149,10 +152,12 @@ fn lstm_packed_weights() {
 #[test]
 fn gru_and_rnn() {
     let gru = Op::Gru {
-        hidden: 5,
-        num_layers: 1,
-        bidirectional: false,
-        carry: true,
+        net: Recurrent {
+            hidden: 5,
+            num_layers: 1,
+            bidirectional: false,
+            carry: true,
+        },
     };
     let ins = [
         f32s(&[2, 7, 3]),
@@ -167,10 +172,12 @@ fn gru_and_rnn() {
     bad[4] = f32s(&[1, 20]);
     err(&gru, &bad, "b_hh must be [1, 15]");
     let rnn = Op::Rnn {
-        hidden: 4,
-        num_layers: 1,
-        bidirectional: true,
-        carry: false,
+        net: Recurrent {
+            hidden: 4,
+            num_layers: 1,
+            bidirectional: true,
+            carry: false,
+        },
         relu: true,
     };
     let ins = [
@@ -205,9 +212,11 @@ fn body(y_dims: &[usize]) -> Graph {
 
 fn scan(body: Graph, num_carry: usize, length: usize) -> Op {
     Op::Scan {
-        body: Box::new(body),
-        num_carry,
-        length,
+        scan: ScanLoop {
+            body: Box::new(body),
+            num_carry,
+            length,
+        },
         reverse: false,
     }
 }

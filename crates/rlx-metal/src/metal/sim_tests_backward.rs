@@ -16,6 +16,7 @@ use super::tests::{assert_close, assert_same, compiled, node};
 use super::*;
 use crate::metal::plan::Command;
 use rlx_ir::op::{Activation, AttnLayout, MaskKind, RopeKind, Wrt};
+use rlx_ir::op::{ConvGeom, Window};
 use rlx_ir::{DType, Graph, NodeId, Op, Shape};
 
 fn input(g: &mut Graph, dims: &[usize], dt: DType) -> NodeId {
@@ -228,9 +229,11 @@ fn pool_and_conv_gradients_match_host() {
     );
     let pdy = input(&mut g, &[2, 3, 4, 5], f);
     let pool = Op::MaxPool2dBackward {
-        kernel: [3, 3],
-        stride: [2, 2],
-        padding: [1, 1],
+        win: Window {
+            kernel: [3, 3],
+            stride: [2, 2],
+            padding: [1, 1],
+        },
     };
     let dxp = node(&mut g, pool, &[x, pdy]);
     // conv: c_in 4, c_out 6, groups 2, kernel 3×2, stride (2, 1), padding
@@ -240,18 +243,22 @@ fn pool_and_conv_gradients_match_host() {
     let cdy = input(&mut g, &[2, 6, 4, 11], f);
     let (stride, padding, dilation, groups) = ([2, 1], [1, 2], [1, 2], 2);
     let bi = Op::Conv2dBackwardInput {
-        stride,
-        padding,
-        dilation,
-        groups,
+        geom: ConvGeom {
+            stride,
+            padding,
+            dilation,
+            groups,
+        },
         input_hw: [7, 9],
     };
     let dx = node(&mut g, bi, &[cdy, w]);
     let bw = Op::Conv2dBackwardWeight {
-        stride,
-        padding,
-        dilation,
-        groups,
+        geom: ConvGeom {
+            stride,
+            padding,
+            dilation,
+            groups,
+        },
         kernel: [3, 2],
     };
     let dw = node(&mut g, bw, &[cx, cdy]);

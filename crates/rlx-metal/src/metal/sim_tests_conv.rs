@@ -4,6 +4,7 @@
 
 use super::tests::{assert_same, compiled, node};
 use super::*;
+use rlx_ir::op::ConvGeom;
 use rlx_ir::op::{Activation, BinaryOp};
 use rlx_ir::{DType, Graph, Op, Shape};
 
@@ -41,10 +42,12 @@ fn graph(w: usize, c: usize, k: usize) -> Graph {
         &[t],
     );
     let conv = Op::Conv2d {
-        stride: [1, 1],
-        padding: [0, 0],
-        dilation: [1, 1],
-        groups: c,
+        geom: ConvGeom {
+            stride: [1, 1],
+            padding: [0, 0],
+            dilation: [1, 1],
+            groups: c,
+        },
     };
     let y = node(&mut g, conv, &[bcw, wt]);
     let y = node(

@@ -12,6 +12,7 @@ use super::tests::{assert_same, compiled, node};
 use super::*;
 use crate::compile::lower::conv::gemm_plan;
 use rlx_ir::op::ReduceOp;
+use rlx_ir::op::{ConvGeom, Window};
 use rlx_ir::{DType, Graph, NodeId, Op, Shape};
 
 fn param(g: &mut Graph, d: &[usize]) -> NodeId {
@@ -29,10 +30,12 @@ fn conv(g: &mut Graph, x: NodeId, w: &[usize], s: usize, p: usize, d: usize, gr:
     let wt = param(g, w);
     let b = param(g, &[w[0]]);
     let op = Op::Conv2d {
-        stride: [s, s],
-        padding: [p, p],
-        dilation: [d, d],
-        groups: gr,
+        geom: ConvGeom {
+            stride: [s, s],
+            padding: [p, p],
+            dilation: [d, d],
+            groups: gr,
+        },
     };
     node(g, op, &[x, wt, b])
 }
@@ -56,10 +59,12 @@ fn graph(dt: DType) -> Graph {
     let (ga, ba) = (param(&mut g, &[16]), param(&mut g, &[16]));
     let ln = node(&mut g, Op::LayerNorm2d { eps: 1e-6 }, &[c, ga, ba]);
     let pool = |kind| Op::Pool2d {
+        win: Window {
+            kernel: [3, 3],
+            stride: [2, 2],
+            padding: [1, 1],
+        },
         kind,
-        kernel: [3, 3],
-        stride: [2, 2],
-        padding: [1, 1],
     };
     let mx = node(&mut g, pool(ReduceOp::Max), &[ln]); // [2, 16, 2, 3]
     let mean = node(&mut g, pool(ReduceOp::Mean), &[ln]);
@@ -72,17 +77,21 @@ fn graph(dt: DType) -> Graph {
     let gn = node(&mut g, gn, &[up, gg, gb]);
     let wt = param(&mut g, &[16, 3, 3, 3]);
     let ct = Op::ConvTranspose2d {
-        stride: [2, 2],
-        padding: [1, 1],
-        dilation: [1, 1],
+        geom: ConvGeom {
+            stride: [2, 2],
+            padding: [1, 1],
+            dilation: [1, 1],
+            groups: 2,
+        },
         output_padding: [1, 0],
-        groups: 2,
     };
     let ct = node(&mut g, ct, &[gn, wt]); // [2, 6, 8, 11]
     let cols = Op::Im2Col {
-        kernel: [2, 3],
-        stride: [2, 1],
-        padding: [1, 1],
+        win: Window {
+            kernel: [2, 3],
+            stride: [2, 1],
+            padding: [1, 1],
+        },
         dilation: [2, 2],
     };
     let cols = node(&mut g, cols, &[x]);

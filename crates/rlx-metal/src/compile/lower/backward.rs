@@ -31,6 +31,7 @@ use crate::thunk::shape::Transpose;
 use crate::thunk::signal::LogMelBackward;
 use crate::thunk::HalfFlag;
 use rlx_ir::op::{AttnLayout, MaskKind, ReduceOp, RopeKind, Wrt};
+use rlx_ir::op::{ConvGeom, Window};
 use rlx_ir::{DType, Op};
 
 pub(super) fn lower(ctx: &mut Ctx<'_>, op: &Op) -> Result<(), CompileError> {
@@ -52,22 +53,31 @@ pub(super) fn lower(ctx: &mut Ctx<'_>, op: &Op) -> Result<(), CompileError> {
         Op::CumsumBackward { axis, exclusive } => cumsum(ctx, *axis, *exclusive),
         Op::GatherBackward { axis, axis_dim } => gather(ctx, *axis, *axis_dim),
         Op::MaxPool2dBackward {
-            kernel,
-            stride,
-            padding,
+            win:
+                Window {
+                    kernel,
+                    stride,
+                    padding,
+                },
         } => max_pool(ctx, *kernel, *stride, *padding),
         Op::Conv2dBackwardInput {
-            stride,
-            padding,
-            dilation,
-            groups,
+            geom:
+                ConvGeom {
+                    stride,
+                    padding,
+                    dilation,
+                    groups,
+                },
             ..
         } => conv_input(ctx, *stride, *padding, *dilation, *groups),
         Op::Conv2dBackwardWeight {
-            stride,
-            padding,
-            dilation,
-            groups,
+            geom:
+                ConvGeom {
+                    stride,
+                    padding,
+                    dilation,
+                    groups,
+                },
             kernel,
         } => conv_weight(ctx, *stride, *padding, *dilation, *groups, *kernel),
         Op::AdaLayerNormBackward { eps, layer_norm } => modulated(ctx, Some((*eps, *layer_norm))),

@@ -4,6 +4,7 @@
 
 use crate::compile::lower::{lower, CompileOptions};
 use crate::thunk::Thunk;
+use rlx_ir::op::ScanLoop;
 use rlx_ir::op::{AttnLayout, BinaryOp, MaskKind, RopeKind, Wrt};
 use rlx_ir::{DType, Graph, NodeId, Op, Shape};
 
@@ -132,9 +133,11 @@ fn scan_backward_is_a_host_op() {
     let xs = input(&mut g, &[3, 4]);
     let dy = input(&mut g, &[3, 4]);
     let op = Op::ScanBackward {
-        body: Box::new(body),
-        num_carry: 1,
-        length: 3,
+        scan: ScanLoop {
+            body: Box::new(body),
+            num_carry: 1,
+            length: 3,
+        },
         wrt_xs: true,
     };
     let o = g.add(op, &[c0, xs, dy], "o").unwrap();

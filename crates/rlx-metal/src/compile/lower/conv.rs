@@ -17,6 +17,7 @@ use crate::thunk::conv::{Conv2D, ConvTranspose2d, Im2Col, Pool2D};
 use crate::thunk::matmul::BatchedSgemm;
 use crate::thunk::HalfFlag;
 use rlx_ir::op::BinaryOp;
+use rlx_ir::op::{ConvGeom, Window};
 use rlx_ir::{DType, Op};
 
 /// `out += bias[c]` over NCHW `dims`, in place.
@@ -153,10 +154,13 @@ fn lower_f32(ctx: &mut Ctx<'_>, op: &Op, dst: usize) -> Result<(), CompileError>
     let u = |ctx: &Ctx<'_>, v: usize, w: &str| ctx.u32(v, w);
     match op {
         Op::Conv2d {
-            stride,
-            padding,
-            dilation,
-            groups,
+            geom:
+                ConvGeom {
+                    stride,
+                    padding,
+                    dilation,
+                    groups,
+                },
         } => {
             let wd = ctx.in_dims(1);
             let weight = converted(ctx, 1, DType::F32)?;
@@ -189,10 +193,13 @@ fn lower_f32(ctx: &mut Ctx<'_>, op: &Op, dst: usize) -> Result<(), CompileError>
             Ok(())
         }
         Op::ConvTranspose2d {
-            stride,
-            padding,
-            dilation,
-            groups,
+            geom:
+                ConvGeom {
+                    stride,
+                    padding,
+                    dilation,
+                    groups,
+                },
             ..
         } => {
             let wd = ctx.in_dims(1);
@@ -226,10 +233,13 @@ fn lower_f32(ctx: &mut Ctx<'_>, op: &Op, dst: usize) -> Result<(), CompileError>
             Ok(())
         }
         Op::Pool2d {
+            win:
+                Window {
+                    kernel,
+                    stride,
+                    padding,
+                },
             kind,
-            kernel,
-            stride,
-            padding,
         } => {
             ctx.push(Pool2D {
                 src: x,
@@ -251,9 +261,12 @@ fn lower_f32(ctx: &mut Ctx<'_>, op: &Op, dst: usize) -> Result<(), CompileError>
             Ok(())
         }
         Op::Im2Col {
-            kernel,
-            stride,
-            padding,
+            win:
+                Window {
+                    kernel,
+                    stride,
+                    padding,
+                },
             dilation,
         } => {
             let (kh, kw) = (kernel[0], kernel[1]);

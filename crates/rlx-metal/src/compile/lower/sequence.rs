@@ -16,6 +16,7 @@ use super::Ctx;
 use crate::compile::error::CompileError;
 use crate::thunk::host::{ScanHost, ScanHostDesc};
 use crate::thunk::sequence::{GatedDeltaNet, Gru, Lstm, Mamba2, Rnn, SelectiveScan};
+use rlx_ir::op::{Recurrent, ScanLoop};
 use rlx_ir::{DType, Op};
 
 /// Fail unless the op's (shared) dtype is f32, or f16 when `f16_ok`;
@@ -104,10 +105,13 @@ pub(super) fn lower(ctx: &mut Ctx<'_>, op: &Op) -> Result<(), CompileError> {
             });
         }
         Op::Lstm {
-            hidden,
-            num_layers,
-            bidirectional,
-            carry,
+            net:
+                Recurrent {
+                    hidden,
+                    num_layers,
+                    bidirectional,
+                    carry,
+                },
         } => {
             float_kind(ctx, false)?;
             let [batch, seq, input_size] = bsl(ctx, 0)?;
@@ -129,10 +133,13 @@ pub(super) fn lower(ctx: &mut Ctx<'_>, op: &Op) -> Result<(), CompileError> {
             });
         }
         Op::Gru {
-            hidden,
-            num_layers,
-            bidirectional,
-            carry,
+            net:
+                Recurrent {
+                    hidden,
+                    num_layers,
+                    bidirectional,
+                    carry,
+                },
         } => {
             float_kind(ctx, false)?;
             let [batch, seq, input_size] = bsl(ctx, 0)?;
@@ -154,10 +161,13 @@ pub(super) fn lower(ctx: &mut Ctx<'_>, op: &Op) -> Result<(), CompileError> {
             });
         }
         Op::Rnn {
-            hidden,
-            num_layers,
-            bidirectional,
-            carry,
+            net:
+                Recurrent {
+                    hidden,
+                    num_layers,
+                    bidirectional,
+                    carry,
+                },
             relu,
         } => {
             float_kind(ctx, false)?;
@@ -180,9 +190,12 @@ pub(super) fn lower(ctx: &mut Ctx<'_>, op: &Op) -> Result<(), CompileError> {
             });
         }
         Op::Scan {
-            body,
-            num_carry,
-            length,
+            scan:
+                ScanLoop {
+                    body,
+                    num_carry,
+                    length,
+                },
             reverse,
         } => {
             let operand = |ctx: &Ctx<'_>, i: usize| -> Result<_, CompileError> {

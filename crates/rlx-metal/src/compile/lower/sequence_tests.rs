@@ -4,6 +4,7 @@
 use super::*;
 use crate::thunk::io::ByteRange;
 use crate::thunk::sequence::recurrent_sizes;
+use rlx_ir::op::{Recurrent, ScanLoop};
 
 fn sh(d: &[usize], dt: DType) -> Shape {
     Shape::of(d, dt)
@@ -148,10 +149,12 @@ fn recurrent_nets_read_the_ir_layout() {
         let (op, ins) = match name {
             "lstm" => (
                 Op::Lstm {
-                    hidden: hid,
-                    num_layers: l,
-                    bidirectional: true,
-                    carry: true,
+                    net: Recurrent {
+                        hidden: hid,
+                        num_layers: l,
+                        bidirectional: true,
+                        carry: true,
+                    },
                 },
                 {
                     let c0 = leaf(&mut g, &format!("c0_{name}"), &[slots, b, hid], f);
@@ -160,19 +163,23 @@ fn recurrent_nets_read_the_ir_layout() {
             ),
             "gru" => (
                 Op::Gru {
-                    hidden: hid,
-                    num_layers: l,
-                    bidirectional: true,
-                    carry: true,
+                    net: Recurrent {
+                        hidden: hid,
+                        num_layers: l,
+                        bidirectional: true,
+                        carry: true,
+                    },
                 },
                 vec![x, w_ih, w_hh, b1, b2, h0],
             ),
             _ => (
                 Op::Rnn {
-                    hidden: hid,
-                    num_layers: l,
-                    bidirectional: true,
-                    carry: true,
+                    net: Recurrent {
+                        hidden: hid,
+                        num_layers: l,
+                        bidirectional: true,
+                        carry: true,
+                    },
                     relu: false,
                 },
                 vec![x, w_ih, w_hh, b1, h0],
@@ -216,9 +223,11 @@ fn scan_lowers_to_scan_host_with_the_body() {
     let c0 = leaf(&mut g, "c0", &[4], f);
     let xs = leaf(&mut g, "xs", &[6, 4], f);
     let op = Op::Scan {
-        body: Box::new(body.clone()),
-        num_carry: 1,
-        length: 6,
+        scan: ScanLoop {
+            body: Box::new(body.clone()),
+            num_carry: 1,
+            length: 6,
+        },
         reverse: true,
     };
     let y = g.add(op, &[c0, xs], "y").unwrap();
