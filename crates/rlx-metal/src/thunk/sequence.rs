@@ -4,7 +4,7 @@
 //! # Recurrent weight layout
 //!
 //! LSTM / GRU / RNN operands use the layout documented once on
-//! `rlx_ir::Op::Lstm` (padded `w_ih [L·dirs, G·hidden, in_w]`, `w_hh
+//! `rlx_ir::op::Recurrent` (padded `w_ih [L·dirs, G·hidden, in_w]`, `w_hh
 //! [L·dirs, G·hidden, hidden]`, biases `[L·dirs, G·hidden]`, `h0` / `c0
 //! [L·dirs, batch, hidden]`, output `[batch, seq + extra, dirs·hidden]` with
 //! `extra = carry rows · L` when `carry`); [`recurrent_sizes`] computes it.

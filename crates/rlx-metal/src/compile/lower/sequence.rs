@@ -6,7 +6,7 @@
 //! * `selective_scan` → [`SelectiveScan`], `mamba2` → [`Mamba2`] (f32; the
 //!   optional 6th operand, a `State` leaf, becomes the thunk's `state`);
 //! * `lstm` / `gru` / `rnn` → [`Lstm`] / [`Gru`] / [`Rnn`] (f32; layout on
-//!   `rlx_ir::Op::Lstm`);
+//!   `rlx_ir::op::Recurrent`);
 //! * `scan` → [`ScanHost`] carrying the body graph.
 //!
 //! Other dtypes are refused with an `Unsupported` error naming the op and

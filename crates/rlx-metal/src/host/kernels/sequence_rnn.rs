@@ -1,6 +1,6 @@
 //! LSTM / GRU / Elman RNN with PyTorch semantics (gate orders i, f, g, o
 //! and r, z, n; batch-first) on the packed layout documented on
-//! `rlx_ir::Op::Lstm`: padded `w_ih [L·D, G·H, in_w]`, `w_hh [L·D, G·H,
+//! `rlx_ir::op::Recurrent`: padded `w_ih [L·D, G·H, in_w]`, `w_hh [L·D, G·H,
 //! H]`, biases `[L·D, G·H]`, `h0` / `c0 [L·D, b, H]`, output `[b, s +
 //! carry rows, D·H]`.
 //!

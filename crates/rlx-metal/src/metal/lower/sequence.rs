@@ -248,7 +248,7 @@ fn recurrent(i: usize, t: &Thunk) -> Option<Lowered> {
         c.rows_per_layer,
     );
     let dirs: u32 = if c.bidirectional { 2 } else { 1 };
-    // one padded width for every slot (rlx_ir::Op::Lstm's layout)
+    // one padded width for every slot (rlx_ir::op::Recurrent's layout)
     let in_w = u32::try_from(z.in_w).ok()?;
     let args = RnnArgs {
         batch: c.batch,
