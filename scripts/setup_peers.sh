@@ -7,6 +7,7 @@
 #   RLX_PEER_VENV=~/peers bash scripts/setup_peers.sh
 #   WITH_LLAMA_BENCH=1 bash scripts/setup_peers.sh   # also build llama-bench + llama-completion
 #   WITH_LLAMA_BENCH=1 NO_LLAMA_CPP_PYTHON=1 bash scripts/setup_peers.sh   # the binaries only
+#   WITH_LLAMA_SERVER=1 bash scripts/setup_peers.sh  # also llama-server (bench/serve.py)
 #
 # What it installs (versions that worked on the 2-core AVX-512/AMX Xeon dev machines):
 # - torch 2.13.0 from PyPI (a CUDA build, ~4 GB with its nvidia-* wheels; runs on CPU here),
@@ -86,6 +87,24 @@ if [ -n "${WITH_LLAMA_BENCH:-}" ] && [ ! -x "$PEER/bin/llama-bench" ]; then
   cp "$LB/bin/llama-bench" "$LB/bin/llama-completion" "$PEER/bin/"
   "$PEER/bin/llama-bench" --help >/dev/null
   echo "llama-bench built in $(($(date +%s) - start)) s"
+fi
+
+if [ -n "${WITH_LLAMA_SERVER:-}" ] && [ ! -x "$PEER/bin/llama-server" ]; then
+  # the same build directory and flags as llama-bench, with the server target switched on
+  # (no OpenSSL / curl: bench/serve.py talks plain HTTP on loopback); 76 more steps
+  echo "== llama-server"
+  start=$(date +%s)
+  LB="$BUILD/llama-bench-build"
+  # shellcheck disable=SC2086
+  nice -n "$NICE" "$PEER/bin/cmake" -S "$SRC/vendor/llama.cpp" -B "$LB" -G Ninja \
+    -DCMAKE_MAKE_PROGRAM="$PEER/bin/ninja" -DCMAKE_BUILD_TYPE=Release -DBUILD_SHARED_LIBS=OFF \
+    -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_SERVER=ON \
+    -DLLAMA_BUILD_APP=OFF -DLLAMA_BUILD_TOOLS=ON -DLLAMA_OPENSSL=OFF -DLLAMA_CURL=OFF \
+    $GGML_FLAGS >/dev/null
+  nice -n "$NICE" "$PEER/bin/cmake" --build "$LB" --target llama-server -j 2
+  cp "$LB/bin/llama-server" "$PEER/bin/"
+  "$PEER/bin/llama-server" --help >/dev/null
+  echo "llama-server built in $(($(date +%s) - start)) s"
 fi
 
 "$PEER/bin/python" - <<'EOF'
