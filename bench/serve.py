@@ -196,8 +196,8 @@ def _table(figs: dict[str, dict[int, list[float]]], engines: list[str], args: An
         f"Measured {when} by `bench/serve.py` ({args.rounds} alternating rounds, medians): "
         f"{gguf.name}, {args.slots} slots, {args.threads} threads, {args.tokens} greedy "
         f"tokens per stream, aggregate completion tokens/s (prefill included). "
-        f"Load average at the end {_loadavg()} (shared machine, other work running: "
-        "figures are noisy).",
+        f"Load average at the end {_loadavg()} (the per-round loads are in the "
+        "script's output; above ~2 on this 2-core machine the figures are noisy).",
         "",
         "| engine | " + " | ".join(f"{n} stream{'s' if n > 1 else ''} t/s" for n in LEVELS) + " |",
         "|---|" + "---:|" * len(LEVELS),
