@@ -37,8 +37,7 @@ import time
 from pathlib import Path
 from typing import Any, Optional
 
-BENCH = str(Path(__file__).resolve().parent)
-sys.path.insert(0, BENCH)
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 from harness import (  # noqa: E402
     MAX_OTHERS,
     RLX_PYTHON,
@@ -70,16 +69,8 @@ B16 = {
 LABELS = 1000
 
 
-def _unshadow() -> None:
-    """Drop bench/ from the import path: its kernels.py would shadow the HF
-    ``kernels`` package transformers' ViT imports."""
-    sys.path[:] = [p for p in sys.path if p not in (BENCH, "")]
-    sys.modules.pop("kernels", None)
-
-
 def make() -> None:
     """The random ViT-B/16-size directory (peer python: torch + transformers)."""
-    _unshadow()
     import torch
     from transformers import ViTConfig, ViTForImageClassification
 
@@ -119,7 +110,6 @@ def child_rlx(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def child_torch(args: argparse.Namespace) -> dict[str, Any]:
-    _unshadow()
     import torch
     from transformers import ViTForImageClassification
 

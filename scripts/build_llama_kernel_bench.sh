@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Build llama.cpp's test-backend-ops for bench/kernels.py (per-kernel figures beside rlx's).
+# Build llama.cpp's test-backend-ops for bench/gguf_kernels.py (per-kernel figures beside rlx's).
 #
 # It compiles the peer llama.cpp tree's tests/test-backend-ops.cpp against the static
 # ggml libraries of the llama-bench build (scripts/setup_peers.sh, WITH_LLAMA_BENCH=1),

@@ -29,10 +29,10 @@ llama.cpp's load-time repacking of weights (its CPU "extra" buffer types), so it
 figure is the generic kernel's. Missing binary: the llama.cpp columns read n/a.
 
 Bandwidth: bench/membw.rs at 2 GiB (memory) and 32 MiB (cache-resident), same
-threads. The Markdown goes into BENCHMARKS.md between the ``kernels.py``
+threads. The Markdown goes into BENCHMARKS.md between the ``gguf_kernels.py``
 markers unless ``--no-write``.
 
-    python bench/kernels.py [--threads 2] [--runs 20] [--m 1 64 256] [--no-write]
+    python bench/gguf_kernels.py [--threads 2] [--runs 20] [--m 1 64 256] [--no-write]
 """
 
 from __future__ import annotations
@@ -215,7 +215,7 @@ def main(argv: Optional[list[str]] = None) -> int:
         rows.append("| " + " | ".join(cells) + " |")
         print(rows[-1], flush=True)
     section = [
-        f"Measured {now()} by `bench/kernels.py`, {a.threads} threads, median of {a.runs} "
+        f"Measured {now()} by `bench/gguf_kernels.py`, {a.threads} threads, median of {a.runs} "
         "runs per figure (GEMM: a quarter of that).",
         "",
         f"- Machine: {machine()}",
@@ -229,7 +229,7 @@ def main(argv: Optional[list[str]] = None) -> int:
         *rows,
     ]
     if not a.no_write:
-        write_section("kernels.py", section, "Kernels: GB/s per GGUF type (issue 14 point 2)")
+        write_section("gguf_kernels.py", section, "Kernels: GB/s per GGUF type (issue 14 point 2)")
     print("\n".join(section))
     return 0
 
