@@ -422,6 +422,35 @@ class Executable:
             ins = {name: self._io_view(slot) for name, slot in self.inputs.items()}
             return ins, {slot.name: self._io_view(slot) for slot in self.outputs}
 
+    def run_step(self, step: Any, token: int, pos: int) -> None:
+        """Run a native decode step (``_rlx.DecodeStep``, laid out on this
+        executable's arena): it writes token ``token``'s inputs at position
+        ``pos`` and runs, under this executable's lock."""
+        lock = self._lock  # ``_hold`` inlined: this is the per-token path
+        lock.acquire()
+        if lock is not self._lock:  # share_state swapped it while we waited
+            lock.release()
+            with self._hold():
+                self._step_native(step, token, pos)
+            return
+        try:
+            self._step_native(step, token, pos)
+        finally:
+            lock.release()
+
+    def _step_native(self, step: Any, token: int, pos: int) -> None:
+        self._check_params()
+        if _trace.TRACER is None:
+            step.run(self._native, self._fallback, token, pos)
+        else:
+            run = lambda: step.run(self._native, self._fallback, token, pos)  # noqa: E731
+            _trace.TRACER.run(self, run, None)
+
+    def arena_offset(self, slot: _Slot) -> Optional[int]:
+        """Byte offset of ``slot`` in the arena, None when it lives elsewhere."""
+        kind, _, raw = reference.decode_offset(slot.offset)
+        return raw if kind == "arena" else None
+
     def run_bound(self, active: Optional[int] = None) -> None:
         """Run on the inputs already written through :meth:`io_views` (no
         input checks or copies, no output copies): the per-token path of a

@@ -122,7 +122,7 @@ def decode_profile(model: DecoderModel, n: int = 64, depth: int = 0) -> dict[str
     exe = model.compiled(1, decode=True)[2]
     inside = [0.0, 0.0]  # wall, thread CPU
     orig: dict[str, Callable[..., Any]] = {}
-    for meth in ("run", "run_active", "run_bound"):
+    for meth in ("run", "run_active", "run_bound", "run_step"):
         fn = getattr(exe, meth, None)
         if fn is None:
             continue

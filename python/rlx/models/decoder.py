@@ -65,6 +65,9 @@ CACHE_CAPS = (256, 1024, 4096, 16384)
 #: default cache mode of :class:`DecoderModel` (see the module doc): None =
 #: in-place when :func:`inplace_available`, else copy.
 INPLACE_CACHE: Optional[bool] = None
+#: decode steps write their inputs and run in one native call
+#: (``_rlx.DecodeStep``) when the build has it; False keeps the numpy writes.
+NATIVE_STEP = True
 #: run prompts shorter than their bucket on a prefix of it (active extent)
 #: when the compiled graph allows; False computes the padded rows as well.
 ACTIVE_EXTENT = True
@@ -165,16 +168,41 @@ class _DecodeStep:
             return False
         trig = [(inv, ins[f"cos_{j}"][0], ins[f"sin_{j}"][0]) for j, inv in enumerate(self.rope)]
         row = ins["row"] if "row" in ins else None
-        return exe, ins["x"][0], trig, ins["slots"].reshape(-1), ins["kv_len"], row, outs["logits"]
+        native = self._native_step(exe) if NATIVE_STEP else None
+        return exe, ins["x"][0], trig, ins["slots"].reshape(-1), ins["kv_len"], row, \
+            outs["logits"], native  # fmt: skip
 
-    def _embed(self, tok: int, out: np.ndarray) -> None:
-        w = self.model.weights
-        if self._rows is None:  # resolve the table once
+    def _native_step(self, exe: Executable) -> Any:
+        """A ``_rlx.DecodeStep`` laid out on ``exe``'s arena, or None (no such
+        class in this build, an unquantised embedding, an input elsewhere)."""
+        from rlx import _rlx
+
+        cls = getattr(_rlx, "DecodeStep", None)
+        self._embed_table()
+        if cls is None or not self._rows:
+            return None
+        off = {name: exe.arena_offset(slot) for name, slot in exe.inputs.items()}
+        if any(v is None for v in off.values()):
+            return None
+        rope = [(inv.tolist(), off[f"cos_{j}"], off[f"sin_{j}"]) for j, inv in enumerate(self.rope)]
+        _, type_id, rows, k = self._rows
+        return cls(rows, type_id, k, float(self.scale), off["x"], rope, off["slots"],
+                   off["kv_len"], off.get("row"), exe.arena_bytes)  # fmt: skip
+
+    def _embed_table(self) -> None:
+        """Resolve the embedding table once: (native dequantiser, type id,
+        packed rows, k), or False when it is not a natively decoded type."""
+        if self._rows is None:
+            w = self.model.weights
             t = w.src.meta("token_embd.weight")
             native = _native_dequant()
             quant = t.kind not in ("F32", "F16", "BF16") and t.type_id >= 0
             self._rows = (native, t.type_id, w.src.rows("token_embd.weight"), t.shape[-1]) \
                 if native is not None and quant else False  # fmt: skip
+
+    def _embed(self, tok: int, out: np.ndarray) -> None:
+        w = self.model.weights
+        self._embed_table()
         if self._rows:
             native, type_id, rows, k = self._rows
             native(type_id, rows, [tok], k, out)
@@ -185,7 +213,10 @@ class _DecodeStep:
 
     def run(self, step: Any, tok: int, n: int) -> np.ndarray:
         """Logits ``[vocab]`` of token ``tok`` at position ``n``."""
-        exe, x, trig, slots, kv_len, row, logits = step
+        exe, x, trig, slots, kv_len, row, logits, native = step
+        if native is not None:
+            exe.run_step(native, int(tok), n)
+            return np.array(logits[0])
         self._embed(int(tok), x)
         for inv, cos, sin in trig:
             ang = float(n) * inv
