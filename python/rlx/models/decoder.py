@@ -150,10 +150,11 @@ class _DecodeStep:
     inputs (a mixer's feeds, a family's ``x_*`` rows) keep the general path.
     Shared by a model's sessions: it holds no per-sequence state."""
 
-    def __init__(self, model: DecoderModel) -> None:
-        self.model = model
-        self.scale = np.float32(model.spec.embed_scale)
-        self.rope = [np.asarray(inv, np.float64) for inv in model._inv_freq]
+    def __init__(self, weights: Weights, embed_scale: float, inv_freq: list[np.ndarray]) -> None:
+        #: the model's weights (not the model: no reference cycle keeps it alive)
+        self.weights = weights
+        self.scale = np.float32(embed_scale)
+        self.rope = [np.asarray(inv, np.float64) for inv in inv_freq]
         self._rows: Any = None
 
     def bind(self, exe: Executable) -> Any:
@@ -193,7 +194,7 @@ class _DecodeStep:
         """Resolve the embedding table once: (native dequantiser, type id,
         packed rows, k), or False when it is not a natively decoded type."""
         if self._rows is None:
-            w = self.model.weights
+            w = self.weights
             t = w.src.meta("token_embd.weight")
             native = _native_dequant()
             quant = t.kind not in ("F32", "F16", "BF16") and t.type_id >= 0
@@ -201,7 +202,7 @@ class _DecodeStep:
                 if native is not None and quant else False  # fmt: skip
 
     def _embed(self, tok: int, out: np.ndarray) -> None:
-        w = self.model.weights
+        w = self.weights
         self._embed_table()
         if self._rows:
             native, type_id, rows, k = self._rows
@@ -286,7 +287,8 @@ class DecoderModel:
         rd = self.config.rope_dims
         self._inv_freq = [sc.inv_freq(b, rd) for b, sc in self.config.rope_groups()]
         #: one-token steps written straight into the graph's inputs (in-place cache)
-        self._step = _DecodeStep(self) if self.inplace else None
+        scale = self.spec.embed_scale
+        self._step = _DecodeStep(self.weights, scale, self._inv_freq) if self.inplace else None
         #: serialises graph building across sessions (they share ``weights``)
         self._build_lock = threading.Lock()
         #: the first runner compiled per key, shared by every session: the
