@@ -165,7 +165,9 @@ impl PyDecodeStep {
             &mut self.scratch,
         )
         .map_err(|e| ShapeError::new_err(format!("{OP} {e}")))?;
-        let mut exe = exe.borrow_mut();
+        let mut exe = exe.try_borrow_mut().map_err(|_| {
+            RlxError::new_err(format!("{OP} the executable is in use by another call"))
+        })?;
         let arena = exe.arena_mut();
         if arena.len() != self.arena_len {
             return Err(RlxError::new_err(format!(
