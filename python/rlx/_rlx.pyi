@@ -5,6 +5,7 @@ from typing import Any, Callable, Final, Optional, Union, final
 
 __all__ = [
     "DTypeError",
+    "DecodeStep",
     "Executable",
     "Graph",
     "GraphError",
@@ -135,6 +136,30 @@ def set_amx_prefill_gemm(enabled: bool) -> bool:
 def amx_available() -> bool:
     """Whether this machine can run the AMX tile path (AMX-INT8 present and
     the tile state granted by the kernel), whatever the switch says."""
+
+@final
+class DecodeStep:
+    """One decode step of a compiled decoder graph in one native call: writes
+    the token's embedding row (dequantised from ``table``, times ``scale``),
+    the RoPE ``cos`` / ``sin`` of ``pos · inv_freq`` (f64, rounded to f32),
+    the cache slot, ``kv_len`` and ``row`` into the arena at the given byte
+    offsets, then runs the executable."""
+
+    def __new__(
+        cls,
+        table: Any,
+        ggml_type: int,
+        k: int,
+        scale: float,
+        x: int,
+        rope: Sequence[tuple[Sequence[float], int, int]],
+        slots: int,
+        kv_len: int,
+        row: Optional[int],
+        arena_len: int,
+    ) -> DecodeStep: ...
+    def run(self, exe: Executable, fallback: Any, token: int, pos: int) -> None:
+        """Write token ``token``'s inputs at position ``pos``, then run ``exe``."""
 
 @final
 class Executable:

@@ -146,6 +146,8 @@ class Executable:
             else:
                 self.outputs.append(slot)
         self._set: set[str] = set()
+        #: cached arena views of the input / output slots (:meth:`_io_view`)
+        self._io: dict[tuple[str, str], np.ndarray] = {}
         #: params bound zero-copy → the array they point into (kept alive here too)
         self._bound: dict[str, np.ndarray] = {}
 
@@ -186,6 +188,15 @@ class Executable:
     def _view(self, slot: _Slot) -> np.ndarray:
         return self._mem.view(slot.offset, slot.shape, slot.np_dtype)
 
+    def _io_view(self, slot: _Slot) -> np.ndarray:
+        """:meth:`_view` of an input or output slot, made once: they live in
+        the arena, which stays where it is for the executable's life."""
+        key = (slot.kind, slot.name)
+        v = self._io.get(key)
+        if v is None:
+            v = self._io[key] = self._view(slot)
+        return v
+
     def _segment_array(self, i: int) -> np.ndarray | None:
         mv = self._native.segment_view(i)
         return None if mv is None else np.frombuffer(mv, dtype=np.uint8)
@@ -222,6 +233,7 @@ class Executable:
             seg = reference.decode_offset(slot.offset)[1]
             if name in self._bound or self._mem.segments[seg] is None:
                 self._mem.segments[seg] = np.frombuffer(self._native.own_segment(seg), np.uint8)
+                self._io.clear()
                 self._bound.pop(name, None)
             self._view(slot)[...] = arr
             self._set.add(name)
@@ -266,6 +278,7 @@ class Executable:
             self._native.bind_segment(seg, arr, address, arr.nbytes, align)
             self._bound[name] = arr
             self._mem.segments[seg] = arr.reshape(-1).view(np.uint8)
+            self._io.clear()
             self._set.add(name)
 
     def set_state(self, name: str, value: Any) -> None:
@@ -306,6 +319,7 @@ class Executable:
         with self._hold_pair(other):
             self._native.share_state(other._native)
             self._mem.state = np.frombuffer(self._native.state_view(), dtype=np.uint8)
+            self._io.clear()  # an output may be a state
             self._lock = other._lock  # one lock per shared state buffer
 
     def instance(self, share_state_with: Optional[Executable] = None) -> Executable:
@@ -371,29 +385,89 @@ class Executable:
 
     def _run(self, active: Optional[int], inputs: dict[str, Any]) -> dict[str, np.ndarray]:
         with self._hold():
+            self._check_params()
+            if inputs.keys() != self.inputs.keys():
+                unknown = sorted(set(inputs) - set(self.inputs))
+                if unknown:
+                    raise ShapeError(
+                        f"[run] unknown input(s) {unknown}; "
+                        f"the graph's inputs are {sorted(self.inputs)}"
+                    )
+                raise ShapeError(f"[run] missing input(s) {sorted(set(self.inputs) - set(inputs))}")
+            for name, value in inputs.items():
+                slot = self.inputs[name]
+                self._io_view(slot)[...] = self._check(slot, value, "run")
+            self._run_native(active)
+            return {slot.name: self._io_view(slot).copy() for slot in self.outputs}
+
+    def _check_params(self) -> None:
+        if len(self._set) != len(self.params):
             missing = sorted(set(self.params) - self._set)
             if missing:
                 raise RlxError(f"[run] params not set: {', '.join(missing)}")
-            unknown = sorted(set(inputs) - set(self.inputs))
-            if unknown:
-                raise ShapeError(
-                    f"[run] unknown input(s) {unknown}; "
-                    f"the graph's inputs are {sorted(self.inputs)}"
-                )
-            absent = sorted(set(self.inputs) - set(inputs))
-            if absent:
-                raise ShapeError(f"[run] missing input(s) {absent}")
-            for name, value in inputs.items():
-                slot = self.inputs[name]
-                self._view(slot)[...] = self._check(slot, value, "run")
-            if _trace.TRACER is None:
-                self._native.run(self._fallback, active)
-            else:
-                _trace.TRACER.run(self, lambda: self._native.run(self._fallback, active), active)
-            out: dict[str, np.ndarray] = {}
-            for slot in self.outputs:
-                out[slot.name] = self._view(slot).copy()
-            return out
+
+    def _run_native(self, active: Optional[int]) -> None:
+        if _trace.TRACER is None:
+            self._native.run(self._fallback, active)
+        else:
+            _trace.TRACER.run(self, lambda: self._native.run(self._fallback, active), active)
+
+    def io_views(self) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
+        """Zero-copy views of the inputs and outputs in the arena, for
+        :meth:`run_bound`: ``(inputs, outputs)`` by name. The arena reuses
+        input bytes for intermediates, so every input must be written again
+        before each :meth:`run_bound`; outputs hold the last run's values until
+        the next run (copy what must outlive it)."""
+        with self._hold():
+            ins = {name: self._io_view(slot) for name, slot in self.inputs.items()}
+            return ins, {slot.name: self._io_view(slot) for slot in self.outputs}
+
+    def run_step(self, step: Any, token: int, pos: int) -> None:
+        """Run a native decode step (``_rlx.DecodeStep``, laid out on this
+        executable's arena): it writes token ``token``'s inputs at position
+        ``pos`` and runs, under this executable's lock."""
+        lock = self._lock  # ``_hold`` inlined: this is the per-token path
+        lock.acquire()
+        if lock is not self._lock:  # share_state swapped it while we waited
+            lock.release()
+            with self._hold():
+                self._step_native(step, token, pos)
+            return
+        try:
+            self._step_native(step, token, pos)
+        finally:
+            lock.release()
+
+    def _step_native(self, step: Any, token: int, pos: int) -> None:
+        self._check_params()
+        if _trace.TRACER is None:
+            step.run(self._native, self._fallback, token, pos)
+        else:
+            run = lambda: step.run(self._native, self._fallback, token, pos)  # noqa: E731
+            _trace.TRACER.run(self, run, None)
+
+    def arena_offset(self, slot: _Slot) -> Optional[int]:
+        """Byte offset of ``slot`` in the arena, None when it lives elsewhere."""
+        kind, _, raw = reference.decode_offset(slot.offset)
+        return raw if kind == "arena" else None
+
+    def run_bound(self, active: Optional[int] = None) -> None:
+        """Run on the inputs already written through :meth:`io_views` (no
+        input checks or copies, no output copies): the per-token path of a
+        decode loop. ``active`` as in :meth:`run_active`."""
+        lock = self._lock  # ``_hold`` inlined: this is the per-token path
+        lock.acquire()
+        if lock is not self._lock:  # share_state swapped it while we waited
+            lock.release()
+            with self._hold():
+                self._check_params()
+                self._run_native(None if active is None else int(active))
+            return
+        try:
+            self._check_params()
+            self._run_native(None if active is None else int(active))
+        finally:
+            lock.release()
 
     # -------------------------------------------------------------- info
     @property

@@ -89,6 +89,52 @@ def test_cached_decode_equals_full_recompute(tiny: Tiny, arch: str) -> None:
     assert _rel(np.stack(steps), full[6:]) < 1e-4
 
 
+@pytest.mark.skipif(not inplace_available(), reason="executor lacks share_state / kv_len")
+@pytest.mark.parametrize("native", [True, False], ids=["native", "numpy"])
+@pytest.mark.parametrize("arch", ARCHS)
+def test_decode_fast_path_equals_general_path(
+    tmp_path: Path, arch: str, native: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The per-token path (inputs written into the arena, by ``_rlx.DecodeStep``
+    or through numpy views, then run) gives the logits of the general feed
+    path bit for bit, and is taken."""
+    from rlx.models import decoder
+
+    monkeypatch.setattr(decoder, "NATIVE_STEP", native)
+    path = write_tiny(tmp_path / f"{arch}.gguf", arch, "Q8_0")
+    fast, slow = rlx.load(str(path), inplace=True), rlx.load(str(path), inplace=True)
+    slow._step = None  # the general path: feeds dict, Executable.run
+    ids = _ids(12, seed=5)
+    out = {}
+    for name, m in (("fast", fast), ("slow", slow)):
+        m.reset(len(ids))
+        rows = [m.next_logits(ids[:3])] + [m.next_logits([t]) for t in ids[3:]]
+        out[name] = np.stack(rows)
+    np.testing.assert_array_equal(out["fast"], out["slow"])
+    step = fast._runners[(1, fast._cap, False)].step
+    assert step, f"{arch}: the decode graph did not take the fast path"
+    assert (step[-1] is not None) == native
+
+
+def test_native_decode_step_rejects_bad_layouts() -> None:
+    """``_rlx.DecodeStep`` checks its table and offsets, naming the input."""
+    from rlx import _rlx
+
+    table = np.zeros((4, 34), np.uint8)  # 4 Q8_0 rows of k=32
+    ok = dict(table=table, ggml_type=8, k=32, scale=1.0, x=0, rope=[([1.0] * 4, 128, 144)],
+              slots=160, kv_len=164, row=None, arena_len=256)  # fmt: skip
+    _rlx.DecodeStep(**ok)
+    for bad, what in (
+        ({"x": 200}, "x"),
+        ({"kv_len": 254}, "kv_len"),
+        ({"rope": [([1.0] * 40, 128, 144)]}, "cos"),
+        ({"slots": 2}, "slots"),
+        ({"k": 64}, "table"),
+    ):
+        with pytest.raises(rlx.RlxError, match=rf"\[decode_step\].*{what}"):
+            _rlx.DecodeStep(**{**ok, **bad})
+
+
 @pytest.mark.parametrize("arch", ["llama", "gemma3"])
 def test_padded_bucket_equals_exact_length(tiny: Tiny, arch: str) -> None:
     """5 tokens padded into the 16-bucket == the same 5 tokens fed one by one."""
@@ -230,6 +276,9 @@ def test_bench_depth_and_decode_profile_shape(tiny: Tiny) -> None:
     assert all(ms[k] >= 0 for k in parts if k != "executor") and ms["total"] > 0
     assert abs(sum(ms[k] for k in parts) - ms["total"]) < 1e-3 * ms["total"] + 1e-3
     assert abs(sum(p["fraction"].values()) - 1.0) < 1e-3
+    assert p["python_cpu_ms"] >= 0 and p["python_cpu_fraction"] == pytest.approx(
+        p["python_cpu_ms"] / ms["total"], rel=0.05, abs=1e-3
+    )  # both rounded to 4 decimals
     assert ms["gemv"] > 0 and ms["attention"] > 0  # the tiny llama has both
     assert p["by_thunk"] and sum(p["by_thunk"].values()) <= ms["total"]
     text = bench.format_profile(p)

@@ -177,6 +177,19 @@ def test_unknown_tensor_type(smollm2_path: Path, tmp_path: Path) -> None:
     assert repr(good.tensors[3].name) in msg
 
 
+def test_block_table_matches_gguf_package() -> None:
+    """rlx's own block geometry (the parser no longer imports ``gguf``) agrees
+    with the ``gguf`` package's ``GGML_QUANT_SIZES`` for every type it lists."""
+    import gguf
+    from rlx.io.gguf import BLOCK_SIZES, RLX_TYPE_NAMES
+
+    assert set(BLOCK_SIZES) == set(RLX_TYPE_NAMES) - {9}  # Q8_1: see BLOCK_SIZES
+    for type_id, geometry in BLOCK_SIZES.items():
+        qtype = gguf.GGMLQuantizationType(type_id)
+        assert geometry == tuple(gguf.GGML_QUANT_SIZES[qtype]), qtype.name
+        assert RLX_TYPE_NAMES[type_id] == qtype.name
+
+
 def test_unsupported_version_and_missing_file(smollm2_path: Path, tmp_path: Path) -> None:
     bad = _copy_prefix(smollm2_path, tmp_path / "v9.gguf", 4096)
     data = bytearray(bad.read_bytes())

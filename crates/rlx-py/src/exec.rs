@@ -475,7 +475,12 @@ impl PyExecutable {
     /// `active`, only the first `active` token rows are computed (after
     /// `set_active_extent`).
     #[pyo3(signature = (fallback, active = None))]
-    fn run(&mut self, py: Python<'_>, fallback: PyObject, active: Option<u32>) -> PyResult<()> {
+    pub(crate) fn run(
+        &mut self,
+        py: Python<'_>,
+        fallback: PyObject,
+        active: Option<u32>,
+    ) -> PyResult<()> {
         let arena_len = self.arena.len();
         let arena_ptr = self.arena.as_mut_ptr() as usize;
         let overlay = match active {
@@ -688,6 +693,11 @@ impl PyExecutable {
 }
 
 impl PyExecutable {
+    /// The activation arena (inputs live in it; see `crate::step`).
+    pub(crate) fn arena_mut(&mut self) -> &mut [u8] {
+        self.arena.as_mut_slice()
+    }
+
     fn no_segment(&self, i: usize) -> PyErr {
         PyValueError::new_err(format!(
             "[segment] no weights segment {i} (there are {})",

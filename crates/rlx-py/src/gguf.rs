@@ -10,14 +10,27 @@ use rlx_ir::GgmlType;
 use rlx_metal::host::kernels::quant::dequantize_rows;
 
 /// A C-contiguous numpy array seen through `__array_interface__`.
-struct RawArray {
-    ptr: usize,
-    shape: Vec<usize>,
+pub(crate) struct RawArray {
+    /// Address of the first element.
+    pub(crate) ptr: usize,
+    /// Dims.
+    pub(crate) shape: Vec<usize>,
     readonly: bool,
 }
 
 fn raw_array(obj: &Bound<'_, PyAny>, what: &str, typestr: &[&str]) -> PyResult<RawArray> {
-    let bad = |msg: String| ShapeError::new_err(format!("[gguf_dequantize_rows] {what}: {msg}"));
+    raw_array_for("[gguf_dequantize_rows]", obj, what, typestr)
+}
+
+/// `obj` (argument `what` of `op`) as a C-contiguous array of one of the
+/// `typestr` dtypes, else a ShapeError naming `op` and `what`.
+pub(crate) fn raw_array_for(
+    op: &str,
+    obj: &Bound<'_, PyAny>,
+    what: &str,
+    typestr: &[&str],
+) -> PyResult<RawArray> {
+    let bad = |msg: String| ShapeError::new_err(format!("{op} {what}: {msg}"));
     let ai = obj
         .getattr("__array_interface__")
         .map_err(|_| bad("expected a numpy array".into()))?;

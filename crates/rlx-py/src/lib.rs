@@ -11,6 +11,7 @@ mod gguf;
 mod graph;
 mod inspect;
 mod settings;
+mod step;
 
 use pyo3::prelude::*;
 
@@ -33,6 +34,7 @@ fn _rlx(m: &Bound<'_, PyModule>) -> PyResult<()> {
     exec::register(m)?;
     settings::register(m)?;
     gguf::register(m)?;
+    step::register(m)?;
     m.add_function(wrap_pyfunction!(thunk_variants, m)?)?;
     Ok(())
 }

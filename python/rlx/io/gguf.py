@@ -1,7 +1,10 @@
 """Reading GGUF files: metadata, tensor infos and zero-copy tensor views.
 
-The file is memory-mapped; the header is parsed here with the ``gguf``
-package's type tables (``GGMLQuantizationType``, ``GGML_QUANT_SIZES``), and
+The file is memory-mapped; the header is parsed here. The block geometry of
+the types rlx runs is rlx's own table (:data:`BLOCK_SIZES`, checked against
+the ``gguf`` package's ``GGML_QUANT_SIZES`` in the tests); other type ids are
+looked up in the ``gguf`` package, imported only then (the import costs
+tens of milliseconds and ~5 MiB of resident memory at every load).
 ``gguf.GGUFReader`` is the independent oracle the tests compare against. On
 top of the format this module gives rlx:
 
@@ -67,6 +70,28 @@ RLX_TYPE_NAMES: dict[int, str] = {
     14: "Q6_K",
     15: "Q8_K",
     30: "BF16",
+}
+
+#: GGML type id → (elements per block, bytes per block) of the
+#: :data:`RLX_TYPE_NAMES` types (ggml's ``ggml_type_traits``: ``blck_size``,
+#: ``type_size``) but Q8_1, whose size the ``gguf`` package and ggml state
+#: differently (40 / 36 bytes; no model file stores it): that one is still
+#: looked up in the package, as before.
+BLOCK_SIZES: dict[int, tuple[int, int]] = {
+    0: (1, 4),
+    1: (1, 2),
+    2: (32, 18),
+    3: (32, 20),
+    6: (32, 22),
+    7: (32, 24),
+    8: (32, 34),
+    10: (256, 84),
+    11: (256, 110),
+    12: (256, 144),
+    13: (256, 176),
+    14: (256, 210),
+    15: (256, 292),
+    30: (1, 2),
 }
 
 _MAGIC = b"GGUF"
@@ -246,8 +271,6 @@ class GGUFFile:
 
     # ------------------------------------------------------------------ parse
     def _parse(self) -> None:
-        import gguf
-
         buf = self._mmap
         version = struct.unpack_from("<I", buf, 4)[0]
         endian = "<"
@@ -290,13 +313,7 @@ class GGUFFile:
         data_start = -(-cur.pos // alignment) * alignment
         spans: list[tuple[int, int, str]] = []
         for name, dims, type_id, rel in infos:
-            try:
-                qtype = gguf.GGMLQuantizationType(type_id)
-                block, type_size = gguf.GGML_QUANT_SIZES[qtype]
-            except (ValueError, KeyError):
-                raise _fail(
-                    self.path, f"tensor {name!r} has unknown tensor type id {type_id}"
-                ) from None
+            type_name, block, type_size = self._type_geometry(name, type_id)
             n_el = math.prod(dims)  # exact: no int64 wrap-around
             if n_el > _I64_MAX:
                 raise _fail(
@@ -312,7 +329,7 @@ class GGUFFile:
             if dims[0] % block:
                 raise _fail(
                     self.path,
-                    f"tensor {name!r} ({qtype.name}) has a row of {dims[0]} elements, "
+                    f"tensor {name!r} ({type_name}) has a row of {dims[0]} elements, "
                     f"not a multiple of the block size {block}",
                 )
             n_bytes = n_el // block * type_size
@@ -328,7 +345,7 @@ class GGUFFile:
             spans.append((offset, offset + n_bytes, name))
             self._tensors[name] = TensorInfo(
                 name=name,
-                ggml_type=RLX_TYPE_NAMES.get(type_id, qtype.name),
+                ggml_type=type_name,
                 type_id=type_id,
                 shape=tuple(int(d) for d in reversed(dims)),
                 n_elements=n_el,
@@ -341,6 +358,22 @@ class GGUFFile:
             if begin < end:
                 raise _fail(self.path, f"tensors {a!r} and {b!r} overlap in the file")
         self.data_offset = data_start
+
+    def _type_geometry(self, name: str, type_id: int) -> tuple[str, int, int]:
+        """Type name, elements and bytes per block of tensor ``name``'s type id
+        (rlx's table; the ``gguf`` package for the types rlx does not run)."""
+        known = BLOCK_SIZES.get(type_id)
+        if known is not None:
+            return RLX_TYPE_NAMES[type_id], known[0], known[1]
+        import gguf
+
+        try:
+            qtype = gguf.GGMLQuantizationType(type_id)
+            block, type_size = gguf.GGML_QUANT_SIZES[qtype]
+        except (ValueError, KeyError):
+            what = f"tensor {name!r} has unknown tensor type id {type_id}"
+            raise _fail(self.path, what) from None
+        return qtype.name, int(block), int(type_size)
 
     def _read_value(self, cur: _Cursor, vtype: int, key: str, depth: int = 0) -> _Value:
         if vtype in _SCALARS:

@@ -108,34 +108,42 @@ def decode_profile(model: DecoderModel, n: int = 64, depth: int = 0) -> dict[str
     binding, output copies, FFI, the lock) and ``python`` (the rest of the
     step: embedding lookup, RoPE tables, feeds), ``total`` and each part's
     fraction of it; ``by_thunk`` has ms per token per thunk name. The
-    clocks add ~1 µs per thunk."""
+    clocks add ~1 µs per thunk.
+
+    ``python_cpu_ms``: the calling thread's CPU time per token outside the
+    executor calls (``time.thread_time``): the Python work between tokens
+    without the time the thread waited for a core, which the wall-clock
+    ``python`` part includes on a loaded machine; ``python_cpu_fraction`` is
+    it over ``total``."""
     ids = _ids(model, depth + n + 2, 3)
     model.reset(depth + n + 2)
     model._feed(ids[: depth + 1])
     model._feed(ids[depth + 1 : depth + 2])  # compile + warm the decode graph
     exe = model.compiled(1, decode=True)[2]
-    inside = [0.0]
+    inside = [0.0, 0.0]  # wall, thread CPU
     orig: dict[str, Callable[..., Any]] = {}
-    for meth in ("run", "run_active"):
+    for meth in ("run", "run_active", "run_bound", "run_step"):
         fn = getattr(exe, meth, None)
         if fn is None:
             continue
         orig[meth] = fn
 
         def timed(*a: Any, _fn: Callable[..., Any] = fn, **kw: Any) -> Any:
-            t0 = time.perf_counter()
+            t0, c0 = time.perf_counter(), time.thread_time()
             try:
                 return _fn(*a, **kw)
             finally:
                 inside[0] += time.perf_counter() - t0
+                inside[1] += time.thread_time() - c0
 
         setattr(exe, meth, timed)
     try:
         exe.profile(True)
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.thread_time()
         for t in ids[depth + 2 :]:
             model._feed([t])
         wall = time.perf_counter() - t0
+        cpu = time.thread_time() - c0
         prof = exe.profile(False)
     finally:
         for meth in orig:
@@ -149,9 +157,12 @@ def decode_profile(model: DecoderModel, n: int = 64, depth: int = 0) -> dict[str
     thunks = sum(kinds.values())
     parts = {**kinds, "executor": inside[0] * ms - thunks, "python": (wall - inside[0]) * ms}
     total = wall * ms
+    py_cpu = (cpu - inside[1]) * ms
     return {
         "depth": depth,
         "tokens": n,
+        "python_cpu_ms": round(py_cpu, 4),
+        "python_cpu_fraction": round(py_cpu / total, 4),
         "ms_per_token": {k: round(v, 4) for k, v in parts.items()} | {"total": round(total, 4)},
         "fraction": {k: round(v / total, 4) for k, v in parts.items()},
         "by_thunk": dict(sorted(by_thunk.items(), key=lambda kv: -kv[1])),
@@ -165,6 +176,8 @@ def format_profile(p: dict[str, Any]) -> str:
              f"{ms['total']:.3f} ms/token ({1e3 / ms['total']:.1f} tok/s)"]  # fmt: skip
     for k in ("gemv", "attention", "norm", "other", "executor", "python"):
         lines.append(f"  {k:10} {ms[k]:8.3f} ms  {100 * fr[k]:5.1f} %")
+    cpu, cpu_fr = p["python_cpu_ms"], 100 * p["python_cpu_fraction"]
+    lines.append(f"  python CPU {cpu:8.3f} ms  {cpu_fr:5.1f} % (thread time outside the runs)")
     lines.append("  top thunks (ms/token):")
     for name, v in list(p["by_thunk"].items())[:8]:
         lines.append(f"    {name:32} {v:8.3f}")

@@ -49,7 +49,7 @@ from rlx.concurrency import SequenceLock
 from rlx.errors import RlxError, UnsupportedOpError, WeightFormatError
 from rlx.executable import Executable
 from rlx.executable import compile as rlx_compile
-from rlx.models.base import Weights
+from rlx.models.base import Weights, _native_dequant
 from rlx.models.blocks import build_decoder
 from rlx.models.mixers import MIXERS
 from rlx.models.registry import ARCHITECTURES, open_model
@@ -65,6 +65,9 @@ CACHE_CAPS = (256, 1024, 4096, 16384)
 #: default cache mode of :class:`DecoderModel` (see the module doc): None =
 #: in-place when :func:`inplace_available`, else copy.
 INPLACE_CACHE: Optional[bool] = None
+#: decode steps write their inputs and run in one native call
+#: (``_rlx.DecodeStep``) when the build has it; False keeps the numpy writes.
+NATIVE_STEP = True
 #: run prompts shorter than their bucket on a prefix of it (active extent)
 #: when the compiled graph allows; False computes the padded rows as well.
 ACTIVE_EXTENT = True
@@ -117,6 +120,9 @@ class _Runner:
         self.v = [_state_view(self.exe, f"v{i}") for i in layers] if copy else []
         self.synced = 0
         self.seq_id = -1
+        #: the decode fast path's input views (:class:`_DecodeStep`); None
+        #: until first used, False when the graph has inputs it does not fill
+        self.step: Any = None
         #: whether shorter prompts run on a prefix of the bucket (active extent)
         self.active = False
         #: why not, when a thunk has no prefix form
@@ -132,6 +138,97 @@ class _Runner:
                 self.active = True
             except RlxError as e:
                 self.active_error = str(e)
+
+
+class _DecodeStep:
+    """The per-token path of decode (one new token, in-place cache): writes the
+    token's embedding row, RoPE angles, cache slot and ``kv_len`` straight into
+    the graph's input views and runs it without input / output copies
+    (:meth:`rlx.Executable.run_bound`); only the logits row is copied out. The
+    values are those of :meth:`DecoderModel._token_feeds` / ``_rope_feeds``
+    (same float64 angles, same f32 rounding). Graphs with other per-token
+    inputs (a mixer's feeds, a family's ``x_*`` rows) keep the general path.
+    Shared by a model's sessions: it holds no per-sequence state."""
+
+    def __init__(self, weights: Weights, embed_scale: float, inv_freq: list[np.ndarray]) -> None:
+        #: the model's weights (not the model: no reference cycle keeps it alive)
+        self.weights = weights
+        self.scale = np.float32(embed_scale)
+        self.rope = [np.asarray(inv, np.float64) for inv in inv_freq]
+        self._rows: Any = None
+
+    def bind(self, exe: Executable) -> Any:
+        """``exe`` with the views this path writes and reads, or False when
+        the graph needs inputs it does not write."""
+        n_rope = len(self.rope)
+        rope = {f"{t}_{j}" for j in range(n_rope) for t in ("cos", "sin")}
+        ins, outs = exe.io_views()
+        if not set(ins) <= {"x", "slots", "kv_len", "row", *rope} or "logits" not in outs:
+            return False
+        if ins["x"].shape[:2] != (1, 1) or not rope <= set(ins):
+            return False
+        trig = [(inv, ins[f"cos_{j}"][0], ins[f"sin_{j}"][0]) for j, inv in enumerate(self.rope)]
+        row = ins["row"] if "row" in ins else None
+        native = self._native_step(exe) if NATIVE_STEP else None
+        return exe, ins["x"][0], trig, ins["slots"].reshape(-1), ins["kv_len"], row, \
+            outs["logits"], native  # fmt: skip
+
+    def _native_step(self, exe: Executable) -> Any:
+        """A ``_rlx.DecodeStep`` laid out on ``exe``'s arena, or None (no such
+        class in this build, an unquantised embedding, an input elsewhere)."""
+        from rlx import _rlx
+
+        cls = getattr(_rlx, "DecodeStep", None)
+        self._embed_table()
+        if cls is None or not self._rows:
+            return None
+        off = {name: exe.arena_offset(slot) for name, slot in exe.inputs.items()}
+        if any(v is None for v in off.values()):
+            return None
+        rope = [(inv.tolist(), off[f"cos_{j}"], off[f"sin_{j}"]) for j, inv in enumerate(self.rope)]
+        _, type_id, rows, k = self._rows
+        return cls(rows, type_id, k, float(self.scale), off["x"], rope, off["slots"],
+                   off["kv_len"], off.get("row"), exe.arena_bytes)  # fmt: skip
+
+    def _embed_table(self) -> None:
+        """Resolve the embedding table once: (native dequantiser, type id,
+        packed rows, k), or False when it is not a natively decoded type."""
+        if self._rows is None:
+            w = self.weights
+            t = w.src.meta("token_embd.weight")
+            native = _native_dequant()
+            quant = t.kind not in ("F32", "F16", "BF16") and t.type_id >= 0
+            self._rows = (native, t.type_id, w.src.rows("token_embd.weight"), t.shape[-1]) \
+                if native is not None and quant else False  # fmt: skip
+
+    def _embed(self, tok: int, out: np.ndarray) -> None:
+        w = self.weights
+        self._embed_table()
+        if self._rows:
+            native, type_id, rows, k = self._rows
+            native(type_id, rows, [tok], k, out)
+        else:
+            out[...] = w.embedding_rows("token_embd.weight", np.array([tok], np.int64))
+        if self.scale != 1.0:
+            out *= self.scale
+
+    def run(self, step: Any, tok: int, n: int) -> np.ndarray:
+        """Logits ``[vocab]`` of token ``tok`` at position ``n``."""
+        exe, x, trig, slots, kv_len, row, logits, native = step
+        if native is not None:
+            exe.run_step(native, int(tok), n)
+            return np.array(logits[0])
+        self._embed(int(tok), x)
+        for inv, cos, sin in trig:
+            ang = float(n) * inv
+            np.cos(ang, out=cos)
+            np.sin(ang, out=sin)
+        slots[0] = n
+        kv_len[0] = n + 1
+        if row is not None:
+            row[0] = 0
+        exe.run_bound()
+        return np.array(logits[0])
 
 
 class DecoderModel:
@@ -189,6 +286,9 @@ class DecoderModel:
                       self.inplace, max_tokens=BUCKETS[-1])  # fmt: skip
         rd = self.config.rope_dims
         self._inv_freq = [sc.inv_freq(b, rd) for b, sc in self.config.rope_groups()]
+        #: one-token steps written straight into the graph's inputs (in-place cache)
+        scale = self.spec.embed_scale
+        self._step = _DecodeStep(self.weights, scale, self._inv_freq) if self.inplace else None
         #: serialises graph building across sessions (they share ``weights``)
         self._build_lock = threading.Lock()
         #: the first runner compiled per key, shared by every session: the
@@ -371,6 +471,13 @@ class DecoderModel:
     def _chunk_inplace(self, ids: Sequence[int], s: int, all_rows: bool) -> np.ndarray:
         n, n_new = self._n, len(ids)
         r = self._runner(s, self._cap, all_rows)
+        if s == 1 and not all_rows and self._step is not None:
+            if r.step is None:
+                r.step = self._step.bind(r.exe)
+            if r.step:
+                logits = self._step.run(r.step, ids[0], n)
+                self._n = n + 1
+                return logits
         # a shorter prompt runs on a prefix of the bucket when every thunk
         # that reads token rows allows it; else its padded rows are computed
         # too (and must fit the cache, or the exact length is compiled)
@@ -397,6 +504,12 @@ class DecoderModel:
         """Run ``ids`` after the cache in chunks; last-row logits or all rows
         (a progress bar on a terminal for long prompts)."""
         self.weights.src.check_unchanged()  # a truncated mapped file would SIGBUS
+        if len(ids) == 1 and not all_rows and self._step is not None:  # a decode step
+            r = self._runners.get((1, self._cap, False))
+            if r is not None and r.step and self._n < self._cap:
+                logits = self._step.run(r.step, ids[0], self._n)
+                self._n += 1
+                return logits
         step = BUCKETS[-1]
         bar = progress.prefill_bar(len(ids))
         parts = []
