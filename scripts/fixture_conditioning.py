@@ -154,7 +154,7 @@ def fit(model: Any, ids: np.ndarray, seed: int, steps: int) -> dict[str, Any]:
         torch.set_num_threads(threads)
     return {
         "steps": steps,
-        "optimizer": "AdamW(betas=(0.9, 0.95), weight_decay=TRAIN_WD), grad-norm clip 1",
+        "optimizer": f"AdamW(betas=(0.9, 0.95), weight_decay={TRAIN_WD}), grad-norm clip 1",
         "lr": TRAIN_LR,
         "schedule": f"linear warm-up {warm} steps, cosine decay to 0",
         "tokens": int(len(ids)),
