@@ -3,7 +3,9 @@
 Same recipe and layout as ``scripts/make_seq_fixtures.py`` (whose helpers this script
 imports): transformers' own config classes, hidden 64, vocab 512, 2 layers, 4 attention
 heads / 2 KV heads, float32, eager attention, seed 1234, ``0.1·randn`` on every 1-D
-parameter; here with 4 experts, top-2, expert FFN 32 on every layer:
+parameter, init range 0.1 and **not** trained (``build(name, train=False)``: these fixtures
+predate the trained ones and keep their numbers); here with 4 experts, top-2, expert FFN 32
+on every layer:
 
 * ``mixtral``: softmax router, top-2 renormalised (always, as transformers does);
 * ``qwen2_moe``: q/k/v biases, softmax top-2 **not** renormalised
