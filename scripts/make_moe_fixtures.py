@@ -3,7 +3,9 @@
 Same recipe and layout as ``scripts/make_seq_fixtures.py`` (whose helpers this script
 imports): transformers' own config classes, hidden 64, vocab 512, 2 layers, 4 attention
 heads / 2 KV heads, float32, eager attention, seed 1234, ``0.1·randn`` on every 1-D
-parameter; here with 4 experts, top-2, expert FFN 32 on every layer:
+parameter, init range 0.1 and **not** trained (``build(name, train=False)``: these fixtures
+predate the trained ones and keep their numbers); here with 4 experts, top-2, expert FFN 32
+on every layer:
 
 * ``mixtral``: softmax router, top-2 renormalised (always, as transformers does);
 * ``qwen2_moe``: q/k/v biases, softmax top-2 **not** renormalised
@@ -89,6 +91,10 @@ ALL = [*MOE_MODELS, "gemma3n"]
 _EXPERTS = dict(num_experts_per_tok=2, num_hidden_layers=2)
 
 
+def _init_01(s: tuple[str, str, dict[str, Any], str]) -> tuple[str, str, dict[str, Any], str]:
+    return s[0], s[1], {**s[2], "initializer_range": 0.1}, s[3]
+
+
 def moe_spec(name: str) -> tuple[str, str, dict[str, Any], str]:
     """(config class, transformers module, kwargs, note) of a MoE fixture."""
     specs: dict[str, tuple[str, str, dict[str, Any], str]] = {
@@ -124,10 +130,11 @@ def moe_spec(name: str) -> tuple[str, str, dict[str, Any], str]:
             "q_norm / k_norm over the whole q / k width; 4 experts top-2 (not renormalised)",
         ),
     }
+    # these fixtures are random, not trained (``balanced_build``): the 0.1 init they were made with
     if name == "gemma3n":
-        return GEMMA3N
+        return _init_01(GEMMA3N)
     if name in specs:
-        return specs[name]
+        return _init_01(specs[name])
     return _seq_spec(name)
 
 
@@ -144,7 +151,7 @@ def balanced_build(name: str) -> tuple[Any, dict[str, Any], str]:
     mean of its inputs over ``ids80`` (see the module doc)."""
     import torch
 
-    model, kwargs, note = _seq_build(name)
+    model, kwargs, note = _seq_build(name, train=False)
     if name == "gemma3n":
         with torch.no_grad():
             for pname, p in model.named_parameters():

@@ -1,11 +1,30 @@
 """Regenerate the tiny-model and recurrent-layer oracle fixtures from torch / transformers.
 
-No model hub is reachable, so the oracles are tiny random-initialised models built
-from transformers' own config classes (hidden 64, 2-4 layers, vocab 512, float32,
-eager attention, transformers' plain torch paths: no fused kernels), with noise added
-to every 1-D parameter (and to Mamba-1's 2-D ``A_log``) so that a dropped norm weight /
-bias / ``A_log`` / ``dt_bias`` / ``D`` cannot go unnoticed. Everything is seeded: a re-run
-writes the same numbers.
+No model hub is reachable, so the oracles are tiny models built from transformers' own
+config classes (hidden 64, 2-4 layers, vocab 512, float32, eager attention, transformers'
+plain torch paths: no fused kernels; transformers' default init range 0.02, as the 0.1
+the random fixtures used left a trained llama ~2.8x as sensitive to F16 rounding),
+**trained briefly** on the fixed English ``TEXT`` below, with noise added to every 1-D
+parameter (and to Mamba-1's 2-D ``A_log``) so that a dropped norm weight / bias /
+``A_log`` / ``dt_bias`` / ``D`` cannot go unnoticed. Everything is seeded and the training
+is deterministic (one thread, ``torch.use_deterministic_algorithms``): a re-run writes the
+same numbers.
+
+Why train: real LLMs are trained, and a trained model's logits have a clear winner.
+A random model's logits are flat and Gaussian-like over the 512 tokens (top-2 gap ~0.2
+of a row's std), so any weight rounding flips greedy tokens and a GGUF F16 / Q8_0
+check against it measures the random init, not the loader (tests/models/
+test_gguf_accuracy.py). ``build``: seeded init, ``condition`` (gated-delta-net
+fixtures), ``fixture_conditioning.fit`` on the whole tokenised ``TEXT`` (355 tokens,
+next-token cross entropy, AdamW, ``TRAIN_STEPS`` = 200), the 1-D noise, then
+``RETRAIN_STEPS`` = 60 more steps with the noised parameters frozen: the noise alone
+undoes much of the fit of the SSM models (cross entropy 0.008 -> 0.93 on mamba2, 0.02 ->
+4.9 on granitemoehybrid_dense), and the 2-D weights adapt to the noised values, so
+dropping any of them is still caught. The fixtures end at 3e-4 to 2e-2 nats per token
+(top-1 accuracy 1 on the text, a top-2 logit gap of several row stds); meta.json
+``training`` records each fixture's steps and losses. ``ids24`` /
+``ids80`` are the first tokens of that same text. (The MoE fixtures of
+scripts/make_moe_fixtures.py share ``build`` but stay random: ``train=False``.)
 
 What it writes (all under ``tests/fixtures/``):
 
@@ -22,7 +41,8 @@ What it writes (all under ``tests/fixtures/``):
   - ``ids80`` [80] (``ids80[:24] == ids24``), ``logits80`` [80, vocab]: longer than
     one gated-delta-net chunk (64).
 
-* ``rnn/<mode>_l<layers>_<uni|bi>_<bf|sf>_<h0|noh0>.npz``: ``torch.nn.LSTM`` / ``GRU``
+* ``rnn/<mode>_l<layers>_<uni|bi>_<bf|sf>_<h0|noh0>.npz`` (scripts/make_rnn_fixtures.py):
+  ``torch.nn.LSTM`` / ``GRU``
   / ``RNN`` (tanh and relu) with input 5, hidden 7, seq 9, batch 3; every weight under
   torch's own name (``weight_ih_l0``, ``weight_hh_l1_reverse``, ``bias_ih_l0`` ...),
   ``x``, ``h0`` / ``c0`` (when given), ``output``, ``h_n`` (and ``c_n`` for LSTM), plus
@@ -46,9 +66,11 @@ What it writes (all under ``tests/fixtures/``):
   skipped (llama.cpp's Qwen3-Next has no dense-MLP layers: ``qwen3_next_dense`` fails).
 
 The gated-delta-net fixtures (``CONDITIONED``) get a conditioned init (``condition``:
-state decay range and query/key correlation) before the noise; every fixture's meta.json
-records how far dropping each parameter's noise moves the logits (``drop_effect_min``,
-asserted > ``DROP_MIN``) and the least sensitive parameter with its noise.
+state decay range and query/key correlation) before the training; every fixture's
+meta.json records how far dropping each parameter's noise moves the logits
+(``drop_effect_min``, asserted > ``DROP_MIN``) and the least sensitive parameter with its
+noise. The noise is ``NOISE`` = 0.1 times a standard normal, ``A_LOG_NOISE`` on the
+``A_log`` of the fixtures listed there.
 
 Run it with the peer python (torch + transformers live outside the repo's .venv, see
 ``scripts/setup_peers.sh``)::
@@ -74,7 +96,7 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 from fixture_conditioning import (
@@ -82,9 +104,12 @@ from fixture_conditioning import (
     DROP_MIN,
     GDN_A_RANGE,
     GDN_QK,
+    RETRAIN_STEPS,
+    TRAIN_STEPS,
     _saved_name,
     condition,
     drop_effects,
+    fit,
 )
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -96,6 +121,10 @@ VOCAB = 512
 HIDDEN = 64
 SEED = 1234
 NOISE = 0.1
+#: a larger A_log noise where NOISE moves the logits too little once trained: Falcon-H1's
+#: layer-0 Mamba2 heads (dt_bias 1: the state is forgotten within a token or two) moved
+#: them by 7e-5 of max|logit| (< DROP_MIN); Mamba2's own dt init (0.001-0.1) made it 8e-6
+A_LOG_NOISE = {"falcon_h1": 0.5}
 
 #: Fixed English text the tokenizer is trained on and the ids are cut from.
 TEXT = (
@@ -167,7 +196,7 @@ def _common(**kw: Any) -> dict[str, Any]:
     base: dict[str, Any] = dict(
         vocab_size=VOCAB,
         hidden_size=HIDDEN,
-        initializer_range=0.1,
+        initializer_range=0.02,
         pad_token_id=None,
         bos_token_id=0,
         eos_token_id=0,
@@ -445,10 +474,11 @@ GROUPS = {
 ALL_MODELS = [m for g in "abde" for m in GROUPS[g]]
 
 
-def build(name: str) -> tuple[Any, dict[str, Any], str]:
-    """The seeded, conditioned (the fixtures of this script), noised (every 1-D
-    parameter and A_log), float32 eval-mode model; ``model.fixture_noise`` holds the
-    noise added to each parameter."""
+def build(name: str, train: bool = True) -> tuple[Any, dict[str, Any], str]:
+    """The seeded, conditioned (``CONDITIONED``), trained (``train``: see the module doc),
+    noised (every 1-D parameter and A_log), float32 eval-mode model;
+    ``model.fixture_noise`` holds the noise added to each parameter and
+    ``model.fixture_training`` the training record (None when not trained)."""
     import importlib
 
     import torch
@@ -461,17 +491,30 @@ def build(name: str) -> tuple[Any, dict[str, Any], str]:
     model = AutoModelForCausalLM.from_config(cfg, attn_implementation="eager", dtype=torch.float32)
     model.eval()
     gen = torch.Generator().manual_seed(SEED + 1)
+    ids = np.asarray(make_tokenizer().encode(TEXT).ids, dtype=np.int64)
+    record = None
+    if name in CONDITIONED:
+        with torch.no_grad():
+            condition(model, cfg, SEED + 2)
+    if train:
+        record = {"train": fit(model, ids, SEED + 3, TRAIN_STEPS)}
     noise = {}
     with torch.no_grad():
-        if name in CONDITIONED:
-            condition(model, cfg, SEED + 2)
         for pname, p in sorted(model.named_parameters()):
             # Mamba-1's A_log is [d_inner, d_state] with identical rows: noise it too
             if p.ndim == 1 or pname.endswith("A_log"):
-                n = NOISE * torch.randn(p.shape, generator=gen)
+                scale = A_LOG_NOISE.get(name, NOISE) if pname.endswith("A_log") else NOISE
+                n = scale * torch.randn(p.shape, generator=gen)
                 p.add_(n)
                 noise[pname] = n
+    if train:
+        for pname, p in model.named_parameters():
+            p.requires_grad_(pname not in noise)
+        record["retrain_noised_frozen"] = fit(model, ids, SEED + 4, RETRAIN_STEPS)
+        for p in model.parameters():
+            p.requires_grad_(True)
     model.fixture_noise = noise
+    model.fixture_training = record
     return model, kwargs, note
 
 
@@ -560,6 +603,8 @@ def make_hf(name: str, tok: Any) -> dict[str, Any]:
         "transformers": transformers.__version__,
         "seed": SEED,
         "noise_on_1d_params": NOISE,
+        "noise_on_A_log": A_LOG_NOISE.get(name, NOISE),
+        "training": model.fixture_training,
         "n_params": n_params,
         "max_abs_logit24": scale,
         "max_err_prefill16_decode8_vs_logits24": decode_err,
@@ -586,91 +631,6 @@ def make_hf(name: str, tok: Any) -> dict[str, Any]:
         "decode_err": decode_err,
         "chunk_err": chunk_err,
     }
-
-
-# --------------------------------------------------------------------------- rnn
-
-
-def make_rnn() -> list[str]:
-    """torch.nn.LSTM / GRU / RNN fixtures over every small config combination."""
-    import torch
-
-    RNN_DIR.mkdir(parents=True, exist_ok=True)
-    inp, hid, seq, batch = 5, 7, 9, 3
-    written = []
-    modes: list[tuple[str, Callable[..., Any]]] = [
-        ("lstm", lambda **k: torch.nn.LSTM(**k)),
-        ("gru", lambda **k: torch.nn.GRU(**k)),
-        ("rnn_tanh", lambda **k: torch.nn.RNN(nonlinearity="tanh", **k)),
-        ("rnn_relu", lambda **k: torch.nn.RNN(nonlinearity="relu", **k)),
-    ]
-    for mi, (mode, ctor) in enumerate(modes):
-        for layers in (1, 2):
-            for bidir in (False, True):
-                for batch_first in (True, False):
-                    for with_h0 in (True, False):
-                        seed = (
-                            SEED + 1000 * mi + 100 * layers + 10 * bidir + 2 * batch_first + with_h0
-                        )
-                        torch.manual_seed(seed)
-                        m = ctor(
-                            input_size=inp,
-                            hidden_size=hid,
-                            num_layers=layers,
-                            bidirectional=bidir,
-                            batch_first=batch_first,
-                        ).eval()
-                        dirs = 2 if bidir else 1
-                        x = torch.randn((batch, seq, inp) if batch_first else (seq, batch, inp))
-                        h0 = torch.randn(layers * dirs, batch, hid)
-                        c0 = torch.randn(layers * dirs, batch, hid)
-                        with torch.no_grad():
-                            if not with_h0:
-                                y, st = m(x)
-                            elif mode == "lstm":
-                                y, st = m(x, (h0, c0))
-                            else:
-                                y, st = m(x, h0)
-                        arrs: dict[str, np.ndarray] = {
-                            n: p.detach().numpy().astype(np.float32)
-                            for n, p in m.named_parameters()
-                        }
-                        arrs["x"] = x.numpy()
-                        if with_h0:
-                            arrs["h0"] = h0.numpy()
-                            if mode == "lstm":
-                                arrs["c0"] = c0.numpy()
-                        arrs["output"] = y.numpy()
-                        if mode == "lstm":
-                            arrs["h_n"], arrs["c_n"] = st[0].numpy(), st[1].numpy()
-                        else:
-                            arrs["h_n"] = st.numpy()
-                        arrs["num_layers"] = np.asarray(layers, dtype=np.int64)
-                        arrs["bidirectional"] = np.asarray(bidir)
-                        arrs["batch_first"] = np.asarray(batch_first)
-                        arrs["hidden_size"] = np.asarray(hid, dtype=np.int64)
-                        fname = (
-                            f"{mode}_l{layers}_{'bi' if bidir else 'uni'}_"
-                            f"{'bf' if batch_first else 'sf'}_{'h0' if with_h0 else 'noh0'}.npz"
-                        )
-                        np.savez(RNN_DIR / fname, **arrs)
-                        written.append(fname)
-    (RNN_DIR / "meta.json").write_text(
-        json.dumps(
-            {
-                "torch": torch.__version__,
-                "input_size": inp,
-                "hidden_size": hid,
-                "seq_len": seq,
-                "batch": batch,
-                "init": "torch default (uniform +-1/sqrt(hidden)), seeded per file",
-                "files": written,
-            },
-            indent=1,
-        )
-        + "\n"
-    )
-    return written
 
 
 # --------------------------------------------------------------------------- gguf
@@ -770,6 +730,8 @@ def main() -> None:
         for name in names:
             print(make_hf(name, tok), flush=True)
     if "rnn" in args.what:
+        from make_rnn_fixtures import make_rnn
+
         print(f"rnn: {len(make_rnn())} files")
     if "gguf" in args.what:
         if args.converter is None:

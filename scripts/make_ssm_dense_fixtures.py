@@ -1,5 +1,5 @@
 """Dense variants of two hybrid oracles of scripts/make_seq_fixtures.py (same
-seed, noise, tokenizer, expected.npz layout): ``granitemoehybrid_dense``
+seed, training, noise, tokenizer, expected.npz layout): ``granitemoehybrid_dense``
 (``num_local_experts=0``: shared MLP only) and ``jamba_dense``
 (``num_experts=1``: JambaMLP on every layer), for the SSM hybrids whose MoE
 FFN rlx does not build yet. Run with the peer venv (torch + transformers):

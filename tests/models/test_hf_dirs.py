@@ -1,6 +1,7 @@
 """``rlx.load(dir)`` on Hugging Face directories against transformers: the
-tiny random models of ``tests/fixtures/hf/<model_type>/`` (config.json,
-model.safetensors, tokenizer.json; logits computed by transformers 5.24 in
+tiny models of ``tests/fixtures/hf/<model_type>/`` (briefly trained on a fixed
+text by scripts/make_seq_fixtures.py; config.json, model.safetensors,
+tokenizer.json; logits computed by transformers 5.25 in
 float32, see their meta.json) — llama, qwen2, qwen3, gemma3 (text) and the
 hybrid lfm2 (short-conv + attention layers).
 

@@ -1,6 +1,7 @@
 """State-space / linear-attention families (rlx.models.mixers_ssm,
 mixers_gdn) against the transformers fixtures of ``tests/fixtures/hf``
-(tiny random models, float32, made by scripts/make_seq_fixtures.py):
+(tiny models briefly trained on a fixed text, float32, made by
+scripts/make_seq_fixtures.py):
 Mamba-2 (n_groups 1 and 2), Mamba-1, Qwen3-Next and Qwen3.5 (dense and MoE:
 the shared MoE FFN of rlx.models.moe), Falcon-H1
 (parallel Mamba-2 + attention, muP multipliers), GraniteMoeHybrid with and
