@@ -109,7 +109,8 @@ def test_sessions_run_instances_of_one_compiled_plan() -> None:
     alone = list(m.generate_ids(ids, 8, ignore_eos=True))
     s = m.session()
     assert list(s.generate_ids(ids, 8, ignore_eos=True)) == alone
-    assert s._runners and s.timings["compile"] < m.timings["compile"]
+    # no timing comparison (flaky under load): the plan sharing below is the check
+    assert s._runners
     for key, r in s._runners.items():
         assert r.exe is not m._runners[key].exe and r.exe.shares_plan_with(m._runners[key].exe)
 
