@@ -28,14 +28,8 @@ pub(crate) fn exp_fast(x: f32) -> f32 {
     const LN2_LO: f32 = -2.121_944_4e-4;
     const HI: f32 = 88.722_84; // ln(f32::MAX)
     const LO: f32 = -87.3;
-    // clamped by comparisons, which NaN fails (so it passes through)
-    let xc = if x > HI {
-        HI
-    } else if x < LO {
-        LO
-    } else {
-        x
-    };
+    // NaN passes through the clamp
+    let xc = x.clamp(LO, HI);
     let t = xc * LOG2E + MAGIC;
     let n = t - MAGIC;
     let r = xc - n * LN2_HI - n * LN2_LO;
@@ -64,7 +58,7 @@ pub(crate) fn exp_fast(x: f32) -> f32 {
 #[inline(always)]
 pub(crate) fn gelu_approx(x: f32) -> f32 {
     // 2·sqrt(2/pi)
-    const C2: f32 = 1.595_769_1;
+    const C2: f32 = 1.595_769;
     let u2 = C2 * x * (1.0 + 0.044_715 * x * x);
     x / (1.0 + exp_fast(-u2))
 }
