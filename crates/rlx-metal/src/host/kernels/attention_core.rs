@@ -11,7 +11,7 @@
 //! With one piece the factor is `e^0 = 1` exactly, so the prefill path is
 //! the plain two-pass softmax.
 //!
-//! Per piece the keys are read in blocks of [`BLOCK`] rows (widened to f32
+//! Per piece the keys are read in blocks of [`block_rows`] rows (widened to f32
 //! once unless they are f32 already); every query head of the group passes
 //! over a block while it is in L1 (`attention_simd`), then the values the
 //! same way. Scores are kept head-major so the max / exp passes run over
@@ -28,9 +28,22 @@ use std::any::TypeId;
 use super::sdpa_simd::{pv, qk, Rows};
 use super::{Elem, Layout, Mask};
 
-/// Key rows per block: a block of K (then V) is read from memory once and
-/// stays in L1 while every query head of the group passes over it.
+/// Most key rows per block.
 const BLOCK: usize = 64;
+
+/// f32 elements of one block (16 KiB), so that it stays in L1 while every
+/// query head of the group (and every accumulator tile of the values)
+/// passes over it.
+const BLOCK_ELEMS: usize = 4096;
+
+/// Key rows per block for head dim `d`: [`BLOCK`] up to `d = 64`, fewer
+/// for wider heads (16 at `d = 256`) so the block fits [`BLOCK_ELEMS`].
+/// The blocking does not change any sum's order (each score is one row's
+/// dot product; the values are accumulated key by key in order).
+#[inline(always)]
+fn block_rows(d: usize) -> usize {
+    (BLOCK_ELEMS / d.max(1)).clamp(8, BLOCK)
+}
 
 /// `x` itself when `T` is `f32` (no widening copy needed).
 #[inline(always)]
@@ -71,7 +84,7 @@ pub(super) struct Scratch {
     /// The group's queries, widened to f32 and pre-scaled (`group · d`).
     qf: Vec<f32>,
     /// A block of key / value rows widened to f32 when they are not f32
-    /// already (`BLOCK · d`).
+    /// already (`block_rows(d) · d`).
     block: Vec<f32>,
     /// Scores, then weights, head-major (`group · n`).
     scores: Vec<f32>,
@@ -172,8 +185,9 @@ impl<T: Elem> Job<'_, T> {
         }
         scores.resize(n * gs, 0.0);
         // pass 1: every key block once, for all the group's heads
-        for col in (0..n).step_by(BLOCK) {
-            let rows = self.rows(self.k, bi, g, a + col, BLOCK.min(n - col), block);
+        let br = block_rows(d);
+        for col in (0..n).step_by(br) {
+            let rows = self.rows(self.k, bi, g, a + col, br.min(n - col), block);
             qk::<FMA>(qf, d, rows, scores, n, col);
         }
         let elementwise = matches!(self.mask, Mask::Custom(_) | Mask::Bias(_));
@@ -222,8 +236,8 @@ impl<T: Elem> Job<'_, T> {
         for p in part.chunks_exact_mut(d + 2).take(gs) {
             p[2..].fill(0.0);
         }
-        for col in (0..n).step_by(BLOCK) {
-            let rows = self.rows(self.v, bi, g, a + col, BLOCK.min(n - col), block);
+        for col in (0..n).step_by(br) {
+            let rows = self.rows(self.v, bi, g, a + col, br.min(n - col), block);
             pv::<FMA>(scores, n, col, d, rows, &mut part[..gs * (d + 2)]);
         }
     }

@@ -36,10 +36,67 @@ pub fn binary_scalar(op: BinaryOp, a: f32, b: f32) -> f32 {
     with_bin!(op, f => f(a, b))
 }
 
-/// Applies `act` to the f32 scratch in place.
+/// Applies `act` to the f32 scratch in place. GELU (tanh form), SiLU and
+/// the sigmoid, whose formulas are branch-free (see [`scalar::exp_fast`]),
+/// run as one vector loop built for AVX-512 or AVX2 when the CPU has it.
 #[inline]
 fn act_f32(act: Activation, v: &mut [f32]) {
+    #[cfg(target_arch = "x86_64")]
+    if matches!(
+        act,
+        Activation::GeluApprox | Activation::Silu | Activation::Sigmoid
+    ) {
+        with_act!(act, f => simd::map(v, f));
+        return;
+    }
     with_act!(act, f => v.iter_mut().for_each(|x| *x = f(*x)))
+}
+
+/// The in-place loop of [`act_f32`] compiled for wider vector units,
+/// chosen at run time.
+#[cfg(target_arch = "x86_64")]
+mod simd {
+    use std::sync::OnceLock;
+
+    /// 2 = AVX-512 F, 1 = AVX2 + FMA, 0 = neither (asked once).
+    fn level() -> u8 {
+        static LEVEL: OnceLock<u8> = OnceLock::new();
+        *LEVEL.get_or_init(|| {
+            if is_x86_feature_detected!("avx512f") {
+                2
+            } else if is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma") {
+                1
+            } else {
+                0
+            }
+        })
+    }
+
+    /// # Safety
+    /// The CPU has AVX-512 F.
+    #[target_feature(enable = "avx512f,avx2,fma")]
+    unsafe fn map_avx512(v: &mut [f32], f: impl Fn(f32) -> f32) {
+        v.iter_mut().for_each(|x| *x = f(*x));
+    }
+
+    /// # Safety
+    /// The CPU has AVX2 and FMA.
+    #[target_feature(enable = "avx2,fma")]
+    unsafe fn map_avx2(v: &mut [f32], f: impl Fn(f32) -> f32) {
+        v.iter_mut().for_each(|x| *x = f(*x));
+    }
+
+    /// `v[i] = f(v[i])` on the widest vector unit there is (`f` is
+    /// inlined into each build).
+    #[inline(always)]
+    pub(super) fn map(v: &mut [f32], f: impl Fn(f32) -> f32) {
+        match level() {
+            // SAFETY: the CPU reported the features of each build.
+            2 => unsafe { map_avx512(v, f) },
+            1 => unsafe { map_avx2(v, f) },
+            _ => v.iter_mut().for_each(|x| *x = f(*x)),
+        }
+    }
 }
 
 /// `out[i] = act(x[i])` for `i < n`. Needs `x.len(), out.len() >= n`.
