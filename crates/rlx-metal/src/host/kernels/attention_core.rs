@@ -27,6 +27,7 @@ use std::any::TypeId;
 
 use super::sdpa_simd::{pv, qk, Rows};
 use super::{Elem, Layout, Mask};
+use crate::host::kernels::elementwise::exp_parts;
 
 /// Most key rows per block.
 const BLOCK: usize = 64;
@@ -56,25 +57,13 @@ fn as_f32<T: Elem>(x: &[T]) -> Option<&[f32]> {
     }
 }
 
-/// `e^x` for `x ≤ 0` (scores minus their row max), vectorisable: Cephes'
-/// `expf` range reduction `x = n·ln2 + r` and degree-6 polynomial (relative
-/// error ~1e-7); inputs below -87 give ~1e-38 instead of underflowing.
+/// `e^x` for `x ≤ 0` (scores minus their row max), vectorisable through
+/// the elementwise kernels' [`exp_parts`]; inputs below -87 give ~1e-38
+/// instead of underflowing.
 #[inline(always)]
 pub(crate) fn exp_nonpos(x: f32) -> f32 {
-    const LOG2E: f32 = std::f32::consts::LOG2_E;
-    const MAGIC: f32 = 12_582_912.0; // 1.5·2^23: adding it rounds to an integer
-    const C1: f32 = 0.693_359_4;
-    const C2: f32 = -2.121_944_4e-4;
-    let x = x.max(-87.0);
-    let n = (x * LOG2E + MAGIC) - MAGIC;
-    let r = x - n * C1 - n * C2;
-    let z = r * r;
-    let p = ((((1.987_569_1e-4 * r + 1.398_2e-3) * r + 8.333_452e-3) * r + 4.166_579_6e-2) * r
-        + 1.666_666_5e-1)
-        * r
-        + 0.5;
-    let y = p * z + r + 1.0;
-    y * f32::from_bits(((n as i32 + 127) as u32) << 23)
+    let (y, n) = exp_parts(x.max(-87.0));
+    y * f32::from_bits((n.wrapping_add(127) as u32) << 23)
 }
 
 /// Per-thread reusable buffers of a piece (grown once, never shrunk, so a

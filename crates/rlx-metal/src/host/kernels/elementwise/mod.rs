@@ -20,8 +20,8 @@ mod region;
 
 pub use cast::*;
 pub use region::{region, RegionArg, RegionCast, RegionInput, RegionOp, RegionStep};
-pub(crate) use scalar::gelu_approx;
 pub use scalar::{erf, silu};
+pub(crate) use scalar::{exp_parts, gelu_approx};
 
 /// Elements per scratch chunk of the fused kernels (fits in L1).
 const CHUNK: usize = 1024;

@@ -14,32 +14,39 @@ pub(crate) fn gelu(x: f32) -> f32 {
     0.5 * x * (1.0 + erf(x * std::f32::consts::FRAC_1_SQRT_2))
 }
 
-/// `e^x` in f32 without a library call, so that loops over it vectorise:
-/// `x = n·ln 2 + r` (`|r| ≤ ln 2 / 2`, `ln 2` split in two parts so `r` is
-/// exact), `e^r` by a degree-6 polynomial (Cephes `expf`'s coefficients,
-/// relative error ≈ 1e-7), `2^n` built in the exponent bits (as `2^(n−1)·2`
-/// so that `n = 128` still fits). Above `ln(f32::MAX)` the result is +inf,
-/// below −87.3 (where `e^x` leaves the normal range) it is 0; NaN stays NaN.
+/// The vectorisable core of `e^x` (no library call): `x = n·ln 2 + r`
+/// (`|r| ≤ ln 2 / 2`, `ln 2` split in two parts so `r` is exact) and `e^r`
+/// by a degree-6 polynomial (Cephes `expf`'s coefficients, relative error
+/// ≈ 1e-7). Returns `(e^r, n)`; the caller scales by `2^n` in the exponent
+/// bits. Needs `|x| < 2^21` (callers clamp).
 #[inline(always)]
-pub(crate) fn exp_fast(x: f32) -> f32 {
+pub(crate) fn exp_parts(x: f32) -> (f32, i32) {
     const LOG2E: f32 = std::f32::consts::LOG2_E;
     const MAGIC: f32 = 12_582_912.0; // 1.5·2^23: adding it rounds to an integer
     const LN2_HI: f32 = 0.693_359_4;
     const LN2_LO: f32 = -2.121_944_4e-4;
-    const HI: f32 = 88.722_84; // ln(f32::MAX)
-    const LO: f32 = -87.3;
-    // NaN passes through the clamp
-    let xc = x.clamp(LO, HI);
-    let t = xc * LOG2E + MAGIC;
+    let t = x * LOG2E + MAGIC;
     let n = t - MAGIC;
-    let r = xc - n * LN2_HI - n * LN2_LO;
+    let r = x - n * LN2_HI - n * LN2_LO;
     let p = ((((1.987_569_1e-4 * r + 1.398_2e-3) * r + 8.333_452e-3) * r + 4.166_579_6e-2) * r
         + 1.666_666_5e-1)
         * r
         + 0.5;
-    let y = p * (r * r) + r + 1.0;
     // n sits in the low mantissa bits of t (|n| < 2^22)
     let ni = (t.to_bits() as i32).wrapping_sub(MAGIC.to_bits() as i32);
+    (p * (r * r) + r + 1.0, ni)
+}
+
+/// `e^x` in f32 through [`exp_parts`], so that loops over it vectorise;
+/// `2^n` is built as `2^(n−1)·2` so that `n = 128` still fits. Above
+/// `ln(f32::MAX)` the result is +inf, below −87.3 (where `e^x` leaves the
+/// normal range) it is 0; NaN stays NaN.
+#[inline(always)]
+pub(crate) fn exp_fast(x: f32) -> f32 {
+    const HI: f32 = 88.722_84; // ln(f32::MAX)
+    const LO: f32 = -87.3;
+    // NaN passes through the clamp
+    let (y, ni) = exp_parts(x.clamp(LO, HI));
     let scale = f32::from_bits((ni.wrapping_add(126) as u32) << 23);
     let e = y * scale * 2.0;
     if x > HI {
