@@ -177,7 +177,11 @@ def test_gelu_host_past_the_arena_threshold(monkeypatch: pytest.MonkeyPatch, dev
     assert big.stats["metal_host_by_thunk"] == {"gelu_approx_host": 1}
     (k,) = small.run(x=x)
     a, b = small.run(x=x)[k], big.run(x=x)[k]
-    np.testing.assert_array_equal(a, b)
+    if device == "host":
+        np.testing.assert_array_equal(a, b)  # one host formula for both thunks
+    else:
+        # the Metal kernel's tanh form against the host's x·σ(2u) form
+        np.testing.assert_allclose(a, b, rtol=2e-5, atol=1e-7)
     x64 = x.astype(np.float64)
     want = 0.5 * x64 * (1 + np.tanh(np.sqrt(2 / np.pi) * (x64 + 0.044715 * x64**3)))
     np.testing.assert_allclose(b, want, rtol=1e-5, atol=1e-6)
