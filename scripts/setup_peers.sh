@@ -73,38 +73,37 @@ if [ -z "${NO_LLAMA_CPP_PYTHON:-}" ] && ! "$PEER/bin/python" -c "import llama_cp
   echo "llama-cpp-python built in $(($(date +%s) - start)) s"
 fi
 
-if [ -n "${WITH_LLAMA_BENCH:-}" ] && [ ! -x "$PEER/bin/llama-bench" ]; then
-  echo "== llama-bench + llama-completion"
+# llama_targets SERVER TARGET...: configure $BUILD/llama-bench-build (Ninja, Release, static
+# libraries so the binaries are self-contained, no tests / examples / OpenSSL / curl;
+# LLAMA_BUILD_SERVER=SERVER), build TARGET..., copy them to $PEER/bin/
+llama_targets() {
+  local server=$1 lb="$BUILD/llama-bench-build" start
+  shift
   start=$(date +%s)
-  LB="$BUILD/llama-bench-build"
   # shellcheck disable=SC2086
-  nice -n "$NICE" "$PEER/bin/cmake" -S "$SRC/vendor/llama.cpp" -B "$LB" -G Ninja \
+  nice -n "$NICE" "$PEER/bin/cmake" -S "$SRC/vendor/llama.cpp" -B "$lb" -G Ninja \
     -DCMAKE_MAKE_PROGRAM="$PEER/bin/ninja" -DCMAKE_BUILD_TYPE=Release -DBUILD_SHARED_LIBS=OFF \
-    -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_SERVER=OFF \
+    -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_SERVER="$server" \
     -DLLAMA_BUILD_APP=OFF -DLLAMA_BUILD_TOOLS=ON -DLLAMA_OPENSSL=OFF -DLLAMA_CURL=OFF \
     $GGML_FLAGS >/dev/null
-  nice -n "$NICE" "$PEER/bin/cmake" --build "$LB" --target llama-bench llama-completion -j 2
-  cp "$LB/bin/llama-bench" "$LB/bin/llama-completion" "$PEER/bin/"
-  "$PEER/bin/llama-bench" --help >/dev/null
-  echo "llama-bench built in $(($(date +%s) - start)) s"
+  nice -n "$NICE" "$PEER/bin/cmake" --build "$lb" --target "$@" -j 2
+  for t in "$@"; do
+    cp "$lb/bin/$t" "$PEER/bin/"
+    "$PEER/bin/$t" --help >/dev/null
+  done
+  echo "$* built in $(($(date +%s) - start)) s"
+}
+
+if [ -n "${WITH_LLAMA_BENCH:-}" ] && [ ! -x "$PEER/bin/llama-bench" ]; then
+  echo "== llama-bench + llama-completion"
+  llama_targets OFF llama-bench llama-completion
 fi
 
 if [ -n "${WITH_LLAMA_SERVER:-}" ] && [ ! -x "$PEER/bin/llama-server" ]; then
-  # the same build directory and flags as llama-bench, with the server target switched on
-  # (no OpenSSL / curl: bench/serve.py talks plain HTTP on loopback); 76 more steps
+  # the same build directory and flags, with the server target switched on (bench/serve.py
+  # talks plain HTTP on loopback); 76 more steps after llama-bench
   echo "== llama-server"
-  start=$(date +%s)
-  LB="$BUILD/llama-bench-build"
-  # shellcheck disable=SC2086
-  nice -n "$NICE" "$PEER/bin/cmake" -S "$SRC/vendor/llama.cpp" -B "$LB" -G Ninja \
-    -DCMAKE_MAKE_PROGRAM="$PEER/bin/ninja" -DCMAKE_BUILD_TYPE=Release -DBUILD_SHARED_LIBS=OFF \
-    -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_SERVER=ON \
-    -DLLAMA_BUILD_APP=OFF -DLLAMA_BUILD_TOOLS=ON -DLLAMA_OPENSSL=OFF -DLLAMA_CURL=OFF \
-    $GGML_FLAGS >/dev/null
-  nice -n "$NICE" "$PEER/bin/cmake" --build "$LB" --target llama-server -j 2
-  cp "$LB/bin/llama-server" "$PEER/bin/"
-  "$PEER/bin/llama-server" --help >/dev/null
-  echo "llama-server built in $(($(date +%s) - start)) s"
+  llama_targets ON llama-server
 fi
 
 "$PEER/bin/python" - <<'EOF'

@@ -20,6 +20,7 @@ __all__ = [
     "env_problems",
     "env_vars",
     "gguf_dequantize_rows",
+    "ggml_types",
     "pass_names",
     "set_amx_prefill_gemm",
     "set_int8_activation_levels",
@@ -94,6 +95,10 @@ def gguf_dequantize_rows(ggml_type: int, data: Any, rows: Sequence[int], k: int,
     WeightFormatError for an unknown type, ShapeError for mismatched arrays,
     KernelError naming the type and row for a row outside ``0..n_rows``
     (checked before anything is written)."""
+
+def ggml_types() -> dict[int, tuple[str, int, int]]:
+    """``{ggml type id: (name, elements per block, bytes per block)}`` of every
+    GGUF type rlx runs (``rlx_ir::GgmlType``, the one table of these facts)."""
 
 def env_problems() -> list[tuple[str, str]]:
     """What is wrong with the set ``RLX_*`` variables, as ``(name, message)`` rows."""

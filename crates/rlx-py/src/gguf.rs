@@ -1,5 +1,6 @@
 //! `gguf_dequantize_rows`: embedding lookups on packed GGUF rows with the
-//! host's native row decoders. Arrays cross as numpy arrays, read through
+//! host's native row decoders; `ggml_types`: the GGUF type table of
+//! `rlx_ir::GgmlType` (names and block geometry) for the Python parser. Arrays cross as numpy arrays, read through
 //! `__array_interface__` (the module is abi3, without the buffer API), so
 //! no bytes are copied: a memory-mapped GGUF tensor is decoded in place.
 
@@ -140,6 +141,17 @@ fn gguf_dequantize_rows(
     dequantize_rows(ty, w, n_rows, &rows, k, dst).map_err(|e| KernelError::new_err(e.to_string()))
 }
 
+/// `{ggml type id: (name, elements per block, bytes per block)}` of every
+/// GGUF type rlx runs: `rlx_ir::GgmlType`, the one table of these facts.
+#[pyfunction]
+fn ggml_types() -> std::collections::BTreeMap<u32, (&'static str, usize, usize)> {
+    rlx_ir::quant::ALL_GGML_TYPES
+        .into_iter()
+        .filter_map(|t| Some((t.ggml_id()?, (t.name(), t.block_size(), t.block_bytes()))))
+        .collect()
+}
+
 pub(crate) fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
-    m.add_function(wrap_pyfunction!(gguf_dequantize_rows, m)?)
+    m.add_function(wrap_pyfunction!(gguf_dequantize_rows, m)?)?;
+    m.add_function(wrap_pyfunction!(ggml_types, m)?)
 }

@@ -1,8 +1,9 @@
 """Reading GGUF files: metadata, tensor infos and zero-copy tensor views.
 
-The file is memory-mapped; the header is parsed here. The block geometry of
-the types rlx runs is rlx's own table (:data:`BLOCK_SIZES`, checked against
-the ``gguf`` package's ``GGML_QUANT_SIZES`` in the tests); other type ids are
+The file is memory-mapped; the header is parsed here. The names and block
+geometry of the types rlx runs come from the native module's type table
+(``_rlx.ggml_types``, i.e. ``GgmlType`` in crates/rlx-ir/src/quant.rs;
+checked against the ``gguf`` package's ``GGML_QUANT_SIZES`` in the tests); other type ids are
 looked up in the ``gguf`` package, imported only then (the import costs
 tens of milliseconds and ~5 MiB of resident memory at every load).
 ``gguf.GGUFReader`` is the independent oracle the tests compare against. On
@@ -41,6 +42,7 @@ from typing import Any, Optional, Union
 
 import numpy as np
 
+from rlx import _rlx
 from rlx.errors import WeightFormatError
 from rlx.io.mapped import MapStamp
 
@@ -53,45 +55,15 @@ MAX_NESTING = 8
 #: Element / byte counts must stay below this (ggml's ``int64_t`` sizes).
 _I64_MAX = (1 << 63) - 1
 
+_TYPES = _rlx.ggml_types()
 #: GGML type id → rlx type name (``GgmlType::name`` in crates/rlx-ir/src/quant.rs).
-RLX_TYPE_NAMES: dict[int, str] = {
-    0: "F32",
-    1: "F16",
-    2: "Q4_0",
-    3: "Q4_1",
-    6: "Q5_0",
-    7: "Q5_1",
-    8: "Q8_0",
-    9: "Q8_1",
-    10: "Q2_K",
-    11: "Q3_K",
-    12: "Q4_K",
-    13: "Q5_K",
-    14: "Q6_K",
-    15: "Q8_K",
-    30: "BF16",
-}
-
+RLX_TYPE_NAMES: dict[int, str] = {i: name for i, (name, _, _) in _TYPES.items()}
 #: GGML type id → (elements per block, bytes per block) of the
-#: :data:`RLX_TYPE_NAMES` types (ggml's ``ggml_type_traits``: ``blck_size``,
-#: ``type_size``) but Q8_1, whose size the ``gguf`` package and ggml state
-#: differently (40 / 36 bytes; no model file stores it): that one is still
-#: looked up in the package, as before.
+#: :data:`RLX_TYPE_NAMES` types but Q8_1, whose size the ``gguf`` package and
+#: ggml state differently (40 / 36 bytes; no model file stores it): that one is
+#: still looked up in the package.
 BLOCK_SIZES: dict[int, tuple[int, int]] = {
-    0: (1, 4),
-    1: (1, 2),
-    2: (32, 18),
-    3: (32, 20),
-    6: (32, 22),
-    7: (32, 24),
-    8: (32, 34),
-    10: (256, 84),
-    11: (256, 110),
-    12: (256, 144),
-    13: (256, 176),
-    14: (256, 210),
-    15: (256, 292),
-    30: (1, 2),
+    i: (block, size) for i, (_, block, size) in _TYPES.items() if i != 9
 }
 
 _MAGIC = b"GGUF"
