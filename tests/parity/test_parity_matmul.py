@@ -11,27 +11,9 @@ import numpy as np
 import pytest
 import rlx
 from _harness2 import check, rand
+from rlx.reference._act import REGION_ACTIVATIONS
 
-ACTS: list[Optional[str]] = [
-    None,
-    "gelu",
-    "gelu_approx",
-    "silu",
-    "relu",
-    "sigmoid",
-    "tanh",
-    "exp",
-    "log",
-    "sqrt",
-    "rsqrt",
-    "neg",
-    "abs",
-    "sin",
-    "cos",
-    "tan",
-    "atan",
-    "round",
-]
+ACTS: list[Optional[str]] = [None, *REGION_ACTIVATIONS]
 
 
 def _mm(

@@ -472,11 +472,8 @@ class DecoderModel:
         n, n_new = self._n, len(ids)
         r = self._runner(s, self._cap, all_rows)
         if s == 1 and not all_rows and self._step is not None:
-            if r.step is None:
-                r.step = self._step.bind(r.exe)
-            if r.step:
-                logits = self._step.run(r.step, ids[0], n)
-                self._n = n + 1
+            logits = self._decode_step(r, ids[0])
+            if logits is not None:
                 return logits
         # a shorter prompt runs on a prefix of the bucket when every thunk
         # that reads token rows allows it; else its padded rows are computed
@@ -500,6 +497,18 @@ class DecoderModel:
         self._n += n_new
         return logits[:n_new] if all_rows else logits[0]
 
+    def _decode_step(self, r: _Runner, tok: int) -> Optional[np.ndarray]:
+        """Token ``tok`` through runner ``r``'s decode fast path (bound on first
+        use; :class:`_DecodeStep`), or None when its graph cannot take it."""
+        assert self._step is not None
+        if r.step is None:
+            r.step = self._step.bind(r.exe)
+        if not r.step:
+            return None
+        logits = self._step.run(r.step, tok, self._n)
+        self._n += 1
+        return logits
+
     def _feed(self, ids: Sequence[int], all_rows: bool = False) -> np.ndarray:
         """Run ``ids`` after the cache in chunks; last-row logits or all rows
         (a progress bar on a terminal for long prompts)."""
@@ -507,9 +516,9 @@ class DecoderModel:
         if len(ids) == 1 and not all_rows and self._step is not None:  # a decode step
             r = self._runners.get((1, self._cap, False))
             if r is not None and r.step and self._n < self._cap:
-                logits = self._step.run(r.step, ids[0], self._n)
-                self._n += 1
-                return logits
+                logits = self._decode_step(r, ids[0])
+                if logits is not None:
+                    return logits
         step = BUCKETS[-1]
         bar = progress.prefill_bar(len(ids))
         parts = []
