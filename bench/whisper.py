@@ -8,7 +8,7 @@ as an HF directory (``--make``, run with the peer python; ~290 MB) — the same
 weights for both engines. Per round, each engine in a fresh process
 (alternating which goes first), both at ``--threads`` threads
 (``torch.set_num_threads``; ``RLX_NUM_THREADS`` / ``RAYON_NUM_THREADS``),
-torch under ``OMP_WAIT_POLICY=PASSIVE`` unless ``--omp-active`` (on a loaded
+torch under ``OMP_WAIT_POLICY=PASSIVE`` unless ``--omp ACTIVE`` (on a loaded
 machine libgomp's spin-waiting collapses: 0.4 decode tok/s seen), rlx with its
 defaults:
 
@@ -33,17 +33,34 @@ Markdown goes into BENCHMARKS.md between the ``whisper.py`` markers unless
 from __future__ import annotations
 
 import argparse
-import datetime
 import json
 import os
-import statistics
 import sys
+import time
 from pathlib import Path
 from typing import Any, Optional
 
-ROOT = Path(__file__).resolve().parent.parent
-BENCHMARKS = ROOT / "BENCHMARKS.md"
-BEGIN, END = "<!-- whisper.py:begin -->", "<!-- whisper.py:end -->"
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from harness import (  # noqa: E402
+    MAX_OTHERS,
+    RLX_PYTHON,
+    Figures,
+    alternate,
+    kept,
+    last_json,
+    machine,
+    median_time,
+    now,
+    ratio,
+    rlx_env,
+    rlx_version,
+    round_log,
+    round_notes,
+    run_child,
+    summarise,
+    write_section,
+)
+
 MODEL_DIR = Path(os.environ.get("RLX_BENCH_DIR", "/tmp/rlx-bench")) / "whisper-base-random"
 PEER_PYTHON = os.environ.get("PEER_PYTHON", "/work/peer-venv/bin/python")
 SEED = 17
@@ -90,21 +107,7 @@ def make() -> None:
     print(MODEL_DIR)
 
 
-def _median_time(fn: Any, reps: int) -> float:
-    import time
-
-    fn()  # warm-up
-    times = []
-    for _ in range(reps):
-        t0 = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times)
-
-
 def child_rlx(threads: int, reps: int, tokens: int) -> dict[str, float]:
-    import time
-
     import numpy as np
     import rlx
 
@@ -112,7 +115,7 @@ def child_rlx(threads: int, reps: int, tokens: int) -> dict[str, float]:
     m = rlx.load(str(MODEL_DIR))
     load_s = time.perf_counter() - t0
     feats = m.features(waveform())
-    enc_s = _median_time(lambda: m.encode(feats), reps)
+    enc_s = median_time(lambda: m.encode(feats), reps)
     enc = m.encode(feats)
     m.start(enc)
     row = m.decode(PROMPT)[-1]
@@ -126,8 +129,6 @@ def child_rlx(threads: int, reps: int, tokens: int) -> dict[str, float]:
 
 
 def child_torch(threads: int, reps: int, tokens: int) -> dict[str, float]:
-    import time
-
     import torch
     from transformers import WhisperFeatureExtractor, WhisperForConditionalGeneration
 
@@ -138,7 +139,7 @@ def child_torch(threads: int, reps: int, tokens: int) -> dict[str, float]:
     fe = WhisperFeatureExtractor.from_pretrained(str(MODEL_DIR))
     x = torch.from_numpy(fe(waveform(), sampling_rate=16000, return_tensors="np")["input_features"])
     with torch.inference_mode():
-        enc_s = _median_time(lambda: model.model.encoder(x), reps)
+        enc_s = median_time(lambda: model.model.encoder(x), reps)
         enc = model.model.encoder(x)
         out = model(encoder_outputs=enc, decoder_input_ids=torch.tensor([PROMPT]), use_cache=True)
         past = out.past_key_values
@@ -154,32 +155,16 @@ def child_torch(threads: int, reps: int, tokens: int) -> dict[str, float]:
     return {"load_s": load_s, "encoder_s": enc_s, "decode_tps": tps}
 
 
-def _round(engine: str, args: argparse.Namespace) -> tuple[dict[str, float], str]:
-    sys.path.insert(0, str(Path(__file__).parent))
-    from ssm import run_child
-
-    py = PEER_PYTHON if engine == "torch" else os.environ.get(
-        "RLX_PYTHON", str(ROOT / ".venv" / "bin" / "python")
-    )  # fmt: skip
-    env = dict(os.environ, RLX_NUM_THREADS=str(args.threads), RAYON_NUM_THREADS=str(args.threads))
-    env.setdefault("PYTHONWARNINGS", "ignore")
-    env["OMP_WAIT_POLICY"] = "ACTIVE" if args.omp_active else "PASSIVE"
+def _round(engine: str, args: argparse.Namespace) -> tuple[Figures, str]:
+    py = PEER_PYTHON if engine == "torch" else RLX_PYTHON
+    extra = {"PYTHONWARNINGS": "ignore", "OMP_WAIT_POLICY": args.omp}
     cmd = [py, __file__, "--child", engine, "--threads", str(args.threads)]
     cmd += ["--reps", str(args.reps), "--tokens", str(args.tokens)]
-    code, out, err, rss = run_child(cmd, env)
-    if code != 0:
-        return {}, f"{engine}: " + (err.strip().splitlines() or ["?"])[-1]
-    res = json.loads(out.strip().splitlines()[-1])
-    return {**res, "rss_mb": rss}, ""
-
-
-def _cell(vals: list[float], fmt: str) -> str:
-    if not vals:
-        return "n/a"
-    med = statistics.median(vals)
-    if len(vals) == 1:
-        return format(med, fmt)
-    return f"{format(med, fmt)} ({format(min(vals), fmt)}–{format(max(vals), fmt)})"
+    ch = run_child(cmd, rlx_env(args.threads, extra))
+    res = last_json(ch.out) if ch.code == 0 else None
+    if res is None:
+        return {}, f"{engine}: " + (ch.err.strip().splitlines() or ["?"])[-1][-300:]
+    return {**{k: float(v) for k, v in res.items()}, "rss_mb": ch.rss_mib}, ""
 
 
 def main(argv: Optional[list[str]] = None) -> int:
@@ -190,8 +175,9 @@ def main(argv: Optional[list[str]] = None) -> int:
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--reps", type=int, default=2, help="timed encoder runs per round")
     p.add_argument("--tokens", type=int, default=32, help="timed decode steps per round")
+    p.add_argument("--omp", choices=["ACTIVE", "PASSIVE"], default="PASSIVE")
+    p.add_argument("--max-others", type=float, default=MAX_OTHERS)
     p.add_argument("--no-write", action="store_true")
-    p.add_argument("--omp-active", action="store_true", help="torch with OMP_WAIT_POLICY=ACTIVE")
     args = p.parse_args(argv)
     if args.make:
         make()
@@ -203,73 +189,43 @@ def main(argv: Optional[list[str]] = None) -> int:
     if not (MODEL_DIR / "model.safetensors").exists():
         print(f"{MODEL_DIR} missing: {PEER_PYTHON} bench/whisper.py --make")
         return 1
-    sys.path.insert(0, str(Path(__file__).parent))
-    from harness import machine as _machine
-    from harness import rlx_version as _rlx_version
-    from loadmon import Monitor
-
-    res: dict[str, list[dict[str, float]]] = {"rlx": [], "torch": []}
-    loads, errors = [], []
-    for r in range(args.rounds):
-        order = ["torch", "rlx"] if r % 2 == 0 else ["rlx", "torch"]
-        for engine in order:
-            with Monitor() as mon:
-                fig, err = _round(engine, args)
-            loads.append(f"round {r + 1} {engine}: {mon.load.describe()}")
-            print(engine, fig or err, mon.load.describe(), flush=True)
-            if fig:
-                res[engine].append(fig)
-            else:
-                errors.append(err)
-    head = "| engine | encoder 30 s (s) | decode tok/s | load s | peak RSS MiB |"
-    lines = [head, "|---|---:|---:|---:|---:|"]
+    engines = ["torch", "rlx"]
+    sides = alternate(
+        args.rounds, {e: (lambda e=e: _round(e, args)) for e in engines}, "whisper",
+        args.max_others,
+    )  # fmt: skip
+    lines = ["| engine | encoder 30 s (s) | decode tok/s | load s | peak RSS MiB |"]
+    lines.append("|---|---:|---:|---:|---:|")
     names = {"torch": "transformers (PyTorch CPU)", "rlx": "rlx (host)"}
-    for engine in ("torch", "rlx"):
-        rows = res[engine]
-        cells = [
-            _cell([f["encoder_s"] for f in rows], ".2f"),
-            _cell([f["decode_tps"] for f in rows], ".1f"),
-            _cell([f["load_s"] for f in rows], ".1f"),
-            _cell([f["rss_mb"] for f in rows], ".0f"),
-        ]
+    med: dict[str, dict[str, Optional[float]]] = {e: {} for e in engines}
+    for engine in engines:
+        cells = []
+        for key, digits in (("encoder_s", 2), ("decode_tps", 1), ("load_s", 1), ("rss_mb", 0)):
+            med[engine][key], text = summarise(sides[engine], key, digits)
+            cells.append(text)
         lines.append(f"| {names[engine]} | " + " | ".join(cells) + " |")
-    if res["rlx"] and res["torch"]:
-        med = {e: {k: statistics.median(f[k] for f in res[e]) for k in res[e][0]} for e in res}
-        enc = med["torch"]["encoder_s"] / med["rlx"]["encoder_s"]
-        dec = med["rlx"]["decode_tps"] / med["torch"]["decode_tps"]
-        lines.append(f"| **rlx speed / transformers** | {enc:.2f}× | {dec:.2f}× | | |")
-    when = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    enc = ratio(med["torch"]["encoder_s"], med["rlx"]["encoder_s"])
+    dec = ratio(med["rlx"]["decode_tps"], med["torch"]["decode_tps"])
+    lines.append(f"| **rlx speed / transformers** | {enc} | {dec} | | |")
     section = [
-        BEGIN,
-        f"Measured {when} by `bench/whisper.py` ({args.rounds} alternating rounds, medians "
-        f"(min–max)), {args.threads} threads; encoder: median of {args.reps} runs per round; "
-        f"decode: {args.tokens} one-token steps per round.",
+        f"Measured {now()} by `bench/whisper.py` ({args.rounds} alternating rounds, medians "
+        f"(min–max) of the kept rounds), {args.threads} threads; encoder: median of "
+        f"{args.reps} runs per round; decode: {args.tokens} one-token steps per round.",
         "",
-        f"- Machine: {_machine()}",
+        f"- Machine: {machine()}",
         f"- Model: Whisper base dimensions, random weights (seed {SEED}), float32; "
-        f"{_rlx_version()}; transformers in {PEER_PYTHON} (torch "
-        f"OMP_WAIT_POLICY={'ACTIVE' if args.omp_active else 'PASSIVE'})",
+        f"{rlx_version()}; transformers in {PEER_PYTHON} (torch OMP_WAIT_POLICY={args.omp})",
         "",
         *lines,
         "",
-        *[f"- {x}" for x in loads + errors],
-        END,
+        *round_notes("whisper", sides, engines),
+        "",
+        *round_log("whisper", sides, engines),
     ]
-    text = "\n".join(section)
-    print(text)
+    print("\n".join(section))
     if not args.no_write:
-        old = BENCHMARKS.read_text()
-        if BEGIN in old and END in old:
-            new = old[: old.index(BEGIN)] + text + old[old.index(END) + len(END) :]
-        else:
-            new = (
-                old.rstrip("\n")
-                + "\n\n## Whisper (speech to text) vs transformers\n\n"
-                + text
-                + "\n"
-            )
-        BENCHMARKS.write_text(new)
-    return 0 if not errors else 1
+        write_section("whisper.py", section, "Whisper (speech to text) vs transformers")
+    return 0 if kept(sides["rlx"]) and kept(sides["torch"]) else 1
 
 
 if __name__ == "__main__":
