@@ -21,6 +21,7 @@ __all__ = [
     "env_vars",
     "gguf_dequantize_rows",
     "ggml_types",
+    "gguf_string_offsets",
     "pass_names",
     "set_amx_prefill_gemm",
     "set_int8_activation_levels",
@@ -95,6 +96,11 @@ def gguf_dequantize_rows(ggml_type: int, data: Any, rows: Sequence[int], k: int,
     WeightFormatError for an unknown type, ShapeError for mismatched arrays,
     KernelError naming the type and row for a row outside ``0..n_rows``
     (checked before anything is written)."""
+
+def gguf_string_offsets(data: Any, start: int, count: int, big_endian: bool, out: Any) -> int:
+    """Start offsets of the ``count`` items of a GGUF string array at ``start``
+    of ``data`` (uint8) into ``out`` (uint64 ``[count + 1]``, last: the end);
+    returns how many items lie wholly inside ``data``."""
 
 def ggml_types() -> dict[int, tuple[str, int, int]]:
     """``{ggml type id: (name, elements per block, bytes per block)}`` of every

@@ -11,7 +11,8 @@ from typing import Callable
 import numpy as np
 import pytest
 import rlx
-from rlx.io.gguf import GGUFFile, open_gguf
+from rlx import _rlx
+from rlx.io.gguf import GGUFFile, _Truncated, open_gguf, string_offsets
 
 
 def test_smollm2_metadata_matches_models_md(smollm2: GGUFFile) -> None:
@@ -225,3 +226,33 @@ def test_qwen25_header(model_or_skip: Callable[[str], Path]) -> None:
     assert "blk.0.attn_q.bias" in {t.name for t in f.tensors}
     assert f.tensor("output.weight").shape == (151936, 896)
     assert f.size == 491_400_064
+
+
+def _strings(items: list[bytes], endian: str) -> np.ndarray:
+    raw = b"".join(struct.pack(endian + "Q", len(b)) + b for b in items)
+    return np.frombuffer(b"\x00" * 5 + raw, dtype=np.uint8)  # items start at 5
+
+
+@pytest.mark.parametrize("endian", ["<", ">"])
+def test_string_offsets(endian: str) -> None:
+    """The native scan of a metadata string array against offsets computed
+    here with struct: in bounds, truncated mid-length, mid-text, and a length
+    that would overflow."""
+    items = [b"", b"a", "é".encode(), b"xyz" * 100, b"<eos>"]
+    buf = _strings(items, endian)
+    want = [5]
+    for b in items:
+        want.append(want[-1] + 8 + len(b))
+    assert string_offsets(buf, 5, len(items), endian).tolist() == want
+    assert string_offsets(buf, 5, 0, endian).tolist() == [5]
+    for cut in (want[3] + 4, want[3] + 20, len(buf) - 1):
+        with pytest.raises(_Truncated, match="runs past the end"):
+            string_offsets(buf[:cut].copy(), 5, len(items), endian)
+    huge = np.frombuffer(struct.pack(endian + "Q", 2**64 - 1) + b"abc", dtype=np.uint8)
+    with pytest.raises(_Truncated, match="string 0 of 1 at offset 0"):
+        string_offsets(huge, 0, 1, endian)
+    out = np.empty(2, np.uint64)
+    with pytest.raises(rlx.ShapeError, match="overlaps"):
+        _rlx.gguf_string_offsets(out.view(np.uint8), 0, 1, False, out)
+    with pytest.raises(rlx.ShapeError, match=r"out must be a writable \[2\]"):
+        _rlx.gguf_string_offsets(buf, 5, 1, False, np.empty(3, np.uint64))
