@@ -217,8 +217,8 @@ fn gguf_string_offsets(
         )
     };
     let mut pos = start;
-    for i in 0..count {
-        dst[i] = pos as u64;
+    for (i, slot) in dst.iter_mut().enumerate().take(count) {
+        *slot = pos as u64;
         let Some(head) = pos.checked_add(8).filter(|&e| e <= len) else {
             return Ok(i);
         };
