@@ -5,8 +5,8 @@ fallback runs. The kernels here are checked against numpy formulas written
 independently of both (tolerance: f32, 1e-6 relative + 1e-6 absolute — the
 kernel and numpy both compute ``a + s * b`` with one f32 rounding each, so
 they agree to an ulp or two). Error cases: a write past the output's end,
-MSL that does not compile, a kernel name the library lacks — each an
-``rlx.RlxError`` naming the op."""
+a barrier only half the threadgroup reaches, MSL that does not compile, a
+kernel name the library lacks — each an ``rlx.RlxError`` naming the op."""
 
 from __future__ import annotations
 
@@ -131,6 +131,37 @@ def test_out_of_bounds_write_is_a_named_error() -> None:
     # the host runs the (correct) fallback
     out = rlx.compile(_graph("test_oob_add", 60), device="host").run(**_feeds(60))
     assert np.all(np.isfinite(np.asarray(next(iter(out.values())))))
+
+
+# half the threadgroup waits at a barrier the other half never reaches
+DEADLOCK = ROW_SUM.replace(
+    "    part[t] = s;\n    threadgroup_barrier(mem_flags::mem_threadgroup);",
+    "    part[t] = s;\n    if (t < 16) {\n"
+    "        threadgroup_barrier(mem_flags::mem_threadgroup);\n    }",
+)
+
+
+def test_divergent_barrier_is_a_named_error_not_a_hang() -> None:
+    """A barrier only some lanes reach (undefined on a GPU, a hang on many) is
+    reported by msl-sim as an error naming the op and kernel."""
+    assert DEADLOCK != ROW_SUM
+    rlx.register_gpu_op(
+        "test_deadlock",
+        DEADLOCK,
+        kernel="row_sum",
+        threadgroup=(32, 1, 1),
+        grid=lambda rows: (rows, 1, 1),
+        outputs=lambda x: ((x[0][0],), x[1]),
+        fallback=lambda inputs, out: out.__setitem__(..., inputs[0].sum(axis=1)),
+    )
+    g = rlx.Graph("rows")
+    x = g.input("x", [2, 100])
+    g.outputs(g.custom_op("test_deadlock", x))
+    exe = rlx.compile(g, device="metal-sim")
+    with pytest.raises(
+        rlx.RlxError, match=r"(?s)custom_gpu_op.*row_sum.*(barrier|deadlock|timed out)"
+    ):
+        exe.run(x=np.ones((2, 100), np.float32))
 
 
 def test_bad_msl_source_is_a_named_error() -> None:
