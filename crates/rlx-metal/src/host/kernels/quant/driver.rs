@@ -431,45 +431,56 @@ pub(super) fn gemm_decoded<T: Elem>(
     }
 }
 
-/// Grouped matmul: rows gathered per expert, run densely, scattered back;
-/// out-of-range experts give zero rows.
+/// Grouped decode GEMVs: `out[i, :] = x[i, :] @ dequant(w[e])ᵀ` for every
+/// `(i, e)` of `chosen` (distinct rows `i` of `x [.., k]`, experts `e` of
+/// the packed stack `w [.., n, rb]`; lengths and ranges checked by the
+/// caller, `k, n > 0`). One parallel region over (row, chunk of output
+/// rows), so every thread streams packed rows even when a decode step
+/// chose only two experts; each row's dots are those of [`gemv`].
 #[allow(clippy::too_many_arguments)]
-pub(super) fn grouped<F: RowFmt>(
+pub(super) fn grouped_gemv<F: RowFmt>(
     x: &[f32],
     w: &[u8],
-    idx: &[i32],
+    chosen: &[(usize, usize)],
     out: &mut [f32],
     rb: usize,
-    m: usize,
     k: usize,
     n: usize,
-    experts: usize,
 ) {
-    let out = &mut out[..m * n];
-    out.fill(0.0);
-    if m == 0 || n == 0 || k == 0 {
+    if chosen.is_empty() {
         return;
     }
-    let expert_of = |i: usize| usize::try_from(idx[i]).ok().filter(|&e| e < experts);
-    let mut order: Vec<usize> = (0..m).filter(|&i| expert_of(i).is_some()).collect();
-    order.sort_by_key(|&i| expert_of(i));
-    let mut xg = Vec::new();
-    let mut og = Vec::new();
-    for group in order.chunk_by(|&a, &b| expert_of(a) == expert_of(b)) {
-        let Some(e) = expert_of(group[0]) else {
-            continue;
-        };
-        let we = &w[e * n * rb..(e + 1) * n * rb];
-        xg.clear();
-        for &i in group {
-            xg.extend_from_slice(&x[i * k..(i + 1) * k]);
-        }
-        og.clear();
-        og.resize(group.len() * n, 0f32);
-        run::<F, f32>(&xg, we, rb, &mut og, group.len(), k, n);
-        for (&i, orow) in group.iter().zip(og.chunks_exact(n)) {
-            out[i * n..(i + 1) * n].copy_from_slice(orow);
-        }
+    let sums: Vec<Vec<f32>> = chosen
+        .iter()
+        .map(|&(i, _)| {
+            let mut v = Vec::new();
+            group_sums(&x[i * k..(i + 1) * k], F::SUB, &mut v);
+            v
+        })
+        .collect();
+    let per = n * rb;
+    let tasks = m1_tasks(n.saturating_mul(k).saturating_mul(chosen.len()));
+    // a few chunks per thread over all rows together
+    let per_row = (tasks * 8).div_ceil(chosen.len()).max(1);
+    let rows = n.div_ceil(per_row).max(1);
+    let cpr = n.div_ceil(rows);
+    let dst = SharedOut(out.as_mut_ptr());
+    let one = |c: usize| {
+        let (r, j0) = (c / cpr, (c % cpr) * rows);
+        let len = rows.min(n - j0);
+        let (i, e) = chosen[r];
+        let ws = &w[e * per + j0 * rb..e * per + (j0 + len) * rb];
+        // SAFETY: task (r, chunk) owns out[i·n + j0 .. + len]: the rows `i`
+        // of `chosen` are distinct, one row's chunks disjoint, j0 + len ≤ n,
+        // and `out` (≥ (i + 1)·n) outlives the call.
+        let o = unsafe { std::slice::from_raw_parts_mut(dst.get().add(i * n + j0), len) };
+        gemv_rows::<F, f32>(ws, rb, &x[i * k..(i + 1) * k], &sums[r], o);
+    };
+    let chunks = chosen.len() * cpr;
+    if tasks == 1 {
+        (0..chunks).for_each(one);
+    } else {
+        team::for_each(chunks, &one);
     }
 }
 

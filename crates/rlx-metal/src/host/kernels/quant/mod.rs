@@ -38,6 +38,11 @@
 //!   multiplies all `m` rows of `x` against it with the `gemm` crate, so
 //!   every block is decoded once per call however large `m` is.
 //!
+//! - Grouped (MoE) products (module `grouped`): each chosen expert's rows
+//!   through the paths above (int8 GEMM for prefill groups); a decode
+//!   step's few rows as one parallel region of f32 GEMVs over (row, chunk
+//!   of output rows).
+//!
 //! One module per block family: `legacy` (32-element Q4_0 … Q8_1),
 //! `kquants` (256-element Q2_K … Q8_K), `seed` (the seed's 128-element
 //! Q1_0 / Q2_0) and `float` (F32 / F16 / BF16). Accumulation is f32.
@@ -64,6 +69,8 @@ use half::f16;
 use rlx_ir::GgmlType;
 
 use super::{check_len, invalid, numel, Elem, Result};
+
+pub use grouped::dequant_grouped_matmul;
 
 /// Largest block (elements) of any format: the k-quants' 256.
 pub(crate) const MAX_BS: usize = 256;
@@ -523,31 +530,47 @@ pub fn dequant_matmul(
         Out::F16(v) => v.len(),
     };
     check_len(K, "dst", olen, numel(K, &[m, n])?)?;
-    driver::with_x(x, xn, |xf| {
-        #[cfg(target_arch = "x86_64")]
-        let mut out = out;
-        #[cfg(target_arch = "x86_64")]
-        if m > 0 && m <= vnni::MAX_M && n > 0 && k > 0 {
-            let tasks = driver::tasks_for(m.saturating_mul(n).saturating_mul(k));
-            if vnni::try_run(ty, xf, w, rb, &mut out, m, k, n, tasks) {
-                return;
-            }
-        }
-        #[cfg(target_arch = "x86_64")]
-        if m > vnni::MAX_M && n > 0 && k > 0 {
-            let tasks = driver::tasks_for(m.saturating_mul(n).saturating_mul(k));
-            if amx_gemm::try_run(ty, xf, w, rb, &mut out, m, k, n, tasks)
-                || vnni_gemm::try_run(ty, xf, w, rb, &mut out, m, k, n, tasks)
-            {
-                return;
-            }
-        }
-        with_fmt!(ty, F => match out {
-            Out::F32(o) => driver::run::<F, f32>(xf, w, rb, o, m, k, n),
-            Out::F16(o) => driver::run::<F, f16>(xf, w, rb, o, m, k, n),
-        })
-    });
+    driver::with_x(x, xn, |xf| matmul_checked(ty, xf, w, rb, out, m, k, n));
     Ok(())
+}
+
+/// The body of [`dequant_matmul`] on checked operands with f32
+/// activations: the integer-dot kernels where the CPU and `ty` have them
+/// (`m ≤ 8`: `vnni`; above: `amx_gemm`, then `vnni_gemm`), else the
+/// driver's f32 GEMV / panel GEMM.
+#[allow(clippy::too_many_arguments)]
+pub(super) fn matmul_checked(
+    ty: GgmlType,
+    xf: &[f32],
+    w: &[u8],
+    rb: usize,
+    out: Out<'_>,
+    m: usize,
+    k: usize,
+    n: usize,
+) {
+    #[cfg(target_arch = "x86_64")]
+    let mut out = out;
+    #[cfg(target_arch = "x86_64")]
+    if m > 0 && m <= vnni::MAX_M && n > 0 && k > 0 {
+        let tasks = driver::tasks_for(m.saturating_mul(n).saturating_mul(k));
+        if vnni::try_run(ty, xf, w, rb, &mut out, m, k, n, tasks) {
+            return;
+        }
+    }
+    #[cfg(target_arch = "x86_64")]
+    if m > vnni::MAX_M && n > 0 && k > 0 {
+        let tasks = driver::tasks_for(m.saturating_mul(n).saturating_mul(k));
+        if amx_gemm::try_run(ty, xf, w, rb, &mut out, m, k, n, tasks)
+            || vnni_gemm::try_run(ty, xf, w, rb, &mut out, m, k, n, tasks)
+        {
+            return;
+        }
+    }
+    with_fmt!(ty, F => match out {
+        Out::F32(o) => driver::run::<F, f32>(xf, w, rb, o, m, k, n),
+        Out::F16(o) => driver::run::<F, f16>(xf, w, rb, o, m, k, n),
+    })
 }
 
 /// The gating of a fused gate / up decode GEMV.
@@ -704,32 +727,6 @@ fn fused_typed<T: Elem>(
     with_fmt!(ty, F => driver::gemv_fused_fmt::<F, T>(x, mats, rb, out, k, n, &store))
 }
 
-/// Grouped (MoE) variant: row `i` of `x [m, k]` against expert
-/// `expert_idx[i]` of the packed stack `w [experts, n, row_bytes(k)]`;
-/// an id outside `0..experts` gives a zero row. f32 in and out.
-#[allow(clippy::too_many_arguments)]
-pub fn dequant_grouped_matmul(
-    ty: GgmlType,
-    x: &[f32],
-    w: &[u8],
-    expert_idx: &[i32],
-    out: &mut [f32],
-    m: usize,
-    k: usize,
-    n: usize,
-    experts: usize,
-) -> Result<()> {
-    const K: &str = "dequant_grouped_matmul_gguf";
-    let rb = row_bytes(K, ty, k)?;
-    let per_expert = numel(K, &[n, rb])?;
-    check_len(K, "w", w.len(), numel(K, &[experts, per_expert])?)?;
-    check_len(K, "input", x.len(), numel(K, &[m, k])?)?;
-    check_len(K, "expert_idx", expert_idx.len(), m)?;
-    check_len(K, "dst", out.len(), numel(K, &[m, n])?)?;
-    with_fmt!(ty, F => driver::grouped::<F>(x, w, expert_idx, out, rb, m, k, n, experts));
-    Ok(())
-}
-
 /// Embedding lookup on packed GGUF rows: `out[i, :] = dequant(w[rows[i]])`
 /// for `w [n_rows, row_bytes(k)]` of type `ty` (the matmuls' own row
 /// decoders). Needs `w ≥ n_rows · row_bytes(k)` bytes and `out ≥
@@ -773,6 +770,9 @@ pub fn dequantize_rows(
     }
     Ok(())
 }
+
+// after `with_fmt!`, which it uses
+mod grouped;
 
 #[cfg(test)]
 mod fused_tests;

@@ -359,27 +359,84 @@ fn bad_operands_are_errors() {
     assert!(e.to_string().contains("w has"), "{e}");
 }
 
+/// Expert ids of a grouped call with `m` rows over 3 experts: a decode
+/// step's distinct experts, repeats, and ids out of range (zero rows).
+fn grouped_ids(m: usize) -> Vec<i32> {
+    [2i32, 0, 5, -1, 1, 2, 0, 2, 1, 1, 0, 2, 2, 1, 0, 0, 2]
+        .into_iter()
+        .cycle()
+        .take(m)
+        .collect()
+}
+
 #[test]
 fn grouped_matches_per_expert_and_zeroes_bad_ids() {
-    for ty in [GgmlType::Q4_1, GgmlType::Q6K, GgmlType::F16, GgmlType::Q2_0] {
-        let (e, n) = (3usize, 5usize);
+    // every type, a decode step (m = 2: the single-row integer-dot GEMVs),
+    // a batched one (m = 8) and a prefill (m = 17: per-expert GEMMs); each
+    // row against the oracle of its own expert, within the rounding bound
+    // of the path that expert's group takes
+    for (t, &ty) in ALL_GGML_TYPES.iter().enumerate() {
+        let (e, n) = (3usize, 37usize);
         let k = small_k(ty).max(ty.block_size() * 2);
         let rb = ty.row_bytes(k).unwrap();
-        let w = rand_rows(ty, e * n, k, 5);
-        let idx = [2i32, 0, 5, -1, 1, 2, 0, 2];
-        let m = idx.len();
-        let x = rand_vec(m * k, 9);
-        let mut out = vec![f32::NAN; m * n];
-        dequant_grouped_matmul(ty, &x, &w, &idx, &mut out, m, k, n, e).unwrap();
-        for (i, &ex) in idx.iter().enumerate() {
-            let got = &out[i * n..(i + 1) * n];
-            if !(0..e as i32).contains(&ex) {
-                assert!(got.iter().all(|&v| v == 0.0), "row {i} not zero");
-                continue;
+        let w = rand_rows(ty, e * n, k, 5 + t as u64);
+        for m in [2usize, 8, 17] {
+            let idx = grouped_ids(m);
+            let x = rand_vec(m * k, 9 + t as u64 + m as u64);
+            let mut out = vec![f32::NAN; m * n];
+            dequant_grouped_matmul(ty, &x, &w, &idx, &mut out, m, k, n, e).unwrap();
+            for (i, &ex) in idx.iter().enumerate() {
+                let got = &out[i * n..(i + 1) * n];
+                let what = format!("{} m={m} row {i}", ty.name());
+                if !(0..e as i32).contains(&ex) {
+                    assert!(got.iter().all(|&v| v == 0.0), "{what} not zero");
+                    continue;
+                }
+                let we = &w[ex as usize * n * rb..(ex as usize + 1) * n * rb];
+                let xi = &x[i * k..(i + 1) * k];
+                let want = naive_matmul(ty, xi, we, 1, k, n);
+                // m ≤ 8: f32 row GEMVs; above, each expert's rows together
+                // through the dense kernels (int8 activations where they are)
+                let rows = idx.iter().filter(|&&v| v == ex).count();
+                let bound = if m > 8 && int_dots(ty, rows) {
+                    rounding_bound(ty, xi, we, 1, k, n)
+                } else {
+                    vec![0.0; n]
+                };
+                assert_bounded(got, &want, &bound, 1e-5, &what);
             }
-            let we = &w[ex as usize * n * rb..(ex as usize + 1) * n * rb];
-            let want = naive_matmul(ty, &x[i * k..(i + 1) * k], we, 1, k, n);
-            assert_scaled(got, &want, 1e-5, &format!("{} row {i}", ty.name()));
+        }
+    }
+}
+
+#[test]
+fn grouped_decode_rows_equal_dense_gemvs() {
+    // a decode step's rows (m ≤ 8, one parallel region over every chosen
+    // expert) give bit for bit what each row gives through the f32 decode
+    // GEMV of its expert alone, with n·k large enough to split the rows
+    // across threads
+    for (t, &ty) in ALL_GGML_TYPES.iter().enumerate() {
+        let (e, n) = (3usize, 203usize);
+        let k = 4 * ty.block_size().max(64);
+        let rb = ty.row_bytes(k).unwrap();
+        let w = rand_rows(ty, e * n, k, 70 + t as u64);
+        for m in [1usize, 2, 5] {
+            let idx = grouped_ids(m);
+            let x = rand_vec(m * k, 80 + t as u64 + m as u64);
+            let mut out = vec![f32::NAN; m * n];
+            dequant_grouped_matmul(ty, &x, &w, &idx, &mut out, m, k, n, e).unwrap();
+            for (i, &ex) in idx.iter().enumerate().filter(|(_, &v)| (0..3).contains(&v)) {
+                let we = &w[ex as usize * n * rb..(ex as usize + 1) * n * rb];
+                let mut one = vec![f32::NAN; n];
+                let xi = &x[i * k..(i + 1) * k];
+                with_fmt!(ty, F => driver::run::<F, f32>(xi, we, rb, &mut one, 1, k, n));
+                let row = &out[i * n..(i + 1) * n];
+                let same = row
+                    .iter()
+                    .zip(&one)
+                    .all(|(a, b)| a.to_bits() == b.to_bits());
+                assert!(same, "{} m={m} row {i}", ty.name());
+            }
         }
     }
 }
