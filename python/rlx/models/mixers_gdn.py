@@ -106,7 +106,7 @@ def gdn(ctx: LayerCtx, i: int, x: Node) -> Node:
     else:
         b = w.linear(g, x, p + "ssm_beta.weight")
         a = w.linear(g, x, p + "ssm_alpha.weight")
-    qkv = g.silu(causal_conv(ctx, i, qkv, p + "ssm_conv1d.weight", None))
+    qkv = causal_conv(ctx, i, qkv, p + "ssm_conv1d.weight", None, silu=True)
     q = _heads_norm(g, g.narrow(qkv, 2, 0, kd), hk, dk, 1.0 / math.sqrt(dk))
     k = _heads_norm(g, g.narrow(qkv, 2, kd, kd), hk, dk, 1.0)
     v = g.narrow(qkv, 2, 2 * kd, vd)
