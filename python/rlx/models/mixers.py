@@ -254,12 +254,21 @@ def short_conv(ctx: LayerCtx, i: int, x: Node) -> Node:
     return lin(g.mul(gate, conv), "out_proj")
 
 
-def causal_conv(ctx: LayerCtx, i: int, x: Node, weight: str, bias: Optional[str]) -> Node:
+def causal_conv(
+    ctx: LayerCtx, i: int, x: Node, weight: str, bias: Optional[str], silu: bool = False
+) -> Node:
     """Causal depthwise conv of ``cfg.conv_kernel`` taps over ``x [1, S, ch]``
-    (``→ [1, S, ch]``, bias added, no activation) continuing the rows before
+    (``→ [1, S, ch]``, bias added) continuing the rows before
     (state ``conv{i}``: ring of :func:`conv_ring` rows + one zero row; inputs
-    ``conv_slots`` / ``conv_rows`` from :func:`conv_feeds`). Shared by the
-    short conv and the SSM / GDN mixers."""
+    ``conv_slots`` / ``conv_rows`` from :func:`conv_feeds`), then a SiLU when
+    ``silu``. Shared by the short conv and the SSM / GDN mixers.
+
+    The window (``s + taps − 1`` rows) is kept alive until the conv's result
+    exists (output ``conv_keep{i}``, one element reading both): else the
+    planner may put the conv's output on the window's slot, and
+    fuse_depthwise_conv1d_bsc must refuse a fused kernel writing its source.
+    Only until then: a window alive to the end of the graph held every
+    layer's at once (48 × 2.4 MB of Mamba2-370m's 256-token arena)."""
     g, w, cfg, s = ctx.g, ctx.w, ctx.cfg, ctx.s
     if not ctx.inplace:
         raise UnsupportedOpError(
@@ -277,14 +286,16 @@ def causal_conv(ctx: LayerCtx, i: int, x: Node, weight: str, bias: Optional[str]
     )
     width = s + taps - 1
     win = g.gather(full, ctx.input("conv_rows", [width], "i32"))
-    # keep the window alive to the end (a one-row view of it is an output):
-    # else the planner may put the conv's output on the window's slot, and
-    # fuse_depthwise_conv1d_bsc must refuse a fused kernel writing its source
-    ctx.outputs.append(g.narrow(win, 0, 0, 1, name=f"conv_keep{i}"))
     bcw = g.reshape(g.transpose(g.reshape(win, [1, width, h]), [0, 2, 1]), [1, h, 1, width])
     y = g.conv2d(bcw, w.conv_taps(g, weight, h, taps), groups=h)
     conv = g.transpose(g.reshape(y, [1, h, s]), [0, 2, 1])
-    return conv if bias is None else g.add(conv, w.vector(g, bias))
+    out = conv if bias is None else g.add(conv, w.vector(g, bias))
+    if silu:
+        out = g.silu(out)
+    first = g.narrow(g.narrow(g.reshape(out, [s, h]), 0, 0, 1), 1, 0, 1)
+    src = g.narrow(g.narrow(win, 0, 0, 1), 1, 0, 1)
+    ctx.outputs.append(g.add(src, first, name=f"conv_keep{i}"))
+    return out
 
 
 def conv_feeds(cfg: Config, n: int, n_new: int, s: int, max_tokens: int) -> dict:
