@@ -461,7 +461,10 @@ pub fn sdpa_per_batch<T: Elem>(
             // (checked above), disjoint from every other task's.
             let o = unsafe { shared.range(i * qn, qn) };
             if let Err(e) = entry(i, o) {
-                first_err.lock().unwrap_or_else(|p| p.into_inner()).get_or_insert(e);
+                first_err
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .get_or_insert(e);
             }
         });
         return match first_err.into_inner().unwrap_or_else(|p| p.into_inner()) {

@@ -300,12 +300,28 @@ pub(super) struct QAct {
     sr: Vec<f32>,
     /// Per-half scales `dh[2b + h] = d[b]` (the 512-bit tiles' Q6_K).
     dh: Vec<f32>,
+    /// The bits of the `x` last quantised, with its `(m, k, two)`: the
+    /// q / k / v and gate / up GEMVs of a layer read the same activations,
+    /// which are then quantised once.
+    last: Vec<u32>,
+    last_key: Option<(usize, usize, bool)>,
 }
 
 impl QAct {
     /// Quantises `x [m, k]` (`k` a multiple of 32) on one level, or two
-    /// when `two`, reusing the buffers.
+    /// when `two`, reusing the buffers (and their codes, when `x` holds the
+    /// same bits as in the previous call).
     fn fill(&mut self, x: &[f32], m: usize, k: usize, two: bool) {
+        let x = &x[..m * k];
+        // SAFETY: f32 and u32 have the same size and alignment, and every
+        // bit pattern is a valid u32.
+        let bits = unsafe { std::slice::from_raw_parts(x.as_ptr().cast::<u32>(), x.len()) };
+        if self.last_key == Some((m, k, two)) && self.last[..] == *bits {
+            return;
+        }
+        self.last_key = None;
+        self.last.clear();
+        self.last.extend_from_slice(bits);
         let nb = m * k / 32;
         self.q.resize(m * k, 0);
         self.q2.resize(if two { m * k } else { 0 }, 0);
@@ -313,11 +329,12 @@ impl QAct {
         self.s.resize(2 * nb, 0.0);
         let q2 = two.then_some(&mut self.q2[..]);
         // SAFETY: `available()` was checked by the callers (`run`, `try_fused`).
-        unsafe { quantize(&x[..m * k], &mut self.q, q2, &mut self.d, &mut self.s) }
+        unsafe { quantize(x, &mut self.q, q2, &mut self.d, &mut self.s) }
         self.sr.clear();
         self.sr.extend(self.s.chunks_exact(2).map(|h| h[0] + h[1]));
         self.dh.clear();
         self.dh.extend(self.d.iter().flat_map(|&d| [d, d]));
+        self.last_key = Some((m, k, two));
     }
 }
 

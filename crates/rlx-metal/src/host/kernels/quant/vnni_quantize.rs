@@ -53,7 +53,11 @@ pub(super) unsafe fn quantize(
 /// sums, or `None` (nothing written) when the block holds a non-finite
 /// value.
 #[inline(always)]
-unsafe fn block_avx512(xb: &[f32], qb: &mut [i8], rb: Option<&mut [i8]>) -> Option<(f32, [i32; 2])> {
+unsafe fn block_avx512(
+    xb: &[f32],
+    qb: &mut [i8],
+    rb: Option<&mut [i8]>,
+) -> Option<(f32, [i32; 2])> {
     // SAFETY: 32 elements at `xb`, `qb` and `rb` (see `quantize`).
     unsafe {
         let v = [
@@ -91,7 +95,10 @@ unsafe fn block_avx512(xb: &[f32], qb: &mut [i8], rb: Option<&mut [i8]>) -> Opti
         let mut cf = [_mm512_setzero_ps(); 2];
         for h in 0..2 {
             let (ci, f) = code!(v[h], invv);
-            _mm_storeu_si128(qb.as_mut_ptr().add(16 * h).cast(), _mm512_cvtsepi32_epi8(ci));
+            _mm_storeu_si128(
+                qb.as_mut_ptr().add(16 * h).cast(),
+                _mm512_cvtsepi32_epi8(ci),
+            );
             sums[h] = _mm512_reduce_add_epi32(ci);
             cf[h] = f;
         }
@@ -101,7 +108,10 @@ unsafe fn block_avx512(xb: &[f32], qb: &mut [i8], rb: Option<&mut [i8]>) -> Opti
             for h in 0..2 {
                 let res = _mm512_sub_ps(v[h], _mm512_mul_ps(dxv, cf[h]));
                 let (ci, _) = code!(res, inv2);
-                _mm_storeu_si128(rb.as_mut_ptr().add(16 * h).cast(), _mm512_cvtsepi32_epi8(ci));
+                _mm_storeu_si128(
+                    rb.as_mut_ptr().add(16 * h).cast(),
+                    _mm512_cvtsepi32_epi8(ci),
+                );
                 sums[h] = sums[h] * 256 + _mm512_reduce_add_epi32(ci);
             }
             dx /= 256.0;
