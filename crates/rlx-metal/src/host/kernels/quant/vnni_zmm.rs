@@ -647,9 +647,9 @@ pub(super) unsafe fn chunk<Z: ZFmt, T: Elem, const TWO: bool>(
         macro_rules! group {
             ($g:literal, $r:literal) => {{
                 let x0: [usize; $g] = std::array::from_fn(|t| (i + t) * xb);
-                let end = j0 + rows;
+                let (end, tiled) = (j0 + rows, j0 + rows / $r * $r);
                 let mut j = j0;
-                while j + $r <= end {
+                while j < tiled {
                     let r = dot_tile::<Z, $r, $g, TWO>(w.as_ptr().add(j * rb), rb, nb, qa, x0);
                     for (u, row) in r.into_iter().enumerate() {
                         for (t, v) in row.into_iter().enumerate() {
