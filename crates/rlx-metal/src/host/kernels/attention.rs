@@ -421,7 +421,7 @@ pub fn sdpa_per_batch<T: Elem>(
         Mask::Bias(_) => numel(K, &[dims.heads, dims.seq, dims.kv_seq])?,
         _ => 0,
     };
-    for (i, &len) in lens.iter().enumerate() {
+    let entry = |i: usize, out: &mut [T]| {
         let m = match mask {
             Mask::Custom(m) => Mask::Custom(m.get(i * mn..(i + 1) * mn).unwrap_or(&[])),
             Mask::Bias(m) => Mask::Bias(m.get(i * mn..(i + 1) * mn).unwrap_or(&[])),
@@ -430,7 +430,7 @@ pub fn sdpa_per_batch<T: Elem>(
         let opts = AttnOpts {
             scale,
             softcap,
-            kv_len: Some(i64::from(len)),
+            kv_len: Some(i64::from(lens[i])),
         };
         sdpa(
             &one,
@@ -440,8 +440,40 @@ pub fn sdpa_per_batch<T: Elem>(
             &q[i * qn..(i + 1) * qn],
             &k[i * kn..(i + 1) * kn],
             &v[i * kn..(i + 1) * kn],
-            &mut out[i * qn..(i + 1) * qn],
-        )?;
+            out,
+        )
+    };
+    // entries each too small for `sdpa` to split (short sequences) run side
+    // by side on the team, one entry per task (an `sdpa` inside a team job
+    // runs serially; its result does not depend on the split); longer
+    // ones one after another, each split across the team
+    let work = |len: i32| {
+        let len = usize::try_from(len).unwrap_or(0).min(dims.kv_seq);
+        (dims.seq * dims.heads * dims.head_dim).saturating_mul(len)
+    };
+    let small = lens.iter().all(|&l| work(l) < PAR_MIN);
+    let total = lens.iter().fold(0usize, |t, &l| t.saturating_add(work(l)));
+    if b > 1 && small && total >= PAR_MIN && team::threads() > 1 {
+        let shared = SharedPtr(out.as_mut_ptr());
+        let first_err = std::sync::Mutex::new(None);
+        team::for_each(b, &|i| {
+            // SAFETY: entry `i` owns rows `i·qn..(i + 1)·qn` of `out`
+            // (checked above), disjoint from every other task's.
+            let o = unsafe { shared.range(i * qn, qn) };
+            if let Err(e) = entry(i, o) {
+                first_err
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .get_or_insert(e);
+            }
+        });
+        return match first_err.into_inner().unwrap_or_else(|p| p.into_inner()) {
+            Some(e) => Err(e),
+            None => Ok(()),
+        };
+    }
+    for i in 0..b {
+        entry(i, &mut out[i * qn..(i + 1) * qn])?;
     }
     Ok(())
 }
