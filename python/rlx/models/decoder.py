@@ -11,7 +11,7 @@ prompt + generation); graphs are compiled lazily per ``(S, C)`` and kept.
 Two cache modes:
 
 * copy (default, works on today's executor): the cache's master copy lives
-  here (numpy, ``[layers, cap, kv_dim]``); each compiled graph's state
+  here (numpy, ``[layers, cap, kv_dim]`` of the cache's element type); each compiled graph's state
   region receives the rows it has not seen yet before it runs (one row per
   layer per decode step) and attention reads cache + new rows via a concat
   and an explicit mask;
@@ -23,6 +23,9 @@ Two cache modes:
   logits and decode match the numpy oracle on all four tiny architectures;
   ``share_state`` (prefill and decode graphs on one cache) was not
   available to test.
+
+The cache's element type is ``kv_dtype`` (:func:`load`): f16 by default for
+GGUF files, f32 for HF directories.
 
 Sessions: :meth:`DecoderModel.session` gives another sequence over the same
 weights and compiled plans (own arenas and cache: instances of the plans the
