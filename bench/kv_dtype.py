@@ -82,7 +82,9 @@ def main() -> int:
             ("depth", _DEPTH, [depths], [f"tg64@d{d}" for d in args.depths]),
         ):
             engines: dict[str, Any] = {
-                kv: (lambda kv=kv, s=script, e=extra: rlx_child(s, [gguf, kv, *e], args.threads))
+                kv: (
+                    lambda kv=kv, s=script, e=extra, g=gguf: rlx_child(s, [g, kv, *e], args.threads)
+                )
                 for kv in KV
             }
             res = alternate(args.rounds, engines, f"{model} {kind}", args.max_others)
