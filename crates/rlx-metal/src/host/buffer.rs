@@ -58,7 +58,7 @@ fn map_zeroed(len: usize) -> Option<std::ptr::NonNull<u8>> {
 }
 
 /// A zero-initialised, 64-byte-aligned byte buffer. Allocated zeroed by
-/// an anonymous mapping of its own from [`MMAP_MIN`] bytes on Unix, else by
+/// an anonymous mapping of its own from 1 MiB (`MMAP_MIN`) on Unix, else by
 /// the system allocator's `calloc` path (pages untouched until written, so
 /// a large state buffer costs resident memory only for the rows written),
 /// and fallibly: [`AlignedBuf::try_zeroed`] reports a size the machine
