@@ -41,6 +41,7 @@ def load(
     inplace: Optional[bool] = None,
     half_weights: str = "native",
     quantize: Optional[str] = None,
+    kv_dtype: Optional[str] = None,
 ) -> "DecoderModel":
     """Load a decoder LLM: a GGUF file, a Hugging Face directory or a packaged
     name such as ``"smollm2"``; see :func:`rlx.models.load`."""
@@ -48,7 +49,7 @@ def load(
 
     return _load(
         path_or_name, device=device, progress=progress, inplace=inplace,
-        half_weights=half_weights, quantize=quantize,
+        half_weights=half_weights, quantize=quantize, kv_dtype=kv_dtype,
     )  # fmt: skip
 
 

@@ -162,7 +162,7 @@ def _load(args: argparse.Namespace) -> Any:
     import rlx
 
     _check_model_path(args.model)
-    return rlx.load(args.model, progress=sys.stderr.isatty())
+    return rlx.load(args.model, progress=sys.stderr.isatty(), kv_dtype=args.kv_dtype)
 
 
 def _sampling_kwargs(args: argparse.Namespace) -> dict[str, Any]:
@@ -312,6 +312,7 @@ def _cmd_bench(args: argparse.Namespace) -> int:
         depths=tuple(args.depth),
         profile=profile,
         standard=not args.depth_only,
+        kv_dtype=args.kv_dtype,
     )
     if args.json:
         print(json.dumps(res))
@@ -345,6 +346,7 @@ def _cmd_serve(args: argparse.Namespace) -> int:
         progress=sys.stderr.isatty(),
         batch=args.batch,
         batch_ctx=args.batch_ctx,
+        kv_dtype=args.kv_dtype,
     )
     return serve.run(models, host=args.host, port=args.port, log_level=args.log_level)
 
@@ -405,6 +407,7 @@ def _serve_args(sub: Any) -> None:
         help="jinja chat template file (default: the model's, else ChatML)",
     )
     srv.add_argument("--threads", type=_at_least(0), default=0, help="host threads (0 = per core)")
+    _kv_dtype_arg(srv)
     srv.add_argument(
         "--log-level",
         default="warning",
@@ -412,6 +415,15 @@ def _serve_args(sub: Any) -> None:
         help="server log level (default warning)",
     )
     srv.set_defaults(fn=_cmd_serve)
+
+
+def _kv_dtype_arg(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--kv-dtype",
+        choices=["f16", "f32"],
+        default=None,
+        help="KV cache element type (default: f16 for GGUF files, f32 for HF directories)",
+    )
 
 
 def _model_args(p: argparse.ArgumentParser, sampling: bool = True) -> None:
@@ -428,6 +440,7 @@ def _model_args(p: argparse.ArgumentParser, sampling: bool = True) -> None:
         default=0,
         help="host threads (RLX_NUM_THREADS; 0 = one per core, at most 4 per core)",
     )
+    _kv_dtype_arg(p)
     p.add_argument(
         "--trace",
         metavar="FILE",

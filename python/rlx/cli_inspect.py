@@ -29,6 +29,7 @@ def inspect_model(
     seq: int = 0,
     quantize: Optional[str] = None,
     executables: Optional[list[Any]] = None,
+    kv_dtype: Optional[str] = None,
 ) -> dict[str, Any]:
     """Compile the decode graph of ``model_name`` (and the prefill graph of
     ``seq`` prompt tokens when ``seq > 0``) and collect each compile report:
@@ -38,12 +39,13 @@ def inspect_model(
     ``quantize`` (a :func:`rlx.quantize` scheme) the float linear weights are
     quantised at load and ``quant_errors`` maps each to its relative error
     ``‖dequant(W) − W‖_F / ‖W‖_F``. The compiled executables are appended
-    to ``executables`` when given (``--html`` draws them)."""
+    to ``executables`` when given (``--html`` draws them). ``kv_dtype``: the
+    KV cache's element type (:func:`rlx.load`)."""
     from rlx.models.decoder import DecoderModel, load
 
     if seq < 0:
         raise RlxError(f"[inspect] --seq {seq}: need a token count of at least 1")
-    model = load(model_name, quantize=quantize)
+    model = load(model_name, quantize=quantize, kv_dtype=kv_dtype)
     if not isinstance(model, DecoderModel):
         raise RlxError(
             f"[inspect] {model_name} is not a decoder LLM (inspect reports decode graphs)"
@@ -129,7 +131,7 @@ def _cmd_inspect(args: argparse.Namespace) -> int:
     if args.train:
         return _cmd_inspect_train(args)
     exes: list[Any] = []
-    info = inspect_model(args.model, args.seq, args.quantize, exes)
+    info = inspect_model(args.model, args.seq, args.quantize, exes, args.kv_dtype)
     if args.html:
         from rlx.report import write_html
 

@@ -88,13 +88,14 @@ def test_decoders_run_short_prompts_on_a_prefix(tmp_path: Path, arch: str) -> No
     and the float64 oracle."""
     path = write_tiny(tmp_path / f"{arch}.gguf", arch, "Q8_0")
     ids = [256] + [int(t) for t in np.random.default_rng(4).integers(0, 256, 22)]
-    model = rlx.load(str(path), inplace=True)
+    # the f32 cache: the oracle comparison below is at f32 rounding
+    model = rlx.load(str(path), inplace=True, kv_dtype="f32")
     got = model.logits(ids)
     runner = model._runners[(64, model._cap, True)]
     assert runner.active, runner.active_error
     try:
         decoder.ACTIVE_EXTENT = False
-        padded_model = rlx.load(str(path), inplace=True)
+        padded_model = rlx.load(str(path), inplace=True, kv_dtype="f32")
         padded = padded_model.logits(ids)
         assert not padded_model._runners[(64, padded_model._cap, True)].active
     finally:

@@ -153,8 +153,12 @@ def _gelu_tanh(x: np.ndarray) -> np.ndarray:
     return 0.5 * x * (1 + np.tanh(np.sqrt(2 / np.pi) * (x + 0.044715 * x**3)))
 
 
-def reference_logits(path: Path, arch: str, ids: list[int], window: int = 5) -> np.ndarray:
-    """float64 logits ``[len(ids), vocab]`` of the tiny model at ``path``."""
+def reference_logits(
+    path: Path, arch: str, ids: list[int], window: int = 5, kv_f16: bool = False
+) -> np.ndarray:
+    """float64 logits ``[len(ids), vocab]`` of the tiny model at ``path``;
+    ``kv_f16``: keys (after RoPE) and values rounded to float16 as a half KV
+    cache stores them (numpy's round to nearest even)."""
     W = _weights(path)
     geo = geometry(arch)
     heads, kvh, hd = geo["heads"], geo["kv_heads"], geo["head_dim"]
@@ -174,6 +178,8 @@ def reference_logits(path: Path, arch: str, ids: list[int], window: int = 5) -> 
         local = arch == "gemma3" and (i + 1) % 2 != 0
         base = 10000.0 if arch == "llama" or local else 1e6
         q, k = _rope(q, base, arch == "llama"), _rope(k, base, arch == "llama")
+        if kv_f16:
+            k, v = (a.astype(np.float16).astype(np.float64) for a in (k, v))
         qi, kj = np.arange(n)[:, None], np.arange(n)[None, :]
         visible = kj <= qi
         if local:

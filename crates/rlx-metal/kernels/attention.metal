@@ -17,13 +17,17 @@
 // rules). `rope` (FusedAttn, f32): NeoX rotation of whole q / k heads with
 // cos / sin [seq, head_dim/2] at position i (queries) and j (keys).
 //
-// attention_decode_{f32,f16}: one threadgroup per (batch, query row, head)
+// K / V element type KV is T, or half under float q / out (the
+// *_f32_kvf16 kernels: a half KV cache, widened to float on load; scores,
+// softmax and accumulation are float whatever the types).
+//
+// attention_decode_{f32,f16,f32_kvf16}: one threadgroup per (batch, query row, head)
 //   (meant for seq = 1), any number of simdgroups (<= 8); simdgroup s takes
 //   keys lo+s, lo+s+nsg, ...; each lane owns dims lane, lane+32, ... (head
 //   dim <= 256), so a key costs one coalesced row read and one simd_sum.
 //   Online softmax per simdgroup; the partial (max, sum, acc) combine
 //   through threadgroup memory.
-// attention_prefill_{f32,f16}: one threadgroup per (batch, head, block of
+// attention_prefill_{f32,f16,f32_kvf16}: one threadgroup per (batch, head, block of
 //   2·nsg query rows), each simdgroup 2 rows. Key blocks of `bk` (16 or
 //   32) rows are staged in threadgroup memory (row stride head_dim | 1, no
 //   bank conflicts); lane jj scores key jj against each row (dot product
@@ -107,11 +111,11 @@ static inline uint att_len(constant AttnArgs& a, device const int* kv_len, uint 
     return uint(clamp(kv_len[a.has_kv_len == 2 ? b : 0], 1, int(a.kv_seq)));
 }
 
-template <typename T>
+template <typename T, typename KV>
 kernel void attention_decode(constant AttnArgs&  a      [[buffer(0)]],
                              device const T*     q      [[buffer(1)]],
-                             device const T*     k      [[buffer(2)]],
-                             device const T*     v      [[buffer(3)]],
+                             device const KV*    k      [[buffer(2)]],
+                             device const KV*    v      [[buffer(3)]],
                              device const T*     mask   [[buffer(4)]],
                              device const int*   kv_len [[buffer(5)]],
                              device const float* cs     [[buffer(6)]],
@@ -148,7 +152,7 @@ kernel void attention_decode(constant AttnArgs&  a      [[buffer(0)]],
     float l = 0.0f;
     uint bad = 0;
     for (uint j = r.x + sid; j < r.y; j += nsg) {
-        device const T* krow = k + b * a.kv_sb + j * a.kv_ss + g * a.kv_sh;
+        device const KV* krow = k + b * a.kv_sb + j * a.kv_ss + g * a.kv_sh;
         float part = 0.0f;
         for (uint t = 0; t < RLX_ATT_DPL; ++t) {
             const uint c = lane + 32 * t;
@@ -169,7 +173,7 @@ kernel void attention_decode(constant AttnArgs&  a      [[buffer(0)]],
         const float p = exp(s - mn);
         l = l * corr + p;
         m = mn;
-        device const T* vrow = v + b * a.kv_sb + j * a.kv_ss + g * a.kv_sh;
+        device const KV* vrow = v + b * a.kv_sb + j * a.kv_ss + g * a.kv_sh;
         for (uint t = 0; t < RLX_ATT_DPL; ++t) {
             const uint c = lane + 32 * t;
             acc[t] = acc[t] * corr + (c < d ? p * float(vrow[c]) : 0.0f);
@@ -216,11 +220,11 @@ kernel void attention_decode(constant AttnArgs&  a      [[buffer(0)]],
     }
 }
 
-template <typename T>
+template <typename T, typename KV>
 kernel void attention_prefill(constant AttnArgs&  a      [[buffer(0)]],
                               device const T*     q      [[buffer(1)]],
-                              device const T*     k      [[buffer(2)]],
-                              device const T*     v      [[buffer(3)]],
+                              device const KV*    k      [[buffer(2)]],
+                              device const KV*    v      [[buffer(3)]],
                               device const T*     mask   [[buffer(4)]],
                               device const int*   kv_len [[buffer(5)]],
                               device const float* cs     [[buffer(6)]],
@@ -325,7 +329,7 @@ kernel void attention_prefill(constant AttnArgs&  a      [[buffer(0)]],
             if (p0 == 0.0f && p1 == 0.0f) {
                 continue; // masked for both rows: V never read
             }
-            device const T* vrow = v + b * a.kv_sb + (j0 + jj) * a.kv_ss + g * a.kv_sh;
+            device const KV* vrow = v + b * a.kv_sb + (j0 + jj) * a.kv_ss + g * a.kv_sh;
             for (uint t = 0; t < RLX_ATT_DPL; ++t) {
                 const uint c = lane + 32 * t;
                 if (c < d) {
@@ -361,23 +365,24 @@ kernel void attention_prefill(constant AttnArgs&  a      [[buffer(0)]],
     }
 }
 
-#define RLX_ATTENTION(kname, name, T)                                                   \
-template [[host_name(name)]] kernel void kname<T>(                                      \
+#define RLX_ATTENTION(kname, name, T, KV)                                               \
+template [[host_name(name)]] kernel void kname<T, KV>(                                  \
     constant AttnArgs& a [[buffer(0)]], device const T* q [[buffer(1)]],               \
-    device const T* k [[buffer(2)]], device const T* v [[buffer(3)]],                  \
+    device const KV* k [[buffer(2)]], device const KV* v [[buffer(3)]],                \
     device const T* mask [[buffer(4)]], device const int* kv_len [[buffer(5)]],        \
     device const float* cs [[buffer(6)]], device const float* sn [[buffer(7)]],        \
     device T* out [[buffer(8)]], uint tg [[threadgroup_position_in_grid]],             \
     uint lid [[thread_position_in_threadgroup]],                                        \
     uint sid [[simdgroup_index_in_threadgroup]],                                        \
     uint lane [[thread_index_in_simdgroup]], uint nsg [[simdgroups_per_threadgroup]]);
-RLX_ATTENTION(attention_decode, "attention_decode_f32", float)
-RLX_ATTENTION(attention_decode, "attention_decode_f16", half)
+RLX_ATTENTION(attention_decode, "attention_decode_f32", float, float)
+RLX_ATTENTION(attention_decode, "attention_decode_f16", half, half)
+RLX_ATTENTION(attention_decode, "attention_decode_f32_kvf16", float, half)
 
-#define RLX_ATTENTION_PREFILL(name, T)                                                  \
-template [[host_name(name)]] kernel void attention_prefill<T>(                          \
+#define RLX_ATTENTION_PREFILL(name, T, KV)                                              \
+template [[host_name(name)]] kernel void attention_prefill<T, KV>(                      \
     constant AttnArgs& a [[buffer(0)]], device const T* q [[buffer(1)]],               \
-    device const T* k [[buffer(2)]], device const T* v [[buffer(3)]],                  \
+    device const KV* k [[buffer(2)]], device const KV* v [[buffer(3)]],                \
     device const T* mask [[buffer(4)]], device const int* kv_len [[buffer(5)]],        \
     device const float* cs [[buffer(6)]], device const float* sn [[buffer(7)]],        \
     device T* out [[buffer(8)]], threadgroup float* tgm [[threadgroup(0)]],            \
@@ -385,5 +390,6 @@ template [[host_name(name)]] kernel void attention_prefill<T>(                  
     uint lid [[thread_position_in_threadgroup]],                                        \
     uint sid [[simdgroup_index_in_threadgroup]],                                        \
     uint lane [[thread_index_in_simdgroup]], uint nsg [[simdgroups_per_threadgroup]]);
-RLX_ATTENTION_PREFILL("attention_prefill_f32", float)
-RLX_ATTENTION_PREFILL("attention_prefill_f16", half)
+RLX_ATTENTION_PREFILL("attention_prefill_f32", float, float)
+RLX_ATTENTION_PREFILL("attention_prefill_f16", half, half)
+RLX_ATTENTION_PREFILL("attention_prefill_f32_kvf16", float, half)

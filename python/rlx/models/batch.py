@@ -2,7 +2,7 @@
 :class:`BatchDecoder`.
 
 One KV cache holds ``slots`` sequences of ``ctx`` positions each (states
-``k<i>`` / ``v<i>`` ``[slots·ctx, kv_dim]``, see
+``k<i>`` / ``v<i>`` ``[slots·ctx, kv_dim]`` of the model's ``kv_dtype``, see
 :func:`rlx.models.blocks.build_decoder` with ``batch``). A step runs the
 next token of ``B ≤ slots`` sequences as the ``B`` rows of one graph: the
 matmuls read every weight once for all of them, RoPE and the cache slot of
@@ -90,7 +90,8 @@ class BatchDecoder:
             t0 = time.perf_counter()
             with m._build_lock, trace.span(f"graph batch={rows} c={self.ctx}", "compile"):
                 g = build_decoder(m.config, m.spec, m.weights, rows, self.ctx, True, True,
-                                  max_tokens=max(self.slots, 1), batch=self.slots)  # fmt: skip
+                                  max_tokens=max(self.slots, 1), batch=self.slots,
+                                  kv_dtype=m.kv_dtype)  # fmt: skip
                 exe = rlx_compile(g, device=m.device)
                 for name in exe.params:
                     exe.bind_param(name, m.weights.values[name])

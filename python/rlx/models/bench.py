@@ -20,7 +20,7 @@ import resource
 import statistics
 import sys
 import time
-from typing import Any, Callable
+from typing import Any, Callable, Optional
 
 import numpy as np
 
@@ -190,14 +190,16 @@ def run(
     depths: tuple[int, ...] = (),
     profile: bool = False,
     standard: bool = True,
+    kv_dtype: Optional[str] = None,
 ) -> dict[str, Any]:
     """All figures for model ``name`` (a packaged name or a path): ``pp64``,
     ``pp256``, ``tg32``, ``tg128`` unless ``standard`` is false; with
     ``depths`` ``tg64@dN`` per depth; with ``profile`` a
     :func:`decode_profile` (after a prompt of the largest depth, else 0)
-    under ``"profile"``."""
+    under ``"profile"``. ``kv_dtype``: the KV cache's element type
+    (:func:`rlx.load`)."""
     t0 = time.perf_counter()
-    model = load(name)
+    model = load(name, kv_dtype=kv_dtype)
     out: dict[str, Any] = {"model": name, "load_s": round(time.perf_counter() - t0, 3)}
     for n in (64, 256) if standard else ():
         out[f"pp{n}"] = round(prefill_tps(model, n, repeats), 1)

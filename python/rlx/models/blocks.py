@@ -14,8 +14,11 @@ One graph runs ``S`` new tokens against ``C`` cached ones:
   caller encodes causality, padding and windows) and, unless ``all_rows``,
   ``row`` i32 ``[1]`` (which row's logits to compute: the vocab matmul is the
   most expensive one for Gemma's 262k vocabulary);
-* states ``k<i>`` / ``v<i>`` f32 ``[C, kv_dim]`` per layer (when ``C > 0``):
-  the cache, written by the caller;
+* states ``k<i>`` / ``v<i>`` ``[C, kv_dim]`` per layer (when ``C > 0``):
+  the cache, written by the caller; f32, or f16 with ``kv_dtype="f16"``
+  (the new rows are cast to f16 — round to nearest even — before the
+  concat / scatter, and attention reads the half cache under f32 queries:
+  keys and values widened on load, f32 scores, softmax and sums);
 * outputs ``logits`` (``[1, vocab]`` or ``[S, vocab]``) and the new rows'
   post-RoPE keys / values ``knew<i>`` / ``vnew<i>`` ``[1, S, kv_dim]``,
   which the caller stores in the cache.
@@ -73,11 +76,13 @@ def build_decoder(
     inplace: bool = False,
     max_tokens: int = MAX_TOKENS,
     batch: int = 0,
+    kv_dtype: str = "f32",
 ) -> Graph:
     """The decoder graph for ``s`` new tokens after ``c`` cache slots; with
     ``batch`` (in-place, attention layers only) the batched decode graph:
     ``s`` sequences of a ``batch``-sequence cache, one token each (see the
-    module doc)."""
+    module doc). ``kv_dtype`` ``"f16"`` keeps the KV cache states in half
+    precision (families that build their own graph keep f32)."""
     own = spec.build_graph(cfg, w, s, c, all_rows, inplace, max_tokens)
     if own is not None:
         if batch:
@@ -97,7 +102,7 @@ def build_decoder(
     tag = f"_b{batch}" if batch else ""
     g = Graph(f"{cfg.arch}_s{s}_c{c}{'_inplace' if inplace else ''}{tag}")
     h = g.input("x", [1, s, cfg.hidden])
-    ctx = LayerCtx(g, w, cfg, spec, s, c, inplace, max_tokens, batch)
+    ctx = LayerCtx(g, w, cfg, spec, s, c, inplace, max_tokens, batch, kv_dtype)
     for i in range(cfg.n_layers):
         kind = MIXERS.get(cfg.mixer(i))
         if kind is None:

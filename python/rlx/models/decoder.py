@@ -11,7 +11,7 @@ prompt + generation); graphs are compiled lazily per ``(S, C)`` and kept.
 Two cache modes:
 
 * copy (default, works on today's executor): the cache's master copy lives
-  here (numpy, ``[layers, cap, kv_dim]``); each compiled graph's state
+  here (numpy, ``[layers, cap, kv_dim]`` of the cache's element type); each compiled graph's state
   region receives the rows it has not seen yet before it runs (one row per
   layer per decode step) and attention reads cache + new rows via a concat
   and an explicit mask;
@@ -23,6 +23,9 @@ Two cache modes:
   logits and decode match the numpy oracle on all four tiny architectures;
   ``share_state`` (prefill and decode graphs on one cache) was not
   available to test.
+
+The cache's element type is ``kv_dtype`` (:func:`load`): f16 by default for
+GGUF files, f32 for HF directories.
 
 Sessions: :meth:`DecoderModel.session` gives another sequence over the same
 weights and compiled plans (own arenas and cache: instances of the plans the
@@ -46,10 +49,10 @@ import numpy as np
 
 from rlx import progress, trace
 from rlx.concurrency import SequenceLock
-from rlx.errors import RlxError, UnsupportedOpError, WeightFormatError
+from rlx.errors import DTypeError, RlxError, UnsupportedOpError, WeightFormatError
 from rlx.executable import Executable
 from rlx.executable import compile as rlx_compile
-from rlx.models.base import Weights, _native_dequant
+from rlx.models.base import ArchSpec, Weights, _native_dequant
 from rlx.models.blocks import build_decoder
 from rlx.models.mixers import MIXERS
 from rlx.models.registry import ARCHITECTURES, open_model
@@ -68,6 +71,9 @@ INPLACE_CACHE: Optional[bool] = None
 #: decode steps write their inputs and run in one native call
 #: (``_rlx.DecodeStep``) when the build has it; False keeps the numpy writes.
 NATIVE_STEP = True
+#: element types the KV cache can have (:func:`load`'s ``kv_dtype``)
+KV_DTYPES = ("f16", "f32")
+_NP_KV = {"f16": np.float16, "f32": np.float32}
 #: run prompts shorter than their bucket on a prefix of it (active extent)
 #: when the compiled graph allows; False computes the padded rows as well.
 ACTIVE_EXTENT = True
@@ -81,6 +87,18 @@ def inplace_available() -> bool:
 
     attn = inspect.signature(Graph.attention).parameters
     return "kv_len" in attn and hasattr(Executable, "share_state")
+
+
+def _kv_dtype(requested: Optional[str], spec: ArchSpec, gguf: bool) -> str:
+    """The KV cache's element type: ``requested``, else f16 for a GGUF model
+    (llama.cpp's default cache type) and f32 for an HF directory. Families
+    that build their own graph (:meth:`ArchSpec.build_graph`: Gemma 3n) keep
+    f32."""
+    if type(spec).build_graph is not ArchSpec.build_graph:
+        return "f32"
+    if requested is not None:
+        return requested
+    return "f16" if gguf else "f32"
 
 
 def _bind(exe: Executable, name: str, arr: np.ndarray) -> None:
@@ -110,7 +128,8 @@ class _Runner:
             self.exe = template.exe.instance(None if owner is None else owner.exe)
         else:
             g = build_decoder(model.config, model.spec, model.weights, s, c, all_rows,
-                              model.inplace, max_tokens=BUCKETS[-1])  # fmt: skip
+                              model.inplace, max_tokens=BUCKETS[-1],
+                              kv_dtype=model.kv_dtype)  # fmt: skip
             self.exe = rlx_compile(g, device=model.device)
             for name in self.exe.params:
                 _bind(self.exe, name, model.weights.values[name])
@@ -251,6 +270,7 @@ class DecoderModel:
         inplace: Optional[bool] = None,
         half_weights: str = "native",
         quantize: Optional[str] = None,
+        kv_dtype: Optional[str] = None,
     ) -> None:
         self.path = path
         self.device = device
@@ -260,6 +280,11 @@ class DecoderModel:
             raise RlxError(
                 "[load] the in-place KV cache needs Executable.share_state and "
                 "attention(kv_len=); this build has neither"
+            )
+        if kv_dtype not in (None, *KV_DTYPES):
+            raise DTypeError(
+                f"[load] kv_dtype must be one of {', '.join(KV_DTYPES)} (or None: the "
+                f"default), got {kv_dtype!r}"
             )
         src, self.config, self.spec, tok = open_model(path)
         #: the GGUF file (None for an HF directory)
@@ -278,12 +303,14 @@ class DecoderModel:
                     "state, which needs the in-place cache (inplace=True)"
                 )
         self._kinds = [MIXERS[k] for k in sorted(kinds)]
+        #: element type of the KV cache (``"f16"`` or ``"f32"``, see :func:`load`)
+        self.kv_dtype = _kv_dtype(kv_dtype, self.spec, self.gguf is not None)
         #: prompts run at their exact length (no bucket padding)
         self._exact = not all(k.pads_ok for k in self._kinds)
         # Build (not compile) the decode graph once: a missing tensor or an
         # unknown type fails here, at load, naming the tensor.
         build_decoder(self.config, self.spec, self.weights, 1, int(self.inplace), False,
-                      self.inplace, max_tokens=BUCKETS[-1])  # fmt: skip
+                      self.inplace, max_tokens=BUCKETS[-1], kv_dtype=self.kv_dtype)  # fmt: skip
         rd = self.config.rope_dims
         self._inv_freq = [sc.inv_freq(b, rd) for b, sc in self.config.rope_groups()]
         #: one-token steps written straight into the graph's inputs (in-place cache)
@@ -303,8 +330,8 @@ class DecoderModel:
         self._runners: dict[tuple[int, int, bool], _Runner] = {}
         self._owners: dict[int, _Runner] = {}
         self._cap = 0
-        self._k = np.zeros((0,), np.float32)
-        self._v = np.zeros((0,), np.float32)
+        self._k = np.zeros((0,), _NP_KV[self.kv_dtype])
+        self._v = np.zeros((0,), _NP_KV[self.kv_dtype])
         self._n = 0
         self._seq_id = 0
         #: seconds spent in compile / prefill / decode runs (for ``rlx bench``).
@@ -382,7 +409,7 @@ class DecoderModel:
                     for name in MIXERS[cfg.mixer(i)].recurrent(cfg, i):
                         _state_view(owner.exe, name)[...] = 0
         elif cap != self._cap:
-            self._k = np.zeros((cfg.n_layers, cap, cfg.kv_dim), np.float32)
+            self._k = np.zeros((cfg.n_layers, cap, cfg.kv_dim), _NP_KV[self.kv_dtype])
             self._v = np.zeros_like(self._k)
             self._cap = cap
         self._n = 0
@@ -675,6 +702,7 @@ def load(
     inplace: Optional[bool] = None,
     half_weights: str = "native",
     quantize: Optional[str] = None,
+    kv_dtype: Optional[str] = None,
 ) -> DecoderModel:
     """Load a decoder: a GGUF file, a Hugging Face directory (config.json +
     *.safetensors + tokenizer.json; llama, qwen2, qwen3, gemma3_text, lfm2),
@@ -692,7 +720,14 @@ def load(
     ``quantize``: a scheme of :func:`rlx.quantize` (``"int8"``,
     ``"int4/32a"``, ``"fp8_e4m3"``, ``"nvfp4"``, ``"q8_0"`` …) every F32 / F16
     / BF16 linear weight is quantised to at load; the per-layer error vs the
-    floats is ``model.weights.quant_errors`` (``rlx inspect --quantize``)."""
+    floats is ``model.weights.quant_errors`` (``rlx inspect --quantize``).
+
+    ``kv_dtype``: element type of the KV cache, ``"f16"`` (half the bytes
+    that decode attention reads per token and that a long context keeps
+    resident; keys and values are rounded to f16 as stored, attention's
+    scores, softmax and sums stay f32) or ``"f32"``. None: f16 for a GGUF
+    file (llama.cpp's default cache type), f32 for an HF directory; Gemma 3n
+    always keeps f32. Another value raises :class:`rlx.DTypeError`."""
     from pathlib import Path
 
     from rlx.io.models import MODELS, ensure_model
@@ -719,8 +754,9 @@ def load(
 
         return BertEncoder(Path(path), device=device)  # type: ignore[return-value]
     return DecoderModel(
-        path, device=device, inplace=inplace, half_weights=half_weights, quantize=quantize
-    )
+        path, device=device, inplace=inplace, half_weights=half_weights, quantize=quantize,
+        kv_dtype=kv_dtype,
+    )  # fmt: skip
 
 
 def _prefetch(path: Any) -> None:

@@ -434,8 +434,8 @@ def _attention(ctx: LayerCtx, i: int, x: Node, kv: dict[int, tuple[Node, Node]])
         v = g.reshape(w.linear(g, x, p + "attn_v.weight"), [1, s, cfg.kv_heads, cfg.head_dim])
         ones = g.constant(np.ones(cfg.head_dim, np.float32))
         v = g.reshape(g.rms_norm(v, ones, eps=cfg.eps), [1, s, cfg.kv_dim])
-        kv[i] = (_scatter_cache(g, k, f"k{i}", slots, c, cfg),
-                 _scatter_cache(g, v, f"v{i}", slots, c, cfg))  # fmt: skip
+        kv[i] = (_scatter_cache(g, k, f"k{i}", slots, c, cfg, "f32"),
+                 _scatter_cache(g, v, f"v{i}", slots, c, cfg, "f32"))  # fmt: skip
     elif src not in kv:
         raise UnsupportedOpError(f"[gemma3n] layer {i} reuses the KV of layer {src}, not built yet")
     k_all, v_all = kv[src]

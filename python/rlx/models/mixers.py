@@ -9,7 +9,9 @@ states a reset must zero (:attr:`MixerKind.recurrent`).
 
 All state lives in graph States shared by every compiled graph of a model
 (see /work/notes/models-design.md and DESIGN.md): ``k{i}`` / ``v{i}`` for
-attention, ``conv{i}`` for the short conv. An in-place ``scatter_nd`` on a
+attention (f32, or f16 with ``LayerCtx.kv_dtype = "f16"``: the new f32 rows
+are cast to f16 before they are stored and attention widens the cache on
+load), ``conv{i}`` for the short conv. An in-place ``scatter_nd`` on a
 State leaf must be the leaf's only consumer (the compiler refuses other
 readers), so a mixer reads its state *through* the scatter's result.
 
@@ -45,13 +47,15 @@ class LayerCtx:
 
     def __init__(
         self, g: Graph, w: Weights, cfg: Config, spec: ArchSpec, s: int, c: int,
-        inplace: bool, max_tokens: int, batch: int = 0,
+        inplace: bool, max_tokens: int, batch: int = 0, kv_dtype: str = "f32",
     ) -> None:  # fmt: skip
         self.g, self.w, self.cfg, self.spec = g, w, cfg, spec
         self.s, self.c, self.inplace, self.max_tokens = s, c, inplace, max_tokens
         #: batched decode (0: off): the ``s`` rows are ``s`` sequences, one
         #: token each, over a cache of ``batch`` sequences × ``c`` slots
         self.batch = batch
+        #: element type of the KV cache states (``"f32"`` or ``"f16"``)
+        self.kv_dtype = kv_dtype
         self._inputs: dict[str, Node] = {}
         #: outputs besides the logits (the copy-mode KV rows)
         self.outputs: list[Node] = []
@@ -96,19 +100,28 @@ def head_norm(g: Graph, w: Weights, x: Node, name: str, heads: int, cfg: Config)
     return g.reshape(y, [1, s, heads * cfg.head_dim])
 
 
-def _with_cache(g: Graph, new: Node, name: str, c: int, cfg: Config) -> Node:
+def _as_kv(g: Graph, new: Node, kv_dtype: str) -> Node:
+    """New f32 key / value rows in the cache's element type (f16: rounded to
+    nearest even, as numpy's ``astype(float16)``)."""
+    return new if kv_dtype == "f32" else g.cast(new, kv_dtype)
+
+
+def _with_cache(g: Graph, new: Node, name: str, c: int, cfg: Config, kv_dtype: str) -> Node:
+    new = _as_kv(g, new, kv_dtype)
     if c == 0:
         return new
-    cache = g.reshape(g.state(name, [c, cfg.kv_dim]), [1, c, cfg.kv_dim])
+    cache = g.reshape(g.state(name, [c, cfg.kv_dim], kv_dtype), [1, c, cfg.kv_dim])
     return g.concat([cache, new], axis=1)
 
 
-def _scatter_cache(g: Graph, new: Node, name: str, slots: Node, c: int, cfg: Config) -> Node:
-    """Write ``new [1, S, kv_dim]`` into state ``name [C, kv_dim]`` at ``slots``
-    (in place) and return the whole cache as ``[1, C, kv_dim]``."""
+def _scatter_cache(g: Graph, new: Node, name: str, slots: Node, c: int, cfg: Config,
+                   kv_dtype: str) -> Node:  # fmt: skip
+    """Write ``new [1, S, kv_dim]`` into state ``name [C, kv_dim]`` (of
+    ``kv_dtype``) at ``slots`` (in place) and return the whole cache as
+    ``[1, C, kv_dim]``."""
     s = new.shape[1]
-    upd = g.reshape(new, [s, cfg.kv_dim])
-    full = g.scatter_nd(g.state(name, [c, cfg.kv_dim]), slots, upd)
+    upd = _as_kv(g, g.reshape(new, [s, cfg.kv_dim]), kv_dtype)
+    full = g.scatter_nd(g.state(name, [c, cfg.kv_dim], kv_dtype), slots, upd)
     return g.reshape(full, [1, c, cfg.kv_dim])
 
 
@@ -162,8 +175,8 @@ def attention(ctx: LayerCtx, i: int, x: Node) -> Node:
             return w.linear(g, a, p + "attn_output.weight")
         a = g.attention(
             q,
-            _scatter_cache(g, k, f"k{i}", slots, c, cfg),
-            _scatter_cache(g, v, f"v{i}", slots, c, cfg),
+            _scatter_cache(g, k, f"k{i}", slots, c, cfg, ctx.kv_dtype),
+            _scatter_cache(g, v, f"v{i}", slots, c, cfg, ctx.kv_dtype),
             heads=cfg.heads,
             kv_heads=cfg.kv_heads,
             head_dim=cfg.head_dim,
@@ -177,8 +190,8 @@ def attention(ctx: LayerCtx, i: int, x: Node) -> Node:
         ctx.outputs += [k, v]
         a = g.attention(
             q,
-            _with_cache(g, k, f"k{i}", c, cfg),
-            _with_cache(g, v, f"v{i}", c, cfg),
+            _with_cache(g, k, f"k{i}", c, cfg, ctx.kv_dtype),
+            _with_cache(g, v, f"v{i}", c, cfg, ctx.kv_dtype),
             heads=cfg.heads,
             kv_heads=cfg.kv_heads,
             head_dim=cfg.head_dim,
@@ -203,8 +216,8 @@ def _batched_attention(ctx: LayerCtx, i: int, q: Node, k: Node, v: Node, slots: 
     kv_len = ctx.input("kv_len", [b], "i32")
 
     def cache(new: Node, name: str) -> Node:
-        full = g.scatter_nd(g.state(name, [ctx.batch * c, cfg.kv_dim]), slots,
-                            g.reshape(new, [b, cfg.kv_dim]))  # fmt: skip
+        upd = _as_kv(g, g.reshape(new, [b, cfg.kv_dim]), ctx.kv_dtype)
+        full = g.scatter_nd(g.state(name, [ctx.batch * c, cfg.kv_dim], ctx.kv_dtype), slots, upd)
         if b < ctx.batch:  # the first B sequences (a leading-axis view)
             full = g.narrow(full, 0, 0, b * c)
         return g.reshape(full, [b, c, cfg.kv_dim])
@@ -254,12 +267,21 @@ def short_conv(ctx: LayerCtx, i: int, x: Node) -> Node:
     return lin(g.mul(gate, conv), "out_proj")
 
 
-def causal_conv(ctx: LayerCtx, i: int, x: Node, weight: str, bias: Optional[str]) -> Node:
+def causal_conv(
+    ctx: LayerCtx, i: int, x: Node, weight: str, bias: Optional[str], silu: bool = False
+) -> Node:
     """Causal depthwise conv of ``cfg.conv_kernel`` taps over ``x [1, S, ch]``
-    (``→ [1, S, ch]``, bias added, no activation) continuing the rows before
+    (``→ [1, S, ch]``, bias added) continuing the rows before
     (state ``conv{i}``: ring of :func:`conv_ring` rows + one zero row; inputs
-    ``conv_slots`` / ``conv_rows`` from :func:`conv_feeds`). Shared by the
-    short conv and the SSM / GDN mixers."""
+    ``conv_slots`` / ``conv_rows`` from :func:`conv_feeds`), then a SiLU when
+    ``silu``. Shared by the short conv and the SSM / GDN mixers.
+
+    The window (``s + taps − 1`` rows) is kept alive until the conv's result
+    exists (output ``conv_keep{i}``, one element reading both): else the
+    planner may put the conv's output on the window's slot, and
+    fuse_depthwise_conv1d_bsc must refuse a fused kernel writing its source.
+    Only until then: a window alive to the end of the graph held every
+    layer's at once (48 × 2.4 MB of Mamba2-370m's 256-token arena)."""
     g, w, cfg, s = ctx.g, ctx.w, ctx.cfg, ctx.s
     if not ctx.inplace:
         raise UnsupportedOpError(
@@ -277,14 +299,16 @@ def causal_conv(ctx: LayerCtx, i: int, x: Node, weight: str, bias: Optional[str]
     )
     width = s + taps - 1
     win = g.gather(full, ctx.input("conv_rows", [width], "i32"))
-    # keep the window alive to the end (a one-row view of it is an output):
-    # else the planner may put the conv's output on the window's slot, and
-    # fuse_depthwise_conv1d_bsc must refuse a fused kernel writing its source
-    ctx.outputs.append(g.narrow(win, 0, 0, 1, name=f"conv_keep{i}"))
     bcw = g.reshape(g.transpose(g.reshape(win, [1, width, h]), [0, 2, 1]), [1, h, 1, width])
     y = g.conv2d(bcw, w.conv_taps(g, weight, h, taps), groups=h)
     conv = g.transpose(g.reshape(y, [1, h, s]), [0, 2, 1])
-    return conv if bias is None else g.add(conv, w.vector(g, bias))
+    out = conv if bias is None else g.add(conv, w.vector(g, bias))
+    if silu:
+        out = g.silu(out)
+    first = g.narrow(g.narrow(g.reshape(out, [s, h]), 0, 0, 1), 1, 0, 1)
+    src = g.narrow(g.narrow(win, 0, 0, 1), 1, 0, 1)
+    ctx.outputs.append(g.add(src, first, name=f"conv_keep{i}"))
+    return out
 
 
 def conv_feeds(cfg: Config, n: int, n_new: int, s: int, max_tokens: int) -> dict:

@@ -106,7 +106,7 @@ def gdn(ctx: LayerCtx, i: int, x: Node) -> Node:
     else:
         b = w.linear(g, x, p + "ssm_beta.weight")
         a = w.linear(g, x, p + "ssm_alpha.weight")
-    qkv = g.silu(causal_conv(ctx, i, qkv, p + "ssm_conv1d.weight", None))
+    qkv = causal_conv(ctx, i, qkv, p + "ssm_conv1d.weight", None, silu=True)
     q = _heads_norm(g, g.narrow(qkv, 2, 0, kd), hk, dk, 1.0 / math.sqrt(dk))
     k = _heads_norm(g, g.narrow(qkv, 2, kd, kd), hk, dk, 1.0)
     v = g.narrow(qkv, 2, 2 * kd, vd)
@@ -116,12 +116,14 @@ def gdn(ctx: LayerCtx, i: int, x: Node) -> Node:
     decay = g.mul(ssm_a(g, w, p), softplus(g, g.add(a, w.vector(g, p + "ssm_dt.bias"))))
     decay = pad_stop(ctx, decay)
     o = g.gated_delta_net(q, k, v, decay, beta, g.state(f"gdn{i}", [1, hv, dv, dv]), heads=hv)
-    # keep the rule's output alive to the end (as conv_keep in causal_conv):
-    # else the planner may put the gated norm's output over it, and
-    # fuse_gdn_gated_norm must refuse (measured: 2/3 layers fused at S=1)
-    ctx.outputs.append(g.narrow(o, 1, 0, 1, name=f"gdn_keep{i}"))
     on = g.rms_norm(g.reshape(o, [1, s, hv, dv]), w.vector(g, p + "ssm_norm.weight"), eps=cfg.eps)
     y = g.mul(on, g.silu(g.reshape(z, [1, s, hv, dv])))
+    # keep the rule's output alive until the gated norm's exists (as conv_keep
+    # in causal_conv; one element of each): else the planner may put the gated
+    # norm's output over it, and fuse_gdn_gated_norm must refuse (measured:
+    # 2/3 layers fused at S=1); not to the end, where every layer's were alive
+    one = [g.narrow(g.narrow(g.reshape(t, [s, vd]), 0, 0, 1), 1, 0, 1) for t in (o, y)]
+    ctx.outputs.append(g.add(one[0], one[1], name=f"gdn_keep{i}"))
     return w.linear(g, g.reshape(y, [1, s, vd]), p + "ssm_out.weight")
 
 

@@ -121,7 +121,7 @@ def mamba2(ctx: LayerCtx, i: int, x: Node) -> Node:
     xbc = g.narrow(zxbcdt, 2, inner, conv_dim)
     dt = g.narrow(zxbcdt, 2, inner + conv_dim, heads)
     bias = p + "ssm_conv1d.bias" if cfg.conv_bias else None
-    xbc = g.silu(causal_conv(ctx, i, xbc, p + "ssm_conv1d.weight", bias))
+    xbc = causal_conv(ctx, i, xbc, p + "ssm_conv1d.weight", bias, silu=True)
     xs = g.narrow(xbc, 2, 0, inner)
     dt = pad_stop(ctx, softplus(g, g.add(dt, w.vector(g, p + "ssm_dt.bias"))))
     a = ssm_a(g, w, p)
@@ -166,7 +166,7 @@ def mamba(ctx: LayerCtx, i: int, x: Node) -> Node:
     xz = _lin(ctx, x, p + "ssm_in")
     xs, z = g.narrow(xz, 2, 0, inner), g.narrow(xz, 2, inner, inner)
     bias = p + "ssm_conv1d.bias" if cfg.conv_bias else None
-    xs = g.silu(causal_conv(ctx, i, xs, p + "ssm_conv1d.weight", bias))
+    xs = causal_conv(ctx, i, xs, p + "ssm_conv1d.weight", bias, silu=True)
     dbc = w.linear(g, xs, p + "ssm_x.weight")
     dt, b, c = g.narrow(dbc, 2, 0, rank), g.narrow(dbc, 2, rank, n), g.narrow(dbc, 2, rank + n, n)
     if w.has(p + "ssm_dt_norm.weight"):  # Jamba: RMSNorms on dt, B, C

@@ -98,21 +98,24 @@ def attention(t: dict, mem: Memory) -> None:
     non-zero = visible; 3 additive bias ``[B, H, S, KV]`` in ``dt``; 4 sliding
     window (causal and ``abs_q − j ≤ window``). ``score_scale`` 0 means
     ``1/√D``; ``attn_logit_softcap`` 0 disables, else ``cap·tanh(s/cap)`` is
-    applied after scaling and before the bias / mask.
+    applied after scaling and before the bias / mask. ``kv_dt`` (when set)
+    is k / v's element type (f16 under an f32 ``dt``: a half KV cache).
     """
     dt = fdt(t)
+    # k / v may be f16 under an f32 q (a half KV cache); absent = dt
+    kv_dt = fdt(t, "kv_dt") if t.get("kv_dt") is not None else dt
     b, s, kv, h, kvh, d = (
         t[x] for x in ("batch", "seq", "kv_seq", "heads", "kv_heads", "head_dim")
     )
     bhsd = bool(t.get("bhsd", 0))
 
-    def load(key: str, nh: int, length: int) -> np.ndarray:
+    def load(key: str, nh: int, length: int, elem: np.dtype) -> np.ndarray:
         if bhsd:
-            return mem.view(t[key], (b, nh, length, d), dt).astype(np.float64)
-        x = mem.view(t[key], (b, length, nh, d), dt).astype(np.float64)
+            return mem.view(t[key], (b, nh, length, d), elem).astype(np.float64)
+        x = mem.view(t[key], (b, length, nh, d), elem).astype(np.float64)
         return x.transpose(0, 2, 1, 3)
 
-    q, k, v = load("q", h, s), load("k", kvh, kv), load("v", kvh, kv)
+    q, k, v = load("q", h, s, dt), load("k", kvh, kv, kv_dt), load("v", kvh, kv, kv_dt)
     # run-time key length: only keys 0..n take part (the rest of the cache
     # is never read), query i sits at n - s + i; one n for every batch
     # entry, or one per entry (``kv_len_per_batch``)

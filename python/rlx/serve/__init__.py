@@ -75,12 +75,14 @@ def load_models(
     progress: bool = False,
     batch: bool = False,
     batch_ctx: Optional[int] = None,
+    kv_dtype: Optional[str] = None,
 ) -> list[Any]:
     """Load every model in ``specs`` (see :func:`model_id`) and wrap it for
     serving: decoder LLMs get an :class:`~rlx.serve.engine.Engine` with
     ``slots`` slots (a :class:`~rlx.serve.batching.BatchEngine` when
     ``batch`` and the model can batch: ``batch_ctx`` positions per slot),
-    encoders an :class:`~rlx.serve.engine.Embedder`."""
+    encoders an :class:`~rlx.serve.engine.Embedder`. ``kv_dtype``: the
+    decoders' KV cache element type (:func:`rlx.load`)."""
     _need_web_stack()
     import rlx
     from rlx.models.batch import batchable
@@ -96,7 +98,7 @@ def load_models(
         if ident in seen:
             raise RlxError(f"[serve] two models are named {ident!r}; name one with ID=PATH")
         seen.add(ident)
-        model = rlx.load(what, device=device, progress=progress)
+        model = rlx.load(what, device=device, progress=progress, kv_dtype=kv_dtype)
         served = Served(
             ident,
             model,

@@ -8,6 +8,23 @@ use crate::error::{IrError, Result};
 use crate::op::{AttnLayout, MaskKind, Op};
 use crate::shape::{dims_string, Dim, Shape};
 
+/// K / V element types of attention: both q's dtype, or both f16 under an
+/// f32 q (a half-precision KV cache: keys and values are widened on load,
+/// scores, softmax and accumulation stay f32, the output is f32).
+fn kv_dtype(op: &Op, q: &Shape, k: &Shape, v: &Shape) -> Result<()> {
+    same_dtype(op, k, v)?;
+    if k.dtype == q.dtype || (q.dtype == DType::F32 && k.dtype == DType::F16) {
+        return Ok(());
+    }
+    Err(IrError::dtype(
+        op.name(),
+        format!(
+            "k / v must have q's dtype, or be f16 under an f32 q (half KV cache): \
+             q {q}, k {k}"
+        ),
+    ))
+}
+
 pub(super) fn infer(op: &Op, inputs: &[&Shape]) -> Result<Shape> {
     match op {
         Op::Attention {
@@ -68,8 +85,7 @@ pub(super) fn infer(op: &Op, inputs: &[&Shape]) -> Result<Shape> {
                 }
             }
             float_dtype(op, q, "q")?;
-            same_dtype(op, q, k)?;
-            same_dtype(op, q, v)?;
+            kv_dtype(op, q, k, v)?;
             let hd = Dim::Static(*head_dim);
             let rows = |h: usize, s: &Shape| -> Result<Vec<Dim>> {
                 layout_dims(op, *layout, q.rank(), s, h, &hd)

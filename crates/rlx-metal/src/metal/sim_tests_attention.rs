@@ -1,6 +1,6 @@
 //! metal-sim vs host for attention graphs: `Attention` (every mask kind,
 //! BSHD / BHSD, GQA, softcap, score scale, a run-time `kv_len`, one per
-//! batch entry), `Rope`
+//! batch entry, f16 K / V under f32 q), `Rope`
 //! (NeoX / interleaved, partial, per token), a llama-style block (RoPE on q
 //! and k, causal GQA attention) and the fused attention block
 //! (`FusedAttn` between two host matmuls). Each graph must lower its
@@ -71,14 +71,19 @@ struct Attn {
 }
 
 fn attention_graph(a: &Attn, dt: DType) -> Graph {
+    attention_graph_kv(a, dt, dt)
+}
+
+/// [`attention_graph`] with k / v of `kv_dt` (f16 under f32: a half KV cache).
+fn attention_graph_kv(a: &Attn, dt: DType, kv_dt: DType) -> Graph {
     let mut g = Graph::new("attn");
     let (qd, kd) = match a.layout {
         AttnLayout::Bshd => (vec![a.b, a.s, a.heads * a.d], vec![a.b, a.kv, a.kvh * a.d]),
         AttnLayout::Bhsd => (vec![a.b, a.heads, a.s, a.d], vec![a.b, a.kvh, a.kv, a.d]),
     };
     let q = input(&mut g, &qd, dt);
-    let k = input(&mut g, &kd, dt);
-    let v = input(&mut g, &kd, dt);
+    let k = input(&mut g, &kd, kv_dt);
+    let v = input(&mut g, &kd, kv_dt);
     let mut ins = vec![q, k, v];
     match a.mask {
         // shared by all heads: stays a custom mask
@@ -205,6 +210,20 @@ fn attention_matches_host() {
             assert_eq!(n, 1, "{a:?}\n{plan}");
             check(&c, &plan, dt);
         }
+    }
+    // a half KV cache under f32 queries: one `_kvf16` dispatch, no cast of
+    // the cache, f32 agreement with the host
+    for a in &cases {
+        let c = compiled(&attention_graph_kv(a, DType::F32, DType::F16));
+        let (plan, n) = plan_of(&c, &["attention"], Family::Attention);
+        assert_eq!(n, 1, "{a:?}\n{plan}");
+        assert_eq!(
+            plan.stats().dispatches,
+            1,
+            "{a:?}: the cache was converted\n{plan}"
+        );
+        assert!(plan.to_string().contains("_kvf16"), "{plan}");
+        check(&c, &plan, DType::F32);
     }
 }
 

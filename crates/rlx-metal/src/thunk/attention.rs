@@ -65,7 +65,8 @@ pub struct Attention {
     pub mask_kind: u32,
     /// Lookback for sliding window (kind 4), else 0.
     pub window: u32,
-    /// Element type of all operands.
+    /// Element type of q, the mask and the output (and of k / v unless
+    /// `kv_dt` says otherwise).
     pub dt: HalfFlag,
     /// 1 iff operands are BHSD.
     pub bhsd: u32,
@@ -84,6 +85,19 @@ pub struct Attention {
     /// one for all.
     #[serde(default)]
     pub kv_len_per_batch: bool,
+    /// Not in the seed: element type of k and v when it differs from `dt`
+    /// (`None`: `dt`). Only `F16` under an f32 `dt` occurs (a half KV cache:
+    /// keys and values widened to f32 on load, f32 scores, softmax and
+    /// accumulation).
+    #[serde(default)]
+    pub kv_dt: Option<HalfFlag>,
+}
+
+impl Attention {
+    /// Element type of k and v.
+    pub fn kv_elem(&self) -> HalfFlag {
+        self.kv_dt.unwrap_or(self.dt)
+    }
 }
 
 impl ThunkOp for Attention {
@@ -91,7 +105,10 @@ impl ThunkOp for Attention {
     fn io(&self) -> ThunkIo {
         let es = self.dt.size();
         let q = bytes(&[self.batch, self.seq, self.heads, self.head_dim], es);
-        let kv = bytes(&[self.batch, self.kv_seq, self.kv_heads, self.head_dim], es);
+        let kv = bytes(
+            &[self.batch, self.kv_seq, self.kv_heads, self.head_dim],
+            self.kv_elem().size(),
+        );
         let mask = mask_bytes(
             self.mask_kind,
             self.batch,
@@ -133,6 +150,9 @@ impl ThunkOp for Attention {
             self.mask_kind,
             self.dt
         )?;
+        if let Some(kv) = self.kv_dt.filter(|&kv| kv != self.dt) {
+            write!(f, " kv={kv}")?;
+        }
         let (q, k, v, o) = (Off(self.q), Off(self.k), Off(self.v), Off(self.out));
         write!(f, " q={q} k={k} v={v} out={o}")?;
         match self.kv_len {

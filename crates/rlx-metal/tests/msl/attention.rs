@@ -5,7 +5,8 @@
 //! below the capacity, softcap on and off, an explicit score scale, BSHD
 //! and BHSD, 1–4 simdgroups (partial query blocks, 16- and 32-key
 //! blocks); fully masked rows (zeros) and a NaN bias (NaN row); the
-//! FusedAttn form (NeoX RoPE on packed qkv rows, f32).
+//! FusedAttn form (NeoX RoPE on packed qkv rows, f32); f16 K / V under f32
+//! q (`*_f32_kvf16`, the half KV cache).
 //!
 //! Tolerances: f32 `2e-5 + 1e-4·|ref|` (online softmax rescales partial
 //! sums; exp and the dot products round in f32 in another order);
@@ -144,13 +145,20 @@ fn resolved_scale(c: &Case) -> f32 {
 }
 
 fn run_case(dt: Dt, c: &Case, seed: u64) {
+    run_case_kv(dt, dt, c, seed)
+}
+
+/// [`run_case`] with K / V stored as `kv_dt` (f16 under f32 q: the
+/// `_kvf16` kernels of a half KV cache; the reference reads the same
+/// f16-rounded keys and values).
+fn run_case_kv(dt: Dt, kv_dt: Dt, c: &Case, seed: u64) {
     let (qn, kn) = (
         (c.b * c.s * c.heads * c.d) as usize,
         (c.b * c.kv * c.kvh * c.d) as usize,
     );
     let q = dt.round(&uniform(seed, qn, -1.0, 1.0));
-    let k = dt.round(&uniform(seed + 1, kn, -1.0, 1.0));
-    let v = dt.round(&uniform(seed + 2, kn, -2.0, 2.0));
+    let k = kv_dt.round(&uniform(seed + 1, kn, -1.0, 1.0));
+    let v = kv_dt.round(&uniform(seed + 2, kn, -2.0, 2.0));
     let mut mask = match c.mask {
         2 => uniform(seed + 3, (c.b * c.s * c.kv) as usize, 0.0, 1.0)
             .iter()
@@ -210,8 +218,8 @@ fn run_case(dt: Dt, c: &Case, seed: u64) {
     };
     let mut bufs = [
         dt.encode(&q),
-        dt.encode(&k),
-        dt.encode(&v),
+        kv_dt.encode(&k),
+        kv_dt.encode(&v),
         dt.encode(&mask),
         c.kv_len.unwrap_or(0).to_le_bytes().to_vec(),
         vec![0u8; 4],
@@ -224,7 +232,8 @@ fn run_case(dt: Dt, c: &Case, seed: u64) {
     } else {
         ("decode", c.b * c.heads, vec![])
     };
-    let name = format!("attention_{kind}_{}", dt.suffix());
+    let kv_suffix = if kv_dt == dt { "" } else { "_kvf16" };
+    let name = format!("attention_{kind}_{}{kv_suffix}", dt.suffix());
     let mut refs: Vec<&mut Vec<u8>> = bufs.iter_mut().collect();
     let mut slices: Vec<&mut [u8]> = refs.iter_mut().map(|b| b.as_mut_slice()).collect();
     lib(Family::Attention)
@@ -388,6 +397,80 @@ fn prefill_matches_reference() {
         for (n, c) in cases.iter().enumerate() {
             run_case(dt, c, 100 + 10 * n as u64);
         }
+    }
+}
+
+/// f16 K / V under f32 q and output (the half KV cache): decode and
+/// prefill, GQA, causal / sliding-window / custom / bias masks, a run-time
+/// `kv_len`, odd head dims and lengths, both layouts.
+#[test]
+fn half_kv_matches_reference() {
+    let cases = [
+        Case {
+            b: 2,
+            kv: 100,
+            heads: 8,
+            kvh: 2,
+            d: 40,
+            mask: 1,
+            kv_len: Some(57),
+            nsg: 3,
+            ..BASE
+        },
+        Case {
+            kv: 100,
+            heads: 4,
+            kvh: 2,
+            mask: 4,
+            window: 10,
+            kv_len: Some(80),
+            nsg: 2,
+            ..BASE
+        },
+        Case {
+            kv: 37,
+            heads: 3,
+            kvh: 1,
+            d: 24,
+            mask: 3,
+            bhsd: true,
+            nsg: 4,
+            ..BASE
+        },
+        Case {
+            s: 17,
+            kv: 100,
+            heads: 4,
+            kvh: 1,
+            d: 40,
+            mask: 1,
+            kv_len: Some(60),
+            nsg: 3,
+            ..BASE
+        },
+        Case {
+            s: 5,
+            kv: 41,
+            heads: 6,
+            kvh: 2,
+            d: 56,
+            mask: 4,
+            window: 7,
+            nsg: 2,
+            ..BASE
+        },
+        Case {
+            s: 9,
+            b: 2,
+            kv: 33,
+            mask: 2,
+            bhsd: true,
+            nsg: 2,
+            ..BASE
+        },
+    ];
+    for (n, c) in cases.iter().enumerate() {
+        run_case_kv(Dt::F32, Dt::F16, c, 300 + 10 * n as u64);
     }
 }
 

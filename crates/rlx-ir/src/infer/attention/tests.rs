@@ -93,6 +93,22 @@ fn attention_bshd() {
         &["f16[b, s, 32]", "f32[b, kv, 8]", "f16[b, kv, 8]"],
         "dtypes differ",
     );
+    // a half KV cache under f32 queries: f32 out
+    ok(
+        &op,
+        &["f32[b, s, 32]", "f16[b, kv, 8]", "f16[b, kv, 8]"],
+        "f32[b, s, 32]",
+    );
+    err(
+        &op,
+        &["f16[b, s, 32]", "f32[b, kv, 8]", "f32[b, kv, 8]"],
+        "f16 under an f32 q",
+    );
+    err(
+        &op,
+        &["f32[b, s, 32]", "bf16[b, kv, 8]", "bf16[b, kv, 8]"],
+        "f16 under an f32 q",
+    );
     err(
         &op,
         &["i32[b, s, 32]", "i32[b, kv, 8]", "i32[b, kv, 8]"],

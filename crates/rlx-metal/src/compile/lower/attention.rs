@@ -103,8 +103,14 @@ pub(super) fn lower(ctx: &mut Ctx<'_>, op: &Op) -> Result<(), CompileError> {
                 AttnLayout::Bshd => (qd[0], qd[1], kd[1]),
             };
             let q = converted(ctx, 0, dtype)?;
-            let k = converted(ctx, 1, dtype)?;
-            let v = converted(ctx, 2, dtype)?;
+            // a half KV cache under f32 queries is read as it is (the kernel
+            // widens it on load); any other k / v dtype is converted to q's
+            let half_kv = dtype == DType::F32
+                && ctx.in_shape(1).dtype == DType::F16
+                && ctx.in_shape(2).dtype == DType::F16;
+            let kv_dtype = if half_kv { DType::F16 } else { dtype };
+            let k = converted(ctx, 1, kv_dtype)?;
+            let v = converted(ctx, 2, kv_dtype)?;
             let full = [batch, *heads, seq, kv_seq];
             let (mask_off, mask_kind) = match mask {
                 MaskKind::Custom => match shared_mask(ctx, 3, [batch, seq, kv_seq], dtype)? {
@@ -147,6 +153,7 @@ pub(super) fn lower(ctx: &mut Ctx<'_>, op: &Op) -> Result<(), CompileError> {
                 attn_logit_softcap: softcap.unwrap_or(0.0),
                 kv_len,
                 kv_len_per_batch,
+                kv_dt: half_kv.then_some(HalfFlag::F16),
             });
             Ok(())
         }

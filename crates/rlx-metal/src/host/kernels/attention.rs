@@ -128,8 +128,8 @@ impl<T> SharedPtr<T> {
 /// The CPU must support AVX2 and FMA.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma")]
-unsafe fn partial_avx2<T: Elem>(
-    job: &Job<'_, T>,
+unsafe fn partial_avx2<T: Elem, U: Elem>(
+    job: &Job<'_, T, U>,
     unit: usize,
     c: usize,
     sc: &mut Scratch,
@@ -140,7 +140,13 @@ unsafe fn partial_avx2<T: Elem>(
 
 /// Piece `c` of `unit` on this thread's scratch, through the widest build
 /// the CPU has.
-fn partial<T: Elem>(job: &Job<'_, T>, unit: usize, c: usize, part: &mut [f32], avx2: bool) {
+fn partial<T: Elem, U: Elem>(
+    job: &Job<'_, T, U>,
+    unit: usize,
+    c: usize,
+    part: &mut [f32],
+    avx2: bool,
+) {
     SCRATCH.with(|cell| {
         let mut sc = cell.borrow_mut();
         #[cfg(target_arch = "x86_64")]
@@ -154,7 +160,7 @@ fn partial<T: Elem>(job: &Job<'_, T>, unit: usize, c: usize, part: &mut [f32], a
 }
 
 /// Prefill path: `unit` whole, its output rows written at once.
-fn run_unit<T: Elem>(job: &Job<'_, T>, unit: usize, out: SharedPtr<T>, avx2: bool) {
+fn run_unit<T: Elem, U: Elem>(job: &Job<'_, T, U>, unit: usize, out: SharedPtr<T>, avx2: bool) {
     let (bi, i, g) = job.unit_coords(unit);
     let (d, st) = (job.d, job.part_len());
     let mut part = SCRATCH.with(|cell| std::mem::take(&mut cell.borrow_mut().part));
@@ -171,8 +177,8 @@ fn run_unit<T: Elem>(job: &Job<'_, T>, unit: usize, out: SharedPtr<T>, avx2: boo
 
 /// Decode path: every unit cut into `job.splits` pieces run on the team,
 /// then combined here.
-fn run_split<T: Elem>(
-    job: &Job<'_, T>,
+fn run_split<T: Elem, U: Elem>(
+    job: &Job<'_, T, U>,
     units: usize,
     parallel: bool,
     out: SharedPtr<T>,
@@ -207,6 +213,9 @@ fn run_split<T: Elem>(
 }
 
 /// Scaled dot-product attention `out = softmax(mask(cap(q·kᵀ·scale)))·v`.
+/// K and V may have their own element type `U` (an f16 KV cache under f32
+/// queries): they are widened to f32 block by block as they are read
+/// (F16C on x86-64), and scores, softmax and accumulation are f32.
 /// Needs `q, out >= b·s·heads·d`, `k, v >= b·kv_s·kv_heads·d`, a custom
 /// mask `>= b·s·kv_s` and a bias `>= b·heads·s·kv_s`. A query row with no
 /// visible key is written as zeros. A key whose final score is `-inf`
@@ -224,14 +233,14 @@ fn run_split<T: Elem>(
 /// (flash decoding), so two threads help even with one KV head. On x86-64
 /// with AVX2 + FMA the task body is compiled 8-wide.
 #[allow(clippy::too_many_arguments)]
-pub fn sdpa<T: Elem>(
+pub fn sdpa<T: Elem, U: Elem>(
     dims: &AttnDims,
     layout: Layout,
     mask: Mask<'_, T>,
     opts: AttnOpts,
     q: &[T],
-    k: &[T],
-    v: &[T],
+    k: &[U],
+    v: &[U],
     out: &mut [T],
 ) -> Result<()> {
     sdpa_checked(dims, layout, mask, opts, q, k, v, out, None)
@@ -240,14 +249,14 @@ pub fn sdpa<T: Elem>(
 /// [`sdpa`] with the decode path's pieces per unit forced to `splits`
 /// (tests: the result must not depend on the split).
 #[allow(clippy::too_many_arguments)]
-fn sdpa_checked<T: Elem>(
+fn sdpa_checked<T: Elem, U: Elem>(
     dims: &AttnDims,
     layout: Layout,
     mask: Mask<'_, T>,
     opts: AttnOpts,
     q: &[T],
-    k: &[T],
-    v: &[T],
+    k: &[U],
+    v: &[U],
     out: &mut [T],
     splits: Option<usize>,
 ) -> Result<()> {
@@ -314,7 +323,7 @@ fn sdpa_checked<T: Elem>(
 /// The body of [`sdpa`] after its checks; `splits` forces the decode path
 /// with that many pieces per unit.
 #[allow(clippy::too_many_arguments)]
-fn sdpa_split<T: Elem>(
+fn sdpa_split<T: Elem, U: Elem>(
     dims: &AttnDims,
     layout: Layout,
     mask: Mask<'_, T>,
@@ -322,8 +331,8 @@ fn sdpa_split<T: Elem>(
     softcap: f32,
     len: usize,
     q: &[T],
-    k: &[T],
-    v: &[T],
+    k: &[U],
+    v: &[U],
     out: &mut [T],
     splits: Option<usize>,
 ) {
@@ -351,6 +360,10 @@ fn sdpa_split<T: Elem>(
                 .max(1)
         }
     });
+    #[cfg(target_arch = "x86_64")]
+    let f16c = std::is_x86_feature_detected!("f16c") && std::is_x86_feature_detected!("avx");
+    #[cfg(not(target_arch = "x86_64"))]
+    let f16c = false;
     let job = Job {
         layout,
         mask,
@@ -367,6 +380,7 @@ fn sdpa_split<T: Elem>(
         d,
         group,
         splits: splits.max(1),
+        f16c,
     };
     #[cfg(target_arch = "x86_64")]
     let avx2 = std::is_x86_feature_detected!("avx2") && std::is_x86_feature_detected!("fma");
@@ -394,7 +408,7 @@ fn sdpa_split<T: Elem>(
 /// mask rows with `kv_len = lens[b]`, so each row equals the same sequence
 /// run alone.
 #[allow(clippy::too_many_arguments)]
-pub fn sdpa_per_batch<T: Elem>(
+pub fn sdpa_per_batch<T: Elem, U: Elem>(
     dims: &AttnDims,
     layout: Layout,
     mask: Mask<'_, T>,
@@ -402,8 +416,8 @@ pub fn sdpa_per_batch<T: Elem>(
     softcap: f32,
     lens: &[i32],
     q: &[T],
-    k: &[T],
-    v: &[T],
+    k: &[U],
+    v: &[U],
     out: &mut [T],
 ) -> Result<()> {
     const K: &str = "sdpa";
@@ -421,7 +435,7 @@ pub fn sdpa_per_batch<T: Elem>(
         Mask::Bias(_) => numel(K, &[dims.heads, dims.seq, dims.kv_seq])?,
         _ => 0,
     };
-    for (i, &len) in lens.iter().enumerate() {
+    let entry = |i: usize, out: &mut [T]| {
         let m = match mask {
             Mask::Custom(m) => Mask::Custom(m.get(i * mn..(i + 1) * mn).unwrap_or(&[])),
             Mask::Bias(m) => Mask::Bias(m.get(i * mn..(i + 1) * mn).unwrap_or(&[])),
@@ -430,7 +444,7 @@ pub fn sdpa_per_batch<T: Elem>(
         let opts = AttnOpts {
             scale,
             softcap,
-            kv_len: Some(i64::from(len)),
+            kv_len: Some(i64::from(lens[i])),
         };
         sdpa(
             &one,
@@ -440,8 +454,40 @@ pub fn sdpa_per_batch<T: Elem>(
             &q[i * qn..(i + 1) * qn],
             &k[i * kn..(i + 1) * kn],
             &v[i * kn..(i + 1) * kn],
-            &mut out[i * qn..(i + 1) * qn],
-        )?;
+            out,
+        )
+    };
+    // entries each too small for `sdpa` to split (short sequences) run side
+    // by side on the team, one entry per task (an `sdpa` inside a team job
+    // runs serially; its result does not depend on the split); longer
+    // ones one after another, each split across the team
+    let work = |len: i32| {
+        let len = usize::try_from(len).unwrap_or(0).min(dims.kv_seq);
+        (dims.seq * dims.heads * dims.head_dim).saturating_mul(len)
+    };
+    let small = lens.iter().all(|&l| work(l) < PAR_MIN);
+    let total = lens.iter().fold(0usize, |t, &l| t.saturating_add(work(l)));
+    if b > 1 && small && total >= PAR_MIN && team::threads() > 1 {
+        let shared = SharedPtr(out.as_mut_ptr());
+        let first_err = std::sync::Mutex::new(None);
+        team::for_each(b, &|i| {
+            // SAFETY: entry `i` owns rows `i·qn..(i + 1)·qn` of `out`
+            // (checked above), disjoint from every other task's.
+            let o = unsafe { shared.range(i * qn, qn) };
+            if let Err(e) = entry(i, o) {
+                first_err
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .get_or_insert(e);
+            }
+        });
+        return match first_err.into_inner().unwrap_or_else(|p| p.into_inner()) {
+            Some(e) => Err(e),
+            None => Ok(()),
+        };
+    }
+    for i in 0..b {
+        entry(i, &mut out[i * qn..(i + 1) * qn])?;
     }
     Ok(())
 }
@@ -576,3 +622,7 @@ pub fn rope<T: Elem, C: Elem>(
 #[cfg(test)]
 #[path = "attention_tests.rs"]
 mod tests;
+
+#[cfg(test)]
+#[path = "attention_kv16_tests.rs"]
+mod kv16_tests;

@@ -12,7 +12,8 @@
 //! the plain two-pass softmax.
 //!
 //! Per piece the keys are read in blocks of [`block_rows`] rows (widened to f32
-//! once unless they are f32 already); every query head of the group passes
+//! once unless they are f32 already — an f16 KV cache 8 lanes at a time with
+//! F16C on x86-64); every query head of the group passes
 //! over a block while it is in L1 (`attention_simd`), then the values the
 //! same way. Scores are kept head-major so the max / exp passes run over
 //! contiguous rows.
@@ -24,6 +25,8 @@
 //! read, so a NaN stored in a masked value does not leak.
 
 use std::any::TypeId;
+
+use half::f16;
 
 use super::sdpa_simd::{pv, qk, Rows};
 use super::{Elem, Layout, Mask};
@@ -81,15 +84,16 @@ pub(super) struct Scratch {
     pub(super) part: Vec<f32>,
 }
 
-/// Everything a piece needs.
-pub(super) struct Job<'a, T> {
+/// Everything a piece needs: q, the mask and the output are `T`, k and v
+/// `U` (`T` itself, or f16 under f32 q: a half KV cache).
+pub(super) struct Job<'a, T, U> {
     pub layout: Layout,
     pub mask: Mask<'a, T>,
     pub softcap: f32,
     pub scale: f32,
     pub q: &'a [T],
-    pub k: &'a [T],
-    pub v: &'a [T],
+    pub k: &'a [U],
+    pub v: &'a [U],
     pub s: usize,
     pub kv_s: usize,
     pub len: usize,
@@ -99,9 +103,11 @@ pub(super) struct Job<'a, T> {
     pub group: usize,
     /// Pieces per unit.
     pub splits: usize,
+    /// The CPU converts f16 with F16C (widen f16 K / V blocks 8 at a time).
+    pub f16c: bool,
 }
 
-impl<T: Elem> Job<'_, T> {
+impl<T: Elem, U: Elem> Job<'_, T, U> {
     /// Row offset of query (and output) `(bi, i, h)`.
     #[inline(always)]
     pub fn q_row(&self, bi: usize, i: usize, h: usize) -> usize {
@@ -232,11 +238,12 @@ impl<T: Elem> Job<'_, T> {
     }
 
     /// Rows `j0..j0 + nb` of KV head `g` of `x` (K or V) as f32: in place
-    /// when `T` is f32, else widened into `buf`.
+    /// when `U` is f32, else widened into `buf` (f16 through F16C when the
+    /// CPU has it).
     #[inline(always)]
     fn rows<'b>(
         &self,
-        x: &'b [T],
+        x: &'b [U],
         bi: usize,
         g: usize,
         j0: usize,
@@ -258,6 +265,24 @@ impl<T: Elem> Job<'_, T> {
             };
         }
         buf.clear();
+        #[cfg(target_arch = "x86_64")]
+        if self.f16c && TypeId::of::<U>() == TypeId::of::<f16>() {
+            buf.resize(nb * d, 0.0);
+            for (j, dst) in buf.chunks_exact_mut(d).enumerate() {
+                let r = off + j * stride;
+                // SAFETY: `U` is `f16` (checked above), a plain 2-byte type.
+                let src =
+                    unsafe { std::slice::from_raw_parts(x[r..r + d].as_ptr().cast::<f16>(), d) };
+                // SAFETY: `f16c` is only set when the CPU reported F16C and AVX.
+                unsafe { widen_f16(src, dst) };
+            }
+            return Rows {
+                data: buf,
+                off: 0,
+                stride: d,
+                n: nb,
+            };
+        }
         for j in 0..nb {
             let r = off + j * stride;
             buf.extend(x[r..r + d].iter().map(|v| v.to_f32()));
@@ -268,6 +293,30 @@ impl<T: Elem> Job<'_, T> {
             stride: d,
             n: nb,
         }
+    }
+}
+
+/// `dst[i] = src[i]` widened from f16, 8 lanes per `vcvtph2ps` (exact:
+/// every f16 is an f32).
+///
+/// # Safety
+/// The CPU must support F16C and AVX.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx,f16c")]
+pub(super) unsafe fn widen_f16(src: &[f16], dst: &mut [f32]) {
+    use std::arch::x86_64::{__m128i, _mm256_cvtph_ps, _mm256_storeu_ps, _mm_loadu_si128};
+    let n = src.len().min(dst.len());
+    let mut i = 0;
+    while i + 8 <= n {
+        // SAFETY: elements i..i + 8 lie inside both slices.
+        unsafe {
+            let h = _mm_loadu_si128(src.as_ptr().add(i).cast::<__m128i>());
+            _mm256_storeu_ps(dst.as_mut_ptr().add(i), _mm256_cvtph_ps(h));
+        }
+        i += 8;
+    }
+    for (o, x) in dst[i..n].iter_mut().zip(&src[i..n]) {
+        *o = x.to_f32();
     }
 }
 

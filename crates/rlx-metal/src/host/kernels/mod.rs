@@ -35,6 +35,7 @@ pub mod reduce;
 pub mod sequence;
 pub mod sequence_gdn;
 pub mod sequence_rnn;
+pub mod sequence_step;
 pub mod shape;
 pub mod signal;
 pub mod spd;

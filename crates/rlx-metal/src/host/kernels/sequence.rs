@@ -10,8 +10,10 @@
 //! inner loops run over the state size `n`, contiguous in every operand.
 //! Nothing is allocated per time step.
 
+use super::sequence_step::step_rows;
 use super::{check_len, invalid, numel, Result};
-use rayon::prelude::*;
+use crate::host::team;
+use std::sync::Mutex;
 
 /// Which form of a scan to run (Gated DeltaNet, Mamba-2).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -140,13 +142,25 @@ fn state_or_zero<'a>(
     }
 }
 
-/// Run `f` over the tasks, in parallel when the work is worth it.
+/// Run `f` over the tasks, in parallel when the work is worth it: on the
+/// host's worker team ([`crate::host::team`]), the threads the decode
+/// step's GEMVs run on, not rayon's pool, whose workers would wake up to
+/// compete for the cores with the team's spinning ones (a decode step runs
+/// one scan per layer between GEMVs).
 fn run_tasks<'a>(tasks: Vec<Task<'a>>, work: usize, f: impl Fn(Task<'a>) + Sync + Send) {
     if work < super::PAR_MIN || tasks.len() < 2 {
         tasks.into_iter().for_each(f);
-    } else {
-        tasks.into_par_iter().for_each(f);
+        return;
     }
+    let cells: Vec<Mutex<Option<Task<'a>>>> =
+        tasks.into_iter().map(|t| Mutex::new(Some(t))).collect();
+    team::for_each(cells.len(), &|i| {
+        // each index runs once: the lock is never contended
+        let task = cells[i].lock().unwrap_or_else(|e| e.into_inner()).take();
+        if let Some(t) = task {
+            f(t);
+        }
+    });
 }
 
 /// Mamba selective scan: x, delta, y `[batch, seq, width]`, a `[width, n]`,
@@ -282,22 +296,20 @@ pub fn mamba2(
             return;
         }
         let hd = tk.col0;
+        let mut u = vec![0f32; p];
         for t in 0..seq {
-            let bt = &b[(tk.bi * seq + t) * n..][..n];
-            let ct = &c[(tk.bi * seq + t) * n..][..n];
-            let step = dt[(tk.bi * seq + t) * heads + hd];
-            let decay = (step * a[hd]).exp();
-            let xt = &x[((tk.bi * seq + t) * heads + hd) * p..][..p];
-            let out = &mut tk.out[t * p..][..p];
-            for ((h, &xv), o) in tk.state.chunks_exact_mut(n).zip(xt).zip(out) {
-                let dx = step * xv;
-                let mut acc = 0f32;
-                for ((hv, &bv), &cv) in h.iter_mut().zip(bt).zip(ct) {
-                    *hv = decay * *hv + dx * bv;
-                    acc += *hv * cv;
-                }
-                *o = acc;
-            }
+            let row = tk.bi * seq + t;
+            let step = dt[row * heads + hd];
+            let xt = &x[(row * heads + hd) * p..][..p];
+            u.iter_mut().zip(xt).for_each(|(u, &xv)| *u = step * xv);
+            step_rows(
+                tk.state,
+                &u,
+                (step * a[hd]).exp(),
+                &b[row * n..][..n],
+                &c[row * n..][..n],
+                &mut tk.out[t * p..][..p],
+            );
         }
     });
     scatter(&scr, y, batch, seq, heads, 1, p);

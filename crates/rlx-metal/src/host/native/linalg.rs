@@ -2,10 +2,12 @@
 
 use super::NResult;
 use crate::host::buffer::Mem;
+use crate::host::buffer::Plain;
 use crate::host::kernels::attention::{self as att, AttnDims, AttnOpts, Layout, Mask, RopeDims};
 use crate::host::kernels::matmul::{self as mm, Batch, MatB};
 use crate::host::kernels::norm::{self as nm, Affine, NormKind, RowMap};
 use crate::host::kernels::{Elem, KernelError};
+use crate::thunk::attention::Attention as AttnThunk;
 use crate::thunk::{HalfFlag, Thunk};
 use half::f16;
 
@@ -282,36 +284,17 @@ pub(super) fn run(t: &Thunk, mem: &Mem) -> NResult {
             }
             Ok(())
         }),
-        Attention(a) => by_dt!(a.dt, T => {
-            let d = AttnDims { batch: a.batch as usize, seq: a.seq as usize, kv_seq: a.kv_seq as usize, heads: a.heads as usize, kv_heads: a.kv_heads as usize, head_dim: a.head_dim as usize };
-            let qn = d.batch * d.heads * d.seq * d.head_dim;
-            let kn = d.batch * d.kv_heads * d.kv_seq * d.head_dim;
-            let mask = match a.mask_kind {
-                0 => Mask::None,
-                1 => Mask::Causal,
-                2 => Mask::Custom(mem.get::<T>("mask", a.mask, d.batch * d.seq * d.kv_seq)?),
-                3 => Mask::Bias(mem.get::<T>("mask", a.mask, d.batch * d.heads * d.seq * d.kv_seq)?),
-                _ => Mask::SlidingWindow(a.window as usize),
-            };
-            let layout = if a.bhsd == 1 { Layout::Bhsd } else { Layout::Bshd };
-            let (q, k, v) = (mem.get::<T>("q", a.q, qn)?, mem.get::<T>("k", a.k, kn)?, mem.get::<T>("v", a.v, kn)?);
-            let out = mem.get_mut::<T>("out", a.out, qn)?;
-            match a.kv_len {
-                Some(off) if a.kv_len_per_batch => {
-                    // one key length per batch entry: one SDPA per entry
-                    let lens = mem.get::<i32>("kv_len", off, d.batch)?;
-                    Ok(att::sdpa_per_batch(&d, layout, mask, a.score_scale, a.attn_logit_softcap, lens, q, k, v, out)?)
-                }
-                _ => {
-                    let kv_len = match a.kv_len {
-                        Some(off) => Some(i64::from(mem.get::<i32>("kv_len", off, 1)?[0])),
-                        None => None,
-                    };
-                    let opts = AttnOpts { scale: a.score_scale, softcap: a.attn_logit_softcap, kv_len };
-                    Ok(att::sdpa(&d, layout, mask, opts, q, k, v, out)?)
-                }
+        Attention(a) => match (a.dt, a.kv_elem()) {
+            (HalfFlag::F32, HalfFlag::F32) => attention::<f32, f32>(a, mem),
+            // a half KV cache under f32 queries
+            (HalfFlag::F32, HalfFlag::F16) => attention::<f32, f16>(a, mem),
+            (HalfFlag::F16, HalfFlag::F16) => attention::<f16, f16>(a, mem),
+            (dt, kv) => Err(KernelError::Invalid {
+                kernel: "attention",
+                msg: format!("{kv} keys / values under {dt} queries (f16 under f32 only)"),
             }
-        }),
+            .into()),
+        },
         FusedAttn(f) => fused_attn(f, mem),
         Rope(r) => by_dt!(r.dt, T => {
             let p = RopeDims { batch: r.batch as usize, seq: r.seq as usize, hidden: r.hidden as usize, src_row_stride: r.src_row_stride as usize, head_dim: r.head_dim as usize, n_rot: r.n_rot as usize, neox: !r.interleaved, per_token: r.cos_per_token };
@@ -329,6 +312,57 @@ pub(super) fn run(t: &Thunk, mem: &Mem) -> NResult {
             msg: format!("no linalg kernel for {}", t.name()),
         }
         .into()),
+    }
+}
+
+/// The `Attention` thunk with q / mask / out of type `T` and k / v of `U`.
+fn attention<T: Elem + Plain, U: Elem + Plain>(a: &AttnThunk, mem: &Mem) -> NResult {
+    let d = AttnDims {
+        batch: a.batch as usize,
+        seq: a.seq as usize,
+        kv_seq: a.kv_seq as usize,
+        heads: a.heads as usize,
+        kv_heads: a.kv_heads as usize,
+        head_dim: a.head_dim as usize,
+    };
+    let qn = d.batch * d.heads * d.seq * d.head_dim;
+    let kn = d.batch * d.kv_heads * d.kv_seq * d.head_dim;
+    let mask = match a.mask_kind {
+        0 => Mask::None,
+        1 => Mask::Causal,
+        2 => Mask::Custom(mem.get::<T>("mask", a.mask, d.batch * d.seq * d.kv_seq)?),
+        3 => Mask::Bias(mem.get::<T>("mask", a.mask, d.batch * d.heads * d.seq * d.kv_seq)?),
+        _ => Mask::SlidingWindow(a.window as usize),
+    };
+    let layout = if a.bhsd == 1 {
+        Layout::Bhsd
+    } else {
+        Layout::Bshd
+    };
+    let q = mem.get::<T>("q", a.q, qn)?;
+    let (k, v) = (mem.get::<U>("k", a.k, kn)?, mem.get::<U>("v", a.v, kn)?);
+    let out = mem.get_mut::<T>("out", a.out, qn)?;
+    match a.kv_len {
+        Some(off) if a.kv_len_per_batch => {
+            // one key length per batch entry: one SDPA per entry
+            let lens = mem.get::<i32>("kv_len", off, d.batch)?;
+            let (scale, cap) = (a.score_scale, a.attn_logit_softcap);
+            Ok(att::sdpa_per_batch(
+                &d, layout, mask, scale, cap, lens, q, k, v, out,
+            )?)
+        }
+        _ => {
+            let kv_len = match a.kv_len {
+                Some(off) => Some(i64::from(mem.get::<i32>("kv_len", off, 1)?[0])),
+                None => None,
+            };
+            let opts = AttnOpts {
+                scale: a.score_scale,
+                softcap: a.attn_logit_softcap,
+                kv_len,
+            };
+            Ok(att::sdpa(&d, layout, mask, opts, q, k, v, out)?)
+        }
     }
 }
 

@@ -1,8 +1,8 @@
 //! SDPA and the fused RoPE + SDPA core → `attention.metal`; RoPE →
 //! `rope.metal`.
 //!
-//! `Attention` (mask kinds 0–4, BSHD / BHSD, GQA, f32 / f16, run-time
-//! `kv_len`) and `FusedAttn` (f32, mask kinds 0–2) become one dispatch:
+//! `Attention` (mask kinds 0–4, BSHD / BHSD, GQA, f32 / f16, f16 K / V
+//! under f32 q — the half KV cache, `_kvf16` kernels —, run-time `kv_len`) and `FusedAttn` (f32, mask kinds 0–2) become one dispatch:
 //! `attention_decode_*` (one threadgroup per query row) when `seq == 1`,
 //! else `attention_prefill_*` (one threadgroup per block of query rows,
 //! key blocks staged in threadgroup memory). Both take strided rows, so
@@ -30,6 +30,9 @@ pub const TG_MEM_LIMIT: usize = 28 * 1024;
 struct Problem {
     args: AttnArgs,
     dt: HalfFlag,
+    /// Element type of k / v (`dt`, or f16 under an f32 `dt`: the
+    /// `_kvf16` kernels).
+    kv_dt: HalfFlag,
     /// q, k, v, mask, kv_len, cos, sin, out (tagged offsets; unused ones
     /// repeat q).
     offs: [usize; 8],
@@ -86,9 +89,14 @@ fn dispatch(i: usize, p: Problem) -> Option<Lowered> {
             vec![bytes],
         )
     };
+    let kv = match (p.dt, p.kv_dt) {
+        (a, b) if a == b => "",
+        (HalfFlag::F32, HalfFlag::F16) => "_kvf16",
+        _ => return None,
+    };
     let k = kernel(
         Family::Attention,
-        format!("attention_{name}_{}", suffix(p.dt)),
+        format!("attention_{name}_{}{kv}", suffix(p.dt)),
     );
     Some(Lowered::Dispatch(Dispatch {
         thunk: i,
@@ -168,6 +176,7 @@ fn attention(i: usize, t: &Attention) -> Option<Lowered> {
         Problem {
             args,
             dt: t.dt,
+            kv_dt: t.kv_elem(),
             offs,
         },
     )
@@ -230,6 +239,7 @@ fn fused(i: usize, f: &FusedAttn) -> Option<Lowered> {
         Problem {
             args,
             dt: HalfFlag::F32,
+            kv_dt: HalfFlag::F32,
             offs,
         },
     )
@@ -304,6 +314,7 @@ mod tests {
             attn_logit_softcap: 0.0,
             kv_len: None,
             kv_len_per_batch: false,
+            kv_dt: None,
         }
     }
 
@@ -338,6 +349,17 @@ mod tests {
             ..attn(1, 64, HalfFlag::F32)
         };
         assert!(kernel_of(&Thunk::Attention(in_place)).is_none());
+        // a half KV cache under f32 queries: the _kvf16 kernels
+        for (seq, name) in [
+            (1, "attention_decode_f32_kvf16"),
+            (9, "attention_prefill_f32_kvf16"),
+        ] {
+            let half_kv = Attention {
+                kv_dt: Some(HalfFlag::F16),
+                ..attn(seq, 64, HalfFlag::F32)
+            };
+            assert_eq!(kernel_of(&Thunk::Attention(half_kv)).unwrap().0, name);
+        }
     }
 
     #[test]

@@ -242,6 +242,18 @@ fn attention_reads_its_runtime_kv_len() {
 }
 
 #[test]
+fn attention_half_kv_reads_two_bytes_per_key_element() {
+    let t = Attention {
+        kv_dt: Some(HalfFlag::F16),
+        ..samples::attention()
+    };
+    let io = Thunk::Attention(t).io();
+    let (q, kv) = (7 * 9 * 64 * 4, 7 * 3 * 64 * 2);
+    assert_eq!(io.reads, ranges(&[(X0, q), (X1, kv), (X2, kv)]));
+    assert_eq!(io.writes, ranges(&[(X4, q)]));
+}
+
+#[test]
 fn fft_real_input_and_f64() {
     let t = Fft1d {
         src: X0,

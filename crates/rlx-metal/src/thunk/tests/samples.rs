@@ -137,7 +137,7 @@ pub(super) fn lead_pack(x_lead: &[u32], mod_lead: &[u32]) -> [u32; 17] {
 pub(super) fn attention() -> Attention {
     Attention {
         q: X0, k: X1, v: X2, mask: X3, out: X4, batch: 1, seq: 7, kv_seq: 7, heads: 9, kv_heads: 3,
-        head_dim: 64, mask_kind: 1, window: 0, dt: F32, bhsd: 0, score_scale: 0.0, attn_logit_softcap: 0.0, kv_len: None, kv_len_per_batch: false,
+        head_dim: 64, mask_kind: 1, window: 0, dt: F32, bhsd: 0, score_scale: 0.0, attn_logit_softcap: 0.0, kv_len: None, kv_len_per_batch: false, kv_dt: None,
     }
 }
 

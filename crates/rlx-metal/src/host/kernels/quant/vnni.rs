@@ -35,13 +35,19 @@
 //! 64 codes per instruction, another f32 accumulation order); Q2_K and
 //! Q3_K on the 256-bit kernels below.
 //!
-//! Work split: one task per chunk of weight rows (a few per thread); each
-//! task walks its rows for groups of up to four activation rows, so a
-//! block's codes are unpacked once per group and its bytes stay in L1
-//! while the group's rows are dotted with it. A single activation row
-//! (decode) instead walks four weight rows at once with software prefetch
-//! ahead of them, and stays on the calling thread for matrices under
-//! 1 MiB of packed weights.
+//! Work split: one task per chunk of weight rows (a few per thread), on
+//! the spinning [`team`] (a decode step, batched or not, runs a few hundred
+//! of these, too short for rayon's wake and join); each task walks its rows
+//! for groups of up to four activation rows, so a block's codes are
+//! unpacked once per group and its bytes stay in L1 while the group's rows
+//! are dotted with it (the 512-bit tiles take two weight rows at a time
+//! for a group of two, four for a single row). A single activation row
+//! (decode) walks four weight rows at once with software prefetch ahead of
+//! them, and stays on the calling thread for matrices under 32 KiB of
+//! packed weights. Every output is the same sequence of operations
+//! whatever the tile, so a row's result does not depend on `m` or on the
+//! rows batched with it (continuous batching serves each stream the
+//! tokens it gets alone).
 
 // The AVX-512 intrinsics and `target_feature` names used here are stable
 // since Rust 1.89; the workspace's declared `rust-version` (1.80) predates
@@ -53,7 +59,6 @@ use std::arch::x86_64::*;
 use std::cell::RefCell;
 
 use crate::host::team;
-use rayon::prelude::*;
 use rlx_ir::GgmlType;
 use std::sync::atomic::{AtomicBool, Ordering};
 
@@ -295,12 +300,28 @@ pub(super) struct QAct {
     sr: Vec<f32>,
     /// Per-half scales `dh[2b + h] = d[b]` (the 512-bit tiles' Q6_K).
     dh: Vec<f32>,
+    /// The bits of the `x` last quantised, with its `(m, k, two)`: the
+    /// q / k / v and gate / up GEMVs of a layer read the same activations,
+    /// which are then quantised once.
+    last: Vec<u32>,
+    last_key: Option<(usize, usize, bool)>,
 }
 
 impl QAct {
     /// Quantises `x [m, k]` (`k` a multiple of 32) on one level, or two
-    /// when `two`, reusing the buffers.
+    /// when `two`, reusing the buffers (and their codes, when `x` holds the
+    /// same bits as in the previous call).
     fn fill(&mut self, x: &[f32], m: usize, k: usize, two: bool) {
+        let x = &x[..m * k];
+        // SAFETY: f32 and u32 have the same size and alignment, and every
+        // bit pattern is a valid u32.
+        let bits = unsafe { std::slice::from_raw_parts(x.as_ptr().cast::<u32>(), x.len()) };
+        if self.last_key == Some((m, k, two)) && self.last[..] == *bits {
+            return;
+        }
+        self.last_key = None;
+        self.last.clear();
+        self.last.extend_from_slice(bits);
         let nb = m * k / 32;
         self.q.resize(m * k, 0);
         self.q2.resize(if two { m * k } else { 0 }, 0);
@@ -308,76 +329,18 @@ impl QAct {
         self.s.resize(2 * nb, 0.0);
         let q2 = two.then_some(&mut self.q2[..]);
         // SAFETY: `available()` was checked by the callers (`run`, `try_fused`).
-        unsafe { quantize(&x[..m * k], &mut self.q, q2, &mut self.d, &mut self.s) }
+        unsafe { quantize(x, &mut self.q, q2, &mut self.d, &mut self.s) }
         self.sr.clear();
         self.sr.extend(self.s.chunks_exact(2).map(|h| h[0] + h[1]));
         self.dh.clear();
         self.dh.extend(self.d.iter().flat_map(|&d| [d, d]));
+        self.last_key = Some((m, k, two));
     }
 }
 
-/// Per-block activation quantisation (see the module docs); with `q2`,
-/// the residual `x − dx·qx` (at most `dx/2`) is quantised again with the
-/// step `dx/256`.
-#[target_feature(enable = "avx2,fma,avx512f,avx512bw,avx512vl")]
-unsafe fn quantize(
-    x: &[f32],
-    q: &mut [i8],
-    mut q2: Option<&mut [i8]>,
-    d: &mut [f32],
-    s: &mut [f32],
-) {
-    let blocks = x.chunks_exact(32).zip(q.chunks_exact_mut(32));
-    for (bi, (((xb, qb), db), sb)) in blocks
-        .zip(d.iter_mut())
-        .zip(s.chunks_exact_mut(2))
-        .enumerate()
-    {
-        let mut amax = 0f32;
-        let mut finite = true;
-        for &v in xb {
-            amax = amax.max(v.abs());
-            finite &= v.is_finite();
-        }
-        let dx = amax / 127.0;
-        let inv = if dx > 0.0 { 1.0 / dx } else { 0.0 };
-        let mut sums = [0i32; 2];
-        for (h, (xh, qh)) in xb.chunks_exact(16).zip(qb.chunks_exact_mut(16)).enumerate() {
-            let mut t = 0i32;
-            for (o, &v) in qh.iter_mut().zip(xh) {
-                let c = (v * inv).round_ties_even().clamp(-127.0, 127.0) as i8;
-                *o = c;
-                t += i32::from(c);
-            }
-            sums[h] = t;
-        }
-        let mut dx = dx;
-        if let Some(q2) = q2.as_deref_mut() {
-            let rb = &mut q2[32 * bi..32 * bi + 32];
-            let inv2 = inv * 256.0;
-            for (h, ((xh, qh), rh)) in xb
-                .chunks_exact(16)
-                .zip(qb.chunks_exact(16))
-                .zip(rb.chunks_exact_mut(16))
-                .enumerate()
-            {
-                let mut t = sums[h] * 256;
-                for ((o, &v), &c) in rh.iter_mut().zip(xh).zip(qh) {
-                    let r = (v - dx * f32::from(c)) * inv2;
-                    let c2 = r.round_ties_even().clamp(-127.0, 127.0) as i8;
-                    *o = c2;
-                    t += i32::from(c2);
-                }
-                sums[h] = t;
-            }
-            dx /= 256.0;
-        }
-        let dx = if finite { dx } else { f32::NAN };
-        *db = dx;
-        sb[0] = dx * sums[0] as f32;
-        sb[1] = dx * sums[1] as f32;
-    }
-}
+#[path = "vnni_quantize.rs"]
+mod quantizer;
+use quantizer::quantize;
 
 #[path = "vnni_formats.rs"]
 mod formats;
@@ -685,7 +648,7 @@ fn run<T: Elem>(
             team::threads()
         }
     } else {
-        tasks
+        tasks.min(team::threads())
     };
     let mut rows = n.div_ceil(tasks * 4).max(1);
     if m > 4 {
@@ -700,9 +663,9 @@ fn run<T: Elem>(
     let chunks = n.div_ceil(rows);
     if tasks <= 1 {
         (0..chunks).for_each(one);
-    } else if m == 1 {
-        team::for_each(chunks, &one);
     } else {
-        (0..chunks).into_par_iter().for_each(one);
+        // decode and batched decode (m ≤ 8) alike: a step runs a few
+        // hundred of these, too short for rayon's wake and join
+        team::for_each(chunks, &one);
     }
 }

@@ -530,13 +530,51 @@ pub(super) unsafe fn dot_tile<Z: ZFmt, const R: usize, const M: usize, const TWO
                 }
             }
         }
+        // each output's two accumulators summed lane-wise, then reduced
+        // four at a time (the same additions for every output, whatever
+        // `R` and `M`: a row's result does not depend on the tile)
+        let mut all = [_mm512_setzero_ps(); 16];
+        for t in 0..R {
+            for i in 0..M {
+                all[t * M + i] = _mm512_add_ps(acc[t][i], bacc[t][i]);
+            }
+        }
+        let mut sums = [0f32; 16];
+        for c in 0..(R * M).div_ceil(4) {
+            let q = reduce4([all[4 * c], all[4 * c + 1], all[4 * c + 2], all[4 * c + 3]]);
+            _mm_storeu_ps(sums.as_mut_ptr().add(4 * c), q);
+        }
         let mut out = [[0f32; M]; R];
         for t in 0..R {
             for i in 0..M {
-                out[t][i] = _mm512_reduce_add_ps(acc[t][i]) + _mm512_reduce_add_ps(bacc[t][i]);
+                out[t][i] = sums[t * M + i];
             }
         }
         out
+    }
+}
+
+/// The lane sums of four vectors: lanes `l` and `l + 8` added, then
+/// adjacent pairs twice (horizontal adds), then the two 128-bit halves.
+/// Every sum takes the same additions in the same order, whichever slot
+/// its vector is in.
+///
+/// # Safety
+/// AVX-512 F and AVX present.
+#[inline(always)]
+unsafe fn reduce4(v: [__m512; 4]) -> __m128 {
+    // SAFETY: the caller's features.
+    unsafe {
+        // (no closures here: they would not inherit the caller's features)
+        let mut y = [_mm256_setzero_ps(); 4];
+        for (y, &x) in y.iter_mut().zip(&v) {
+            let hi = _mm256_castpd_ps(_mm512_extractf64x4_pd::<1>(_mm512_castps_pd(x)));
+            *y = _mm256_add_ps(_mm512_castps512_ps256(x), hi);
+        }
+        let h01 = _mm256_hadd_ps(y[0], y[1]);
+        let h23 = _mm256_hadd_ps(y[2], y[3]);
+        let h = _mm256_hadd_ps(h01, h23);
+        _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps::<1>(h))
     }
 }
 
@@ -604,24 +642,38 @@ pub(super) unsafe fn chunk<Z: ZFmt, T: Elem, const TWO: bool>(
             return rows_m1::<Z, T, TWO>(w.as_ptr().add(j0 * rb), rb, qa, out);
         }
         let mut i = 0;
+        // `$g` activation rows against `$r` weight rows at a time (one
+        // reduction per four outputs), the last rows one at a time
         macro_rules! group {
-            ($g:literal) => {{
+            ($g:literal, $r:literal) => {{
                 let x0: [usize; $g] = std::array::from_fn(|t| (i + t) * xb);
-                for j in j0..j0 + rows {
+                let (end, tiled) = (j0 + rows, j0 + rows / $r * $r);
+                let mut j = j0;
+                while j < tiled {
+                    let r = dot_tile::<Z, $r, $g, TWO>(w.as_ptr().add(j * rb), rb, nb, qa, x0);
+                    for (u, row) in r.into_iter().enumerate() {
+                        for (t, v) in row.into_iter().enumerate() {
+                            *dst.ptr.add((i + t) * dst.n + j + u) = T::from_f32(v);
+                        }
+                    }
+                    j += $r;
+                }
+                while j < end {
                     let [r] = dot_tile::<Z, 1, $g, TWO>(w.as_ptr().add(j * rb), rb, nb, qa, x0);
                     for (t, v) in r.into_iter().enumerate() {
                         *dst.ptr.add((i + t) * dst.n + j) = T::from_f32(v);
                     }
+                    j += 1;
                 }
             }};
         }
         while i < m {
             let g = (m - i).min(4);
             match g {
-                4 => group!(4),
-                3 => group!(3),
-                2 => group!(2),
-                _ => group!(1),
+                4 => group!(4, 1),
+                3 => group!(3, 1),
+                2 => group!(2, 2),
+                _ => group!(1, 4),
             }
             i += g;
         }
