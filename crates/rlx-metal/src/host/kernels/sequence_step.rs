@@ -7,7 +7,7 @@
 //!
 //! the whole of Mamba-2's recurrent form (rows = one head's `p` rows) and
 //! the hot loop of a decode step. The update runs in place on the caller's
-//! state; the dot product keeps [`LANES`] independent partial sums, so the
+//! state; the dot product keeps `LANES` independent partial sums, so the
 //! loop vectorises (a sequential fold cannot: float addition does not
 //! reassociate), and on x86-64 CPUs with AVX2 + FMA the same code is
 //! compiled for those units and picked at run time.
