@@ -3,8 +3,8 @@
 //! Allocates one buffer of `MIB` MiB (default 2048), writes every page once,
 //! then splits it into `THREADS` equal contiguous slices (default 2), one per
 //! thread; each repetition every thread reads its whole slice (sums it with
-//! 32 independent `u64` accumulators, which the compiler turns into wide
-//! vector loads with `-C target-cpu=native`), the threads meeting at a barrier
+//! 32 independent `u64` accumulators: explicit 512-bit loads where the CPU
+//! has AVX-512, the auto-vectorised scalar loop elsewhere), the threads meeting at a barrier
 //! before and after. A repetition's figure is the buffer's bytes divided by the
 //! wall time between the two barriers. Prints one JSON line: `mib`, `threads`,
 //! `reps`, `gbs` (every repetition, GB/s = 1e9 bytes/s), `median_gbs`, `max_gbs`.
@@ -24,7 +24,22 @@ fn arg(i: usize, default: usize) -> usize {
 }
 
 /// Sum of `xs` with 32 independent accumulators (no loop-carried chain).
+///
+/// On x86-64 with AVX-512 the loop is written with explicit 512-bit loads:
+/// left to the auto-vectoriser, LLVM turns the 32 lanes into gathers on
+/// `znver4` (AMD Zen 4), which read at a fifth of the memory's speed.
 fn read_all(xs: &[u64]) -> u64 {
+    #[cfg(target_arch = "x86_64")]
+    {
+        if std::arch::is_x86_feature_detected!("avx512f") {
+            // SAFETY: the CPU has AVX-512 F (checked just above).
+            return unsafe { read_all_avx512(xs) };
+        }
+    }
+    read_all_scalar(xs)
+}
+
+fn read_all_scalar(xs: &[u64]) -> u64 {
     let mut acc = [0u64; 32];
     let mut chunks = xs.chunks_exact(32);
     for c in &mut chunks {
@@ -34,6 +49,26 @@ fn read_all(xs: &[u64]) -> u64 {
     }
     let tail: u64 = chunks.remainder().iter().fold(0, |a, &x| a.wrapping_add(x));
     acc.iter().fold(tail, |a, &x| a.wrapping_add(x))
+}
+
+/// Four 512-bit accumulators, one 256-byte block (four cache lines) per step.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f")]
+unsafe fn read_all_avx512(xs: &[u64]) -> u64 {
+    use std::arch::x86_64::*;
+    let mut acc = [_mm512_setzero_si512(); 4];
+    let mut chunks = xs.chunks_exact(32);
+    for c in &mut chunks {
+        let p = c.as_ptr();
+        for (k, a) in acc.iter_mut().enumerate() {
+            // SAFETY: `c` holds 32 u64, so p + 8k .. p + 8k + 8 is in bounds.
+            let v = unsafe { _mm512_loadu_si512(p.add(8 * k).cast()) };
+            *a = _mm512_add_epi64(*a, v);
+        }
+    }
+    let tail: u64 = chunks.remainder().iter().fold(0, |a, &x| a.wrapping_add(x));
+    let all = _mm512_add_epi64(_mm512_add_epi64(acc[0], acc[1]), _mm512_add_epi64(acc[2], acc[3]));
+    tail.wrapping_add(_mm512_reduce_add_epi64(all) as u64)
 }
 
 fn main() {
