@@ -57,7 +57,9 @@ if kv == "f16-cast":
     kv = "f16"
 """
 
-_WORKLOAD = _SETTING + """
+_WORKLOAD = (
+    _SETTING
+    + """
 from rlx.models.bench import decode_tps, prefill_tps
 model = rlx.load(sys.argv[1], kv_dtype=kv)
 model.next_logits([1, 2])
@@ -68,8 +70,11 @@ for n in (32, 128):
     out[f"tg{n}"] = decode_tps(model, n, 1)
 print(json.dumps(out))
 """
+)
 
-_DEPTH = _SETTING + """
+_DEPTH = (
+    _SETTING
+    + """
 from rlx.models.bench import depth_decode_tps
 model = rlx.load(sys.argv[1], kv_dtype=kv)
 out = {}
@@ -77,6 +82,7 @@ for d in map(int, sys.argv[3].split(",")):
     out[f"tg64@d{d}"] = depth_decode_tps(model, d, 64, 2)
 print(json.dumps(out))
 """
+)
 
 KV = ("f16", "f32", "f16-cast")
 

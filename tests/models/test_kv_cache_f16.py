@@ -24,6 +24,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 import rlx
+from rlx.graph import Node
+from rlx.models.base import Config
 from rlx.models.decoder import inplace_available
 from tiny_gguf import exact_prefill, reference_logits, write_tiny
 
@@ -143,7 +145,9 @@ def test_batched_decode_over_an_f16_cache_equals_each_alone(tmp_path: Path) -> N
     assert got == alone
 
 
-def _cast_then_scatter(g, new, name, slots, c, cfg, kv_dtype):  # type: ignore[no-untyped-def]
+def _cast_then_scatter(
+    g: rlx.Graph, new: Node, name: str, slots: Node, c: int, cfg: Config, kv_dtype: str
+) -> Node:
     """The decoders' cache write before ScatterND converted on write: an
     explicit cast node to the cache's dtype, then the scatter."""
     s = new.shape[1]
@@ -183,7 +187,8 @@ def test_converting_write_is_bit_identical_to_cast_then_scatter(
     for n, v in want_states.items():
         assert v.dtype == np.float16
         np.testing.assert_array_equal(got_states[n].view(np.uint16), v.view(np.uint16))
-    assert sum(want_thunks.values()) - sum(got_thunks.values()) == 2 * layers, (got_thunks, want_thunks)
+    extra = sum(want_thunks.values()) - sum(got_thunks.values())
+    assert extra == 2 * layers, (got_thunks, want_thunks)
 
 
 def test_reference_device_runs_the_f16_cache(tmp_path: Path) -> None:

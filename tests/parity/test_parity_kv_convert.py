@@ -20,7 +20,11 @@ import rlx
 
 ml_dtypes = pytest.importorskip("ml_dtypes")
 
-NP = {"f32": np.dtype(np.float32), "f16": np.dtype(np.float16), "bf16": np.dtype(ml_dtypes.bfloat16)}
+NP = {
+    "f32": np.dtype(np.float32),
+    "f16": np.dtype(np.float16),
+    "bf16": np.dtype(ml_dtypes.bfloat16),
+}
 ROWS, KVD = 7, 13
 SLOTS = np.array([[5], [0], [-1], [5]], np.int32)  # -1 = row 6; row 5 twice: the later wins
 
@@ -55,7 +59,8 @@ def _probes(n: int, seed: int) -> np.ndarray:
 
 def _graph(data_dt: str, upd_dt: str, in_place: bool, explicit_cast: bool = False) -> rlx.Graph:
     g = rlx.Graph("kv_write")
-    data = g.state("cache", [ROWS, KVD], data_dt) if in_place else g.input("cache", [ROWS, KVD], data_dt)
+    leaf = g.state if in_place else g.input
+    data = leaf("cache", [ROWS, KVD], data_dt)
     slots = g.input("slots", [len(SLOTS), 1], "i32")
     upd = g.input("upd", [len(SLOTS), KVD], upd_dt)
     if explicit_cast:
@@ -103,13 +108,16 @@ def _cases() -> list:
             if device == "metal-sim" and (data_dt, upd_dt) not in METAL_PAIRS:
                 continue
             for in_place in (True, False):
-                out.append(pytest.param(data_dt, upd_dt, device, in_place,
-                                        id=f"{upd_dt}->{data_dt}-{device}-{'state' if in_place else 'input'}"))  # fmt: skip
+                where = "state" if in_place else "input"
+                case = f"{upd_dt}->{data_dt}-{device}-{where}"
+                out.append(pytest.param(data_dt, upd_dt, device, in_place, id=case))
     return out
 
 
 @pytest.mark.parametrize("data_dt,upd_dt,device,in_place", _cases())
-def test_converting_scatter_matches_numpy(data_dt: str, upd_dt: str, device: str, in_place: bool) -> None:
+def test_converting_scatter_matches_numpy(
+    data_dt: str, upd_dt: str, device: str, in_place: bool
+) -> None:
     with np.errstate(over="ignore"):
         upd = _probes(len(SLOTS) * KVD, seed=3).reshape(len(SLOTS), KVD).astype(NP[upd_dt])
     cache = (np.arange(ROWS * KVD, dtype=np.float32).reshape(ROWS, KVD) / 8 - 3).astype(NP[data_dt])
