@@ -71,6 +71,7 @@ def inspect_model(
                 "metal_dispatches": st["metal_dispatches"],
                 "metal_barriers": st["metal_barriers"],
                 "metal_host": st["metal_host"],
+                "metal_per_layer": metal_per_layer(exe, cfg.n_layers),
                 "arena_bytes": st["arena_bytes"],
                 "naive_bytes": st["naive_bytes"],
                 "state_bytes": st["state_bytes"],
@@ -86,6 +87,37 @@ def inspect_model(
         "quantize": quantize,
         "quant_errors": dict(model.weights.quant_errors),
     }
+
+
+def metal_per_layer(exe: Any, layers: int) -> dict[str, list[int]]:
+    """The Metal plan's kernel dispatches and barriers of each layer
+    (``dispatches[i]`` / ``barriers[i]`` for layer ``i``) and of the rest
+    (``outside``: ``[dispatches, barriers]`` — embedding, final norm, head).
+    A fused dispatch belongs to its first thunk's layer (the layer of the
+    weights / states it touches, as the HTML report's schedule); a barrier
+    to the layer of the command after it."""
+    from rlx.report.data import collect
+
+    data = collect(exe, "")
+    layer_of = {r.index: r.layer for r in data.thunks}
+    disp, bars, outside = [0] * layers, [0] * layers, [0, 0]
+    pending = 0
+    for c in data.commands:
+        if c.kind == "barrier":
+            pending += 1
+            continue
+        lay = layer_of.get(c.thunk, "")
+        n = int(lay.split()[1]) if lay.startswith("layer ") else -1
+        d, b = (disp, bars) if 0 <= n < layers else (None, None)
+        if d is not None and b is not None:
+            d[n] += c.kind == "dispatch"
+            b[n] += pending
+        else:
+            outside[0] += c.kind == "dispatch"
+            outside[1] += pending
+        pending = 0
+    outside[1] += pending
+    return {"dispatches": disp, "barriers": bars, "outside": outside}
 
 
 def _cmd_inspect_thunks(as_json: bool) -> int:
@@ -151,11 +183,14 @@ def _cmd_inspect(args: argparse.Namespace) -> int:
             f"metal plan{per}: {g['metal_dispatches']} kernel dispatches, "
             f"{g['metal_barriers']} barriers, {g['metal_host']} host commands"
         )
-        layers = max(int(info["layers"]), 1)
-        print(
-            f"metal plan per layer: {g['metal_dispatches'] / layers:.1f} dispatches, "
-            f"{g['metal_barriers'] / layers:.1f} barriers (whole plan / {layers} layers)"
-        )
+        per = g["metal_per_layer"]
+        if per["dispatches"]:
+            d, b = per["dispatches"], per["barriers"]
+            print(
+                f"metal plan per layer: at most {max(d)} dispatches and {max(b)} barriers "
+                f"(mean {sum(d) / len(d):.1f} / {sum(b) / len(b):.1f} over {len(d)} layers); "
+                f"outside the layers {per['outside'][0]} dispatches, {per['outside'][1]} barriers"
+            )
         print(
             f"thunks {g['thunks']}, arena {g['arena_bytes']} B (naive {g['naive_bytes']} B), "
             f"state {g['state_bytes']} B"

@@ -90,3 +90,26 @@ def test_bad_seq_is_an_error(tiny: Path, capsys: pytest.CaptureFixture[str]) -> 
         cli.main(["inspect", str(tiny), "--seq", "-2"])
     assert e.value.code == 2
     assert "argument --seq: -2 is below the minimum of 0" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("name", ["llama-q8_0", "qwen2-q8_0"])
+def test_metal_plan_per_layer_with_the_default_f16_cache(
+    name: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Issue 14's bound: at most 8 Metal dispatches per layer of a decode
+    step — with the GGUF default f16 KV cache, whose rows the k / v
+    dispatches round to half as they append them (no cast dispatch)."""
+    path = Path(__file__).resolve().parent.parent / "fixtures" / "gguf" / f"{name}.gguf"
+    assert load(str(path)).kv_dtype == "f16"
+    info = _json(["inspect", str(path), "--json"], capsys)
+    (dec,) = info["graphs"]
+    per = dec["metal_per_layer"]
+    assert len(per["dispatches"]) == info["layers"]
+    assert 0 < max(per["dispatches"]) <= 8, per
+    # every dispatch and barrier is counted once, in a layer or outside them
+    assert sum(per["dispatches"]) + per["outside"][0] == dec["metal_dispatches"]
+    assert sum(per["barriers"]) + per["outside"][1] == dec["metal_barriers"]
+    assert cli.main(["inspect", str(path)]) == 0
+    out = capsys.readouterr().out
+    line = f"metal plan per layer: at most {max(per['dispatches'])} dispatches and "
+    assert line in out, out

@@ -11,6 +11,9 @@ random GGUFs of ``tiny_gguf.py``:
 * batched decode (one step for several sequences over an f16 cache) equals
   each sequence decoded alone;
 * the reference device runs the same graphs;
+* the converting ScatterND write stores the same bits, and gives the same
+  logits bit for bit, as the explicit cast node it replaced (one thunk
+  fewer per K and per V per layer);
 * a bad ``kv_dtype`` is a :class:`rlx.DTypeError` naming the argument.
 """
 
@@ -21,6 +24,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 import rlx
+from rlx.graph import Node
+from rlx.models.base import Config
 from rlx.models.decoder import inplace_available
 from tiny_gguf import exact_prefill, reference_logits, write_tiny
 
@@ -138,6 +143,52 @@ def test_batched_decode_over_an_f16_cache_equals_each_alone(tmp_path: Path) -> N
         for g, t in zip(got, toks):
             g.append(t)
     assert got == alone
+
+
+def _cast_then_scatter(
+    g: rlx.Graph, new: Node, name: str, slots: Node, c: int, cfg: Config, kv_dtype: str
+) -> Node:
+    """The decoders' cache write before ScatterND converted on write: an
+    explicit cast node to the cache's dtype, then the scatter."""
+    s = new.shape[1]
+    upd = g.reshape(new, [s, cfg.kv_dim])
+    if kv_dtype != "f32":
+        upd = g.cast(upd, kv_dtype)
+    full = g.scatter_nd(g.state(name, [c, cfg.kv_dim], kv_dtype), slots, upd)
+    return g.reshape(full, [1, c, cfg.kv_dim])
+
+
+@pytest.mark.skipif(not inplace_available(), reason="executor lacks share_state / kv_len")
+@pytest.mark.parametrize("arch", ["llama", "gemma3"])
+def test_converting_write_is_bit_identical_to_cast_then_scatter(
+    tmp_path: Path, arch: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The f16 cache written by the converting ScatterND holds the same bits,
+    and the decoder gives the same logits bit for bit, as with the explicit
+    cast node it replaced — which cost one extra thunk per K and per V per
+    layer."""
+    from rlx.models import mixers
+
+    path = write_tiny(tmp_path / f"{arch}.gguf", arch, "Q8_0")
+    ids = _ids(11, seed=5)
+    runs = []
+    for explicit in (False, True):
+        if explicit:
+            monkeypatch.setattr(mixers, "_scatter_cache", _cast_then_scatter)
+        m = rlx.load(str(path), inplace=True, kv_dtype="f16")
+        m.reset(len(ids))
+        logits = [m.next_logits(ids[:6])] + [m.next_logits([t]) for t in ids[6:]]
+        _, _, exe = m.compiled(1, True)
+        states = {n: np.asarray(exe.state(n)).copy() for n in ("k0", "v0", "k1", "v1")}
+        runs.append((logits, states, exe.stats["by_thunk"], m.config.n_layers))
+    (got, got_states, got_thunks, layers), (want, want_states, want_thunks, _) = runs
+    for a, b in zip(got, want):
+        np.testing.assert_array_equal(a, b)
+    for n, v in want_states.items():
+        assert v.dtype == np.float16
+        np.testing.assert_array_equal(got_states[n].view(np.uint16), v.view(np.uint16))
+    extra = sum(want_thunks.values()) - sum(got_thunks.values())
+    assert extra == 2 * layers, (got_thunks, want_thunks)
 
 
 def test_reference_device_runs_the_f16_cache(tmp_path: Path) -> None:

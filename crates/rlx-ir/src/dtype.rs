@@ -110,6 +110,12 @@ impl DType {
         matches!(self, DType::F32 | DType::F16 | DType::BF16 | DType::F64)
     }
 
+    /// f32, f16 or bf16: the floats a ScatterND converts between when its
+    /// updates and data differ (rounding to nearest even on narrowing).
+    pub fn converts_on_write(self) -> bool {
+        matches!(self, DType::F32 | DType::F16 | DType::BF16)
+    }
+
     /// Any integer type, signed or not (not bool).
     pub fn is_int(self) -> bool {
         matches!(

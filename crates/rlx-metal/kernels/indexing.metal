@@ -19,6 +19,10 @@
 //   per index tuple; the threads first look for a later tuple addressing
 //   the same block (the later one wins, as on the host), then copy the
 //   block word by word.
+// scatter_nd_{f32_f16,f16_f32}  the same, with updates of the first type
+//   converted element by element into data of the second (float -> half
+//   rounds to nearest even; block counts elements): an f32 K / V row
+//   appended to an f16 KV cache without a separate cast dispatch.
 // gather_elements_{u8,u16,u32,u64}  args GatherElemArgs: buffer(1) data,
 //   buffer(2) idx, buffer(3) dst. 1-D grid over dst elements (ONNX
 //   GatherElements: the MoE router's chosen-probability gather).
@@ -91,23 +95,13 @@ static inline long rlx_block_of(constant ScatterNdArgs& a, device const int* ind
     return b;
 }
 
-// dst[block(indices[t])] = updates[t] for each tuple t, in place
-template <typename W>
-kernel void scatter_nd(constant ScatterNdArgs& a   [[buffer(0)]],
-                       device const int*       ind [[buffer(1)]],
-                       device const W*         upd [[buffer(2)]],
-                       device W*               dst [[buffer(3)]],
-                       uint t    [[threadgroup_position_in_grid]],
-                       uint lid  [[thread_position_in_threadgroup]],
-                       uint tpg  [[threads_per_threadgroup]],
-                       uint sid  [[simdgroup_index_in_threadgroup]],
-                       uint lane [[thread_index_in_simdgroup]],
-                       uint nsg  [[simdgroups_per_threadgroup]])
+// Block of tuple t, or -1 when it is out of range or a later tuple
+// addresses the same block (the later one wins). Every thread of the
+// threadgroup calls it (it has a barrier).
+static inline long rlx_scatter_block(constant ScatterNdArgs& a, device const int* ind,
+                                     threadgroup uint* later, uint t, uint lid, uint tpg,
+                                     uint sid, uint lane, uint nsg)
 {
-    threadgroup uint later[32];
-    if (t >= a.tuples) {
-        return;
-    }
     const long b = rlx_block_of(a, ind, t);
     uint dup = 0;
     for (uint u = t + 1 + lid; u < a.tuples; u += tpg) {
@@ -119,15 +113,50 @@ kernel void scatter_nd(constant ScatterNdArgs& a   [[buffer(0)]],
     }
     threadgroup_barrier(mem_flags::mem_threadgroup);
     dup = simd_max(lane < nsg ? later[lane] : 0u);
-    if (b < 0 || dup != 0) {
+    return dup != 0 ? -1 : b;
+}
+
+// dst[block(indices[t])] = T(updates[t]) for each tuple t, in place
+// (S == T: a plain word copy)
+template <typename S, typename T>
+kernel void scatter_nd(constant ScatterNdArgs& a   [[buffer(0)]],
+                       device const int*       ind [[buffer(1)]],
+                       device const S*         upd [[buffer(2)]],
+                       device T*               dst [[buffer(3)]],
+                       uint t    [[threadgroup_position_in_grid]],
+                       uint lid  [[thread_position_in_threadgroup]],
+                       uint tpg  [[threads_per_threadgroup]],
+                       uint sid  [[simdgroup_index_in_threadgroup]],
+                       uint lane [[thread_index_in_simdgroup]],
+                       uint nsg  [[simdgroups_per_threadgroup]])
+{
+    threadgroup uint later[32];
+    if (t >= a.tuples) {
         return;
     }
-    device W* out = dst + (ulong)b * a.block;
-    device const W* in = upd + (ulong)t * a.block;
+    const long b = rlx_scatter_block(a, ind, later, t, lid, tpg, sid, lane, nsg);
+    if (b < 0) {
+        return;
+    }
+    device T* out = dst + (ulong)b * a.block;
+    device const S* in = upd + (ulong)t * a.block;
     for (uint j = lid; j < a.block; j += tpg) {
-        out[j] = in[j];
+        out[j] = T(in[j]);
     }
 }
+
+#define RLX_SCATTER_ND(name, S, T)                                           \
+template [[host_name(name)]] kernel void scatter_nd<S, T>(                   \
+    constant ScatterNdArgs& a [[buffer(0)]], device const int* ind [[buffer(1)]],\
+    device const S* upd [[buffer(2)]], device T* dst [[buffer(3)]],          \
+    uint t [[threadgroup_position_in_grid]],                                 \
+    uint lid [[thread_position_in_threadgroup]],                             \
+    uint tpg [[threads_per_threadgroup]],                                    \
+    uint sid [[simdgroup_index_in_threadgroup]],                             \
+    uint lane [[thread_index_in_simdgroup]],                                 \
+    uint nsg [[simdgroups_per_threadgroup]]);
+RLX_SCATTER_ND("scatter_nd_f32_f16", float, half)
+RLX_SCATTER_ND("scatter_nd_f16_f32", half, float)
 
 // dst[p] = data[p's coordinates over idx_dims, `axis` one replaced by idx[p]]
 template <typename W>
@@ -173,15 +202,7 @@ template [[host_name(gather_n)]] kernel void gather<W>(                      \
     constant GatherArgs& a [[buffer(0)]], device const W* table [[buffer(1)]],\
     device const int* idx [[buffer(2)]], device W* dst [[buffer(3)]],        \
     uint gid [[thread_position_in_grid]]);                                   \
-template [[host_name(scatter_n)]] kernel void scatter_nd<W>(                 \
-    constant ScatterNdArgs& a [[buffer(0)]], device const int* ind [[buffer(1)]],\
-    device const W* upd [[buffer(2)]], device W* dst [[buffer(3)]],          \
-    uint t [[threadgroup_position_in_grid]],                                 \
-    uint lid [[thread_position_in_threadgroup]],                             \
-    uint tpg [[threads_per_threadgroup]],                                    \
-    uint sid [[simdgroup_index_in_threadgroup]],                             \
-    uint lane [[thread_index_in_simdgroup]],                                 \
-    uint nsg [[simdgroups_per_threadgroup]]);
+RLX_SCATTER_ND(scatter_n, W, W)
 RLX_INDEXING("gather_u8", "scatter_nd_u8", uchar)
 RLX_INDEXING("gather_u16", "scatter_nd_u16", ushort)
 RLX_INDEXING("gather_u32", "scatter_nd_u32", uint)

@@ -257,7 +257,8 @@ kernel void quant_down_residual(constant MlpArgs&    a    [[buffer(0)]],
 //     HG_INTERLEAVED (2c, 2c + 1); written to dst[h·d + c], or with
 //     HG_CACHE to row idx[0] of the cache (cache_rows rows of cache_row
 //     elements; a negative index adds cache_rows, out of range: nothing
-//     is written, as scatter_nd).
+//     is written, as scatter_nd; HG_CACHE_F16: the cache is half, each
+//     value rounded to nearest even as it is stored).
 // norm_gate_up_<type>  args HeadGemvArgs: buffer(1) x, (2) g, (3) b,
 //     (4) y, (5) pg, (6) pb, (7) s_out, (8) gate_w, (9) up_w, (10) dst:
 //     dst_j = act(gate_w_j·xs)·(up_w_j·xs), act silu (op 0) or tanh-GELU
@@ -276,6 +277,7 @@ kernel void quant_down_residual(constant MlpArgs&    a    [[buffer(0)]],
 #define HG_POST 64u
 #define HG_RAW 128u
 #define HG_WRITE_S 256u
+#define HG_CACHE_F16 512u
 
 static inline float hg_tg_sum(float v, threadgroup float* part, uint sid, uint lane) {
     v = simd_sum(v);
@@ -402,7 +404,7 @@ kernel void qkv_head(constant HeadGemvArgs& a     [[buffer(0)]],
         }
         threadgroup_barrier(mem_flags::mem_threadgroup);
     }
-    device float* out = dst + j0;
+    ulong o = j0;
     if ((a.flags & HG_CACHE) != 0) {
         long row = idx[0];
         if (row < 0) {
@@ -411,8 +413,11 @@ kernel void qkv_head(constant HeadGemvArgs& a     [[buffer(0)]],
         if (row < 0 || row >= long(a.cache_rows)) {
             return;
         }
-        out += (ulong)row * a.cache_row;
+        o += (ulong)row * a.cache_row;
     }
+    device float* out = dst + o;
+    device half* out_h = (device half*)dst + o;
+    const bool to_half = (a.flags & HG_CACHE_F16) != 0;
     const uint half_rot = a.n_rot / 2;
     for (uint c = lid; c < d; c += HG_THREADS) {
         float v = ys[c];
@@ -436,7 +441,11 @@ kernel void qkv_head(constant HeadGemvArgs& a     [[buffer(0)]],
             const float si = sn[pair];
             v = first ? xa * co - xb * si : xa * si + xb * co;
         }
-        out[c] = v;
+        if (to_half) {
+            out_h[c] = half(v);
+        } else {
+            out[c] = v;
+        }
     }
 }
 

@@ -37,7 +37,12 @@ pub(crate) fn thunk_to_json(t: &rlx_metal::thunk::Thunk) -> String {
                 .collect::<String>();
             fields.insert("kind".into(), Value::String(kind));
             for (k, val) in body {
-                fields.insert(if k == "dtype" { "dt".into() } else { k }, val);
+                let k = match k.as_str() {
+                    "dtype" => "dt".into(),
+                    "upd_dtype" => "upd_dt".into(),
+                    _ => k,
+                };
+                fields.insert(k, val);
             }
         }
     }

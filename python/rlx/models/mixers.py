@@ -9,9 +9,9 @@ states a reset must zero (:attr:`MixerKind.recurrent`).
 
 All state lives in graph States shared by every compiled graph of a model
 (see /work/notes/models-design.md and DESIGN.md): ``k{i}`` / ``v{i}`` for
-attention (f32, or f16 with ``LayerCtx.kv_dtype = "f16"``: the new f32 rows
-are cast to f16 before they are stored and attention widens the cache on
-load), ``conv{i}`` for the short conv. An in-place ``scatter_nd`` on a
+attention (f32, or f16 with ``LayerCtx.kv_dtype = "f16"``: the scatter
+rounds the new f32 rows to f16 as it stores them and attention widens the
+cache on load), ``conv{i}`` for the short conv. An in-place ``scatter_nd`` on a
 State leaf must be the leaf's only consumer (the compiler refuses other
 readers), so a mixer reads its state *through* the scatter's result.
 
@@ -100,14 +100,14 @@ def head_norm(g: Graph, w: Weights, x: Node, name: str, heads: int, cfg: Config)
     return g.reshape(y, [1, s, heads * cfg.head_dim])
 
 
-def _as_kv(g: Graph, new: Node, kv_dtype: str) -> Node:
-    """New f32 key / value rows in the cache's element type (f16: rounded to
-    nearest even, as numpy's ``astype(float16)``)."""
-    return new if kv_dtype == "f32" else g.cast(new, kv_dtype)
-
-
 def _with_cache(g: Graph, new: Node, name: str, c: int, cfg: Config, kv_dtype: str) -> Node:
-    new = _as_kv(g, new, kv_dtype)
+    """``[cache state ; new rows]`` along the token axis (the copy-out
+    cache: nothing is written to the state here). The new f32 rows are cast
+    to ``kv_dtype`` (f16: rounded to nearest even, as numpy's
+    ``astype(float16)``) so that the concat has one element type and they
+    are attended as they will be stored."""
+    if kv_dtype != "f32":
+        new = g.cast(new, kv_dtype)
     if c == 0:
         return new
     cache = g.reshape(g.state(name, [c, cfg.kv_dim], kv_dtype), [1, c, cfg.kv_dim])
@@ -118,9 +118,10 @@ def _scatter_cache(g: Graph, new: Node, name: str, slots: Node, c: int, cfg: Con
                    kv_dtype: str) -> Node:  # fmt: skip
     """Write ``new [1, S, kv_dim]`` into state ``name [C, kv_dim]`` (of
     ``kv_dtype``) at ``slots`` (in place) and return the whole cache as
-    ``[1, C, kv_dim]``."""
+    ``[1, C, kv_dim]``. The f32 rows convert on write into an f16 cache
+    (ScatterND rounds to nearest even: no cast node, no extra thunk)."""
     s = new.shape[1]
-    upd = _as_kv(g, g.reshape(new, [s, cfg.kv_dim]), kv_dtype)
+    upd = g.reshape(new, [s, cfg.kv_dim])
     full = g.scatter_nd(g.state(name, [c, cfg.kv_dim], kv_dtype), slots, upd)
     return g.reshape(full, [1, c, cfg.kv_dim])
 
@@ -216,7 +217,7 @@ def _batched_attention(ctx: LayerCtx, i: int, q: Node, k: Node, v: Node, slots: 
     kv_len = ctx.input("kv_len", [b], "i32")
 
     def cache(new: Node, name: str) -> Node:
-        upd = _as_kv(g, g.reshape(new, [b, cfg.kv_dim]), ctx.kv_dtype)
+        upd = g.reshape(new, [b, cfg.kv_dim])  # converted on write (f16 cache)
         full = g.scatter_nd(g.state(name, [ctx.batch * c, cfg.kv_dim], ctx.kv_dtype), slots, upd)
         if b < ctx.batch:  # the first B sequences (a leading-axis view)
             full = g.narrow(full, 0, 0, b * c)

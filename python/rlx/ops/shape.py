@@ -129,7 +129,10 @@ class ShapeOps(GraphBase):
         return self._add({"op": "resize_nearest2x"}, [x], name)
 
     def scatter_nd(self, data: Node, indices: Node, updates: Node, *, name: str = "") -> Node:
-        """ONNX ScatterND → data's shape."""
+        """ONNX ScatterND → data's shape and dtype. ``updates`` have data's
+        dtype, or another of f32 / f16 / bf16 when data is one of them: they
+        are converted on write, rounding to nearest even (an f32 row into an
+        f16 KV cache needs no cast)."""
         return self._add({"op": "scatter_nd"}, [data, indices, updates], name)
 
     def scatter_elements(

@@ -7,6 +7,7 @@ from __future__ import annotations
 import numpy as np
 
 from . import Memory, reference
+from ._act import bf16_bits_to_f32, f32_to_bf16_bits
 from ._common import DTYPES, F32, I32, fdt, strided_index
 
 
@@ -136,6 +137,24 @@ def _wrap(idx: np.ndarray, bound: np.ndarray | int, what: str) -> np.ndarray:
     return np.where(idx < 0, idx + bound, idx)
 
 
+_CONVERTS = ("f32", "f16", "bf16")
+
+
+def _convert_float(x: np.ndarray, src: str, dst: str) -> np.ndarray:
+    """ScatterND's converting write: ``x`` (``src`` floats, bf16 as raw
+    bits) as ``dst`` floats, rounded once to nearest even (numpy's
+    ``astype``; bf16 through its bit pattern)."""
+    if src == dst:
+        return x
+    if src not in _CONVERTS or dst not in _CONVERTS:
+        raise ValueError(f"[cpu_indexing] scatter_nd: cannot write {src} updates into {dst} data")
+    wide = bf16_bits_to_f32(x) if src == "bf16" else x.astype(np.float32)
+    if dst == "bf16":
+        return f32_to_bf16_bits(wide)
+    with np.errstate(over="ignore"):
+        return wide.astype(DTYPES[dst])
+
+
 @reference("cpu_indexing")
 def cpu_indexing(t: dict, mem: Memory) -> None:
     """ONNX ScatterND / ScatterElements / GatherND / GatherElements.
@@ -146,7 +165,9 @@ def cpu_indexing(t: dict, mem: Memory) -> None:
     ``indices_dims`` (updates have indices' dims for ScatterElements and
     ``indices.dims[:-1] + data.dims[q:]`` for ScatterND); ``axis`` (elements
     kinds, negative counts from the end); ``batch_dims`` (GatherND); ``dt``
-    the data dtype (rlx DType string, default ``"f32"``). Indices are int32;
+    the data dtype (rlx DType string, default ``"f32"``); ``upd_dt`` ScatterND's
+    updates dtype (default ``dt``; f32 / f16 / bf16 updates into data of another
+    of the three are converted on write, rounded to nearest even). Indices are int32;
     negative indices count from the end of their axis (ONNX). Scatters copy
     ``data`` then assign updates in order (later duplicates win); the output
     has data's dims. GatherND writes ``indices.dims[:-1] + data.dims[batch_dims
@@ -203,7 +224,9 @@ def cpu_indexing(t: dict, mem: Memory) -> None:
             raise ValueError("[cpu_indexing] scatter_nd: index depth exceeds data rank")
         idx = _wrap(idx, np.asarray(ddims[:q]), kind).reshape(-1, q)
         udims = [*idims[:-1], *ddims[q:]]
-        upd = mem.view(t["updates"], udims, dt).reshape([idx.shape[0], *ddims[q:]])
+        udt = t.get("upd_dt", t.get("dt", "f32"))
+        upd = mem.view(t["updates"], udims, DTYPES[udt]).reshape([idx.shape[0], *ddims[q:]])
+        upd = _convert_float(upd, udt, t.get("dt", "f32"))
         for r in range(idx.shape[0]):
             data[tuple(idx[r])] = upd[r]
         if not in_place:

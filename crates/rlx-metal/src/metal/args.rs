@@ -715,8 +715,8 @@ pub use backward::{
 #[path = "args_decode.rs"]
 mod decode;
 pub use decode::{
-    HeadGemvArgs, HG_BIAS, HG_CACHE, HG_HNORM, HG_INTERLEAVED, HG_NORM, HG_POST, HG_RAW, HG_ROPE,
-    HG_WRITE_S,
+    HeadGemvArgs, HG_BIAS, HG_CACHE, HG_CACHE_F16, HG_HNORM, HG_INTERLEAVED, HG_NORM, HG_POST,
+    HG_RAW, HG_ROPE, HG_WRITE_S,
 };
 #[cfg(test)]
 #[path = "args_tests.rs"]

@@ -26,6 +26,9 @@ pub const HG_RAW: u32 = 128;
 /// stream). Only one of the dispatches sharing a prologue sets it; without
 /// it `s_out` is neither read nor written.
 pub const HG_WRITE_S: u32 = 256;
+/// With `HG_CACHE`: the cache is f16, each value rounded to nearest even
+/// on write (an f16 KV cache fed f32 rows without a cast dispatch).
+pub const HG_CACHE_F16: u32 = 512;
 
 /// `HeadGemvArgs`: see the flags above and the kernels' comments.
 #[repr(C)]

@@ -9,7 +9,7 @@
 //!
 //! * **q / k / v projection** (`qkv_head_<type>`): `[post-norm + residual
 //!   add →] RMSNorm →` GEMV `[→ bias] [→ per-head RMSNorm] [→ RoPE] [→
-//!   ScatterND into the KV cache]`. Every GEMV (and gate / up pair) reading
+//!   ScatterND into the KV cache (f32, or f16 rounded on write)]`. Every GEMV (and gate / up pair) reading
 //!   one RMSNorm's output takes the norm as its prologue, so the norm
 //!   vanishes and q, k and v are three independent dispatches sharing one
 //!   barrier interval; the first of them also writes the residual stream
@@ -27,7 +27,8 @@
 
 use super::args::{HeadGemvArgs, KernelArgs, MlpArgs};
 use super::args::{
-    HG_BIAS, HG_CACHE, HG_HNORM, HG_INTERLEAVED, HG_NORM, HG_POST, HG_RAW, HG_ROPE, HG_WRITE_S,
+    HG_BIAS, HG_CACHE, HG_CACHE_F16, HG_HNORM, HG_INTERLEAVED, HG_NORM, HG_POST, HG_RAW, HG_ROPE,
+    HG_WRITE_S,
 };
 use super::fuse_check::{Flow, GroupFlow};
 use super::kernels::Family;
@@ -355,20 +356,27 @@ fn qkv(thunks: &[Thunk], flow: &Flow, gi: usize, pre: Option<Pre>, writer: bool)
                     data_dims,
                     indices_dims,
                     dtype,
+                    upd_dtype,
                 } = &c.thunk
                 else {
                     break;
                 };
                 let ok = *updates == cur
                     && data == sd
-                    && *dtype == DType::F32
+                    && *upd_dtype == DType::F32
+                    && matches!(dtype, DType::F32 | DType::F16)
                     && indices_dims[..] == [1, 1]
                     && data_dims.len() == 2
                     && data_dims[1] == d.n as usize;
                 if !ok {
                     break;
                 }
-                a.flags |= HG_CACHE;
+                a.flags |= HG_CACHE
+                    | if *dtype == DType::F16 {
+                        HG_CACHE_F16
+                    } else {
+                        0
+                    };
                 a.cache_rows = u32::try_from(data_dims[0]).ok()?;
                 a.cache_row = d.n;
                 epi[5] = *indices;

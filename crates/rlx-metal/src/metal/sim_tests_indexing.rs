@@ -3,7 +3,8 @@
 //! ScatterND KV-cache write. Indices are i32 constants (the harness fills
 //! inputs with floats). Moves are exact; scatter-add sums in the host's
 //! order (exact); the KV test adds a parameter afterwards in a binary
-//! kernel (f16 tolerance of `assert_same`).
+//! kernel (f16 tolerance of `assert_same`). The converting KV write (f32
+//! rows into an f16 cache and back) must match the host bit for bit.
 
 use super::tests::{assert_close, assert_same, compiled, node};
 use super::*;
@@ -105,5 +106,51 @@ fn kv_cache_write_matches_host() {
         let (c, plan) = plan_of(&g, &["cpu_indexing"]);
         assert_eq!(plan.stats().host, 0, "{plan}");
         assert_same(&c, &plan, dt);
+    }
+}
+
+#[test]
+fn converting_kv_cache_write_matches_host() {
+    // f32 rows into an f16 cache (rounded on write) and f16 rows into an
+    // f32 cache, odd row length, a negative slot; the cache is the output
+    // through a cast (f16 → f32 is exact), so host and metal-sim must agree
+    // bit for bit
+    for (cache_dt, new_dt, kernel) in [
+        (DType::F16, DType::F32, "scatter_nd_f32_f16"),
+        (DType::F32, DType::F16, "scatter_nd_f16_f32"),
+    ] {
+        let mut g = Graph::new("kv_convert");
+        let cache = node(
+            &mut g,
+            Op::State {
+                shape: Shape::of(&[9, 13], cache_dt),
+            },
+            &[],
+        );
+        let slots = indices(&mut g, &[3, 1], &[7, 0, -2]);
+        let new = leaf(&mut g, &[3, 13], new_dt, false);
+        let full = node(&mut g, Op::ScatterNd, &[cache, slots, new]);
+        let out = node(
+            &mut g,
+            Op::Cast {
+                to: if cache_dt == DType::F16 {
+                    DType::F32
+                } else {
+                    DType::F16
+                },
+                trunc: false,
+            },
+            &[full],
+        );
+        g.set_outputs(&[out]).unwrap();
+        let (c, plan) = plan_of(&g, &["cpu_indexing"]);
+        assert_eq!(plan.stats().host, 0, "{plan}");
+        assert!(
+            plan.commands
+                .iter()
+                .any(|cmd| matches!(cmd, Command::Dispatch(d) if d.kernel.function == kernel)),
+            "no {kernel} in\n{plan}"
+        );
+        assert_close(&c, &plan, 0.0, 0.0);
     }
 }

@@ -163,8 +163,12 @@ pub enum IndexingThunk {
         data_dims: Vec<usize>,
         /// Indices dims (last = q).
         indices_dims: Vec<usize>,
-        /// Element type of data / updates / output.
+        /// Element type of data / output.
         dtype: DType,
+        /// Element type of updates: `dtype`, or another float among f32 /
+        /// f16 / bf16, converted on write (round to nearest even), so an
+        /// f32 K / V row lands in an f16 KV cache without a cast thunk.
+        upd_dtype: DType,
     },
     /// ONNX ScatterElements (replace): `updates` has indices' dims.
     ScatterElements {
@@ -256,6 +260,7 @@ impl IndexingThunk {
                 data_dims,
                 indices_dims,
                 dtype,
+                upd_dtype,
             } => {
                 let es = dtype.size_bytes();
                 let (lead, q) = split_q(indices_dims);
@@ -264,7 +269,7 @@ impl IndexingThunk {
                 ThunkIo::new()
                     .read_if(data != dst, *data, d)
                     .read(*indices, nbytes(prod(indices_dims), IDX))
-                    .read(*updates, nbytes(upd, es))
+                    .read(*updates, nbytes(upd, upd_dtype.size_bytes()))
                     .write(*dst, d)
             }
             IndexingThunk::ScatterElements {
@@ -377,10 +382,14 @@ impl ThunkOp for CpuIndexing {
         };
         write!(
             f,
-            "{} data={data_dims:?} indices={indices_dims:?} {dtype} data={} dst={}",
-            t.kind(),
-            Off(*data),
-            Off(*dst)
-        )
+            "{} data={data_dims:?} indices={indices_dims:?} {dtype}",
+            t.kind()
+        )?;
+        if let IndexingThunk::ScatterNd { upd_dtype, .. } = t {
+            if upd_dtype != dtype {
+                write!(f, " updates={upd_dtype}")?;
+            }
+        }
+        write!(f, " data={} dst={}", Off(*data), Off(*dst))
     }
 }

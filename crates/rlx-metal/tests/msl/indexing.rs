@@ -6,6 +6,9 @@
 //! (the reference is the host's own f32 sequence, checked against an f64
 //! sum within 1e-5 as a sanity check).
 //!
+//! scatter_nd_f32_f16 / _f16_f32 convert on write: bit-exact against the
+//! `half` crate's round-to-nearest-even conversion (numpy's astype).
+//!
 //! Out-of-range indices (the host fails the run): gathers write zeros,
 //! scatter_add ignores the update, scatter_nd skips the tuple.
 
@@ -189,5 +192,110 @@ fn scatter_nd_writes_blocks_in_place() {
             }
             assert_eq!(dst, want, "{kname} case {k}");
         }
+    }
+}
+
+/// f32 values that probe f16 rounding: ties to even either way, the largest
+/// finite half, overflow to ±inf just past its rounding edge, subnormals
+/// (and one rounding to zero), signed zero, infinities and NaN.
+fn f16_probes() -> Vec<f32> {
+    let ulp1 = 1.0 / 1024.0;
+    vec![
+        1.0 + ulp1 / 2.0,  // tie → 1.0 (even)
+        1.0 + 1.5 * ulp1,  // tie → 1 + 2 ulp (even)
+        1.0 + ulp1 * 0.51, // just above a tie → up
+        65504.0,
+        65519.99, // rounds down to 65504
+        65520.0,  // tie at the overflow edge → inf
+        -70000.0, // → -inf
+        6.0e-8,   // subnormal
+        2.0e-8,   // → +0
+        -0.0,
+        f32::INFINITY,
+        f32::NEG_INFINITY,
+        f32::NAN,
+        3.140_625_3,
+        -1.0e-5,
+    ]
+}
+
+/// `scatter_nd_f32_f16` / `scatter_nd_f16_f32`: f32 rows rounded to half
+/// (nearest even, what `half` — and numpy's `astype(float16)` — give) into
+/// an f16 cache, and half rows widened into an f32 one, with odd block
+/// lengths, duplicates (the later wins) and an out-of-range tuple skipped.
+#[test]
+fn scatter_nd_converts_float_and_half() {
+    use half::f16;
+    // (rows, block, tuples)
+    let cases: [(u32, usize, &[i32]); 3] =
+        [(5, 15, &[3, 0, -1]), (4, 33, &[1, 1, 9]), (7, 1, &[6, 2])];
+    for (k, &(rows, block, ind)) in cases.iter().enumerate() {
+        let tuples = ind.len();
+        let probes = f16_probes();
+        let rnd = uniform(k as u64 + 60, tuples * block, -9.0, 9.0);
+        // probes first, then random values over 1e-4 .. 1e4
+        let upd: Vec<f32> = (0..tuples * block)
+            .map(|i| match probes.get(i) {
+                Some(&p) => p,
+                None => rnd[i] * 10f32.powi((i % 9) as i32 - 4),
+            })
+            .collect();
+        let mut args = ScatterNdArgs {
+            tuples: tuples as u32,
+            q: 1,
+            block: block as u32,
+            ..Default::default()
+        };
+        args.dims[0] = rows;
+        let total = rows as usize * block;
+        let row_of = |t: usize| {
+            let i = ind[t] as i64 + if ind[t] < 0 { rows as i64 } else { 0 };
+            let later = ind[t + 1..].iter().any(|&u| u == ind[t]);
+            ((0..rows as i64).contains(&i) && !later).then_some(i as usize)
+        };
+        let tpg = (block as u32).div_ceil(32).clamp(1, 32) * 32;
+        // f32 → f16 cache
+        let cache: Vec<f16> = (0..total).map(|i| f16::from_f32(i as f32 * 0.25)).collect();
+        let mut dst: Vec<u8> = cache.iter().flat_map(|h| h.to_le_bytes()).collect();
+        let mut ub: Vec<u8> = upd.iter().flat_map(|v| v.to_le_bytes()).collect();
+        run(
+            "scatter_nd_f32_f16",
+            args.as_bytes(),
+            &mut [&mut i32s(ind), &mut ub, &mut dst],
+            tuples as u32,
+            tpg,
+        );
+        let mut want = cache.clone();
+        for t in 0..tuples {
+            if let Some(r) = row_of(t) {
+                for j in 0..block {
+                    want[r * block + j] = f16::from_f32(upd[t * block + j]);
+                }
+            }
+        }
+        let want: Vec<u8> = want.iter().flat_map(|h| h.to_le_bytes()).collect();
+        assert_eq!(dst, want, "scatter_nd_f32_f16 case {k}");
+        // f16 → f32 cache (exact widening)
+        let hupd: Vec<f16> = upd.iter().map(|&v| f16::from_f32(v)).collect();
+        let cache: Vec<f32> = (0..total).map(|i| i as f32 - 0.5).collect();
+        let mut dst: Vec<u8> = cache.iter().flat_map(|v| v.to_le_bytes()).collect();
+        let mut ub: Vec<u8> = hupd.iter().flat_map(|h| h.to_le_bytes()).collect();
+        run(
+            "scatter_nd_f16_f32",
+            args.as_bytes(),
+            &mut [&mut i32s(ind), &mut ub, &mut dst],
+            tuples as u32,
+            tpg,
+        );
+        let mut want = cache.clone();
+        for t in 0..tuples {
+            if let Some(r) = row_of(t) {
+                for j in 0..block {
+                    want[r * block + j] = hupd[t * block + j].to_f32();
+                }
+            }
+        }
+        let want: Vec<u8> = want.iter().flat_map(|v| v.to_le_bytes()).collect();
+        assert_eq!(dst, want, "scatter_nd_f16_f32 case {k}");
     }
 }

@@ -1,6 +1,11 @@
 //! Shape inference for the indexing ops: embedding gather, `index_select`,
 //! scatter-add, and the ONNX GatherND / ScatterND / GatherElements /
 //! ScatterElements. Index operands must have an integer dtype.
+//!
+//! ScatterND may write float updates into data of another float type
+//! among f32, f16 and bf16 (converted on write, rounding to nearest even:
+//! an f32 K / V row appended to an f16 KV cache needs no separate cast).
+//! Every other pair of differing dtypes is an error.
 
 use super::super::common::*;
 use crate::dtype::DType;
@@ -57,7 +62,7 @@ pub(super) fn infer(op: &Op, inputs: &[&Shape]) -> Result<Shape> {
                     format!("index depth {k} exceeds the rank of data {data}"),
                 ));
             }
-            same_dtype(op, data, upd)?;
+            converting_write(op, data, upd)?;
             let mut want = idx.dims[..idx.rank() - 1].to_vec();
             want.extend_from_slice(&data.dims[k..]);
             expect_dims(op, upd, &want, "updates")?;
@@ -152,4 +157,20 @@ fn elementwise_indices(op: &Op, data: &Shape, idx: &Shape, axis: usize) -> Resul
         ));
     }
     Ok(())
+}
+
+/// ScatterND's `updates` must have `data`'s dtype, or both must be floats
+/// it converts between ([`DType::converts_on_write`]).
+fn converting_write(op: &Op, data: &Shape, upd: &Shape) -> Result<()> {
+    if data.dtype == upd.dtype || (data.dtype.converts_on_write() && upd.dtype.converts_on_write())
+    {
+        return Ok(());
+    }
+    Err(IrError::dtype(
+        op.name(),
+        format!(
+            "updates {upd} cannot be written into data {data}: the dtypes must match, \
+             or both be f32 / f16 / bf16 (converted on write)"
+        ),
+    ))
 }

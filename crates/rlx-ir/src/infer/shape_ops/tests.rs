@@ -156,11 +156,18 @@ fn onnx_nd_ops() {
     err(&op, &["f32[4, 5]", "i64[2, 3]", "f32[2]"], "index depth 3");
     err(&op, &["f32[4, 5]", "i64[2, q]", "f32[2]"], "static");
     err(&op, &["f32[4, 5]", "f32[2, 1]", "f32[2, 5]"], "integer");
+    // float updates convert on write between f32 / f16 / bf16
+    ok(&op, &["f16[4, 5]", "i32[2, 1]", "f32[2, 5]"], "f16[4, 5]");
+    ok(&op, &["f32[4, 5]", "i32[2, 1]", "f16[2, 5]"], "f32[4, 5]");
+    ok(&op, &["bf16[4, 5]", "i32[2, 1]", "f32[2, 5]"], "bf16[4, 5]");
+    ok(&op, &["f16[4, 5]", "i32[2, 1]", "bf16[2, 5]"], "f16[4, 5]");
     err(
         &op,
-        &["f32[4, 5]", "i64[2, 1]", "f16[2, 5]"],
-        "dtypes differ",
+        &["f32[4, 5]", "i64[2, 1]", "i32[2, 5]"],
+        "updates i32[2, 5] cannot be written into data f32[4, 5]",
     );
+    err(&op, &["i32[4, 5]", "i64[2, 1]", "i64[2, 5]"], "must match");
+    err(&op, &["f64[4, 5]", "i64[2, 1]", "f32[2, 5]"], "bf16");
 
     // GatherND with and without batch dims
     let g = |batch_dims| Op::GatherNd { batch_dims };

@@ -324,6 +324,7 @@ pub(super) fn lower(ctx: &mut Ctx<'_>, op: &Op) -> Result<(), CompileError> {
                     data_dims,
                     indices_dims,
                     dtype,
+                    upd_dtype: ctx.in_shape(2).dtype,
                 },
                 Op::ScatterElements { axis } => IndexingThunk::ScatterElements {
                     data,

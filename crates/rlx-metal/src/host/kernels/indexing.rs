@@ -82,6 +82,30 @@ pub fn scatter_nd<T: Copy>(
     data_dims: &[usize],
     indices_dims: &[usize],
 ) -> Result<()> {
+    scatter_nd_with(
+        data,
+        indices,
+        updates,
+        dst,
+        data_dims,
+        indices_dims,
+        |d, u| d.copy_from_slice(u),
+    )
+}
+
+/// [`scatter_nd`] with updates of another element type: `put(dst_block,
+/// update_block)` writes each update block (of equal length) into its
+/// place, e.g. converting f32 rows into an f16 KV cache. Every index is
+/// checked before anything is written.
+pub fn scatter_nd_with<T: Copy, U>(
+    data: Option<&[T]>,
+    indices: &[i32],
+    updates: &[U],
+    dst: &mut [T],
+    data_dims: &[usize],
+    indices_dims: &[usize],
+    put: impl Fn(&mut [T], &[U]),
+) -> Result<()> {
     const K: &str = "scatter_nd";
     rank_ok(K, data_dims)?;
     let (&q, lead) = indices_dims
@@ -114,7 +138,7 @@ pub fn scatter_nd<T: Copy>(
         .take(tuples)
     {
         let off = prefix_offset(K, &indices[r * q..r * q + q], data_dims, &st)?;
-        dst[off..off + block].copy_from_slice(&upd[..block]);
+        put(&mut dst[off..off + block], &upd[..block]);
     }
     Ok(())
 }

@@ -7,7 +7,10 @@
 //! on the host (it reports them). ScatterND is claimed only in place (`data == dst`, a
 //! write into a State leaf: the decoders' KV-cache row write); the
 //! out-of-place form, which first copies all of `data`, stays on the host,
-//! as do the other ONNX indexing kinds. On an out-of-range index the host
+//! as do the other ONNX indexing kinds. f32 updates into f16 data (an f16
+//! KV cache) and f16 into f32 convert on write (`scatter_nd_f32_f16` /
+//! `scatter_nd_f16_f32`, one element per thread, round to nearest even);
+//! the bf16 conversions stay on the host. On an out-of-range index the host
 //! fails the run while the kernels stay memory-safe (see `indexing.metal`):
 //! the schedules rlx builds index with in-range token ids and cache slots.
 
@@ -17,6 +20,7 @@ use crate::metal::args::{GatherArgs, GatherElemArgs, ScatterAddArgs, ScatterNdAr
 use crate::metal::kernels::Family;
 use crate::thunk::indexing::IndexingThunk;
 use crate::thunk::{raw_offset, Thunk};
+use rlx_ir::DType;
 
 /// `gather_*` dispatch over `[outer, num_idx, trailing_bytes]`.
 #[allow(clippy::too_many_arguments)]
@@ -95,6 +99,7 @@ pub(super) fn lower(i: usize, t: &Thunk) -> Option<Lowered> {
                 data_dims,
                 indices_dims,
                 dtype,
+                upd_dtype,
                 ..
             } = &c.thunk
             else {
@@ -104,6 +109,12 @@ pub(super) fn lower(i: usize, t: &Thunk) -> Option<Lowered> {
             if q > data_dims.len() || q > MAX_RANK || !matches!(dtype.size_bytes(), 1 | 2 | 4 | 8) {
                 return None;
             }
+            let convert = match (upd_dtype, dtype) {
+                (u, d) if u == d => None,
+                (DType::F32, DType::F16) => Some("f32_f16"),
+                (DType::F16, DType::F32) => Some("f16_f32"),
+                _ => return None,
+            };
             let tuples = lead
                 .iter()
                 .try_fold(1u64, |a, &d| a.checked_mul(d as u64))?;
@@ -113,7 +124,18 @@ pub(super) fn lower(i: usize, t: &Thunk) -> Option<Lowered> {
             if tuples == 0 || block == 0 {
                 return Some(Lowered::Skip);
             }
-            let (w, sfx) = word(&[block], &[*updates, *dst]);
+            let (w, sfx) = match convert {
+                // element by element: the block counts elements of either type
+                Some(sfx) => {
+                    let aligned = raw_offset(*updates).is_multiple_of(upd_dtype.size_bytes())
+                        && raw_offset(*dst).is_multiple_of(dtype.size_bytes());
+                    if !aligned {
+                        return None;
+                    }
+                    (dtype.size_bytes() as u64, sfx)
+                }
+                None => word(&[block], &[*updates, *dst]),
+            };
             let mut args = ScatterNdArgs {
                 tuples: u32_of(tuples)?,
                 q: q as u32,

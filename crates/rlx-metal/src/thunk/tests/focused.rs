@@ -224,9 +224,29 @@ fn indexing_variants() {
         data_dims: vec![16, 8],
         indices_dims: vec![2, 1],
         dtype: DType::F32,
+        upd_dtype: DType::F32,
     });
     assert_eq!(kv.reads, ranges(&[(X1, 2 * 4), (X2, 2 * 8 * 4)]));
     assert_eq!(kv.writes, ranges(&[(X0, 16 * 8 * 4)]));
+    // converting: 3 f32 rows of 7 into an f16 cache of 5 rows (and the reverse)
+    let cv = |dtype, upd_dtype| {
+        io(IndexingThunk::ScatterNd {
+            data: X0,
+            indices: X1,
+            updates: X2,
+            dst: X0,
+            data_dims: vec![5, 7],
+            indices_dims: vec![3, 1],
+            dtype,
+            upd_dtype,
+        })
+    };
+    let f16_cache = cv(DType::F16, DType::F32);
+    assert_eq!(f16_cache.reads, ranges(&[(X1, 3 * 4), (X2, 3 * 7 * 4)]));
+    assert_eq!(f16_cache.writes, ranges(&[(X0, 5 * 7 * 2)]));
+    let f32_cache = cv(DType::F32, DType::F16);
+    assert_eq!(f32_cache.reads, ranges(&[(X1, 3 * 4), (X2, 3 * 7 * 2)]));
+    assert_eq!(f32_cache.writes, ranges(&[(X0, 5 * 7 * 4)]));
 }
 
 #[test]

@@ -203,7 +203,7 @@ fn shape_reduce_conv() -> Vec<Thunk> {
         CpuIndexing {
             thunk: IndexingThunk::ScatterNd {
                 data: X0, indices: X1, updates: X2, dst: X0, data_dims: vec![4, 5, 6], indices_dims: vec![3, 2],
-                dtype: DType::F32,
+                dtype: DType::F32, upd_dtype: DType::F32,
             },
         }.into(),
         Softmax { data: X0, rows: 4, cols: 10, dt: F32 }.into(),
