@@ -310,14 +310,21 @@ def round_log(label: str, sides: dict[str, Any], engines: list[str]) -> list[str
     return [*out, "", "</details>"]
 
 
-def median_time(fn: Callable[[], object], runs: int) -> float:
-    """Median wall seconds of ``runs`` calls of ``fn`` after one warm-up call."""
-    fn()
+def median_time(
+    fn: Callable[[], object],
+    runs: int,
+    clock: Callable[[], float] = time.perf_counter,
+    warmups: int = 1,
+) -> float:
+    """Median seconds (by ``clock``, default wall) of ``runs`` calls of ``fn`` after
+    ``warmups`` untimed calls."""
+    for _ in range(warmups):
+        fn()
     times = []
     for _ in range(runs):
-        t0 = time.perf_counter()
+        t0 = clock()
         fn()
-        times.append(time.perf_counter() - t0)
+        times.append(clock() - t0)
     return statistics.median(times)
 
 
