@@ -19,7 +19,7 @@
 //!
 //! All f32 except GatedDeltaNet with `f16`.
 
-use super::io::{bytes, nbytes, ThunkIo, F32};
+use super::io::{bytes, elem_bytes, nbytes, ThunkIo, F32};
 use super::offsets::Off;
 use super::ThunkOp;
 use serde::{Deserialize, Serialize};
@@ -121,7 +121,7 @@ pub struct GatedDeltaNet {
 impl ThunkOp for GatedDeltaNet {
     const NAME: &'static str = "gated_delta_net";
     fn io(&self) -> ThunkIo {
-        let es = if self.f16 { 2 } else { F32 };
+        let es = elem_bytes(self.f16);
         let (b, s, h, n) = (self.batch, self.seq, self.heads, self.state_size);
         let qkv = bytes(&[b, s, h, n], es);
         let gate = bytes(&[b, s, h], es);
