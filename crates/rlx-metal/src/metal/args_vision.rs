@@ -1,7 +1,8 @@
 //! Argument structs of `vision.metal` (the NCHW image kernels), field for
 //! field the structs of `kernels/args.h`.
 
-use super::KernelArgs;
+use super::{KernelArgs, Window2dArgs};
+use crate::thunk::conv::ConvDims;
 
 /// `Conv2dArgs`: conv2d, transposed conv2d and im2col on NCHW data
 /// (`h`, `w` are the input's size in every case).
@@ -97,6 +98,38 @@ pub struct LayerNorm2dArgs {
     /// Epsilon.
     pub eps: f32,
 }
+
+/// `From<ConvDims>` for an argument struct laid out like [`ConvDims`]
+/// whose input-channel field is `$c`.
+macro_rules! from_conv_dims {
+    ($t:ty, $c:ident) => {
+        impl From<ConvDims> for $t {
+            fn from(d: ConvDims) -> Self {
+                Self {
+                    n: d.n,
+                    $c: d.c_in,
+                    h: d.h,
+                    w: d.w,
+                    c_out: d.c_out,
+                    h_out: d.h_out,
+                    w_out: d.w_out,
+                    kh: d.kh,
+                    kw: d.kw,
+                    sh: d.sh,
+                    sw: d.sw,
+                    ph: d.ph,
+                    pw: d.pw,
+                    dh: d.dh,
+                    dw: d.dw,
+                    groups: d.groups,
+                }
+            }
+        }
+    };
+}
+
+from_conv_dims!(Conv2dArgs, c_in);
+from_conv_dims!(Window2dArgs, c);
 
 kernel_args! {
     Conv2dArgs = 64,

@@ -156,24 +156,7 @@ pub(super) fn lower(i: usize, t: &Thunk) -> Option<Lowered> {
             )
         }
         Thunk::Conv2dBackwardInput(c) => {
-            let args = Window2dArgs {
-                n: c.n,
-                c: c.c_in,
-                h: c.h,
-                w: c.w_in,
-                c_out: c.c_out,
-                h_out: c.h_out,
-                w_out: c.w_out,
-                kh: c.kh,
-                kw: c.kw,
-                sh: c.sh,
-                sw: c.sw,
-                ph: c.ph,
-                pw: c.pw,
-                dh: c.dh,
-                dw: c.dw,
-                groups: c.groups,
-            };
+            let args = Window2dArgs::from(c.dims());
             if !conv_ok(&args) {
                 return None;
             }
@@ -187,24 +170,7 @@ pub(super) fn lower(i: usize, t: &Thunk) -> Option<Lowered> {
             )
         }
         Thunk::Conv2dBackwardWeight(c) => {
-            let args = Window2dArgs {
-                n: c.n,
-                c: c.c_in,
-                h: c.h,
-                w: c.w,
-                c_out: c.c_out,
-                h_out: c.h_out,
-                w_out: c.w_out,
-                kh: c.kh,
-                kw: c.kw,
-                sh: c.sh,
-                sw: c.sw,
-                ph: c.ph,
-                pw: c.pw,
-                dh: c.dh,
-                dw: c.dw_dil,
-                groups: c.groups,
-            };
+            let args = Window2dArgs::from(c.dims());
             if !conv_ok(&args) {
                 return None;
             }
