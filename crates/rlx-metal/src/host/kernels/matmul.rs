@@ -278,6 +278,30 @@ pub struct Batch {
     pub b_stride: usize,
 }
 
+impl Batch {
+    /// Checks the lengths `[a, b, c]` of a batched `[m, k] @ [k, n]`
+    /// product (see [`batched_matmul`]; `batch` ≥ 1) and returns `m·n`.
+    fn check(
+        &self,
+        kernel: &'static str,
+        [a, b, c]: [usize; 3],
+        m: usize,
+        k: usize,
+        n: usize,
+    ) -> Result<usize> {
+        let last = self.batch - 1;
+        let (mk, kn, mn) = (
+            numel(kernel, &[m, k])?,
+            numel(kernel, &[k, n])?,
+            numel(kernel, &[m, n])?,
+        );
+        check_len(kernel, "a", a, numel(kernel, &[last, self.a_stride])? + mk)?;
+        check_len(kernel, "b", b, numel(kernel, &[last, self.b_stride])? + kn)?;
+        check_len(kernel, "c", c, numel(kernel, &[self.batch, mn])?)?;
+        Ok(mn)
+    }
+}
+
 /// Batched `C[i] = A[i·a_stride..]·B[i·b_stride..]`, C dense
 /// `[batch, m, n]`. Needs `a >= (batch-1)·a_stride + m·k`,
 /// `b >= (batch-1)·b_stride + k·n`, `c >= batch·m·n`.
@@ -294,11 +318,7 @@ pub fn batched_matmul(
     if bt.batch == 0 {
         return Ok(());
     }
-    let last = bt.batch - 1;
-    let (mk, kn, mn) = (numel(K, &[m, k])?, numel(K, &[k, n])?, numel(K, &[m, n])?);
-    check_len(K, "a", a.len(), numel(K, &[last, bt.a_stride])? + mk)?;
-    check_len(K, "b", b.len(), numel(K, &[last, bt.b_stride])? + kn)?;
-    check_len(K, "c", c.len(), numel(K, &[bt.batch, mn])?)?;
+    let mn = bt.check(K, [a.len(), b.len(), c.len()], m, k, n)?;
     if mn == 0 {
         return Ok(());
     }
@@ -353,11 +373,7 @@ pub fn batched_hgemm(
     if bt.batch == 0 {
         return Ok(());
     }
-    let last = bt.batch - 1;
-    let (mk, kn, mn) = (numel(K, &[m, k])?, numel(K, &[k, n])?, numel(K, &[m, n])?);
-    check_len(K, "a", a.len(), numel(K, &[last, bt.a_stride])? + mk)?;
-    check_len(K, "b", b.len(), numel(K, &[last, bt.b_stride])? + kn)?;
-    check_len(K, "c", c.len(), numel(K, &[bt.batch, mn])?)?;
+    let mn = bt.check(K, [a.len(), b.len(), c.len()], m, k, n)?;
     if mn == 0 {
         return Ok(());
     }
