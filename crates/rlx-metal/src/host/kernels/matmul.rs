@@ -399,6 +399,23 @@ pub fn batched_hgemm(
     Ok(())
 }
 
+/// Checks the operand lengths of a grouped (mixture-of-experts) product
+/// `out[i] = x[i]·w[ids[i]]`: `x [m, k]`, `w` a stack of `experts` slices
+/// of `per_expert` elements (or bytes), `m` expert ids, `out [m, n]`.
+/// `ops` are the `(name, len)` of x, w, ids and out, in that order.
+pub(crate) fn check_grouped(
+    kernel: &'static str,
+    [m, k, n, experts]: [usize; 4],
+    per_expert: usize,
+    ops: [(&'static str, usize); 4],
+) -> Result<()> {
+    let [x, w, ids, out] = ops;
+    check_len(kernel, x.0, x.1, numel(kernel, &[m, k])?)?;
+    check_len(kernel, w.0, w.1, numel(kernel, &[experts, per_expert])?)?;
+    check_len(kernel, ids.0, ids.1, m)?;
+    check_len(kernel, out.0, out.1, numel(kernel, &[m, n])?)
+}
+
 /// Grouped (mixture-of-experts) product: `out[i] = x[i]·w[expert[i]]` for
 /// `x [m,k]`, `w [experts,k,n]`, `expert` i32 `[m]`, `out [m,n]`. Rows are
 /// bucketed per expert so each expert's matrix is multiplied once. Needs
@@ -416,11 +433,14 @@ pub fn grouped_matmul(
     experts: usize,
 ) -> Result<()> {
     const K: &str = "grouped_matmul";
+    let ops = [
+        ("x", x.len()),
+        ("w", w.len()),
+        ("expert", expert.len()),
+        ("out", out.len()),
+    ];
     let kn = numel(K, &[k, n])?;
-    check_len(K, "x", x.len(), numel(K, &[m, k])?)?;
-    check_len(K, "w", w.len(), numel(K, &[experts, kn])?)?;
-    check_len(K, "expert", expert.len(), m)?;
-    check_len(K, "out", out.len(), numel(K, &[m, n])?)?;
+    check_grouped(K, [m, k, n, experts], kn, ops)?;
     // Counting sort of rows by expert.
     let mut count = vec![0usize; experts + 1];
     for &e in &expert[..m] {
