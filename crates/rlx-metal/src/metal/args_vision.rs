@@ -1,10 +1,11 @@
 //! Argument structs of `vision.metal` (the NCHW image kernels), field for
 //! field the structs of `kernels/args.h`.
 
-use super::{KernelArgs, Window2dArgs};
+use super::KernelArgs;
 use crate::thunk::conv::ConvDims;
 
-/// `Conv2dArgs`: conv2d, transposed conv2d and im2col on NCHW data
+/// `Conv2dArgs`: conv2d, transposed conv2d and im2col on NCHW data, and
+/// (as [`Window2dArgs`](super::Window2dArgs)) the conv2d gradients
 /// (`h`, `w` are the input's size in every case).
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
@@ -99,37 +100,28 @@ pub struct LayerNorm2dArgs {
     pub eps: f32,
 }
 
-/// `From<ConvDims>` for an argument struct laid out like [`ConvDims`]
-/// whose input-channel field is `$c`.
-macro_rules! from_conv_dims {
-    ($t:ty, $c:ident) => {
-        impl From<ConvDims> for $t {
-            fn from(d: ConvDims) -> Self {
-                Self {
-                    n: d.n,
-                    $c: d.c_in,
-                    h: d.h,
-                    w: d.w,
-                    c_out: d.c_out,
-                    h_out: d.h_out,
-                    w_out: d.w_out,
-                    kh: d.kh,
-                    kw: d.kw,
-                    sh: d.sh,
-                    sw: d.sw,
-                    ph: d.ph,
-                    pw: d.pw,
-                    dh: d.dh,
-                    dw: d.dw,
-                    groups: d.groups,
-                }
-            }
+impl From<ConvDims> for Conv2dArgs {
+    fn from(d: ConvDims) -> Self {
+        Conv2dArgs {
+            n: d.n,
+            c_in: d.c_in,
+            h: d.h,
+            w: d.w,
+            c_out: d.c_out,
+            h_out: d.h_out,
+            w_out: d.w_out,
+            kh: d.kh,
+            kw: d.kw,
+            sh: d.sh,
+            sw: d.sw,
+            ph: d.ph,
+            pw: d.pw,
+            dh: d.dh,
+            dw: d.dw,
+            groups: d.groups,
         }
-    };
+    }
 }
-
-from_conv_dims!(Conv2dArgs, c_in);
-from_conv_dims!(Window2dArgs, c);
 
 kernel_args! {
     Conv2dArgs = 64,

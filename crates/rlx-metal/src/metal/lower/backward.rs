@@ -259,11 +259,11 @@ fn conv_ok(a: &Window2dArgs) -> bool {
     a.sh > 0
         && a.sw > 0
         && a.groups > 0
-        && a.c.is_multiple_of(a.groups)
+        && a.c_in.is_multiple_of(a.groups)
         && a.c_out.is_multiple_of(a.groups)
-        && prod(&[a.n, a.c, a.h, a.w]).is_some()
+        && prod(&[a.n, a.c_in, a.h, a.w]).is_some()
         && prod(&[a.n, a.c_out, a.h_out, a.w_out]).is_some()
-        && prod(&[a.c_out, a.c, a.kh, a.kw]).is_some()
+        && prod(&[a.c_out, a.c_in, a.kh, a.kw]).is_some()
 }
 
 fn rms(i: usize, offs: [usize; 4], rows: u32, h: u32, eps: f32, wrt: u32) -> Option<Lowered> {
