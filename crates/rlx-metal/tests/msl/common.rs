@@ -27,6 +27,15 @@ pub enum Dt {
 pub const DTS: [Dt; 2] = [Dt::F32, Dt::F16];
 
 impl Dt {
+    /// F16 when `f16`, else F32.
+    pub fn of(f16: bool) -> Dt {
+        if f16 {
+            Dt::F16
+        } else {
+            Dt::F32
+        }
+    }
+
     pub fn suffix(self) -> &'static str {
         match self {
             Dt::F32 => "f32",
@@ -65,6 +74,25 @@ impl Dt {
                 .collect(),
         }
     }
+}
+
+impl Dt {
+    /// [`Dt::decode`] widened to f64 (exact).
+    pub fn decode_f64(self, b: &[u8]) -> Vec<f64> {
+        self.decode(b).into_iter().map(f64::from).collect()
+    }
+}
+
+/// One `#[test]` per `name => GgmlType variant`, each calling the invoking
+/// module's `check_type(GgmlType::$ty)`.
+#[macro_export]
+macro_rules! ggml_type_tests {
+    ($($name:ident => $ty:ident),* $(,)?) => {$(
+        #[test]
+        fn $name() {
+            check_type(GgmlType::$ty);
+        }
+    )*};
 }
 
 /// Deterministic uniform values in [lo, hi) (xorshift; no rand dependency).
