@@ -391,6 +391,17 @@ def now() -> str:
     return datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
 
 
+def publish(name: str, heading: str, label: str, sides: dict[str, Any], engines: list[str],
+            lines: list[str], write: bool = True) -> None:  # fmt: skip
+    """Print ``lines`` followed by the rounds' notes and load log (``label``), and, when
+    ``write``, store the whole section in BENCHMARKS.md as :func:`write_section` ``name``."""
+    notes = round_notes(label, sides, engines)
+    section = [*lines, "", *notes, "", *round_log(label, sides, engines)]
+    print("\n".join(section))
+    if write:
+        write_section(name, section, heading)
+
+
 def write_section(name: str, lines: list[str], heading: str = "") -> None:
     """Replace the text between ``<!-- NAME:begin -->`` and ``<!-- NAME:end -->`` in
     BENCHMARKS.md (append it, under ``heading``, when the markers are absent)."""

@@ -52,12 +52,10 @@ from harness import (  # noqa: E402
     kept,
     machine,
     now,
+    publish,
     ratio,
     rlx_version,
-    round_log,
-    round_notes,
     summarise,
-    write_section,
 )
 
 RANK, ALPHA, LR, CLIP = 8, 16.0, 1e-4, 1.0
@@ -249,14 +247,9 @@ def main(argv: Optional[list[str]] = None) -> int:
         "",
         *lines,
         *mem,
-        "",
-        *round_notes("lora step", sides, engines),
-        "",
-        *round_log("lora step", sides, engines),
     ]
-    print("\n".join(section))
-    if not args.no_write:
-        write_section("train.py", section, "LoRA training step (bench/train.py)")
+    heading = "LoRA training step (bench/train.py)"
+    publish("train.py", heading, "lora step", sides, engines, section, not args.no_write)
     return 0
 
 

@@ -48,12 +48,10 @@ from harness import (  # noqa: E402
     machine,
     median_time,
     now,
+    publish,
     ratio,
     rlx_version,
-    round_log,
-    round_notes,
     summarise,
-    write_section,
 )
 
 MODEL_DIR = bench_dir("vit-b16-random")
@@ -196,14 +194,9 @@ def main(argv: Optional[list[str]] = None) -> int:
         f"- First image's logits, rlx vs transformers: {_agreement()}",
         "",
         *lines,
-        "",
-        *round_notes("vit", sides, engines),
-        "",
-        *round_log("vit", sides, engines),
     ]
-    print("\n".join(section))
-    if not args.no_write:
-        write_section("vit.py", section, "ViT-B/16 image classification (bench/vit.py)")
+    heading = "ViT-B/16 image classification (bench/vit.py)"
+    publish("vit.py", heading, "vit", sides, engines, section, not args.no_write)
     return 0 if kept(sides["rlx"]) and kept(sides["torch"]) else 1
 
 

@@ -51,12 +51,10 @@ from harness import (  # noqa: E402
     machine,
     median_time,
     now,
+    publish,
     ratio,
     rlx_version,
-    round_log,
-    round_notes,
     summarise,
-    write_section,
 )
 
 MODEL_DIR = bench_dir("whisper-base-random")
@@ -201,14 +199,9 @@ def main(argv: Optional[list[str]] = None) -> int:
         f"{rlx_version()}; transformers in {PEER_PYTHON} (torch OMP_WAIT_POLICY={args.omp})",
         "",
         *lines,
-        "",
-        *round_notes("whisper", sides, engines),
-        "",
-        *round_log("whisper", sides, engines),
     ]
-    print("\n".join(section))
-    if not args.no_write:
-        write_section("whisper.py", section, "Whisper (speech to text) vs transformers")
+    heading = "Whisper (speech to text) vs transformers"
+    publish("whisper.py", heading, "whisper", sides, engines, section, not args.no_write)
     return 0 if kept(sides["rlx"]) and kept(sides["torch"]) else 1
 
 
