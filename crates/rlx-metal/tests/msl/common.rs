@@ -1,7 +1,7 @@
 //! Shared helpers: compiled libraries per family, f32 / f16 encoding,
 //! deterministic inputs and the tolerance check.
 
-use msl_sim::Library;
+use msl_sim::{Grid, Library};
 use rlx_metal::metal::kernels::{source, Family};
 use std::collections::HashMap;
 use std::sync::{Mutex, OnceLock};
@@ -133,6 +133,26 @@ pub fn assert_close(what: &str, got: &[f32], want: &[f64], atol: f64, rtol: f64)
         got[i],
         want[i]
     );
+}
+
+/// Dispatches `kernel` of `lib` over `grid` with `inputs` encoded as `dt`
+/// and a zeroed `n`-element output bound after them (panicking with the
+/// kernel's name on a failure); returns the decoded output.
+pub fn run_dense(
+    lib: &Library,
+    kernel: &str,
+    args: &[u8],
+    dt: Dt,
+    inputs: &[&[f32]],
+    n: usize,
+    grid: Grid,
+) -> Vec<f32> {
+    let mut bufs: Vec<Vec<u8>> = inputs.iter().map(|v| dt.encode(v)).collect();
+    bufs.push(dt.encode(&vec![0.0; n]));
+    let mut refs: Vec<&mut [u8]> = bufs.iter_mut().map(|b| b.as_mut_slice()).collect();
+    lib.dispatch(kernel, args, &mut refs, grid, &[])
+        .unwrap_or_else(|e| panic!("{kernel}: {e}"));
+    dt.decode(&bufs[inputs.len()])
 }
 
 /// Threads per threadgroup for a row of `n` elements: min(1024, n rounded
