@@ -114,7 +114,8 @@ pub enum BinaryOp {
     Pow,
 }
 
-/// All binary ops, in declaration order.
+/// All binary ops, in declaration order (also the order of the kernels'
+/// binary-op codes, which the region pass relies on).
 pub const ALL_BINARY_OPS: [BinaryOp; 7] = [
     BinaryOp::Add,
     BinaryOp::Sub,

@@ -100,6 +100,8 @@ fn codes_match_the_header_enums() {
         assert!(super::super::kernels::ARGS_H.contains(&line), "{line}");
     }
     for op in ALL_BINARY_OPS {
+        // the region pass decodes sub-codes by indexing ALL_BINARY_OPS
+        assert_eq!(ALL_BINARY_OPS[binary_code(op) as usize], op);
         let line = format!(
             "RLX_BIN_{} = {},",
             op.name().to_uppercase(),
