@@ -21,25 +21,16 @@ from __future__ import annotations
 
 import argparse
 import os
-import statistics
+import sys
 import time
-from typing import Callable
+from pathlib import Path
 
 import rlx
 from rlx.io.models import ensure_model
 from rlx.models.batch import BatchDecoder
 
-
-def median_time(fn: Callable[[], object], runs: int, clock: Callable[[], float]) -> float:
-    """Median seconds (by ``clock``) of ``runs`` calls of ``fn`` after two warm-ups."""
-    fn()
-    fn()
-    times = []
-    for _ in range(runs):
-        t0 = clock()
-        fn()
-        times.append(clock() - t0)
-    return statistics.median(times)
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from harness import median_time  # noqa: E402
 
 
 def main() -> None:
@@ -71,7 +62,7 @@ def main() -> None:
         sess._n = args.pos
         sess._feed([tok])
 
-    t1 = median_time(single, args.runs, clock)
+    t1 = median_time(single, args.runs, clock, warmups=2)
     print(f"threads={os.environ.get('RLX_NUM_THREADS', 'default')} load={os.getloadavg()[0]:.2f}")
     print(f"m=1 decode step (fused graph): {t1 * 1e3:7.3f} ms")
     print(f"{'rows':>4} {'step ms':>8} {'ms/token':>9} {'vs m=1':>7}")
@@ -79,7 +70,7 @@ def main() -> None:
     for rows in args.rows:
         toks = [tok + i for i in range(rows)]
         pos = [args.pos] * rows
-        t = median_time(lambda toks=toks, pos=pos: bd.step(toks, pos), args.runs, clock)
+        t = median_time(lambda toks=toks, pos=pos: bd.step(toks, pos), args.runs, clock, warmups=2)
         print(f"{rows:>4} {t * 1e3:8.3f} {t * 1e3 / rows:9.3f} {t / rows / t1:7.2f}")
         if args.profile:
             exe = bd.exe(rows)

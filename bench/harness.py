@@ -1,4 +1,4 @@
-"""Shared machinery of the side-by-side benchmarks (compare.py, depth.py, moe.py, ssm.py).
+"""Shared machinery of the benchmarks (compare.py, depth.py, moe.py, ssm.py, vit.py, ...).
 
 * Engines run as child processes (:func:`run_child`): exit code, output, wall time
   and peak RSS (the child's own ``VmHWM`` high-water mark, polled; not ``wait4``,
@@ -21,6 +21,7 @@
 
 from __future__ import annotations
 
+import argparse
 import datetime
 import hashlib
 import json
@@ -43,6 +44,7 @@ ROOT = Path(__file__).resolve().parent.parent
 PEER_VENV = Path(os.environ.get("RLX_PEER_VENV", "/work/peer-venv"))
 BENCHMARKS = ROOT / "BENCHMARKS.md"
 RLX_PYTHON = os.environ.get("RLX_PYTHON", str(ROOT / ".venv" / "bin" / "python"))
+PEER_PYTHON = os.environ.get("PEER_PYTHON", str(PEER_VENV / "bin" / "python"))
 MODELS = {
     "smollm2": "SmolLM2-135M Q4_1",
     "gemma3-270m": "Gemma3-270M Q4_K_M",
@@ -142,6 +144,44 @@ def rlx_child(script: str, args: list[str], threads: int,
     if res is None:
         return {}, f"rlx ({ch.code}): " + (ch.err.strip().splitlines() or ["no JSON"])[-1][-300:]
     return {**{k: float(v) for k, v in res.items() if _is_num(v)}, "rss_mb": ch.rss_mib}, ""
+
+
+def engine_child(engine: str, script: str, threads: int, args: list[str],
+                 extra_env: Optional[dict[str, str]] = None,
+                 raw: Optional[dict[str, Any]] = None) -> tuple[Figures, str]:  # fmt: skip
+    """One engine-round of a script that runs itself as the child: ``script --child ENGINE
+    --threads N *args`` in :data:`PEER_PYTHON` (engine ``torch``) or :data:`RLX_PYTHON`,
+    with ``PYTHONWARNINGS=ignore`` and ``extra_env``. Its last JSON line's numbers +
+    ``rss_mb``, or an error line; ``raw`` (when given) receives the whole JSON object."""
+    py = PEER_PYTHON if engine == "torch" else RLX_PYTHON
+    extra = {"PYTHONWARNINGS": "ignore", **(extra_env or {})}
+    cmd = [py, script, "--child", engine, "--threads", str(threads), *args]
+    ch = run_child(cmd, rlx_env(threads, extra))
+    res = last_json(ch.out) if ch.code == 0 else None
+    if res is None:
+        return {}, f"{engine}: " + (ch.err.strip().splitlines() or ["?"])[-1][-300:]
+    if raw is not None:
+        raw.update(res)
+    return {**{k: float(v) for k, v in res.items() if _is_num(v)}, "rss_mb": ch.rss_mib}, ""
+
+
+def engine_parser(doc: str, omp: Optional[str], omp_help: Optional[str] = None,
+                  ) -> argparse.ArgumentParser:  # fmt: skip
+    """The options every rlx-vs-peer script shares (``--child`` is the hidden child mode;
+    ``--omp`` the peer's ``OMP_WAIT_POLICY``, default ``omp``); the script adds its own."""
+    p = argparse.ArgumentParser(description=doc.splitlines()[0])
+    p.add_argument("--child", choices=["rlx", "torch"], help=argparse.SUPPRESS)
+    p.add_argument("--rounds", type=int, default=3)
+    p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--omp", choices=["ACTIVE", "PASSIVE"], default=omp, help=omp_help)
+    p.add_argument("--max-others", type=float, default=MAX_OTHERS)
+    p.add_argument("--no-write", action="store_true")
+    return p
+
+
+def bench_dir(name: str) -> Path:
+    """``name`` under ``$RLX_BENCH_DIR`` (default ``/tmp/rlx-bench``): a generated model's home."""
+    return Path(os.environ.get("RLX_BENCH_DIR", "/tmp/rlx-bench")) / name
 
 
 def _is_num(x: Any) -> bool:
@@ -270,14 +310,21 @@ def round_log(label: str, sides: dict[str, Any], engines: list[str]) -> list[str
     return [*out, "", "</details>"]
 
 
-def median_time(fn: Callable[[], object], runs: int) -> float:
-    """Median wall seconds of ``runs`` calls of ``fn`` after one warm-up call."""
-    fn()
+def median_time(
+    fn: Callable[[], object],
+    runs: int,
+    clock: Callable[[], float] = time.perf_counter,
+    warmups: int = 1,
+) -> float:
+    """Median seconds (by ``clock``, default wall) of ``runs`` calls of ``fn`` after
+    ``warmups`` untimed calls."""
+    for _ in range(warmups):
+        fn()
     times = []
     for _ in range(runs):
-        t0 = time.perf_counter()
+        t0 = clock()
         fn()
-        times.append(time.perf_counter() - t0)
+        times.append(clock() - t0)
     return statistics.median(times)
 
 
@@ -342,6 +389,17 @@ def rlx_version() -> str:
 def now() -> str:
     """The UTC time, ``YYYY-MM-DD HH:MM UTC``."""
     return datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+
+
+def publish(name: str, heading: str, label: str, sides: dict[str, Any], engines: list[str],
+            lines: list[str], write: bool = True) -> None:  # fmt: skip
+    """Print ``lines`` followed by the rounds' notes and load log (``label``), and, when
+    ``write``, store the whole section in BENCHMARKS.md as :func:`write_section` ``name``."""
+    notes = round_notes(label, sides, engines)
+    section = [*lines, "", *notes, "", *round_log(label, sides, engines)]
+    print("\n".join(section))
+    if write:
+        write_section(name, section, heading)
 
 
 def write_section(name: str, lines: list[str], heading: str = "") -> None:

@@ -21,24 +21,17 @@ Timings are not asserted anywhere; machines are noisy.
 from __future__ import annotations
 
 import argparse
-import statistics
+import sys
 import time
-from typing import Callable
+from pathlib import Path
 
 import numpy as np
 import rlx
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from harness import median_time  # noqa: E402
+
 SHAPES = [("smollm2", 9, 3, 64, 0), ("qwen2.5", 14, 2, 64, 0), ("gemma3", 4, 1, 256, 512)]
-
-
-def median_time(fn: Callable[[], object], runs: int, clock: Callable[[], float]) -> float:
-    fn()
-    times = []
-    for _ in range(runs):
-        t0 = clock()
-        fn()
-        times.append(clock() - t0)
-    return statistics.median(times)
 
 
 def graph(h: int, kvh: int, d: int, window: int, cap: int, layers: int, write: bool) -> rlx.Graph:

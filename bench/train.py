@@ -43,26 +43,21 @@ from typing import Any, Optional
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from harness import (  # noqa: E402
-    MAX_OTHERS,
-    RLX_PYTHON,
+    PEER_PYTHON,
     ROOT,
     Figures,
     alternate,
+    engine_child,
+    engine_parser,
     kept,
-    last_json,
     machine,
     now,
+    publish,
     ratio,
-    rlx_env,
     rlx_version,
-    round_log,
-    round_notes,
-    run_child,
     summarise,
-    write_section,
 )
 
-PEER_PYTHON = os.environ.get("PEER_PYTHON", "/work/peer-venv/bin/python")
 RANK, ALPHA, LR, CLIP = 8, 16.0, 1e-4, 1.0
 
 
@@ -189,31 +184,17 @@ def _smollm2_gguf() -> Path:
 
 
 def _round(engine: str, args: argparse.Namespace) -> tuple[Figures, str]:
-    py = PEER_PYTHON if engine == "torch" else RLX_PYTHON
-    extra = {"PYTHONWARNINGS": "ignore"}
-    if args.omp:
-        extra["OMP_WAIT_POLICY"] = args.omp
+    extra = {"OMP_WAIT_POLICY": args.omp} if args.omp else {}
     if engine == "torch":
         extra["RLX_SMOLLM2_GGUF"] = str(_smollm2_gguf())
-    cmd = [py, __file__, "--child", engine, "--threads", str(args.threads)]
-    cmd += ["--seq", str(args.seq), "--steps", str(args.steps)]
-    ch = run_child(cmd, rlx_env(args.threads, extra))
-    res = last_json(ch.out) if ch.code == 0 else None
-    if res is None:
-        return {}, f"{engine}: " + (ch.err.strip().splitlines() or ["?"])[-1][-300:]
-    return {**{k: float(v) for k, v in res.items()}, "rss_mb": ch.rss_mib}, ""
+    child = ["--seq", str(args.seq), "--steps", str(args.steps)]
+    return engine_child(engine, __file__, args.threads, child, extra)
 
 
 def main(argv: Optional[list[str]] = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--child", choices=["rlx", "torch"], help=argparse.SUPPRESS)
-    p.add_argument("--rounds", type=int, default=3)
-    p.add_argument("--threads", type=int, default=2)
+    p = engine_parser(__doc__, None, "OMP_WAIT_POLICY (default: unset)")
     p.add_argument("--seq", type=int, default=256)
     p.add_argument("--steps", type=int, default=3, help="timed steps per round (after 1 warm-up)")
-    p.add_argument("--omp", choices=["ACTIVE", "PASSIVE"], help="OMP_WAIT_POLICY (default: unset)")
-    p.add_argument("--max-others", type=float, default=MAX_OTHERS)
-    p.add_argument("--no-write", action="store_true")
     args = p.parse_args(argv)
     if args.child:
         fn = child_rlx if args.child == "rlx" else child_torch
@@ -266,14 +247,9 @@ def main(argv: Optional[list[str]] = None) -> int:
         "",
         *lines,
         *mem,
-        "",
-        *round_notes("lora step", sides, engines),
-        "",
-        *round_log("lora step", sides, engines),
     ]
-    print("\n".join(section))
-    if not args.no_write:
-        write_section("train.py", section, "LoRA training step (bench/train.py)")
+    heading = "LoRA training step (bench/train.py)"
+    publish("train.py", heading, "lora step", sides, engines, section, not args.no_write)
     return 0
 
 

@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 import time
 from pathlib import Path
@@ -39,27 +38,23 @@ from typing import Any, Optional
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from harness import (  # noqa: E402
-    MAX_OTHERS,
-    RLX_PYTHON,
+    PEER_PYTHON,
     Figures,
     alternate,
+    bench_dir,
+    engine_child,
+    engine_parser,
     kept,
-    last_json,
     machine,
     median_time,
     now,
+    publish,
     ratio,
-    rlx_env,
     rlx_version,
-    round_log,
-    round_notes,
-    run_child,
     summarise,
-    write_section,
 )
 
-MODEL_DIR = Path(os.environ.get("RLX_BENCH_DIR", "/tmp/rlx-bench")) / "vit-b16-random"
-PEER_PYTHON = os.environ.get("PEER_PYTHON", "/work/peer-venv/bin/python")
+MODEL_DIR = bench_dir("vit-b16-random")
 SEED = 23
 B16 = {
     "image_size": 224, "patch_size": 16, "num_channels": 3, "hidden_size": 768,
@@ -128,16 +123,14 @@ def child_torch(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def _round(engine: str, args: argparse.Namespace) -> tuple[Figures, str]:
-    py = PEER_PYTHON if engine == "torch" else RLX_PYTHON
-    extra = {"PYTHONWARNINGS": "ignore", "OMP_WAIT_POLICY": args.omp}
-    cmd = [py, __file__, "--child", engine, "--threads", str(args.threads)]
-    cmd += ["--reps", str(args.reps), "--batches", *map(str, args.batches)]
-    ch = run_child(cmd, rlx_env(args.threads, extra))
-    res = last_json(ch.out) if ch.code == 0 else None
-    if res is None:
-        return {}, f"{engine}: " + (ch.err.strip().splitlines() or ["?"])[-1][-300:]
-    FIRST[engine] = res.pop("first")
-    return {**{k: float(v) for k, v in res.items()}, "rss_mb": ch.rss_mib}, ""
+    raw: dict[str, Any] = {}
+    child = ["--reps", str(args.reps), "--batches", *map(str, args.batches)]
+    fig, err = engine_child(
+        engine, __file__, args.threads, child, {"OMP_WAIT_POLICY": args.omp}, raw
+    )
+    if not err:
+        FIRST[engine] = raw["first"]
+    return fig, err
 
 
 #: the first image's logits of each engine's latest round (the cross-check)
@@ -155,16 +148,10 @@ def _agreement() -> str:
 
 
 def main(argv: Optional[list[str]] = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p = engine_parser(__doc__, "ACTIVE")
     p.add_argument("--make", action="store_true", help="write the random model (peer python)")
-    p.add_argument("--child", choices=["rlx", "torch"], help=argparse.SUPPRESS)
-    p.add_argument("--rounds", type=int, default=3)
-    p.add_argument("--threads", type=int, default=2)
     p.add_argument("--batches", type=int, nargs="+", default=[1, 8])
     p.add_argument("--reps", type=int, default=3, help="timed calls per batch size per round")
-    p.add_argument("--omp", choices=["ACTIVE", "PASSIVE"], default="ACTIVE")
-    p.add_argument("--max-others", type=float, default=MAX_OTHERS)
-    p.add_argument("--no-write", action="store_true")
     args = p.parse_args(argv)
     if args.make:
         make()
@@ -207,14 +194,9 @@ def main(argv: Optional[list[str]] = None) -> int:
         f"- First image's logits, rlx vs transformers: {_agreement()}",
         "",
         *lines,
-        "",
-        *round_notes("vit", sides, engines),
-        "",
-        *round_log("vit", sides, engines),
     ]
-    print("\n".join(section))
-    if not args.no_write:
-        write_section("vit.py", section, "ViT-B/16 image classification (bench/vit.py)")
+    heading = "ViT-B/16 image classification (bench/vit.py)"
+    publish("vit.py", heading, "vit", sides, engines, section, not args.no_write)
     return 0 if kept(sides["rlx"]) and kept(sides["torch"]) else 1
 
 

@@ -34,7 +34,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 import time
 from pathlib import Path
@@ -42,27 +41,23 @@ from typing import Any, Optional
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from harness import (  # noqa: E402
-    MAX_OTHERS,
-    RLX_PYTHON,
+    PEER_PYTHON,
     Figures,
     alternate,
+    bench_dir,
+    engine_child,
+    engine_parser,
     kept,
-    last_json,
     machine,
     median_time,
     now,
+    publish,
     ratio,
-    rlx_env,
     rlx_version,
-    round_log,
-    round_notes,
-    run_child,
     summarise,
-    write_section,
 )
 
-MODEL_DIR = Path(os.environ.get("RLX_BENCH_DIR", "/tmp/rlx-bench")) / "whisper-base-random"
-PEER_PYTHON = os.environ.get("PEER_PYTHON", "/work/peer-venv/bin/python")
+MODEL_DIR = bench_dir("whisper-base-random")
 SEED = 17
 BASE = {
     "num_mel_bins": 80, "d_model": 512, "encoder_layers": 6, "decoder_layers": 6,
@@ -156,28 +151,15 @@ def child_torch(threads: int, reps: int, tokens: int) -> dict[str, float]:
 
 
 def _round(engine: str, args: argparse.Namespace) -> tuple[Figures, str]:
-    py = PEER_PYTHON if engine == "torch" else RLX_PYTHON
-    extra = {"PYTHONWARNINGS": "ignore", "OMP_WAIT_POLICY": args.omp}
-    cmd = [py, __file__, "--child", engine, "--threads", str(args.threads)]
-    cmd += ["--reps", str(args.reps), "--tokens", str(args.tokens)]
-    ch = run_child(cmd, rlx_env(args.threads, extra))
-    res = last_json(ch.out) if ch.code == 0 else None
-    if res is None:
-        return {}, f"{engine}: " + (ch.err.strip().splitlines() or ["?"])[-1][-300:]
-    return {**{k: float(v) for k, v in res.items()}, "rss_mb": ch.rss_mib}, ""
+    child = ["--reps", str(args.reps), "--tokens", str(args.tokens)]
+    return engine_child(engine, __file__, args.threads, child, {"OMP_WAIT_POLICY": args.omp})
 
 
 def main(argv: Optional[list[str]] = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p = engine_parser(__doc__, "PASSIVE")
     p.add_argument("--make", action="store_true", help="write the random base model (peer python)")
-    p.add_argument("--child", choices=["rlx", "torch"], help=argparse.SUPPRESS)
-    p.add_argument("--rounds", type=int, default=3)
-    p.add_argument("--threads", type=int, default=2)
     p.add_argument("--reps", type=int, default=2, help="timed encoder runs per round")
     p.add_argument("--tokens", type=int, default=32, help="timed decode steps per round")
-    p.add_argument("--omp", choices=["ACTIVE", "PASSIVE"], default="PASSIVE")
-    p.add_argument("--max-others", type=float, default=MAX_OTHERS)
-    p.add_argument("--no-write", action="store_true")
     args = p.parse_args(argv)
     if args.make:
         make()
@@ -217,14 +199,9 @@ def main(argv: Optional[list[str]] = None) -> int:
         f"{rlx_version()}; transformers in {PEER_PYTHON} (torch OMP_WAIT_POLICY={args.omp})",
         "",
         *lines,
-        "",
-        *round_notes("whisper", sides, engines),
-        "",
-        *round_log("whisper", sides, engines),
     ]
-    print("\n".join(section))
-    if not args.no_write:
-        write_section("whisper.py", section, "Whisper (speech to text) vs transformers")
+    heading = "Whisper (speech to text) vs transformers"
+    publish("whisper.py", heading, "whisper", sides, engines, section, not args.no_write)
     return 0 if kept(sides["rlx"]) and kept(sides["torch"]) else 1
 
 

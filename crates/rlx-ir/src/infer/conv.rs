@@ -30,6 +30,30 @@ pub(super) fn infer(op: &Op, inputs: &[&Shape]) -> Result<Shape> {
     }
 }
 
+/// `(height, width)` of NCHW `x` after a forward window `kernel` with
+/// `stride`, `padding` and `dilation` (per axis, [`window_out`]).
+fn spatial_out(
+    op: &Op,
+    x: &Shape,
+    kernel: [usize; 2],
+    stride: [usize; 2],
+    padding: [usize; 2],
+    dilation: [usize; 2],
+) -> Result<(Dim, Dim)> {
+    let axis = |i: usize, what: &str| {
+        window_out(
+            op,
+            &x.dims[2 + i],
+            kernel[i],
+            stride[i],
+            padding[i],
+            dilation[i],
+            what,
+        )
+    };
+    Ok((axis(0, "output height")?, axis(1, "output width")?))
+}
+
 /// Length of one spatial axis after a forward window (conv, pool, im2col);
 /// see the module doc for the formula and the rule on symbols.
 pub(super) fn window_out(
@@ -207,24 +231,7 @@ pub(super) fn conv2d(op: &Op, inputs: &[&Shape], geom: &ConvGeom) -> Result<Shap
     }
     all_positive(op, &[kh, kw], "kernel (weight dims 2, 3)")?;
     bias(op, inputs.get(2), c_out, x)?;
-    let oh = window_out(
-        op,
-        &x.dims[2],
-        kh,
-        stride[0],
-        padding[0],
-        dilation[0],
-        "output height",
-    )?;
-    let ow = window_out(
-        op,
-        &x.dims[3],
-        kw,
-        stride[1],
-        padding[1],
-        dilation[1],
-        "output width",
-    )?;
+    let (oh, ow) = spatial_out(op, x, [kh, kw], stride, padding, dilation)?;
     Ok(Shape::new(
         vec![x.dims[0].clone(), Dim::Static(c_out), oh, ow],
         x.dtype,
@@ -337,24 +344,7 @@ pub(super) fn pool2d(op: &Op, inputs: &[&Shape], kind: ReduceOp, win: &Window) -
     let x = inputs[0];
     rank_is(op, x, 4, "input")?;
     float_dtype(op, x, "input")?;
-    let oh = window_out(
-        op,
-        &x.dims[2],
-        kernel[0],
-        stride[0],
-        padding[0],
-        1,
-        "output height",
-    )?;
-    let ow = window_out(
-        op,
-        &x.dims[3],
-        kernel[1],
-        stride[1],
-        padding[1],
-        1,
-        "output width",
-    )?;
+    let (oh, ow) = spatial_out(op, x, kernel, stride, padding, [1, 1])?;
     Ok(x.with_dims(vec![x.dims[0].clone(), x.dims[1].clone(), oh, ow]))
 }
 
@@ -370,24 +360,7 @@ fn im2col(op: &Op, inputs: &[&Shape], win: &Window, dilation: [usize; 2]) -> Res
     all_positive(op, &dilation, "dilation")?;
     let x = inputs[0];
     rank_is(op, x, 4, "input")?;
-    let oh = window_out(
-        op,
-        &x.dims[2],
-        kernel[0],
-        stride[0],
-        padding[0],
-        dilation[0],
-        "output height",
-    )?;
-    let ow = window_out(
-        op,
-        &x.dims[3],
-        kernel[1],
-        stride[1],
-        padding[1],
-        dilation[1],
-        "output width",
-    )?;
+    let (oh, ow) = spatial_out(op, x, kernel, stride, padding, dilation)?;
     let taps = checked_mul(op, kernel[0], kernel[1], "kernel taps")?;
     let rows = dim_mul(op, &x.dims[1], &Dim::Static(taps), "c·kh·kw")?;
     let cols = dim_mul(op, &oh, &ow, "h_out·w_out")?;

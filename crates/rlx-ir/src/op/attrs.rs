@@ -114,6 +114,18 @@ pub enum BinaryOp {
     Pow,
 }
 
+/// All binary ops, in declaration order (also the order of the kernels'
+/// binary-op codes, which the region pass relies on).
+pub const ALL_BINARY_OPS: [BinaryOp; 7] = [
+    BinaryOp::Add,
+    BinaryOp::Sub,
+    BinaryOp::Mul,
+    BinaryOp::Div,
+    BinaryOp::Max,
+    BinaryOp::Min,
+    BinaryOp::Pow,
+];
+
 impl BinaryOp {
     /// Snake-case name.
     pub fn name(self) -> &'static str {

@@ -87,43 +87,10 @@ pub struct GatherBwdArgs {
     pub trailing: u32,
 }
 
-/// `Window2dArgs`: conv2d gradient geometry (NCHW).
-#[repr(C)]
-#[derive(Clone, Copy, Debug, Default, PartialEq)]
-pub struct Window2dArgs {
-    /// Batch.
-    pub n: u32,
-    /// Input channels.
-    pub c: u32,
-    /// Input height.
-    pub h: u32,
-    /// Input width.
-    pub w: u32,
-    /// Output channels.
-    pub c_out: u32,
-    /// Output height.
-    pub h_out: u32,
-    /// Output width.
-    pub w_out: u32,
-    /// Window height.
-    pub kh: u32,
-    /// Window width.
-    pub kw: u32,
-    /// Stride along h.
-    pub sh: u32,
-    /// Stride along w.
-    pub sw: u32,
-    /// Padding along h.
-    pub ph: u32,
-    /// Padding along w.
-    pub pw: u32,
-    /// Dilation along h.
-    pub dh: u32,
-    /// Dilation along w.
-    pub dw: u32,
-    /// Groups.
-    pub groups: u32,
-}
+/// `Window2dArgs`: conv2d gradient geometry (NCHW), laid out exactly as
+/// [`Conv2dArgs`](super::Conv2dArgs) (the header's `c` is `c_in` here; the
+/// header asserts its size).
+pub type Window2dArgs = super::Conv2dArgs;
 
 /// `ModBwdArgs`: adaLN / gated-residual gradient geometry.
 #[repr(C)]
@@ -157,7 +124,6 @@ kernel_args! {
     RopeBwdArgs = 24,
     CumsumBwdArgs = 12,
     GatherBwdArgs = 16,
-    Window2dArgs = 64,
     ModBwdArgs = 20,
     SceArgs = 8,
 }

@@ -1,7 +1,6 @@
 //! Tests of `metal::args`: header / Rust layouts and codes agree.
 use super::*;
-use rlx_ir::op::BinaryOp;
-use rlx_ir::op::ALL_ACTIVATIONS;
+use rlx_ir::op::{ALL_ACTIVATIONS, ALL_BINARY_OPS};
 
 /// `static_assert(sizeof(Name) == N && alignof(Name) == 4` lines of args.h
 /// and args_backward.h.
@@ -100,15 +99,9 @@ fn codes_match_the_header_enums() {
         let line = format!("RLX_ACT_{} = {},", a.name().to_uppercase(), act_code(a));
         assert!(super::super::kernels::ARGS_H.contains(&line), "{line}");
     }
-    for op in [
-        BinaryOp::Add,
-        BinaryOp::Sub,
-        BinaryOp::Mul,
-        BinaryOp::Div,
-        BinaryOp::Max,
-        BinaryOp::Min,
-        BinaryOp::Pow,
-    ] {
+    for op in ALL_BINARY_OPS {
+        // the region pass decodes sub-codes by indexing ALL_BINARY_OPS
+        assert_eq!(ALL_BINARY_OPS[binary_code(op) as usize], op);
         let line = format!(
             "RLX_BIN_{} = {},",
             op.name().to_uppercase(),

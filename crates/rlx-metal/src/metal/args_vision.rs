@@ -2,8 +2,10 @@
 //! field the structs of `kernels/args.h`.
 
 use super::KernelArgs;
+use crate::thunk::conv::ConvDims;
 
-/// `Conv2dArgs`: conv2d, transposed conv2d and im2col on NCHW data
+/// `Conv2dArgs`: conv2d, transposed conv2d and im2col on NCHW data, and
+/// (as [`Window2dArgs`](super::Window2dArgs)) the conv2d gradients
 /// (`h`, `w` are the input's size in every case).
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
@@ -96,6 +98,29 @@ pub struct LayerNorm2dArgs {
     pub hw: u32,
     /// Epsilon.
     pub eps: f32,
+}
+
+impl From<ConvDims> for Conv2dArgs {
+    fn from(d: ConvDims) -> Self {
+        Conv2dArgs {
+            n: d.n,
+            c_in: d.c_in,
+            h: d.h,
+            w: d.w,
+            c_out: d.c_out,
+            h_out: d.h_out,
+            w_out: d.w_out,
+            kh: d.kh,
+            kw: d.kw,
+            sh: d.sh,
+            sw: d.sw,
+            ph: d.ph,
+            pw: d.pw,
+            dh: d.dh,
+            dw: d.dw,
+            groups: d.groups,
+        }
+    }
 }
 
 kernel_args! {

@@ -191,6 +191,49 @@ pub(super) fn node(g: &mut Graph, op: Op, ins: &[NodeId]) -> NodeId {
     g.add(op, ins, "").unwrap()
 }
 
+/// A `Param` (when `param`) or `Input` leaf of shape `dims`, `dt`.
+pub(super) fn leaf(g: &mut Graph, dims: &[usize], dt: DType, param: bool) -> NodeId {
+    let shape = Shape::of(dims, dt);
+    let op = if param {
+        Op::Param { shape }
+    } else {
+        Op::Input { shape }
+    };
+    node(g, op, &[])
+}
+
+/// An `Input` leaf.
+pub(super) fn input(g: &mut Graph, dims: &[usize], dt: DType) -> NodeId {
+    leaf(g, dims, dt, false)
+}
+
+/// A `Param` leaf.
+pub(super) fn param(g: &mut Graph, dims: &[usize], dt: DType) -> NodeId {
+    leaf(g, dims, dt, true)
+}
+
+/// Compiles `g` and asserts that every thunk named in `kinds` is there
+/// and runs as a dispatch of a `family` kernel.
+pub(super) fn family_plan(g: &Graph, family: Family, kinds: &[&str]) -> (Compiled, MetalPlan) {
+    let c = compiled(g);
+    let plan = MetalPlan::build(&c.schedule);
+    for kind in kinds {
+        let mut seen = false;
+        for (i, t) in c.schedule.thunks.iter().enumerate() {
+            if t.name() != *kind {
+                continue;
+            }
+            seen = true;
+            let d = plan.commands.iter().any(|cmd| {
+                matches!(cmd, Command::Dispatch(d) if d.thunk == i && d.kernel.family == family)
+            });
+            assert!(d, "thunk {i} ({kind}) is not a {family:?} dispatch\n{plan}");
+        }
+        assert!(seen, "no {kind} thunk in\n{}", c.schedule);
+    }
+    (c, plan)
+}
+
 /// `softmax(gelu(rms_norm(x, gamma)) + y)` plus a broadcast add of a
 /// `[rows, 1]` column and a bias row.
 fn chain(dt: DType, rows: usize, h: usize) -> Graph {

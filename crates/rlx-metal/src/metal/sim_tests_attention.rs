@@ -10,22 +10,12 @@
 //! rescales partial sums the host computes in one pass); f16 the shared
 //! `2e-3 + 2^-9·|host|`.
 
-use super::tests::{assert_close, assert_same, compiled, node};
+use super::tests::{assert_close, assert_same, compiled, input, node};
 use super::*;
 use crate::compile::Compiled;
 use crate::metal::plan::Command;
 use rlx_ir::op::{AttnLayout, MaskKind, RopeKind};
-use rlx_ir::{DType, Graph, NodeId, Op, Shape};
-
-fn input(g: &mut Graph, dims: &[usize], dt: DType) -> NodeId {
-    node(
-        g,
-        Op::Input {
-            shape: Shape::of(dims, dt),
-        },
-        &[],
-    )
-}
+use rlx_ir::{DType, Graph, Op, Shape};
 
 /// The plan of `c`, asserting that every thunk named `names` is a
 /// dispatch and returning how many dispatches run `family` kernels.

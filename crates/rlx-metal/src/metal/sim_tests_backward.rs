@@ -12,22 +12,12 @@
 //! Tolerances: f32 `2e-5 + 1e-4·|host|` (the host accumulates in f64, the
 //! kernels in f32 in another order); f16 the shared `2e-3 + 2^-9·|host|`.
 
-use super::tests::{assert_close, assert_same, compiled, node};
+use super::tests::{assert_close, assert_same, compiled, input, node};
 use super::*;
 use crate::metal::plan::Command;
 use rlx_ir::op::{Activation, AttnLayout, MaskKind, RopeKind, Wrt};
 use rlx_ir::op::{ConvGeom, Window};
 use rlx_ir::{DType, Graph, NodeId, Op, Shape};
-
-fn input(g: &mut Graph, dims: &[usize], dt: DType) -> NodeId {
-    node(
-        g,
-        Op::Input {
-            shape: Shape::of(dims, dt),
-        },
-        &[],
-    )
-}
 
 /// Labels in {0, 1} (`|u| ∈ [0, 2)` truncated) from a float input.
 fn labels(g: &mut Graph, n: usize) -> NodeId {

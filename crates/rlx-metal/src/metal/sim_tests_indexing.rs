@@ -6,20 +6,10 @@
 //! kernel (f16 tolerance of `assert_same`). The converting KV write (f32
 //! rows into an f16 cache and back) must match the host bit for bit.
 
-use super::tests::{assert_close, assert_same, compiled, node};
+use super::tests::{assert_close, assert_same, family_plan, leaf, node};
 use super::*;
 use rlx_ir::op::BinaryOp;
 use rlx_ir::{DType, Graph, NodeId, Op, Shape};
-
-fn leaf(g: &mut Graph, dims: &[usize], dt: DType, param: bool) -> NodeId {
-    let shape = Shape::of(dims, dt);
-    let op = if param {
-        Op::Param { shape }
-    } else {
-        Op::Input { shape }
-    };
-    node(g, op, &[])
-}
 
 fn indices(g: &mut Graph, dims: &[usize], v: &[i32]) -> NodeId {
     let op = Op::Constant {
@@ -27,28 +17,6 @@ fn indices(g: &mut Graph, dims: &[usize], v: &[i32]) -> NodeId {
         values: v.iter().map(|&x| x as f64).collect(),
     };
     node(g, op, &[])
-}
-
-/// Compiles `g` and asserts each thunk named in `kinds` is an indexing
-/// dispatch.
-fn plan_of(g: &Graph, kinds: &[&str]) -> (crate::compile::Compiled, MetalPlan) {
-    let c = compiled(g);
-    let plan = MetalPlan::build(&c.schedule);
-    for kind in kinds {
-        let mut seen = false;
-        for (i, t) in c.schedule.thunks.iter().enumerate() {
-            if t.name() != *kind {
-                continue;
-            }
-            seen = true;
-            let d = plan.commands.iter().any(|cmd| {
-                matches!(cmd, Command::Dispatch(d) if d.thunk == i && d.kernel.family == Family::Indexing)
-            });
-            assert!(d, "thunk {i} ({kind}) is not an indexing dispatch\n{plan}");
-        }
-        assert!(seen, "no {kind} thunk in\n{}", c.schedule);
-    }
-    (c, plan)
 }
 
 #[test]
@@ -62,7 +30,7 @@ fn gathers_match_host() {
         let sel = indices(&mut g, &[4], &[-1, 0, 6, 2]);
         let ga = node(&mut g, Op::GatherAxis { axis: 1 }, &[x, sel]);
         g.set_outputs(&[emb, ga]).unwrap();
-        let (c, plan) = plan_of(&g, &["gather", "gather_axis"]);
+        let (c, plan) = family_plan(&g, Family::Indexing, &["gather", "gather_axis"]);
         assert_close(&c, &plan, 0.0, 0.0);
     }
 }
@@ -74,7 +42,7 @@ fn scatter_add_matches_host() {
     let ids = indices(&mut g, &[6], &[1, 3, 1, 0, 1, 4]);
     let s = node(&mut g, Op::ScatterAdd { out_dim: 5 }, &[upd, ids]);
     g.set_outputs(&[s]).unwrap();
-    let (c, plan) = plan_of(&g, &["scatter_add"]);
+    let (c, plan) = family_plan(&g, Family::Indexing, &["scatter_add"]);
     assert_close(&c, &plan, 0.0, 0.0);
 }
 
@@ -103,7 +71,7 @@ fn kv_cache_write_matches_host() {
             &[full, p],
         );
         g.set_outputs(&[out]).unwrap();
-        let (c, plan) = plan_of(&g, &["cpu_indexing"]);
+        let (c, plan) = family_plan(&g, Family::Indexing, &["cpu_indexing"]);
         assert_eq!(plan.stats().host, 0, "{plan}");
         assert_same(&c, &plan, dt);
     }

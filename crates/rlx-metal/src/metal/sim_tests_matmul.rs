@@ -11,31 +11,11 @@
 //! accumulates in f32 and matches an f64 reference in tests/msl/matmul.rs,
 //! at m = 1, k = 65), else those of `assert_same`.
 
-use super::tests::{assert_close, assert_same, node};
+use super::tests::{assert_close, assert_same, input, node, param};
 use super::*;
 use crate::compile::{compile_without, CompileOptions, Compiled};
 use rlx_ir::op::{Activation, BinaryOp};
-use rlx_ir::{DType, Graph, NodeId, Op, Shape};
-
-fn input(g: &mut Graph, dims: &[usize], dt: DType) -> NodeId {
-    node(
-        g,
-        Op::Input {
-            shape: Shape::of(dims, dt),
-        },
-        &[],
-    )
-}
-
-fn param(g: &mut Graph, dims: &[usize], dt: DType) -> NodeId {
-    node(
-        g,
-        Op::Param {
-            shape: Shape::of(dims, dt),
-        },
-        &[],
-    )
-}
+use rlx_ir::{DType, Graph, NodeId, Op};
 
 fn bin(g: &mut Graph, kind: BinaryOp, a: NodeId, b: NodeId) -> NodeId {
     node(g, Op::Binary { kind }, &[a, b])

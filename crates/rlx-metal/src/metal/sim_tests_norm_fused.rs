@@ -4,20 +4,10 @@
 //! GatedResidual with broadcast modulation rows, and GroupNorm, with `assert_same`'s
 //! tolerances (f32 statistics vs the host's f64).
 
-use super::tests::{assert_same, compiled, node};
+use super::tests::{assert_same, compiled, leaf, node};
 use super::*;
 use rlx_ir::op::{Activation, BinaryOp};
-use rlx_ir::{DType, Graph, NodeId, Op, Shape};
-
-fn leaf(g: &mut Graph, dims: &[usize], dt: DType, param: bool) -> NodeId {
-    let shape = Shape::of(dims, dt);
-    let op = if param {
-        Op::Param { shape }
-    } else {
-        Op::Input { shape }
-    };
-    node(g, op, &[])
-}
+use rlx_ir::{DType, Graph, Op};
 
 /// Compiles `g`, asserts thunk `kind` exists and is a NormFused dispatch.
 fn check(g: &Graph, kind: &str, dt: DType) {

@@ -17,11 +17,11 @@
 //! host (on a GPU, fast-math division may move a value sitting on a
 //! rounding boundary to the neighbouring code).
 
-use super::tests::{encode, fill_params, node, run_host_on, run_sim_on, uniform, Bufs};
+use super::tests::{encode, fill_params, leaf, node, run_host_on, run_sim_on, uniform, Bufs};
 use super::*;
 use crate::compile::{compile_without, CompileOptions, Compiled};
 use crate::metal::kernels::Family;
-use rlx_ir::{DType, Graph, NodeId, Op, QuantScheme, ScaleLayout, ScaledFormat, Shape};
+use rlx_ir::{DType, Graph, Op, QuantScheme, ScaleLayout, ScaledFormat};
 
 /// How the bytes of u8 param `i` are made valid.
 type FixBytes = fn(usize, &mut [u8]);
@@ -67,16 +67,6 @@ fn check(g: &Graph, kernels: &[&str], fix: FixBytes, atol: f32, rtol: f32) {
             );
         }
     }
-}
-
-fn leaf(g: &mut Graph, d: &[usize], dt: DType, param: bool) -> NodeId {
-    let shape = Shape::of(d, dt);
-    let op = if param {
-        Op::Param { shape }
-    } else {
-        Op::Input { shape }
-    };
-    node(g, op, &[])
 }
 
 /// Random bytes are valid int8 / int4 codes.

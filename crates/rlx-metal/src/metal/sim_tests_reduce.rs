@@ -5,41 +5,10 @@
 //! `1e-4 + 1e-5·|host|` (a few f32 ulps of Σ|x| ≤ 200); f16 outputs use
 //! `assert_same`'s f16 tolerance (one f16 rounding dominates).
 
-use super::tests::{assert_close, assert_same, compiled, node};
+use super::tests::{assert_close, assert_same, family_plan, input, node};
 use super::*;
 use rlx_ir::op::ReduceOp;
-use rlx_ir::{DType, Graph, NodeId, Op, Shape};
-
-fn input(g: &mut Graph, dims: &[usize], dt: DType) -> NodeId {
-    node(
-        g,
-        Op::Input {
-            shape: Shape::of(dims, dt),
-        },
-        &[],
-    )
-}
-
-/// Compiles `g`, asserts each thunk named in `kinds` is a reduce dispatch.
-fn plan_of(g: &Graph, kinds: &[&str]) -> (crate::compile::Compiled, MetalPlan) {
-    let c = compiled(g);
-    let plan = MetalPlan::build(&c.schedule);
-    for kind in kinds {
-        let mut seen = false;
-        for (i, t) in c.schedule.thunks.iter().enumerate() {
-            if t.name() != *kind {
-                continue;
-            }
-            seen = true;
-            let d = plan.commands.iter().any(|cmd| {
-                matches!(cmd, Command::Dispatch(d) if d.thunk == i && d.kernel.family == Family::Reduce)
-            });
-            assert!(d, "thunk {i} ({kind}) is not a reduce dispatch\n{plan}");
-        }
-        assert!(seen, "no {kind} thunk in\n{}", c.schedule);
-    }
-    (c, plan)
-}
+use rlx_ir::{DType, Graph, NodeId, Op};
 
 fn reduce(g: &mut Graph, x: NodeId, kind: ReduceOp, axes: &[i64]) -> NodeId {
     let op = Op::Reduce {
@@ -62,7 +31,7 @@ fn reductions_match_host() {
         let mx = reduce(&mut g, z, ReduceOp::Max, &[0]);
         let mn = reduce(&mut g, x, ReduceOp::Min, &[1]);
         g.set_outputs(&[s, m, mx, mn]).unwrap();
-        let (c, plan) = plan_of(&g, &["reduce"]);
+        let (c, plan) = family_plan(&g, Family::Reduce, &["reduce"]);
         if dt == DType::F32 {
             assert_close(&c, &plan, 1e-4, 1e-5);
         } else {
@@ -93,7 +62,7 @@ fn arg_reductions_match_host() {
         &[y],
     );
     g.set_outputs(&[a, b]).unwrap();
-    let (c, plan) = plan_of(&g, &["argreduce"]);
+    let (c, plan) = family_plan(&g, Family::Reduce, &["argreduce"]);
     assert_close(&c, &plan, 0.0, 0.0);
 }
 
@@ -118,7 +87,7 @@ fn cumsum_matches_host() {
         &[x],
     );
     g.set_outputs(&[a, b]).unwrap();
-    let (c, plan) = plan_of(&g, &["cumsum"]);
+    let (c, plan) = family_plan(&g, Family::Reduce, &["cumsum"]);
     assert_close(&c, &plan, 1e-4, 1e-5);
 }
 
@@ -128,6 +97,6 @@ fn topk_matches_host() {
     let x = input(&mut g, &[3, 100], DType::F32);
     let t = node(&mut g, Op::TopK { k: 7, axis: -1 }, &[x]);
     g.set_outputs(&[t]).unwrap();
-    let (c, plan) = plan_of(&g, &["topk"]);
+    let (c, plan) = family_plan(&g, Family::Reduce, &["topk"]);
     assert_close(&c, &plan, 0.0, 0.0);
 }

@@ -3,19 +3,9 @@
 //! must become dispatches and give the host's bytes exactly (pure moves:
 //! tolerance 0; the copy test's softmax rounds in f16 / f32: 2e-3).
 
-use super::tests::{assert_close, compiled, node};
+use super::tests::{assert_close, compiled, input, node};
 use super::*;
-use rlx_ir::{DType, Graph, NodeId, Op, Shape};
-
-fn input(g: &mut Graph, dims: &[usize], dt: DType) -> NodeId {
-    node(
-        g,
-        Op::Input {
-            shape: Shape::of(dims, dt),
-        },
-        &[],
-    )
-}
+use rlx_ir::{DType, Graph, Op};
 
 /// Compiles `g`, asserts every thunk named in `kinds` is in the schedule
 /// and became a `shape.metal` dispatch, then compares with the host.

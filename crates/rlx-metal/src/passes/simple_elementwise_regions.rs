@@ -51,7 +51,7 @@ use crate::thunk::region::{
     input_byte_offset, ElementwiseRegion, REGION_MAX_INPUTS, REGION_MAX_STEPS, STEP_OPERAND,
 };
 use crate::thunk::{HalfFlag, Thunk};
-use rlx_ir::op::{Activation, BinaryOp, ALL_ACTIVATIONS};
+use rlx_ir::op::{Activation, BinaryOp, ALL_ACTIVATIONS, ALL_BINARY_OPS};
 
 /// The pass. See the module docs.
 pub struct RewriteSimpleElementwiseRegions;
@@ -88,17 +88,6 @@ impl Pass for RewriteSimpleElementwiseRegions {
         matches
     }
 }
-
-/// Binary ops in the region's sub-code order.
-const BINARY_CODES: [BinaryOp; 7] = [
-    BinaryOp::Add,
-    BinaryOp::Sub,
-    BinaryOp::Mul,
-    BinaryOp::Div,
-    BinaryOp::Max,
-    BinaryOp::Min,
-    BinaryOp::Pow,
-];
 
 /// One decoded chain step.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -148,7 +137,7 @@ pub(super) fn decode(r: &ElementwiseRegion) -> Option<Vec<Step>> {
                 0 => Some(Step::Unary(*ALL_ACTIVATIONS.get(sub)?, arg(w[2])?)),
                 1 if sub == 0 => Some(Step::CastF32(arg(w[2])?)),
                 2 => Some(Step::Binary(
-                    *BINARY_CODES.get(sub)?,
+                    *ALL_BINARY_OPS.get(sub)?,
                     arg(w[2])?,
                     arg(w[3])?,
                 )),

@@ -6,7 +6,7 @@
 //! formula does not need it (RMSNorm's beta): that keeps the operand alive
 //! for kernels that recompute the forward.
 
-use super::conv::per_group;
+use super::conv::{conv_dims, ConvDims};
 use super::io::{bytes, ThunkIo, F32, IDX};
 use super::offsets::Off;
 use super::{HalfFlag, ThunkOp};
@@ -451,17 +451,16 @@ pub struct Conv2dBackwardInput {
     pub groups: u32,
 }
 
+conv_dims!(Conv2dBackwardInput, [dy, w, dx], w_in, dw);
+
 impl ThunkOp for Conv2dBackwardInput {
     const NAME: &'static str = "conv2d_backward_input";
     fn io(&self) -> ThunkIo {
-        let cig = per_group(self.c_in, self.groups);
+        let d = self.dims();
         ThunkIo::new()
-            .read(
-                self.dy,
-                bytes(&[self.n, self.c_out, self.h_out, self.w_out], F32),
-            )
-            .read(self.w, bytes(&[self.c_out, cig, self.kh, self.kw], F32))
-            .write(self.dx, bytes(&[self.n, self.c_in, self.h, self.w_in], F32))
+            .read(self.dy, d.y_bytes(F32))
+            .read(self.w, d.weight_bytes(F32))
+            .write(self.dx, d.x_bytes(F32))
     }
     fn safe_for_active_extent(&self) -> bool {
         true
@@ -531,17 +530,16 @@ pub struct Conv2dBackwardWeight {
     pub groups: u32,
 }
 
+conv_dims!(Conv2dBackwardWeight, [x, dy, dw], w, dw_dil);
+
 impl ThunkOp for Conv2dBackwardWeight {
     const NAME: &'static str = "conv2d_backward_weight";
     fn io(&self) -> ThunkIo {
-        let cig = per_group(self.c_in, self.groups);
+        let d = self.dims();
         ThunkIo::new()
-            .read(self.x, bytes(&[self.n, self.c_in, self.h, self.w], F32))
-            .read(
-                self.dy,
-                bytes(&[self.n, self.c_out, self.h_out, self.w_out], F32),
-            )
-            .write(self.dw, bytes(&[self.c_out, cig, self.kh, self.kw], F32))
+            .read(self.x, d.x_bytes(F32))
+            .read(self.dy, d.y_bytes(F32))
+            .write(self.dw, d.weight_bytes(F32))
     }
     fn safe_for_active_extent(&self) -> bool {
         true

@@ -35,10 +35,7 @@ impl ThunkOp for FusedBinaryActivation {
     const NAME: &'static str = "fused_binary_activation";
     fn io(&self) -> ThunkIo {
         let n = bytes(&[self.len], self.dt.size());
-        ThunkIo::new()
-            .read(self.lhs, n)
-            .read(self.rhs, n)
-            .write(self.dst, n)
+        ThunkIo::elementwise(&[self.lhs, self.rhs], self.dst, n)
     }
     fn safe_for_active_extent(&self) -> bool {
         true
@@ -81,11 +78,7 @@ impl ThunkOp for FusedTernaryActivation {
     const NAME: &'static str = "fused_ternary_activation";
     fn io(&self) -> ThunkIo {
         let n = bytes(&[self.len], self.dt.size());
-        ThunkIo::new()
-            .read(self.lhs, n)
-            .read(self.rhs0, n)
-            .read(self.rhs1, n)
-            .write(self.dst, n)
+        ThunkIo::elementwise(&[self.lhs, self.rhs0, self.rhs1], self.dst, n)
     }
     fn safe_for_active_extent(&self) -> bool {
         true
@@ -124,10 +117,7 @@ impl ThunkOp for BinaryFull {
     const NAME: &'static str = "binary";
     fn io(&self) -> ThunkIo {
         let n = bytes(&[self.len], self.dt.size());
-        ThunkIo::new()
-            .read(self.lhs, n)
-            .read(self.rhs, n)
-            .write(self.dst, n)
+        ThunkIo::elementwise(&[self.lhs, self.rhs], self.dst, n)
     }
     fn safe_for_active_extent(&self) -> bool {
         false
@@ -364,11 +354,7 @@ impl ThunkOp for Fma {
     const NAME: &'static str = "fma";
     fn io(&self) -> ThunkIo {
         let n = bytes(&[self.len], F32);
-        ThunkIo::new()
-            .read(self.a, n)
-            .read(self.b, n)
-            .read(self.c, n)
-            .write(self.dst, n)
+        ThunkIo::elementwise(&[self.a, self.b, self.c], self.dst, n)
     }
     fn safe_for_active_extent(&self) -> bool {
         false

@@ -12,112 +12,110 @@ use rlx_ir::DType;
 use serde::{Deserialize, Serialize};
 use std::fmt;
 
-/// Cast between f32 and f16, same element count.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub struct Cast {
-    /// Source offset.
-    pub src: usize,
-    /// Destination offset.
-    pub dst: usize,
-    /// Elements.
-    pub len: u32,
-    /// Source element type.
-    pub src_dt: HalfFlag,
-    /// Destination element type.
-    pub dst_dt: HalfFlag,
+/// Defines a cast thunk `dst[i] = src[i] as dst_dt` over `len` elements
+/// whose dtype fields are `$dt`, sized in bytes by `$dt::$size`.
+macro_rules! cast_thunk {
+    ($(#[$doc:meta])* $name:ident, $kernel:literal, $dt:ty, $size:ident, $what:literal) => {
+        $(#[$doc])*
+        #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+        pub struct $name {
+            /// Source offset.
+            pub src: usize,
+            /// Destination offset.
+            pub dst: usize,
+            /// Elements.
+            pub len: u32,
+            #[doc = concat!("Source ", $what, ".")]
+            pub src_dt: $dt,
+            #[doc = concat!("Destination ", $what, ".")]
+            pub dst_dt: $dt,
+        }
+
+        impl ThunkOp for $name {
+            const NAME: &'static str = $kernel;
+            fn io(&self) -> ThunkIo {
+                ThunkIo::new()
+                    .read(self.src, bytes(&[self.len], self.src_dt.$size()))
+                    .write(self.dst, bytes(&[self.len], self.dst_dt.$size()))
+            }
+            fn safe_for_active_extent(&self) -> bool {
+                true
+            }
+            fn fmt_fields(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                let (s, d) = (self.src_dt, self.dst_dt);
+                write!(
+                    f,
+                    "len={} {s}->{d} src={} dst={}",
+                    self.len,
+                    Off(self.src),
+                    Off(self.dst)
+                )
+            }
+        }
+    };
 }
 
-impl ThunkOp for Cast {
-    const NAME: &'static str = "cast";
-    fn io(&self) -> ThunkIo {
-        ThunkIo::new()
-            .read(self.src, bytes(&[self.len], self.src_dt.size()))
-            .write(self.dst, bytes(&[self.len], self.dst_dt.size()))
-    }
-    fn safe_for_active_extent(&self) -> bool {
-        true
-    }
-    fn fmt_fields(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let (s, d) = (self.src_dt, self.dst_dt);
-        write!(
-            f,
-            "len={} {s}->{d} src={} dst={}",
-            self.len,
-            Off(self.src),
-            Off(self.dst)
-        )
-    }
+cast_thunk!(
+    /// Cast between f32 and f16, same element count.
+    Cast,
+    "cast",
+    HalfFlag,
+    size,
+    "element type"
+);
+
+cast_thunk!(
+    /// Cast between any dtypes with their real widths (integer truncation /
+    /// widening, bool), done on the host.
+    CastHost,
+    "cast_host",
+    DType,
+    size_bytes,
+    "dtype (its real size is used)"
+);
+
+/// Defines an f32 → f32 unary thunk over `len` dense elements.
+macro_rules! f32_unary {
+    ($(#[$doc:meta])* $name:ident, $kernel:literal) => {
+        $(#[$doc])*
+        #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+        pub struct $name {
+            /// Source offset (f32).
+            pub src: usize,
+            /// Destination offset (f32).
+            pub dst: usize,
+            /// Elements.
+            pub len: u32,
+        }
+
+        impl ThunkOp for $name {
+            const NAME: &'static str = $kernel;
+            fn io(&self) -> ThunkIo {
+                let n = bytes(&[self.len], F32);
+                ThunkIo::new().read(self.src, n).write(self.dst, n)
+            }
+            fn safe_for_active_extent(&self) -> bool {
+                true
+            }
+            fn fmt_fields(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                write!(
+                    f,
+                    "len={} src={} dst={}",
+                    self.len,
+                    Off(self.src),
+                    Off(self.dst)
+                )
+            }
+        }
+    };
 }
 
-/// Cast between any dtypes with their real widths (integer truncation /
-/// widening, bool), done on the host.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub struct CastHost {
-    /// Source offset.
-    pub src: usize,
-    /// Destination offset.
-    pub dst: usize,
-    /// Elements.
-    pub len: u32,
-    /// Source dtype (its real size is read).
-    pub src_dt: DType,
-    /// Destination dtype (its real size is written).
-    pub dst_dt: DType,
-}
-
-impl ThunkOp for CastHost {
-    const NAME: &'static str = "cast_host";
-    fn io(&self) -> ThunkIo {
-        ThunkIo::new()
-            .read(self.src, bytes(&[self.len], self.src_dt.size_bytes()))
-            .write(self.dst, bytes(&[self.len], self.dst_dt.size_bytes()))
-    }
-    fn safe_for_active_extent(&self) -> bool {
-        true
-    }
-    fn fmt_fields(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let (s, d) = (self.src_dt, self.dst_dt);
-        write!(
-            f,
-            "len={} {s}->{d} src={} dst={}",
-            self.len,
-            Off(self.src),
-            Off(self.dst)
-        )
-    }
-}
-
-/// Truncate f32 toward zero into an f32 slot (integer semantics kept in a
-/// float arena).
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub struct CastTruncF32 {
-    /// Source offset (f32).
-    pub src: usize,
-    /// Destination offset (f32).
-    pub dst: usize,
-    /// Elements.
-    pub len: u32,
-}
-
-impl ThunkOp for CastTruncF32 {
-    const NAME: &'static str = "cast_trunc_f32";
-    fn io(&self) -> ThunkIo {
-        let n = bytes(&[self.len], F32);
-        ThunkIo::new().read(self.src, n).write(self.dst, n)
-    }
-    fn safe_for_active_extent(&self) -> bool {
-        true
-    }
-    fn fmt_fields(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(
-            f,
-            "len={} src={} dst={}",
-            self.len,
-            Off(self.src),
-            Off(self.dst)
-        )
-    }
-}
+f32_unary!(
+    /// Truncate f32 toward zero into an f32 slot (integer semantics kept in a
+    /// float arena).
+    CastTruncF32,
+    "cast_trunc_f32"
+);
 
 /// `data[i] = act(data[i])` in place.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -214,37 +212,12 @@ impl ThunkOp for GeluApproxOut {
     }
 }
 
-/// Host `dst[i] = gelu_tanh(src[i])`, f32 (for arenas the GPU kernels do
-/// not address).
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub struct GeluApproxHost {
-    /// Source offset (f32).
-    pub src: usize,
-    /// Destination offset (f32).
-    pub dst: usize,
-    /// Elements.
-    pub len: u32,
-}
-
-impl ThunkOp for GeluApproxHost {
-    const NAME: &'static str = "gelu_approx_host";
-    fn io(&self) -> ThunkIo {
-        let n = bytes(&[self.len], F32);
-        ThunkIo::new().read(self.src, n).write(self.dst, n)
-    }
-    fn safe_for_active_extent(&self) -> bool {
-        true
-    }
-    fn fmt_fields(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(
-            f,
-            "len={} src={} dst={}",
-            self.len,
-            Off(self.src),
-            Off(self.dst)
-        )
-    }
-}
+f32_unary!(
+    /// Host `dst[i] = gelu_tanh(src[i])`, f32 (for arenas the GPU kernels do
+    /// not address).
+    GeluApproxHost,
+    "gelu_approx_host"
+);
 
 /// SwiGLU: `dst[r, i] = x[r, i] * silu(x[r, n_half + i])` (or the gate
 /// half first). `total` is the number of *output* elements

@@ -4,22 +4,13 @@
 //!
 //! Weights are `n` packed rows of `k` elements ([`packed_row_bytes`]).
 
-use super::io::{bytes, nbytes, ThunkIo, F32};
+use super::io::{bytes, elem_bytes, nbytes, ThunkIo, F32};
 use super::offsets::Off;
 use super::quant::packed_row_bytes;
 use super::ThunkOp;
 use rlx_ir::QuantScheme;
 use serde::{Deserialize, Serialize};
 use std::fmt;
-
-/// Bytes per element of an operand that may be f16.
-fn elem(f16: bool) -> usize {
-    if f16 {
-        2
-    } else {
-        F32
-    }
-}
 
 /// `dst[i] = up(x)[i] · silu(gate(x)[i])` for one row: reads `x [k]`,
 /// both packed weights (`n` rows each), writes `dst [n]`.
@@ -50,10 +41,10 @@ impl ThunkOp for FusedMlpGateUpSwiGLU {
     fn io(&self) -> ThunkIo {
         let w = nbytes(self.n as usize, packed_row_bytes(self.scheme, self.k));
         ThunkIo::new()
-            .read(self.x, bytes(&[self.k], elem(self.x_f16)))
+            .read(self.x, bytes(&[self.k], elem_bytes(self.x_f16)))
             .read(self.gate_w, w)
             .read(self.up_w, w)
-            .write(self.dst, bytes(&[self.n], elem(self.dst_f16)))
+            .write(self.dst, bytes(&[self.n], elem_bytes(self.dst_f16)))
     }
     fn safe_for_active_extent(&self) -> bool {
         true
@@ -140,13 +131,13 @@ impl ThunkOp for FusedMlpDownResidual {
     const NAME: &'static str = "fused_mlp_down_residual";
     fn io(&self) -> ThunkIo {
         ThunkIo::new()
-            .read(self.x, bytes(&[self.k], elem(self.x_f16)))
+            .read(self.x, bytes(&[self.k], elem_bytes(self.x_f16)))
             .read(
                 self.w,
                 nbytes(self.n as usize, packed_row_bytes(self.scheme, self.k)),
             )
-            .read(self.res, bytes(&[self.n], elem(self.res_f16)))
-            .write(self.dst, bytes(&[self.n], elem(self.dst_f16)))
+            .read(self.res, bytes(&[self.n], elem_bytes(self.res_f16)))
+            .write(self.dst, bytes(&[self.n], elem_bytes(self.dst_f16)))
     }
     fn safe_for_active_extent(&self) -> bool {
         true

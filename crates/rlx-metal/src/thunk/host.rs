@@ -44,63 +44,53 @@ fn fmt_operands(
     write!(f, "] out={}:{}", Off(output.0), output.1)
 }
 
-/// A user op registered from Python (`rlx.register_op`), run on the host
-/// against the arena after a device sync.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub struct CustomOp {
-    /// Registered op name (resolved by the executor).
-    pub name: String,
-    /// `(offset, elements, shape)` per input.
-    pub inputs: Vec<CustomOperand>,
-    /// `(offset, elements, shape)` of the output.
-    pub output: CustomOperand,
-    /// Serialised attributes handed to the kernel.
-    pub attrs: Vec<u8>,
+/// Defines a custom-op thunk: a registered op `name` over `inputs` →
+/// `output` with serialised `attrs` (host and GPU user ops share it).
+macro_rules! custom_op {
+    ($(#[$doc:meta])* $name:ident, $kernel:literal) => {
+        $(#[$doc])*
+        #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+        pub struct $name {
+            /// Registered op name (resolved by the executor).
+            pub name: String,
+            /// `(offset, elements, shape)` per input.
+            pub inputs: Vec<CustomOperand>,
+            /// `(offset, elements, shape)` of the output.
+            pub output: CustomOperand,
+            /// Serialised attributes handed to the kernel.
+            pub attrs: Vec<u8>,
+        }
+
+        impl ThunkOp for $name {
+            const NAME: &'static str = $kernel;
+            fn io(&self) -> ThunkIo {
+                custom_io(&self.inputs, &self.output)
+            }
+            fn safe_for_active_extent(&self) -> bool {
+                false
+            }
+            fn fmt_fields(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                write!(f, "{} ", self.name)?;
+                let ins: Vec<(usize, &Shape)> = self.inputs.iter().map(|i| (i.0, &i.2)).collect();
+                fmt_operands(f, &ins, (self.output.0, &self.output.2))
+            }
+        }
+    };
 }
 
-impl ThunkOp for CustomOp {
-    const NAME: &'static str = "custom_op";
-    fn io(&self) -> ThunkIo {
-        custom_io(&self.inputs, &self.output)
-    }
-    fn safe_for_active_extent(&self) -> bool {
-        false
-    }
-    fn fmt_fields(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{} ", self.name)?;
-        let ins: Vec<(usize, &Shape)> = self.inputs.iter().map(|i| (i.0, &i.2)).collect();
-        fmt_operands(f, &ins, (self.output.0, &self.output.2))
-    }
-}
+custom_op!(
+    /// A user op registered from Python (`rlx.register_op`), run on the host
+    /// against the arena after a device sync.
+    CustomOp,
+    "custom_op"
+);
 
-/// A user op with a raw GPU kernel, encoded on the active command stream
-/// without a host round trip.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub struct CustomGpuOp {
-    /// Registered op name (resolved by the executor).
-    pub name: String,
-    /// `(offset, elements, shape)` per input.
-    pub inputs: Vec<CustomOperand>,
-    /// `(offset, elements, shape)` of the output.
-    pub output: CustomOperand,
-    /// Serialised attributes handed to the kernel.
-    pub attrs: Vec<u8>,
-}
-
-impl ThunkOp for CustomGpuOp {
-    const NAME: &'static str = "custom_gpu_op";
-    fn io(&self) -> ThunkIo {
-        custom_io(&self.inputs, &self.output)
-    }
-    fn safe_for_active_extent(&self) -> bool {
-        false
-    }
-    fn fmt_fields(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{} ", self.name)?;
-        let ins: Vec<(usize, &Shape)> = self.inputs.iter().map(|i| (i.0, &i.2)).collect();
-        fmt_operands(f, &ins, (self.output.0, &self.output.2))
-    }
-}
+custom_op!(
+    /// A user op with a raw GPU kernel, encoded on the active command stream
+    /// without a host round trip.
+    CustomGpuOp,
+    "custom_gpu_op"
+);
 
 /// The attribute key under which `rlx.register_gpu_op` stores the kernel
 /// of a [`CustomGpuOp`] (the rest of the attributes are the user's).

@@ -105,6 +105,14 @@ impl ThunkIo {
         self.read(offset, len).write(offset, len)
     }
 
+    /// An elementwise op's io: each of `srcs` read and `dst` written, all
+    /// `len` bytes.
+    pub fn elementwise(srcs: &[usize], dst: usize, len: usize) -> Self {
+        srcs.iter()
+            .fold(ThunkIo::new(), |io, &s| io.read(s, len))
+            .write(dst, len)
+    }
+
     /// Add a read when `cond` holds (an optional operand).
     pub fn read_if(self, cond: bool, offset: usize, len: usize) -> Self {
         if cond {
@@ -195,6 +203,15 @@ pub(crate) fn numel(dims: &[u32]) -> usize {
 /// Bytes of a dense buffer with `dims` and `elem` bytes per element.
 pub(crate) fn bytes(dims: &[u32], elem: usize) -> usize {
     numel(dims).saturating_mul(elem)
+}
+
+/// Bytes per element of an operand that is f16 when `f16`, else f32.
+pub(crate) fn elem_bytes(f16: bool) -> usize {
+    if f16 {
+        2
+    } else {
+        F32
+    }
 }
 
 /// Bytes of a dense buffer with a `usize` element count.

@@ -33,91 +33,74 @@ fn fmt_row_norm(
     write!(f, "rows={rows} h={h} eps={eps:e} {dt}")
 }
 
-/// `dst = (src - mean) / sqrt(var + eps) · g + b` per row.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub struct LayerNorm {
-    /// Input `[rows, h]`.
-    pub src: usize,
-    /// Gamma `[h]`.
-    pub g: usize,
-    /// Beta `[h]`.
-    pub b: usize,
-    /// Output `[rows, h]`.
-    pub dst: usize,
-    /// Rows.
-    pub rows: u32,
-    /// Features per row.
-    pub h: u32,
-    /// Variance epsilon.
-    pub eps: f32,
-    /// Element type.
-    pub dt: HalfFlag,
+/// Defines a row norm thunk `dst = norm(src) · g + b` over `[rows, h]`
+/// (LayerNorm and RMSNorm share their operands and layout).
+macro_rules! row_norm {
+    ($(#[$doc:meta])* $name:ident, $kernel:literal) => {
+        $(#[$doc])*
+        #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+        pub struct $name {
+            /// Input `[rows, h]`.
+            pub src: usize,
+            /// Gamma `[h]`.
+            pub g: usize,
+            /// Beta `[h]` (zeros when the model has none).
+            pub b: usize,
+            /// Output `[rows, h]`.
+            pub dst: usize,
+            /// Rows.
+            pub rows: u32,
+            /// Features per row.
+            pub h: u32,
+            /// Epsilon.
+            pub eps: f32,
+            /// Element type.
+            pub dt: HalfFlag,
+        }
+
+        impl ThunkOp for $name {
+            const NAME: &'static str = $kernel;
+            fn io(&self) -> ThunkIo {
+                let es = self.dt.size();
+                affine_norm_io(
+                    [self.src, self.g, self.b, self.dst],
+                    bytes(&[self.rows, self.h], es),
+                    bytes(&[self.h], es),
+                )
+            }
+            fn safe_for_active_extent(&self) -> bool {
+                true
+            }
+            fn fmt_fields(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                fmt_row_norm(f, self.rows, self.h, self.eps, self.dt)?;
+                let (s, g, b, d) = (Off(self.src), Off(self.g), Off(self.b), Off(self.dst));
+                write!(f, " src={s} g={g} b={b} dst={d}")
+            }
+        }
+    };
 }
 
-impl ThunkOp for LayerNorm {
-    const NAME: &'static str = "layer_norm";
-    fn io(&self) -> ThunkIo {
-        let es = self.dt.size();
-        let x = bytes(&[self.rows, self.h], es);
-        let v = bytes(&[self.h], es);
-        ThunkIo::new()
-            .read(self.src, x)
-            .read(self.g, v)
-            .read(self.b, v)
-            .write(self.dst, x)
-    }
-    fn safe_for_active_extent(&self) -> bool {
-        true
-    }
-    fn fmt_fields(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        fmt_row_norm(f, self.rows, self.h, self.eps, self.dt)?;
-        let (s, g, b, d) = (Off(self.src), Off(self.g), Off(self.b), Off(self.dst));
-        write!(f, " src={s} g={g} b={b} dst={d}")
-    }
+/// io of a norm with an affine `g`, `b`: reads `x` bytes of `src` and `v`
+/// bytes of each of `g` and `b`, writes `x` bytes of `dst`.
+fn affine_norm_io([src, g, b, dst]: [usize; 4], x: usize, v: usize) -> ThunkIo {
+    ThunkIo::new()
+        .read(src, x)
+        .read(g, v)
+        .read(b, v)
+        .write(dst, x)
 }
 
-/// `dst = src / sqrt(mean(src²) + eps) · g + b` per row.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub struct RmsNorm {
-    /// Input `[rows, h]`.
-    pub src: usize,
-    /// Gamma `[h]`.
-    pub g: usize,
-    /// Beta `[h]` (zeros when the model has none).
-    pub b: usize,
-    /// Output `[rows, h]`.
-    pub dst: usize,
-    /// Rows.
-    pub rows: u32,
-    /// Features per row.
-    pub h: u32,
-    /// Epsilon.
-    pub eps: f32,
-    /// Element type.
-    pub dt: HalfFlag,
-}
+row_norm!(
+    /// `dst = (src - mean) / sqrt(var + eps) · g + b` per row.
+    LayerNorm,
+    "layer_norm"
+);
 
-impl ThunkOp for RmsNorm {
-    const NAME: &'static str = "rms_norm";
-    fn io(&self) -> ThunkIo {
-        let es = self.dt.size();
-        let x = bytes(&[self.rows, self.h], es);
-        let v = bytes(&[self.h], es);
-        ThunkIo::new()
-            .read(self.src, x)
-            .read(self.g, v)
-            .read(self.b, v)
-            .write(self.dst, x)
-    }
-    fn safe_for_active_extent(&self) -> bool {
-        true
-    }
-    fn fmt_fields(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        fmt_row_norm(f, self.rows, self.h, self.eps, self.dt)?;
-        let (s, g, b, d) = (Off(self.src), Off(self.g), Off(self.b), Off(self.dst));
-        write!(f, " src={s} g={g} b={b} dst={d}")
-    }
-}
+row_norm!(
+    /// `dst = src / sqrt(mean(src²) + eps) · g + b` per row.
+    RmsNorm,
+    "rms_norm"
+);
 
 /// GroupNorm on NCHW: statistics over `c / num_groups` channels × `h·w`.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -150,13 +133,11 @@ impl ThunkOp for GroupNorm {
     const NAME: &'static str = "group_norm";
     fn io(&self) -> ThunkIo {
         let es = self.dt.size();
-        let x = bytes(&[self.n, self.c, self.h, self.w], es);
-        let v = bytes(&[self.c], es);
-        ThunkIo::new()
-            .read(self.src, x)
-            .read(self.g, v)
-            .read(self.b, v)
-            .write(self.dst, x)
+        affine_norm_io(
+            [self.src, self.g, self.b, self.dst],
+            bytes(&[self.n, self.c, self.h, self.w], es),
+            bytes(&[self.c], es),
+        )
     }
     fn safe_for_active_extent(&self) -> bool {
         false
@@ -201,13 +182,11 @@ impl ThunkOp for LayerNorm2d {
     const NAME: &'static str = "layer_norm2d";
     fn io(&self) -> ThunkIo {
         let es = self.dt.size();
-        let x = bytes(&[self.n, self.c, self.h, self.w], es);
-        let v = bytes(&[self.c], es);
-        ThunkIo::new()
-            .read(self.src, x)
-            .read(self.g, v)
-            .read(self.b, v)
-            .write(self.dst, x)
+        affine_norm_io(
+            [self.src, self.g, self.b, self.dst],
+            bytes(&[self.n, self.c, self.h, self.w], es),
+            bytes(&[self.c], es),
+        )
     }
     fn safe_for_active_extent(&self) -> bool {
         false
@@ -219,137 +198,74 @@ impl ThunkOp for LayerNorm2d {
     }
 }
 
-/// `out = LayerNorm(x + res (+ bias), g, b)`.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub struct FusedResidualLN {
-    /// Input `[rows, h]`.
-    pub x: usize,
-    /// Residual `[rows, h]`.
-    pub res: usize,
-    /// Bias `[h]` (read only when `has_bias`).
-    pub bias: usize,
-    /// Gamma `[h]`.
-    pub g: usize,
-    /// Beta `[h]`.
-    pub b: usize,
-    /// Output `[rows, h]`.
-    pub out: usize,
-    /// Rows.
-    pub rows: u32,
-    /// Features per row.
-    pub h: u32,
-    /// Epsilon.
-    pub eps: f32,
-    /// Whether `bias` is present.
-    pub has_bias: bool,
-    /// Element type.
-    pub dt: HalfFlag,
+/// Defines a fused residual row norm thunk `out = norm(x + res (+ bias),
+/// g, b)` (the LayerNorm and RMSNorm forms share their operands).
+macro_rules! residual_norm {
+    ($(#[$doc:meta])* $name:ident, $kernel:literal) => {
+        $(#[$doc])*
+        #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+        pub struct $name {
+            /// Input `[rows, h]`.
+            pub x: usize,
+            /// Residual `[rows, h]`.
+            pub res: usize,
+            /// Bias `[h]` (read only when `has_bias`).
+            pub bias: usize,
+            /// Gamma `[h]`.
+            pub g: usize,
+            /// Beta `[h]`.
+            pub b: usize,
+            /// Output `[rows, h]`.
+            pub out: usize,
+            /// Rows.
+            pub rows: u32,
+            /// Features per row.
+            pub h: u32,
+            /// Epsilon.
+            pub eps: f32,
+            /// Whether `bias` is present.
+            pub has_bias: bool,
+            /// Element type.
+            pub dt: HalfFlag,
+        }
+
+        impl ThunkOp for $name {
+            const NAME: &'static str = $kernel;
+            fn io(&self) -> ThunkIo {
+                let es = self.dt.size();
+                let xb = bytes(&[self.rows, self.h], es);
+                let v = bytes(&[self.h], es);
+                ThunkIo::new()
+                    .read(self.x, xb)
+                    .read(self.res, xb)
+                    .read_if(self.has_bias, self.bias, v)
+                    .read(self.g, v)
+                    .read(self.b, v)
+                    .write(self.out, xb)
+            }
+            fn safe_for_active_extent(&self) -> bool {
+                true
+            }
+            fn fmt_fields(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                fmt_row_norm(f, self.rows, self.h, self.eps, self.dt)?;
+                let (x, r, o) = (Off(self.x), Off(self.res), Off(self.out));
+                write!(f, " bias={} x={x} res={r} out={o}", self.has_bias)
+            }
+        }
+    };
 }
 
-/// io of the two fused residual norms (same operand set).
-#[allow(clippy::too_many_arguments)]
-fn residual_norm_io(
-    x: usize,
-    res: usize,
-    bias: usize,
-    g: usize,
-    b: usize,
-    out: usize,
-    rows: u32,
-    h: u32,
-    has_bias: bool,
-    dt: HalfFlag,
-) -> ThunkIo {
-    let es = dt.size();
-    let xb = bytes(&[rows, h], es);
-    let v = bytes(&[h], es);
-    ThunkIo::new()
-        .read(x, xb)
-        .read(res, xb)
-        .read_if(has_bias, bias, v)
-        .read(g, v)
-        .read(b, v)
-        .write(out, xb)
-}
+residual_norm!(
+    /// `out = LayerNorm(x + res (+ bias), g, b)`.
+    FusedResidualLN,
+    "fused_residual_ln"
+);
 
-impl ThunkOp for FusedResidualLN {
-    const NAME: &'static str = "fused_residual_ln";
-    fn io(&self) -> ThunkIo {
-        residual_norm_io(
-            self.x,
-            self.res,
-            self.bias,
-            self.g,
-            self.b,
-            self.out,
-            self.rows,
-            self.h,
-            self.has_bias,
-            self.dt,
-        )
-    }
-    fn safe_for_active_extent(&self) -> bool {
-        true
-    }
-    fn fmt_fields(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        fmt_row_norm(f, self.rows, self.h, self.eps, self.dt)?;
-        let (x, r, o) = (Off(self.x), Off(self.res), Off(self.out));
-        write!(f, " bias={} x={x} res={r} out={o}", self.has_bias)
-    }
-}
-
-/// `out = RmsNorm(x + res (+ bias), g, b)`.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub struct FusedResidualRmsNorm {
-    /// Input `[rows, h]`.
-    pub x: usize,
-    /// Residual `[rows, h]`.
-    pub res: usize,
-    /// Bias `[h]` (read only when `has_bias`).
-    pub bias: usize,
-    /// Gamma `[h]`.
-    pub g: usize,
-    /// Beta `[h]`.
-    pub b: usize,
-    /// Output `[rows, h]`.
-    pub out: usize,
-    /// Rows.
-    pub rows: u32,
-    /// Features per row.
-    pub h: u32,
-    /// Epsilon.
-    pub eps: f32,
-    /// Whether `bias` is present.
-    pub has_bias: bool,
-    /// Element type.
-    pub dt: HalfFlag,
-}
-
-impl ThunkOp for FusedResidualRmsNorm {
-    const NAME: &'static str = "fused_residual_rms_norm";
-    fn io(&self) -> ThunkIo {
-        residual_norm_io(
-            self.x,
-            self.res,
-            self.bias,
-            self.g,
-            self.b,
-            self.out,
-            self.rows,
-            self.h,
-            self.has_bias,
-            self.dt,
-        )
-    }
-    fn safe_for_active_extent(&self) -> bool {
-        true
-    }
-    fn fmt_fields(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        fmt_row_norm(f, self.rows, self.h, self.eps, self.dt)?;
-        let (x, r, o) = (Off(self.x), Off(self.res), Off(self.out));
-        write!(f, " bias={} x={x} res={r} out={o}", self.has_bias)
-    }
-}
+residual_norm!(
+    /// `out = RmsNorm(x + res (+ bias), g, b)`.
+    FusedResidualRmsNorm,
+    "fused_residual_rms_norm"
+);
 
 /// DiT adaLN-Zero: `out = norm(x) · (1 + scale) + shift`; scale / shift
 /// are `[mod_rows, h]` broadcast over x's lead dims as `lead_pack` says

@@ -6,7 +6,7 @@
 //! Separate scale / zero-point tensors are f32 unless stated. Activations
 //! and results are f32 unless a `*_f16` flag says f16.
 
-use super::io::{bytes, nbytes, ThunkIo, F32, IDX};
+use super::io::{bytes, elem_bytes, nbytes, ThunkIo, F32, IDX};
 use super::offsets::Off;
 use super::ThunkOp;
 use rlx_ir::QuantScheme;
@@ -29,15 +29,6 @@ fn blocks_per_row(k: u32, block_size: u32) -> usize {
         usize::from(k > 0)
     } else {
         (k as usize).div_ceil(block_size as usize)
-    }
-}
-
-/// Bytes per element of an activation that may be f16.
-fn act_bytes(f16: bool) -> usize {
-    if f16 {
-        2
-    } else {
-        F32
     }
 }
 
@@ -70,9 +61,9 @@ impl ThunkOp for DequantMatMulGguf {
     fn io(&self) -> ThunkIo {
         let w = nbytes(self.n as usize, packed_row_bytes(self.scheme, self.k));
         ThunkIo::new()
-            .read(self.x, bytes(&[self.m, self.k], act_bytes(self.x_f16)))
+            .read(self.x, bytes(&[self.m, self.k], elem_bytes(self.x_f16)))
             .read(self.w_q, w)
-            .write(self.dst, bytes(&[self.m, self.n], act_bytes(self.dst_f16)))
+            .write(self.dst, bytes(&[self.m, self.n], elem_bytes(self.dst_f16)))
     }
     fn safe_for_active_extent(&self) -> bool {
         true

@@ -19,7 +19,7 @@
 //!
 //! All f32 except GatedDeltaNet with `f16`.
 
-use super::io::{bytes, nbytes, ThunkIo, F32};
+use super::io::{bytes, elem_bytes, nbytes, ThunkIo, F32};
 use super::offsets::Off;
 use super::ThunkOp;
 use serde::{Deserialize, Serialize};
@@ -121,7 +121,7 @@ pub struct GatedDeltaNet {
 impl ThunkOp for GatedDeltaNet {
     const NAME: &'static str = "gated_delta_net";
     fn io(&self) -> ThunkIo {
-        let es = if self.f16 { 2 } else { F32 };
+        let es = elem_bytes(self.f16);
         let (b, s, h, n) = (self.batch, self.seq, self.heads, self.state_size);
         let qkv = bytes(&[b, s, h, n], es);
         let gate = bytes(&[b, s, h], es);
@@ -308,28 +308,118 @@ impl fmt::Display for StateField {
     }
 }
 
-/// Shared description of the recurrent cells.
-#[allow(clippy::too_many_arguments)]
-fn fmt_rnn(
-    f: &mut fmt::Formatter<'_>,
-    b: u32,
-    s: u32,
-    i: u32,
-    h: u32,
-    l: u32,
-    bi: bool,
-    carry: bool,
-    x: usize,
-    dst: usize,
-) -> fmt::Result {
-    let bi = if bi { " bidir" } else { "" };
-    let carry = if carry { " carry" } else { "" };
-    write!(
-        f,
-        "b={b} s={s} in={i} hidden={h} layers={l}{bi}{carry} x={} dst={}",
-        Off(x),
-        Off(dst)
-    )
+/// The shape fields LSTM, GRU and RNN share (layout in the module docs).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct CellDims {
+    /// Batch.
+    pub batch: u32,
+    /// Sequence length.
+    pub seq: u32,
+    /// Input features.
+    pub input_size: u32,
+    /// Hidden size.
+    pub hidden: u32,
+    /// Stacked layers.
+    pub num_layers: u32,
+    /// Both directions.
+    pub bidirectional: bool,
+    /// Append the final-state rows.
+    pub carry: bool,
+}
+
+impl CellDims {
+    /// A cell's io in operand order: input `x`, `w_ih`, `w_hh`, each of
+    /// `biases` and `states` (h0, c0), then the output `dst`. `gates` and
+    /// `rows_per_layer` are as for [`recurrent_sizes`].
+    fn io(
+        &self,
+        (gates, rows_per_layer): (usize, usize),
+        [x, w_ih, w_hh]: [usize; 3],
+        biases: &[usize],
+        states: &[usize],
+        dst: usize,
+    ) -> ThunkIo {
+        let z = recurrent_sizes(
+            gates,
+            self.batch,
+            self.seq,
+            self.input_size,
+            self.hidden,
+            self.num_layers,
+            self.bidirectional,
+            self.carry,
+            rows_per_layer,
+        );
+        let mut io = ThunkIo::new()
+            .read(x, bytes(&[self.batch, self.seq, self.input_size], F32))
+            .read(w_ih, nbytes(z.w_ih, F32))
+            .read(w_hh, nbytes(z.w_hh, F32));
+        for &b in biases {
+            io = io.read(b, nbytes(z.bias, F32));
+        }
+        for &s in states {
+            io = io.read(s, nbytes(z.state, F32));
+        }
+        io.write(dst, nbytes(z.out, F32))
+    }
+
+    /// Shared description of the recurrent cells.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>, x: usize, dst: usize) -> fmt::Result {
+        let bi = if self.bidirectional { " bidir" } else { "" };
+        let carry = if self.carry { " carry" } else { "" };
+        write!(
+            f,
+            "b={} s={} in={} hidden={} layers={}{bi}{carry} x={} dst={}",
+            self.batch,
+            self.seq,
+            self.input_size,
+            self.hidden,
+            self.num_layers,
+            Off(x),
+            Off(dst)
+        )
+    }
+}
+
+/// Implements `dims()` and `from_dims()` for a recurrent cell thunk whose
+/// operand fields are `[$op, ..]` (`$n` of them); `$f: $v` set the other
+/// fields in `from_dims`.
+macro_rules! recurrent_cell {
+    ($t:ident, [$($op:ident),*; $n:literal] $(, $f:ident: $v:expr)*) => {
+        impl $t {
+            /// The thunk's [`CellDims`].
+            pub fn dims(&self) -> CellDims {
+                CellDims {
+                    batch: self.batch,
+                    seq: self.seq,
+                    input_size: self.input_size,
+                    hidden: self.hidden,
+                    num_layers: self.num_layers,
+                    bidirectional: self.bidirectional,
+                    carry: self.carry,
+                }
+            }
+
+            #[doc = concat!(
+                "The thunk over its operands `", stringify!([$($op),*]), "` with shape `d`"
+                $(, "; `", stringify!($f), ": ", stringify!($v), "`")*,
+                "."
+            )]
+            pub fn from_dims([$($op),*]: [usize; $n], d: CellDims) -> Self {
+                $t {
+                    $($op,)*
+                    batch: d.batch,
+                    seq: d.seq,
+                    input_size: d.input_size,
+                    hidden: d.hidden,
+                    num_layers: d.num_layers,
+                    bidirectional: d.bidirectional,
+                    carry: d.carry,
+                    $($f: $v,)*
+                }
+            }
+        }
+    };
 }
 
 /// LSTM (gates i, f, g, o); layout in the module docs.
@@ -365,45 +455,24 @@ pub struct Lstm {
     pub carry: bool,
 }
 
+recurrent_cell!(Lstm, [x, w_ih, w_hh, bias, h0, c0, dst; 7]);
+
 impl ThunkOp for Lstm {
     const NAME: &'static str = "lstm";
     fn io(&self) -> ThunkIo {
-        let z = recurrent_sizes(
-            4,
-            self.batch,
-            self.seq,
-            self.input_size,
-            self.hidden,
-            self.num_layers,
-            self.bidirectional,
-            self.carry,
-            2,
-        );
-        ThunkIo::new()
-            .read(self.x, bytes(&[self.batch, self.seq, self.input_size], F32))
-            .read(self.w_ih, nbytes(z.w_ih, F32))
-            .read(self.w_hh, nbytes(z.w_hh, F32))
-            .read(self.bias, nbytes(z.bias, F32))
-            .read(self.h0, nbytes(z.state, F32))
-            .read(self.c0, nbytes(z.state, F32))
-            .write(self.dst, nbytes(z.out, F32))
+        self.dims().io(
+            (4, 2),
+            [self.x, self.w_ih, self.w_hh],
+            &[self.bias],
+            &[self.h0, self.c0],
+            self.dst,
+        )
     }
     fn safe_for_active_extent(&self) -> bool {
         true
     }
     fn fmt_fields(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        fmt_rnn(
-            f,
-            self.batch,
-            self.seq,
-            self.input_size,
-            self.hidden,
-            self.num_layers,
-            self.bidirectional,
-            self.carry,
-            self.x,
-            self.dst,
-        )
+        self.dims().fmt(f, self.x, self.dst)
     }
 }
 
@@ -440,45 +509,24 @@ pub struct Gru {
     pub carry: bool,
 }
 
+recurrent_cell!(Gru, [x, w_ih, w_hh, b_ih, b_hh, h0, dst; 7]);
+
 impl ThunkOp for Gru {
     const NAME: &'static str = "gru";
     fn io(&self) -> ThunkIo {
-        let z = recurrent_sizes(
-            3,
-            self.batch,
-            self.seq,
-            self.input_size,
-            self.hidden,
-            self.num_layers,
-            self.bidirectional,
-            self.carry,
-            1,
-        );
-        ThunkIo::new()
-            .read(self.x, bytes(&[self.batch, self.seq, self.input_size], F32))
-            .read(self.w_ih, nbytes(z.w_ih, F32))
-            .read(self.w_hh, nbytes(z.w_hh, F32))
-            .read(self.b_ih, nbytes(z.bias, F32))
-            .read(self.b_hh, nbytes(z.bias, F32))
-            .read(self.h0, nbytes(z.state, F32))
-            .write(self.dst, nbytes(z.out, F32))
+        self.dims().io(
+            (3, 1),
+            [self.x, self.w_ih, self.w_hh],
+            &[self.b_ih, self.b_hh],
+            &[self.h0],
+            self.dst,
+        )
     }
     fn safe_for_active_extent(&self) -> bool {
         true
     }
     fn fmt_fields(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        fmt_rnn(
-            f,
-            self.batch,
-            self.seq,
-            self.input_size,
-            self.hidden,
-            self.num_layers,
-            self.bidirectional,
-            self.carry,
-            self.x,
-            self.dst,
-        )
+        self.dims().fmt(f, self.x, self.dst)
     }
 }
 
@@ -515,44 +563,24 @@ pub struct Rnn {
     pub relu: bool,
 }
 
+recurrent_cell!(Rnn, [x, w_ih, w_hh, bias, h0, dst; 6], relu: false);
+
 impl ThunkOp for Rnn {
     const NAME: &'static str = "rnn";
     fn io(&self) -> ThunkIo {
-        let z = recurrent_sizes(
-            1,
-            self.batch,
-            self.seq,
-            self.input_size,
-            self.hidden,
-            self.num_layers,
-            self.bidirectional,
-            self.carry,
-            1,
-        );
-        ThunkIo::new()
-            .read(self.x, bytes(&[self.batch, self.seq, self.input_size], F32))
-            .read(self.w_ih, nbytes(z.w_ih, F32))
-            .read(self.w_hh, nbytes(z.w_hh, F32))
-            .read(self.bias, nbytes(z.bias, F32))
-            .read(self.h0, nbytes(z.state, F32))
-            .write(self.dst, nbytes(z.out, F32))
+        self.dims().io(
+            (1, 1),
+            [self.x, self.w_ih, self.w_hh],
+            &[self.bias],
+            &[self.h0],
+            self.dst,
+        )
     }
     fn safe_for_active_extent(&self) -> bool {
         true
     }
     fn fmt_fields(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        fmt_rnn(
-            f,
-            self.batch,
-            self.seq,
-            self.input_size,
-            self.hidden,
-            self.num_layers,
-            self.bidirectional,
-            self.carry,
-            self.x,
-            self.dst,
-        )?;
+        self.dims().fmt(f, self.x, self.dst)?;
         if self.relu {
             f.write_str(" relu")?;
         }

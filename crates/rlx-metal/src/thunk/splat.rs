@@ -14,20 +14,23 @@ use std::fmt;
 /// f32 elements of the camera block (view, projection terms, image size).
 pub const CAMERA_META_ELEMS: usize = 20;
 
-/// Reads of the six per-splat parameter tensors, in order.
-#[allow(clippy::too_many_arguments)]
-fn splat_params(
-    io: ThunkIo,
-    p: (usize, usize),
-    s: (usize, usize),
-    r: (usize, usize),
-    o: (usize, usize),
-    c: (usize, usize),
-    sh: (usize, usize),
-) -> ThunkIo {
-    [p, s, r, o, c, sh]
+/// A [`ThunkIo`] reading the six per-splat parameter tensors of a splat
+/// thunk (`positions` .. `sh_coeffs`), in order.
+macro_rules! splat_params {
+    ($t:expr) => {
+        [
+            ($t.positions_off, $t.positions_len),
+            ($t.scales_off, $t.scales_len),
+            ($t.rotations_off, $t.rotations_len),
+            ($t.opacities_off, $t.opacities_len),
+            ($t.colors_off, $t.colors_len),
+            ($t.sh_coeffs_off, $t.sh_coeffs_len),
+        ]
         .into_iter()
-        .fold(io, |io, (off, len)| io.read(off, nbytes(len, F32)))
+        .fold(ThunkIo::new(), |io, (off, len)| {
+            io.read(off, nbytes(len, F32))
+        })
+    };
 }
 
 /// Splat forward: per-splat parameters and camera → image `dst_len` f32
@@ -85,16 +88,8 @@ pub struct GaussianSplatRender {
 impl ThunkOp for GaussianSplatRender {
     const NAME: &'static str = "gaussian_splat_render";
     fn io(&self) -> ThunkIo {
-        let io = splat_params(
-            ThunkIo::new(),
-            (self.positions_off, self.positions_len),
-            (self.scales_off, self.scales_len),
-            (self.rotations_off, self.rotations_len),
-            (self.opacities_off, self.opacities_len),
-            (self.colors_off, self.colors_len),
-            (self.sh_coeffs_off, self.sh_coeffs_len),
-        );
-        io.read(self.meta_off, nbytes(CAMERA_META_ELEMS, F32))
+        splat_params!(self)
+            .read(self.meta_off, nbytes(CAMERA_META_ELEMS, F32))
             .write(self.dst_off, nbytes(self.dst_len, F32))
     }
     fn safe_for_active_extent(&self) -> bool {
@@ -179,16 +174,8 @@ pub struct GaussianSplatRenderBackward {
 impl ThunkOp for GaussianSplatRenderBackward {
     const NAME: &'static str = "gaussian_splat_render_backward";
     fn io(&self) -> ThunkIo {
-        let io = splat_params(
-            ThunkIo::new(),
-            (self.positions_off, self.positions_len),
-            (self.scales_off, self.scales_len),
-            (self.rotations_off, self.rotations_len),
-            (self.opacities_off, self.opacities_len),
-            (self.colors_off, self.colors_len),
-            (self.sh_coeffs_off, self.sh_coeffs_len),
-        );
-        io.read(self.meta_off, nbytes(CAMERA_META_ELEMS, F32))
+        splat_params!(self)
+            .read(self.meta_off, nbytes(CAMERA_META_ELEMS, F32))
             .read(self.d_loss_off, nbytes(self.d_loss_len, F32))
             .write(self.packed_off, nbytes(self.packed_len, F32))
     }
@@ -267,16 +254,8 @@ pub struct GaussianSplatPrepare {
 impl ThunkOp for GaussianSplatPrepare {
     const NAME: &'static str = "gaussian_splat_prepare";
     fn io(&self) -> ThunkIo {
-        let io = splat_params(
-            ThunkIo::new(),
-            (self.positions_off, self.positions_len),
-            (self.scales_off, self.scales_len),
-            (self.rotations_off, self.rotations_len),
-            (self.opacities_off, self.opacities_len),
-            (self.colors_off, self.colors_len),
-            (self.sh_coeffs_off, self.sh_coeffs_len),
-        );
-        io.read(self.meta_off, nbytes(self.meta_len, F32))
+        splat_params!(self)
+            .read(self.meta_off, nbytes(self.meta_len, F32))
             .write(self.prep_off, nbytes(self.prep_len, F32))
     }
     fn safe_for_active_extent(&self) -> bool {

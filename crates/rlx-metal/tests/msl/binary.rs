@@ -6,19 +6,9 @@
 
 use super::common::{assert_close, lib, uniform, Dt, DTS};
 use msl_sim::Grid;
-use rlx_ir::op::BinaryOp;
+use rlx_ir::op::{BinaryOp, ALL_BINARY_OPS};
 use rlx_metal::metal::args::{binary_code, BinaryArgs, BroadcastArgs, KernelArgs, MAX_RANK};
 use rlx_metal::metal::kernels::Family;
-
-const OPS: [BinaryOp; 7] = [
-    BinaryOp::Add,
-    BinaryOp::Sub,
-    BinaryOp::Mul,
-    BinaryOp::Div,
-    BinaryOp::Max,
-    BinaryOp::Min,
-    BinaryOp::Pow,
-];
 
 /// f64 reference of a binary op (shared with the region tests).
 pub fn reference(op: BinaryOp, a: f64, b: f64) -> f64 {
@@ -80,7 +70,7 @@ fn binary_full_matches_reference() {
     for dt in DTS {
         let kernel = format!("binary_{}", dt.suffix());
         let (atol, rtol) = tolerance(dt);
-        for op in OPS {
+        for op in ALL_BINARY_OPS {
             for (k, n) in [1usize, 31, 33, 100, 1000].into_iter().enumerate() {
                 let (a, b) = operands(op, n, 3 + k as u64);
                 let (a, b) = (dt.round(&a), dt.round(&b));
@@ -148,7 +138,7 @@ fn binary_broadcast_matches_reference() {
     for dt in DTS {
         let kernel = format!("binary_broadcast_{}", dt.suffix());
         let (atol, rtol) = tolerance(dt);
-        for op in OPS {
+        for op in ALL_BINARY_OPS {
             for (k, (ls, rs)) in cases.iter().enumerate() {
                 let (out, lst, rst) = broadcast(ls, rs);
                 let len: u32 = out.iter().product();

@@ -1,7 +1,7 @@
 //! Shared helpers: compiled libraries per family, f32 / f16 encoding,
 //! deterministic inputs and the tolerance check.
 
-use msl_sim::Library;
+use msl_sim::{Grid, Library};
 use rlx_metal::metal::kernels::{source, Family};
 use std::collections::HashMap;
 use std::sync::{Mutex, OnceLock};
@@ -27,6 +27,15 @@ pub enum Dt {
 pub const DTS: [Dt; 2] = [Dt::F32, Dt::F16];
 
 impl Dt {
+    /// F16 when `f16`, else F32.
+    pub fn of(f16: bool) -> Dt {
+        if f16 {
+            Dt::F16
+        } else {
+            Dt::F32
+        }
+    }
+
     pub fn suffix(self) -> &'static str {
         match self {
             Dt::F32 => "f32",
@@ -67,6 +76,25 @@ impl Dt {
     }
 }
 
+impl Dt {
+    /// [`Dt::decode`] widened to f64 (exact).
+    pub fn decode_f64(self, b: &[u8]) -> Vec<f64> {
+        self.decode(b).into_iter().map(f64::from).collect()
+    }
+}
+
+/// One `#[test]` per `name => GgmlType variant`, each calling the invoking
+/// module's `check_type(GgmlType::$ty)`.
+#[macro_export]
+macro_rules! ggml_type_tests {
+    ($($name:ident => $ty:ident),* $(,)?) => {$(
+        #[test]
+        fn $name() {
+            check_type(GgmlType::$ty);
+        }
+    )*};
+}
+
 /// Deterministic uniform values in [lo, hi) (xorshift; no rand dependency).
 pub fn uniform(seed: u64, n: usize, lo: f32, hi: f32) -> Vec<f32> {
     let mut s = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
@@ -105,6 +133,26 @@ pub fn assert_close(what: &str, got: &[f32], want: &[f64], atol: f64, rtol: f64)
         got[i],
         want[i]
     );
+}
+
+/// Dispatches `kernel` of `lib` over `grid` with `inputs` encoded as `dt`
+/// and a zeroed `n`-element output bound after them (panicking with the
+/// kernel's name on a failure); returns the decoded output.
+pub fn run_dense(
+    lib: &Library,
+    kernel: &str,
+    args: &[u8],
+    dt: Dt,
+    inputs: &[&[f32]],
+    n: usize,
+    grid: Grid,
+) -> Vec<f32> {
+    let mut bufs: Vec<Vec<u8>> = inputs.iter().map(|v| dt.encode(v)).collect();
+    bufs.push(dt.encode(&vec![0.0; n]));
+    let mut refs: Vec<&mut [u8]> = bufs.iter_mut().map(|b| b.as_mut_slice()).collect();
+    lib.dispatch(kernel, args, &mut refs, grid, &[])
+        .unwrap_or_else(|e| panic!("{kernel}: {e}"));
+    dt.decode(&bufs[inputs.len()])
 }
 
 /// Threads per threadgroup for a row of `n` elements: min(1024, n rounded

@@ -72,6 +72,16 @@ struct Pro {
     xs: Vec<f64>,
 }
 
+impl Pro {
+    /// The six prologue operands (x, g, b, y, pg, pb) as f32 buffers, in
+    /// kernel binding order.
+    fn bufs(&self) -> Vec<Vec<u8>> {
+        [&self.x, &self.g, &self.b, &self.y, &self.pg, &self.pb]
+            .map(|v| enc(v))
+            .to_vec()
+    }
+}
+
 fn prologue(k: usize, flags: u32, seed: u64) -> Pro {
     let x = uniform(seed, k, -3.0, 3.0);
     let g = uniform(seed + 1, k, 0.5, 1.5);
@@ -206,14 +216,7 @@ fn qkv_head_matches_reference_for_every_type_and_epilogue() {
         let sentinel = 7.5f32;
         let mut dst = enc(&vec![sentinel; if cache { rows * n } else { n }]);
         let mut s_out = enc(&vec![sentinel; k]);
-        let mut bufs: Vec<Vec<u8>> = vec![
-            enc(&p.x),
-            enc(&p.g),
-            enc(&p.b),
-            enc(&p.y),
-            enc(&p.pg),
-            enc(&p.pb),
-        ];
+        let mut bufs = p.bufs();
         let (mut wb, mut bb, mut hgb, mut hbb) = (w.clone(), enc(&bias), enc(&hg), enc(&hb));
         let (mut csb, mut snb, mut idx) = (enc(&cs), enc(&sn), row.to_le_bytes().to_vec());
         let [b0, b1, b2, b3, b4, b5] = &mut bufs[..] else {
@@ -341,18 +344,8 @@ fn norm_gate_up_matches_reference_for_every_type() {
             post_eps: 1e-6,
             ..HeadGemvArgs::default()
         };
-        let mut bufs: Vec<Vec<u8>> = vec![
-            enc(&p.x),
-            enc(&p.g),
-            enc(&p.b),
-            enc(&p.y),
-            enc(&p.pg),
-            enc(&p.pb),
-            enc(&vec![0.0; k]),
-            gw,
-            uw,
-            enc(&vec![0.0; n]),
-        ];
+        let mut bufs = p.bufs();
+        bufs.extend([enc(&vec![0.0; k]), gw, uw, enc(&vec![0.0; n])]);
         let mut refs: Vec<&mut [u8]> = bufs.iter_mut().map(|b| b.as_mut_slice()).collect();
         lib(Family::Quant)
             .dispatch(

@@ -10,44 +10,13 @@
 //! the bound uses `1.2·(|u|·tol_g + |act(g)|·tol_u)` plus 1e-6 relative
 //! for the f32 exp / tanh, and `2^-11·|ref|` when dst is f16.
 
-use super::common::{lib, uniform};
+use super::common::{lib, uniform, Dt};
 use super::quant::{dequant, random_weights};
-use half::f16;
 use msl_sim::{Binding, Grid};
 use rlx_ir::quant::ALL_GGML_TYPES;
 use rlx_ir::GgmlType;
 use rlx_metal::metal::args::{KernelArgs, MlpArgs};
 use rlx_metal::metal::kernels::Family;
-
-fn enc(v: &[f32], f16: bool) -> Vec<u8> {
-    if f16 {
-        v.iter()
-            .flat_map(|&x| f16::from_f32(x).to_le_bytes())
-            .collect()
-    } else {
-        v.iter().flat_map(|x| x.to_le_bytes()).collect()
-    }
-}
-
-fn dec(b: &[u8], f16: bool) -> Vec<f64> {
-    if f16 {
-        b.chunks_exact(2)
-            .map(|c| f16::from_le_bytes([c[0], c[1]]).to_f64())
-            .collect()
-    } else {
-        b.chunks_exact(4)
-            .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]) as f64)
-            .collect()
-    }
-}
-
-fn round(v: Vec<f32>, f16: bool) -> Vec<f32> {
-    if f16 {
-        v.iter().map(|&x| f16::from_f32(x).to_f32()).collect()
-    } else {
-        v
-    }
-}
 
 /// `(Σ w·x, Σ |w·x|)` for each row of `wd [n, k]`.
 fn dots(wd: &[f64], x: &[f32], k: usize) -> Vec<(f64, f64)> {
@@ -100,7 +69,7 @@ fn gate_up_matches_reference_for_every_type() {
             random_weights(ty, n, k, 3 + t as u64),
             random_weights(ty, n, k, 50 + t as u64),
         );
-        let x = round(uniform(7 + t as u64, k, -1.0, 1.0), x_f16);
+        let x = Dt::of(x_f16).round(&uniform(7 + t as u64, k, -1.0, 1.0));
         let g = dots(&dequant(ty, &gw, n, k), &x, k);
         let u = dots(&dequant(ty, &uw, n, k), &x, k);
         let a = MlpArgs {
@@ -112,11 +81,14 @@ fn gate_up_matches_reference_for_every_type() {
             res_f16: 0,
             op,
         };
-        let (mut xb, mut gb, mut ub) = (enc(&x, x_f16), gw.clone(), uw.clone());
+        let (mut xb, mut gb, mut ub) = (Dt::of(x_f16).encode(&x), gw.clone(), uw.clone());
         let mut out = vec![0u8; n * if dst_f16 { 2 } else { 4 }];
         dispatch(&name, a, &mut [&mut xb, &mut gb, &mut ub, &mut out]);
-        for (j, (&got, (&(gv, gs), &(uv, us)))) in
-            dec(&out, dst_f16).iter().zip(g.iter().zip(&u)).enumerate()
+        for (j, (&got, (&(gv, gs), &(uv, us)))) in Dt::of(dst_f16)
+            .decode_f64(&out)
+            .iter()
+            .zip(g.iter().zip(&u))
+            .enumerate()
         {
             let want = act(gv, op) * uv;
             let (tg, tu) = (1e-5 * gs + 1e-6, 1e-5 * us + 1e-6);
@@ -143,8 +115,8 @@ fn down_residual_matches_reference_in_and_out_of_place() {
             let x_f16 = t % 3 == 0;
             let dst_f16 = t % 2 == 1;
             let res_f16 = if in_place { dst_f16 } else { t % 4 == 1 };
-            let x = round(uniform(20 + t as u64, k, -1.0, 1.0), x_f16);
-            let res = round(uniform(40 + t as u64, n, -3.0, 3.0), res_f16);
+            let x = Dt::of(x_f16).round(&uniform(20 + t as u64, k, -1.0, 1.0));
+            let res = Dt::of(res_f16).round(&uniform(40 + t as u64, n, -3.0, 3.0));
             let d = dots(&wd, &x, k);
             let a = MlpArgs {
                 k: k as u32,
@@ -155,8 +127,8 @@ fn down_residual_matches_reference_in_and_out_of_place() {
                 res_f16: res_f16 as u32,
                 op: 0,
             };
-            let (mut xb, mut wb) = (enc(&x, x_f16), w.clone());
-            let mut rb = enc(&res, res_f16);
+            let (mut xb, mut wb) = (Dt::of(x_f16).encode(&x), w.clone());
+            let mut rb = Dt::of(res_f16).encode(&res);
             let out = if in_place {
                 // res and dst one region, both bindings at offset 0 (as a
                 // MetalPlan binds an in-place residual)
@@ -185,7 +157,8 @@ fn down_residual_matches_reference_in_and_out_of_place() {
                 dispatch(&name, a, &mut [&mut xb, &mut wb, &mut rb, &mut ob]);
                 ob
             };
-            for (j, (&got, (&(dv, ds), &r))) in dec(&out, dst_f16)
+            for (j, (&got, (&(dv, ds), &r))) in Dt::of(dst_f16)
+                .decode_f64(&out)
                 .iter()
                 .zip(d.iter().zip(&res))
                 .enumerate()

@@ -196,16 +196,7 @@ fn check_type(ty: GgmlType) {
     }
 }
 
-macro_rules! type_tests {
-    ($($name:ident => $ty:ident),* $(,)?) => {$(
-        #[test]
-        fn $name() {
-            check_type(GgmlType::$ty);
-        }
-    )*};
-}
-
-type_tests! {
+crate::ggml_type_tests! {
     gguf_f32_rows => F32,
     gguf_f16_rows => F16,
     gguf_bf16_rows => BF16,

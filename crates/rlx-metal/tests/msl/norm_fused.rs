@@ -8,7 +8,7 @@
 //! `2e-3 + 2^-9·|ref|` (f32 math, up to two roundings to f16 in the gated
 //! form, whose values reach |x·g·silu(z)| ≈ 8).
 
-use super::common::{assert_close, lib, row_threads, uniform, Dt, DTS};
+use super::common::{assert_close, lib, row_threads, run_dense, uniform, Dt, DTS};
 use msl_sim::Grid;
 use rlx_metal::metal::args::{GroupNormArgs, KernelArgs, ModNormArgs, RowNormArgs};
 use rlx_metal::metal::kernels::Family;
@@ -54,23 +54,16 @@ fn residual_layer_norm_matches_reference() {
                     eps: 1e-5,
                     has_bias: has_bias as u32,
                 };
-                let mut out = dt.encode(&vec![0.0; n]);
                 let t = if tpg == 0 { row_threads(h) } else { tpg };
-                lib.dispatch(
+                let out = run_dense(
+                    &lib,
                     &kernel,
                     args.as_bytes(),
-                    &mut [
-                        &mut dt.encode(&x),
-                        &mut dt.encode(&r),
-                        &mut dt.encode(&bias),
-                        &mut dt.encode(&g),
-                        &mut dt.encode(&b),
-                        &mut out,
-                    ],
+                    dt,
+                    &[&x, &r, &bias, &g, &b],
+                    n,
                     Grid::d1(rows, t),
-                    &[],
-                )
-                .unwrap_or_else(|e| panic!("{kernel}: {e}"));
+                );
                 let mut want = Vec::with_capacity(n);
                 for row in 0..rows as usize {
                     let s: Vec<f64> = (0..h as usize)
@@ -91,7 +84,7 @@ fn residual_layer_norm_matches_reference() {
                 let (atol, rtol) = tolerance(dt);
                 assert_close(
                     &format!("{kernel} {rows}x{h} tpg={t} bias={has_bias}"),
-                    &dt.decode(&out),
+                    &out,
                     &want,
                     atol,
                     rtol,
@@ -124,22 +117,16 @@ fn rms_norm_mul_silu_matches_reference() {
                     eps: 1e-6,
                     has_bias: 0,
                 };
-                let mut out = dt.encode(&vec![0.0; n]);
                 let t = if tpg == 0 { row_threads(h) } else { tpg };
-                lib.dispatch(
+                let out = run_dense(
+                    &lib,
                     &kernel,
                     args.as_bytes(),
-                    &mut [
-                        &mut dt.encode(&x),
-                        &mut dt.encode(&g),
-                        &mut dt.encode(&b),
-                        &mut dt.encode(&z),
-                        &mut out,
-                    ],
+                    dt,
+                    &[&x, &g, &b, &z],
+                    n,
                     Grid::d1(rows, t),
-                    &[],
-                )
-                .unwrap_or_else(|e| panic!("{kernel}: {e}"));
+                );
                 let mut want = Vec::with_capacity(n);
                 for row in x.chunks(h as usize).zip(z.chunks(h as usize)) {
                     let ms = row.0.iter().map(|&v| v as f64 * v as f64).sum::<f64>() / h as f64;
@@ -152,7 +139,7 @@ fn rms_norm_mul_silu_matches_reference() {
                 let (atol, rtol) = tolerance(dt);
                 assert_close(
                     &format!("{kernel} {rows}x{h} tpg={t} zero_beta={zero_beta}"),
-                    &dt.decode(&out),
+                    &out,
                     &want,
                     atol,
                     rtol,
@@ -223,20 +210,15 @@ fn ada_layer_norm_and_gated_residual_match_reference() {
                 let (atol, rtol) = tolerance(dt);
                 // ada_layer_norm
                 let kernel = format!("ada_layer_norm_{}", dt.suffix());
-                let mut out = dt.encode(&vec![0.0; rows * hu]);
-                lib.dispatch(
+                let out = run_dense(
+                    &lib,
                     &kernel,
                     args.as_bytes(),
-                    &mut [
-                        &mut dt.encode(&x),
-                        &mut dt.encode(&sc),
-                        &mut dt.encode(&sh),
-                        &mut out,
-                    ],
+                    dt,
+                    &[&x, &sc, &sh],
+                    rows * hu,
                     Grid::d1(rows as u32, row_threads(h)),
-                    &[],
-                )
-                .unwrap_or_else(|e| panic!("{kernel}: {e}"));
+                );
                 let mut want = Vec::new();
                 for (r, row) in x.chunks(hu).enumerate() {
                     let v: Vec<f64> = row.iter().map(|&t| t as f64).collect();
@@ -252,43 +234,26 @@ fn ada_layer_norm_and_gated_residual_match_reference() {
                         (v[j] - mean) * inv * (1.0 + sc[m + j] as f64) + sh[m + j] as f64
                     }));
                 }
-                assert_close(
-                    &format!("{kernel} case {k} h={h}"),
-                    &dt.decode(&out),
-                    &want,
-                    atol,
-                    rtol,
-                );
+                assert_close(&format!("{kernel} case {k} h={h}"), &out, &want, atol, rtol);
                 // gated_residual (gate = the scale tensor)
                 let kernel = format!("gated_residual_{}", dt.suffix());
-                let mut out = dt.encode(&vec![0.0; rows * hu]);
                 let total = (rows * hu) as u32;
-                lib.dispatch(
+                let out = run_dense(
+                    &lib,
                     &kernel,
                     args.as_bytes(),
-                    &mut [
-                        &mut dt.encode(&x),
-                        &mut dt.encode(&y),
-                        &mut dt.encode(&sc),
-                        &mut out,
-                    ],
+                    dt,
+                    &[&x, &y, &sc],
+                    rows * hu,
                     Grid::d1(total.div_ceil(64), 64),
-                    &[],
-                )
-                .unwrap_or_else(|e| panic!("{kernel}: {e}"));
+                );
                 let want: Vec<f64> = (0..rows * hu)
                     .map(|e| {
                         let (r, j) = (e / hu, e % hu);
                         x[e] as f64 + sc[map[r] * hu + j] as f64 * y[e] as f64
                     })
                     .collect();
-                assert_close(
-                    &format!("{kernel} case {k} h={h}"),
-                    &dt.decode(&out),
-                    &want,
-                    atol,
-                    rtol,
-                );
+                assert_close(&format!("{kernel} case {k} h={h}"), &out, &want, atol, rtol);
             }
         }
     }
@@ -321,20 +286,15 @@ fn group_norm_matches_reference() {
                 hw,
                 eps: 1e-5,
             };
-            let mut out = dt.encode(&vec![0.0; total]);
-            lib.dispatch(
+            let out = run_dense(
+                &lib,
                 &kernel,
                 args.as_bytes(),
-                &mut [
-                    &mut dt.encode(&x),
-                    &mut dt.encode(&g),
-                    &mut dt.encode(&b),
-                    &mut out,
-                ],
+                dt,
+                &[&x, &g, &b],
+                total,
                 Grid::d1(n * groups, row_threads(cg * hw)),
-                &[],
-            )
-            .unwrap_or_else(|e| panic!("{kernel}: {e}"));
+            );
             let glen = (cg * hw) as usize;
             let mut want = Vec::new();
             for (gi, blk) in x.chunks(glen).enumerate() {
@@ -348,13 +308,7 @@ fn group_norm_matches_reference() {
                 }
             }
             let (atol, rtol) = tolerance(dt);
-            assert_close(
-                &format!("{kernel} case {k}"),
-                &dt.decode(&out),
-                &want,
-                atol,
-                rtol,
-            );
+            assert_close(&format!("{kernel} case {k}"), &out, &want, atol, rtol);
         }
     }
 }

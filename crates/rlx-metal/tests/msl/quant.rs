@@ -364,16 +364,7 @@ fn check_type(ty: GgmlType) {
     }
 }
 
-macro_rules! type_tests {
-    ($($name:ident => $ty:ident),* $(,)?) => {$(
-        #[test]
-        fn $name() {
-            check_type(GgmlType::$ty);
-        }
-    )*};
-}
-
-type_tests! {
+crate::ggml_type_tests! {
     f32_rows => F32,
     f16_rows => F16,
     bf16_rows => BF16,

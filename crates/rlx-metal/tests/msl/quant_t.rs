@@ -90,16 +90,7 @@ fn check_type(ty: GgmlType) {
     }
 }
 
-macro_rules! type_tests {
-    ($($name:ident => $ty:ident),* $(,)?) => {$(
-        #[test]
-        fn $name() {
-            check_type(GgmlType::$ty);
-        }
-    )*};
-}
-
-type_tests! {
+crate::ggml_type_tests! {
     t_f32_rows => F32,
     t_f16_rows => F16,
     t_bf16_rows => BF16,

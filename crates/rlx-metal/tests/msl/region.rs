@@ -15,23 +15,13 @@ use super::binary::reference as bin_ref;
 use super::common::{assert_close, lib, uniform, Dt, DTS};
 use super::elementwise::{inputs as act_inputs, reference as act_ref};
 use msl_sim::Grid;
-use rlx_ir::op::{Activation, BinaryOp, CmpOp, ALL_ACTIVATIONS};
+use rlx_ir::op::{Activation, BinaryOp, CmpOp, ALL_ACTIVATIONS, ALL_BINARY_OPS};
 use rlx_metal::metal::args::{
     act_code, binary_code, cmp_code, CompareArgs, FusedActArgs, KernelArgs, RegionArgs, SwigluArgs,
     WhereArgs,
 };
 use rlx_metal::metal::kernels::Family;
 use rlx_metal::thunk::region::STEP_OPERAND;
-
-const OPS: [BinaryOp; 7] = [
-    BinaryOp::Add,
-    BinaryOp::Sub,
-    BinaryOp::Mul,
-    BinaryOp::Div,
-    BinaryOp::Max,
-    BinaryOp::Min,
-    BinaryOp::Pow,
-];
 
 /// A step operand naming an earlier step.
 const fn st(s: u32) -> u32 {
@@ -74,7 +64,7 @@ fn eval(chain: &[[u32; 4]], ins: &[Vec<f32>], kinds: &[In], g: usize) -> f64 {
                 3 => x.trunc(),
                 _ => x,
             },
-            _ => bin_ref(OPS[sub as usize], x, opnd(b)),
+            _ => bin_ref(ALL_BINARY_OPS[sub as usize], x, opnd(b)),
         };
         regs.push(v);
     }
@@ -184,7 +174,7 @@ fn region_every_step_kind_with_scalar_and_modulus_inputs() {
                 1e-5,
             );
         }
-        for op in OPS {
+        for op in ALL_BINARY_OPS {
             // op(in0, modulus input), then op(scalar, step 0)
             let chain = [[2, binary_code(op), 0, 2], [2, binary_code(op), 1, st(0)]];
             let ins = slice_inputs(&kinds, len as usize, 5, 0.5, 1.5);
@@ -299,9 +289,9 @@ fn binary_and_ternary_activation_and_fma() {
     for dt in DTS {
         let (atol, rtol) = tol(dt);
         for len in [1u32, 33, 300] {
-            for (o, op) in OPS.into_iter().enumerate() {
+            for (o, op) in ALL_BINARY_OPS.into_iter().enumerate() {
                 let act = acts[o % acts.len()];
-                let op1 = OPS[(o + 2) % 4];
+                let op1 = ALL_BINARY_OPS[(o + 2) % 4];
                 let x = dt.round(&uniform(o as u64, len as usize, 0.5, 1.5));
                 let y = dt.round(&uniform(o as u64 + 1, len as usize, 0.5, 1.5));
                 let z = dt.round(&uniform(o as u64 + 2, len as usize, -1.0, 1.0));

@@ -15,6 +15,7 @@
 //! - Interleaved RoPE with `n_rot == head_dim` runs NeoX pairing between
 //!   two transposes of each head (`[half, 2] ↔ [2, half]`).
 
+use super::conv::conv_dims;
 use super::elementwise::{materialize, push_cast};
 use super::{converted, index_i32, numel, Ctx};
 use crate::compile::error::CompileError;
@@ -60,26 +61,8 @@ pub(super) fn lower(ctx: &mut Ctx<'_>, op: &Op) -> Result<(), CompileError> {
                     padding,
                 },
         } => max_pool(ctx, *kernel, *stride, *padding),
-        Op::Conv2dBackwardInput {
-            geom:
-                ConvGeom {
-                    stride,
-                    padding,
-                    dilation,
-                    groups,
-                },
-            ..
-        } => conv_input(ctx, *stride, *padding, *dilation, *groups),
-        Op::Conv2dBackwardWeight {
-            geom:
-                ConvGeom {
-                    stride,
-                    padding,
-                    dilation,
-                    groups,
-                },
-            kernel,
-        } => conv_weight(ctx, *stride, *padding, *dilation, *groups, *kernel),
+        Op::Conv2dBackwardInput { geom, .. } => conv_input(ctx, geom),
+        Op::Conv2dBackwardWeight { geom, kernel } => conv_weight(ctx, geom, *kernel),
         Op::AdaLayerNormBackward { eps, layer_norm } => modulated(ctx, Some((*eps, *layer_norm))),
         Op::GatedResidualBackward => modulated(ctx, None),
         Op::LogMelBackward { n_fft } => log_mel(ctx, *n_fft),
@@ -546,22 +529,9 @@ fn max_pool(
 }
 
 /// Conv geometry `[n, c_in, h, w, c_out, h_out, w_out, kh, kw]` checked to fit u32.
-fn conv_dims(ctx: &Ctx<'_>, d: [usize; 9]) -> Result<[u32; 9], CompileError> {
-    let mut out = [0u32; 9];
-    for (o, v) in out.iter_mut().zip(d) {
-        *o = ctx.u32(v, "conv dim")?;
-    }
-    Ok(out)
-}
-
-fn conv_input(
-    ctx: &mut Ctx<'_>,
-    stride: [usize; 2],
-    padding: [usize; 2],
-    dilation: [usize; 2],
-    groups: usize,
-) -> Result<(), CompileError> {
+fn conv_input(ctx: &mut Ctx<'_>, geom: &ConvGeom) -> Result<(), CompileError> {
     let (yd, wd, xd) = (ctx.in_dims(0), ctx.in_dims(1), ctx.out_dims());
+    let groups = geom.groups;
     if groups == 0 || yd[1] % groups != 0 {
         return Err(ctx.bad_param(
             "groups",
@@ -569,86 +539,28 @@ fn conv_input(
         ));
     }
     count(ctx, &xd)?;
-    let [n, ci, h, w, co, ho, wo, kh, kw] = conv_dims(
-        ctx,
-        [
-            xd[0], xd[1], xd[2], xd[3], yd[1], yd[2], yd[3], wd[2], wd[3],
-        ],
-    )?;
+    let d = conv_dims(ctx, &xd, &yd, [wd[2], wd[3]], geom)?;
     let dy = converted(ctx, 0, DType::F32)?;
     let wt = converted(ctx, 1, DType::F32)?;
     let dx = f32_target(ctx)?;
-    let t = Conv2dBackwardInput {
-        dy,
-        w: wt,
-        dx,
-        n,
-        c_in: ci,
-        h,
-        w_in: w,
-        c_out: co,
-        h_out: ho,
-        w_out: wo,
-        kh,
-        kw,
-        sh: ctx.u32(stride[0], "stride")?,
-        sw: ctx.u32(stride[1], "stride")?,
-        ph: ctx.u32(padding[0], "padding")?,
-        pw: ctx.u32(padding[1], "padding")?,
-        dh: ctx.u32(dilation[0], "dilation")?,
-        dw: ctx.u32(dilation[1], "dilation")?,
-        groups: ctx.u32(groups, "groups")?,
-    };
-    ctx.push(t);
+    ctx.push(Conv2dBackwardInput::from_dims([dy, wt, dx], d));
     finish_f32(ctx, dx)
 }
 
-fn conv_weight(
-    ctx: &mut Ctx<'_>,
-    stride: [usize; 2],
-    padding: [usize; 2],
-    dilation: [usize; 2],
-    groups: usize,
-    kernel: [usize; 2],
-) -> Result<(), CompileError> {
+fn conv_weight(ctx: &mut Ctx<'_>, geom: &ConvGeom, kernel: [usize; 2]) -> Result<(), CompileError> {
     let (xd, yd) = (ctx.in_dims(0), ctx.in_dims(1));
+    let groups = geom.groups;
     if groups == 0 || xd[1] % groups != 0 || yd[1] % groups != 0 {
         return Err(ctx.bad_param(
             "groups",
             format!("{groups} must divide c_in {} and c_out {}", xd[1], yd[1]),
         ));
     }
-    let [n, ci, h, w, co, ho, wo, kh, kw] = conv_dims(
-        ctx,
-        [
-            xd[0], xd[1], xd[2], xd[3], yd[1], yd[2], yd[3], kernel[0], kernel[1],
-        ],
-    )?;
+    let d = conv_dims(ctx, &xd, &yd, kernel, geom)?;
     let x = converted(ctx, 0, DType::F32)?;
     let dy = converted(ctx, 1, DType::F32)?;
     let dw = f32_target(ctx)?;
-    let t = Conv2dBackwardWeight {
-        x,
-        dy,
-        dw,
-        n,
-        c_in: ci,
-        h,
-        w,
-        c_out: co,
-        h_out: ho,
-        w_out: wo,
-        kh,
-        kw,
-        sh: ctx.u32(stride[0], "stride")?,
-        sw: ctx.u32(stride[1], "stride")?,
-        ph: ctx.u32(padding[0], "padding")?,
-        pw: ctx.u32(padding[1], "padding")?,
-        dh: ctx.u32(dilation[0], "dilation")?,
-        dw_dil: ctx.u32(dilation[1], "dilation")?,
-        groups: ctx.u32(groups, "groups")?,
-    };
-    ctx.push(t);
+    ctx.push(Conv2dBackwardWeight::from_dims([x, dy, dw], d));
     finish_f32(ctx, dw)
 }
 

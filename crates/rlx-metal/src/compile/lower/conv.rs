@@ -13,7 +13,7 @@
 use super::{converted, elementwise, numel, Ctx};
 use crate::compile::error::CompileError;
 use crate::thunk::binary::BinaryBroadcast;
-use crate::thunk::conv::{Conv2D, ConvTranspose2d, Im2Col, Pool2D};
+use crate::thunk::conv::{Conv2D, ConvDims, ConvTranspose2d, Im2Col, Pool2D};
 use crate::thunk::matmul::BatchedSgemm;
 use crate::thunk::HalfFlag;
 use rlx_ir::op::BinaryOp;
@@ -92,24 +92,7 @@ fn push_conv(ctx: &mut Ctx<'_>, c: Conv2D) -> Result<(), CompileError> {
         c.src
     } else {
         let col = ctx.scratch(bytes);
-        ctx.push(Im2Col {
-            x: c.src,
-            col,
-            n: c.n,
-            c_in: c.c_in,
-            h: c.h,
-            w: c.w,
-            h_out: c.h_out,
-            w_out: c.w_out,
-            kh: c.kh,
-            kw: c.kw,
-            sh: c.sh,
-            sw: c.sw,
-            ph: c.ph,
-            pw: c.pw,
-            dh: c.dh,
-            dw_dil: c.dw,
-        });
+        ctx.push(Im2Col::from_dims([c.src, col], c.dims()));
         col
     };
     ctx.push(BatchedSgemm {
@@ -125,6 +108,43 @@ fn push_conv(ctx: &mut Ctx<'_>, c: Conv2D) -> Result<(), CompileError> {
         b_bcast: false,
     });
     Ok(())
+}
+
+/// The [`ConvDims`] of input dims `x` `[n, c_in, h, w]`, output dims `y`
+/// `[n, c_out, h_out, w_out]`, kernel `k` and `geom`, each checked to fit
+/// in u32.
+pub(super) fn conv_dims(
+    ctx: &Ctx<'_>,
+    x: &[usize],
+    y: &[usize],
+    [kh, kw]: [usize; 2],
+    geom: &ConvGeom,
+) -> Result<ConvDims, CompileError> {
+    let u = |v: usize, what: &str| ctx.u32(v, what);
+    let ConvGeom {
+        stride,
+        padding,
+        dilation,
+        groups,
+    } = geom;
+    Ok(ConvDims {
+        n: u(x[0], "n")?,
+        c_in: u(x[1], "c_in")?,
+        h: u(x[2], "h")?,
+        w: u(x[3], "w")?,
+        c_out: u(y[1], "c_out")?,
+        h_out: u(y[2], "h_out")?,
+        w_out: u(y[3], "w_out")?,
+        kh: u(kh, "kh")?,
+        kw: u(kw, "kw")?,
+        sh: u(stride[0], "stride")?,
+        sw: u(stride[1], "stride")?,
+        ph: u(padding[0], "padding")?,
+        pw: u(padding[1], "padding")?,
+        dh: u(dilation[0], "dilation")?,
+        dw: u(dilation[1], "dilation")?,
+        groups: u(*groups, "groups")?,
+    })
 }
 
 /// An f32 result goes straight to the node's output; an f16 one is
@@ -153,79 +173,16 @@ fn lower_f32(ctx: &mut Ctx<'_>, op: &Op, dst: usize) -> Result<(), CompileError>
     let x = converted(ctx, 0, DType::F32)?;
     let u = |ctx: &Ctx<'_>, v: usize, w: &str| ctx.u32(v, w);
     match op {
-        Op::Conv2d {
-            geom:
-                ConvGeom {
-                    stride,
-                    padding,
-                    dilation,
-                    groups,
-                },
-        } => {
+        Op::Conv2d { geom } | Op::ConvTranspose2d { geom, .. } => {
             let wd = ctx.in_dims(1);
             let weight = converted(ctx, 1, DType::F32)?;
-            let conv = Conv2D {
-                src: x,
-                weight,
-                dst,
-                n: u(ctx, xd[0], "n")?,
-                c_in: u(ctx, xd[1], "c_in")?,
-                h: u(ctx, xd[2], "h")?,
-                w: u(ctx, xd[3], "w")?,
-                c_out: u(ctx, od[1], "c_out")?,
-                h_out: u(ctx, od[2], "h_out")?,
-                w_out: u(ctx, od[3], "w_out")?,
-                kh: u(ctx, wd[2], "kh")?,
-                kw: u(ctx, wd[3], "kw")?,
-                sh: u(ctx, stride[0], "stride")?,
-                sw: u(ctx, stride[1], "stride")?,
-                ph: u(ctx, padding[0], "padding")?,
-                pw: u(ctx, padding[1], "padding")?,
-                dh: u(ctx, dilation[0], "dilation")?,
-                dw: u(ctx, dilation[1], "dilation")?,
-                groups: u(ctx, *groups, "groups")?,
-            };
-            push_conv(ctx, conv)?;
-            if ctx.arity() > 2 {
-                let b = converted(ctx, 2, DType::F32)?;
-                add_channel_bias(ctx, dst, b, &od)?;
+            let d = conv_dims(ctx, &xd, &od, [wd[2], wd[3]], geom)?;
+            let ops = [x, weight, dst];
+            if matches!(op, Op::Conv2d { .. }) {
+                push_conv(ctx, Conv2D::from_dims(ops, d))?;
+            } else {
+                ctx.push(ConvTranspose2d::from_dims(ops, d));
             }
-            Ok(())
-        }
-        Op::ConvTranspose2d {
-            geom:
-                ConvGeom {
-                    stride,
-                    padding,
-                    dilation,
-                    groups,
-                },
-            ..
-        } => {
-            let wd = ctx.in_dims(1);
-            let weight = converted(ctx, 1, DType::F32)?;
-            ctx.push(ConvTranspose2d {
-                src: x,
-                weight,
-                dst,
-                n: u(ctx, xd[0], "n")?,
-                c_in: u(ctx, xd[1], "c_in")?,
-                h: u(ctx, xd[2], "h")?,
-                w_in: u(ctx, xd[3], "w")?,
-                c_out: u(ctx, od[1], "c_out")?,
-                h_out: u(ctx, od[2], "h_out")?,
-                w_out: u(ctx, od[3], "w_out")?,
-                kh: u(ctx, wd[2], "kh")?,
-                kw: u(ctx, wd[3], "kw")?,
-                sh: u(ctx, stride[0], "stride")?,
-                sw: u(ctx, stride[1], "stride")?,
-                ph: u(ctx, padding[0], "padding")?,
-                pw: u(ctx, padding[1], "padding")?,
-                dh: u(ctx, dilation[0], "dilation")?,
-                dw: u(ctx, dilation[1], "dilation")?,
-                groups: u(ctx, *groups, "groups")?,
-                dt: crate::thunk::HalfFlag::F32,
-            });
             if ctx.arity() > 2 {
                 let b = converted(ctx, 2, DType::F32)?;
                 add_channel_bias(ctx, dst, b, &od)?;

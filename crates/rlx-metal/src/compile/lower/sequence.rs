@@ -15,7 +15,7 @@
 use super::Ctx;
 use crate::compile::error::CompileError;
 use crate::thunk::host::{ScanHost, ScanHostDesc};
-use crate::thunk::sequence::{GatedDeltaNet, Gru, Lstm, Mamba2, Rnn, SelectiveScan};
+use crate::thunk::sequence::{CellDims, GatedDeltaNet, Gru, Lstm, Mamba2, Rnn, SelectiveScan};
 use rlx_ir::op::{Recurrent, ScanLoop};
 use rlx_ir::{DType, Op};
 
@@ -104,89 +104,19 @@ pub(super) fn lower(ctx: &mut Ctx<'_>, op: &Op) -> Result<(), CompileError> {
                 state_size: ctx.u32(*state_size, "state_size")?,
             });
         }
-        Op::Lstm {
-            net:
-                Recurrent {
-                    hidden,
-                    num_layers,
-                    bidirectional,
-                    carry,
-                },
-        } => {
-            float_kind(ctx, false)?;
-            let [batch, seq, input_size] = bsl(ctx, 0)?;
-            ctx.push(Lstm {
-                x: ctx.input(0),
-                w_ih: ctx.input(1),
-                w_hh: ctx.input(2),
-                bias: ctx.input(3),
-                h0: ctx.input(4),
-                c0: ctx.input(5),
-                dst: ctx.out(),
-                batch,
-                seq,
-                input_size,
-                hidden: ctx.u32(*hidden, "hidden")?,
-                num_layers: ctx.u32(*num_layers, "num_layers")?,
-                bidirectional: *bidirectional,
-                carry: *carry,
-            });
+        Op::Lstm { net } => {
+            let d = cell_dims(ctx, net)?;
+            ctx.push(Lstm::from_dims(operands(ctx), d));
         }
-        Op::Gru {
-            net:
-                Recurrent {
-                    hidden,
-                    num_layers,
-                    bidirectional,
-                    carry,
-                },
-        } => {
-            float_kind(ctx, false)?;
-            let [batch, seq, input_size] = bsl(ctx, 0)?;
-            ctx.push(Gru {
-                x: ctx.input(0),
-                w_ih: ctx.input(1),
-                w_hh: ctx.input(2),
-                b_ih: ctx.input(3),
-                b_hh: ctx.input(4),
-                h0: ctx.input(5),
-                dst: ctx.out(),
-                batch,
-                seq,
-                input_size,
-                hidden: ctx.u32(*hidden, "hidden")?,
-                num_layers: ctx.u32(*num_layers, "num_layers")?,
-                bidirectional: *bidirectional,
-                carry: *carry,
-            });
+        Op::Gru { net } => {
+            let d = cell_dims(ctx, net)?;
+            ctx.push(Gru::from_dims(operands(ctx), d));
         }
-        Op::Rnn {
-            net:
-                Recurrent {
-                    hidden,
-                    num_layers,
-                    bidirectional,
-                    carry,
-                },
-            relu,
-        } => {
-            float_kind(ctx, false)?;
-            let [batch, seq, input_size] = bsl(ctx, 0)?;
+        Op::Rnn { net, relu } => {
+            let d = cell_dims(ctx, net)?;
             ctx.push(Rnn {
-                x: ctx.input(0),
-                w_ih: ctx.input(1),
-                w_hh: ctx.input(2),
-                bias: ctx.input(3),
-                h0: ctx.input(4),
-                dst: ctx.out(),
-                batch,
-                seq,
-                input_size,
-                hidden: ctx.u32(*hidden, "hidden")?,
-                num_layers: ctx.u32(*num_layers, "num_layers")?,
-                bidirectional: *bidirectional,
-                carry: *carry,
                 relu: *relu,
+                ..Rnn::from_dims(operands(ctx), d)
             });
         }
         Op::Scan {
@@ -227,6 +157,28 @@ pub(super) fn lower(ctx: &mut Ctx<'_>, op: &Op) -> Result<(), CompileError> {
         }
     }
     Ok(())
+}
+
+/// The node's first `N - 1` inputs then its output: a recurrent cell's
+/// operands in field order.
+fn operands<const N: usize>(ctx: &Ctx<'_>) -> [usize; N] {
+    std::array::from_fn(|i| if i + 1 < N { ctx.input(i) } else { ctx.out() })
+}
+
+/// The [`CellDims`] of a recurrent op (f32 only) from its input
+/// `[batch, seq, input_size]` and `net`.
+fn cell_dims(ctx: &Ctx<'_>, net: &Recurrent) -> Result<CellDims, CompileError> {
+    float_kind(ctx, false)?;
+    let [batch, seq, input_size] = bsl(ctx, 0)?;
+    Ok(CellDims {
+        batch,
+        seq,
+        input_size,
+        hidden: ctx.u32(net.hidden, "hidden")?,
+        num_layers: ctx.u32(net.num_layers, "num_layers")?,
+        bidirectional: net.bidirectional,
+        carry: net.carry,
+    })
 }
 
 /// Bytes of a static shape, or a `TooLarge` error.

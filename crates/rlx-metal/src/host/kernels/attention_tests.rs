@@ -14,6 +14,19 @@ enum MK {
     Window(usize),
 }
 
+impl MK {
+    /// The kernel's mask for this kind; `data` is the custom mask or bias.
+    fn mask<T>(self, data: &[T]) -> Mask<'_, T> {
+        match self {
+            MK::None => Mask::None,
+            MK::Causal => Mask::Causal,
+            MK::Custom => Mask::Custom(data),
+            MK::Bias => Mask::Bias(data),
+            MK::Window(w) => Mask::SlidingWindow(w),
+        }
+    }
+}
+
 /// Naive attention on canonical `[b, h, s, d]` tensors.
 #[allow(clippy::too_many_arguments)]
 fn naive(
@@ -104,6 +117,22 @@ fn to_bshd(x: &[f32], b: usize, h: usize, s: usize, d: usize) -> Vec<f32> {
     o
 }
 
+/// `[q, k, v, out]` of a canonical `[b, h, s, d]` problem `dm` in
+/// `layout` (k and v with `kv_seq` rows, q and out with `seq`).
+fn in_layout(layout: Layout, dm: &AttnDims, qkvo: [&[f32]; 4]) -> [Vec<f32>; 4] {
+    let (b, d) = (dm.batch, dm.head_dim);
+    let shape = [
+        (dm.heads, dm.seq),
+        (dm.kv_heads, dm.kv_seq),
+        (dm.kv_heads, dm.kv_seq),
+        (dm.heads, dm.seq),
+    ];
+    std::array::from_fn(|i| match layout {
+        Layout::Bhsd => qkvo[i].to_vec(),
+        Layout::Bshd => to_bshd(qkvo[i], b, shape[i].0, shape[i].1, d),
+    })
+}
+
 fn run_case(dm: AttnDims, mk: MK, scale: f32, cap: f32) {
     let AttnDims {
         batch: b,
@@ -130,38 +159,16 @@ fn run_case(dm: AttnDims, mk: MK, scale: f32, cap: f32) {
         kv_len: None,
     };
     for layout in [Layout::Bhsd, Layout::Bshd] {
-        let (qq, kk, vv, ww) = match layout {
-            Layout::Bhsd => (q.clone(), k.clone(), v.clone(), want.clone()),
-            Layout::Bshd => (
-                to_bshd(&q, b, heads, s, d),
-                to_bshd(&k, b, kv_heads, kvs, d),
-                to_bshd(&v, b, kv_heads, kvs, d),
-                to_bshd(&want, b, heads, s, d),
-            ),
-        };
-        let m = match mk {
-            MK::None => Mask::None,
-            MK::Causal => Mask::Causal,
-            MK::Custom => Mask::Custom(&mask[..]),
-            MK::Bias => Mask::Bias(&mask[..]),
-            MK::Window(w) => Mask::SlidingWindow(w),
-        };
+        let [qq, kk, vv, ww] = in_layout(layout, &dm, [&q, &k, &v, &want]);
         let mut out = vec![f32::NAN; ww.len()];
-        sdpa(&dm, layout, m, opts, &qq, &kk, &vv, &mut out).unwrap();
+        sdpa(&dm, layout, mk.mask(&mask), opts, &qq, &kk, &vv, &mut out).unwrap();
         assert_close(&out, &ww, 1e-5);
 
         // f16 through the same kernel.
         let (qh, kh, vh, mh): (Vec<f16>, Vec<f16>, Vec<f16>, Vec<f16>) =
             (to(&qq), to(&kk), to(&vv), to(&mask));
-        let mh_mask = match m {
-            Mask::Custom(_) => Mask::Custom(&mh[..]),
-            Mask::Bias(_) => Mask::Bias(&mh[..]),
-            Mask::None => Mask::None,
-            Mask::Causal => Mask::Causal,
-            Mask::SlidingWindow(w) => Mask::SlidingWindow(w),
-        };
         let mut oh = vec![f16::ZERO; ww.len()];
-        sdpa(&dm, layout, mh_mask, opts, &qh, &kh, &vh, &mut oh).unwrap();
+        sdpa(&dm, layout, mk.mask(&mh), opts, &qh, &kh, &vh, &mut oh).unwrap();
         assert_close(&back(&oh), &ww, 1e-2);
     }
 }
@@ -365,6 +372,47 @@ fn prefix_rows(x: &[f32], b: usize, h: usize, kvs: usize, len: usize, d: usize) 
     out
 }
 
+/// A run-time `kv_len` case: q `[b, heads, s, d]` and a `cap`-row k / v
+/// cache (seeds `seed`, `seed + 1`, `seed + 2`) of which the first `len`
+/// rows are live, the naive answer over those rows, the cache's dims and
+/// the options carrying `kv_len`.
+struct KvLenCase {
+    q: Vec<f32>,
+    k: Vec<f32>,
+    v: Vec<f32>,
+    want: Vec<f32>,
+    full: AttnDims,
+    opts: AttnOpts,
+}
+
+fn kv_len_case(short: AttnDims, cap: usize, mk: MK, seed: u64) -> KvLenCase {
+    let (b, s, len, d) = (short.batch, short.seq, short.kv_seq, short.head_dim);
+    let q = rand_vec(b * short.heads * s * d, seed);
+    let k = rand_vec(b * short.kv_heads * cap * d, seed + 1);
+    let v = rand_vec(b * short.kv_heads * cap * d, seed + 2);
+    let (kt, vt) = (
+        prefix_rows(&k, b, short.kv_heads, cap, len, d),
+        prefix_rows(&v, b, short.kv_heads, cap, len, d),
+    );
+    let want = naive(&short, &q, &kt, &vt, mk, &[], 0.0, 0.0);
+    let full = AttnDims {
+        kv_seq: cap,
+        ..short
+    };
+    let opts = AttnOpts {
+        kv_len: Some(len as i64),
+        ..AttnOpts::default()
+    };
+    KvLenCase {
+        q,
+        k,
+        v,
+        want,
+        full,
+        opts,
+    }
+}
+
 #[test]
 fn sdpa_runtime_kv_len_equals_truncated_cache() {
     let (b, cap) = (2usize, 11usize);
@@ -372,9 +420,6 @@ fn sdpa_runtime_kv_len_equals_truncated_cache() {
         for &s in &[1usize, 3] {
             for len in [s, 5, cap] {
                 for mk in [MK::Causal, MK::Window(2), MK::None] {
-                    let q = rand_vec(b * heads * s * d, 11);
-                    let k = rand_vec(b * kv_heads * cap * d, 12);
-                    let v = rand_vec(b * kv_heads * cap * d, 13);
                     let short = AttnDims {
                         batch: b,
                         seq: s,
@@ -383,36 +428,13 @@ fn sdpa_runtime_kv_len_equals_truncated_cache() {
                         kv_heads,
                         head_dim: d,
                     };
-                    let (kt, vt) = (
-                        prefix_rows(&k, b, kv_heads, cap, len, d),
-                        prefix_rows(&v, b, kv_heads, cap, len, d),
-                    );
-                    let want = naive(&short, &q, &kt, &vt, mk, &[], 0.0, 0.0);
-                    let full = AttnDims {
-                        kv_seq: cap,
-                        ..short
-                    };
-                    let opts = AttnOpts {
-                        kv_len: Some(len as i64),
-                        ..AttnOpts::default()
-                    };
-                    let m = match mk {
-                        MK::Causal => Mask::Causal,
-                        MK::Window(w) => Mask::SlidingWindow(w),
-                        _ => Mask::None,
-                    };
+                    let c = kv_len_case(short, cap, mk, 11);
                     for layout in [Layout::Bhsd, Layout::Bshd] {
-                        let (qq, kk, vv, ww) = match layout {
-                            Layout::Bhsd => (q.clone(), k.clone(), v.clone(), want.clone()),
-                            Layout::Bshd => (
-                                to_bshd(&q, b, heads, s, d),
-                                to_bshd(&k, b, kv_heads, cap, d),
-                                to_bshd(&v, b, kv_heads, cap, d),
-                                to_bshd(&want, b, heads, s, d),
-                            ),
-                        };
+                        let [qq, kk, vv, ww] =
+                            in_layout(layout, &c.full, [&c.q, &c.k, &c.v, &c.want]);
                         let mut out = vec![f32::NAN; ww.len()];
-                        sdpa(&full, layout, m, opts, &qq, &kk, &vv, &mut out).unwrap();
+                        let m = mk.mask::<f32>(&[]);
+                        sdpa(&c.full, layout, m, c.opts, &qq, &kk, &vv, &mut out).unwrap();
                         assert_close(&out, &ww, 1e-5);
                     }
                 }
@@ -440,10 +462,7 @@ fn sdpa_per_batch_lengths_equal_each_sequence_alone() {
         head_dim: d,
     };
     for mk in [MK::Causal, MK::Window(2)] {
-        let m = match mk {
-            MK::Window(w) => Mask::SlidingWindow(w),
-            _ => Mask::Causal,
-        };
+        let m = mk.mask::<f32>(&[]);
         let mut out = vec![f32::NAN; q.len()];
         sdpa_per_batch(
             &full,
@@ -557,9 +576,6 @@ fn sdpa_split_pieces_match_naive_for_every_split() {
                 continue;
             }
             for mk in [MK::Causal, MK::Window(0), MK::Window(6), MK::None] {
-                let q = rand_vec(b * heads * s * d, 21);
-                let k = rand_vec(b * kv_heads * cap * d, 22);
-                let v = rand_vec(b * kv_heads * cap * d, 23);
                 let short = AttnDims {
                     batch: b,
                     seq: s,
@@ -568,24 +584,15 @@ fn sdpa_split_pieces_match_naive_for_every_split() {
                     kv_heads,
                     head_dim: d,
                 };
-                let (kt, vt) = (
-                    prefix_rows(&k, b, kv_heads, cap, len, d),
-                    prefix_rows(&v, b, kv_heads, cap, len, d),
-                );
-                let want = naive(&short, &q, &kt, &vt, mk, &[], 0.0, 0.0);
-                let full = AttnDims {
-                    kv_seq: cap,
-                    ..short
-                };
-                let opts = AttnOpts {
-                    kv_len: Some(len as i64),
-                    ..AttnOpts::default()
-                };
-                let m = match mk {
-                    MK::Causal => Mask::Causal,
-                    MK::Window(w) => Mask::SlidingWindow(w),
-                    _ => Mask::None,
-                };
+                let KvLenCase {
+                    q,
+                    k,
+                    v,
+                    want,
+                    full,
+                    opts,
+                } = kv_len_case(short, cap, mk, 21);
+                let m = mk.mask::<f32>(&[]);
                 let mut first: Option<Vec<f32>> = None;
                 for splits in [1usize, 2, 3, 8, 50] {
                     let mut out = vec![f32::NAN; want.len()];
@@ -607,11 +614,7 @@ fn sdpa_split_pieces_match_naive_for_every_split() {
                         Some(f) => assert_close(&out, f, 1e-5),
                     }
                     let mut ob = vec![f32::NAN; want.len()];
-                    let (qb, kb, vb) = (
-                        to_bshd(&q, b, heads, s, d),
-                        to_bshd(&k, b, kv_heads, cap, d),
-                        to_bshd(&v, b, kv_heads, cap, d),
-                    );
+                    let [qb, kb, vb, wb] = in_layout(Layout::Bshd, &full, [&q, &k, &v, &want]);
                     sdpa_checked(
                         &full,
                         Layout::Bshd,
@@ -624,7 +627,7 @@ fn sdpa_split_pieces_match_naive_for_every_split() {
                         Some(splits),
                     )
                     .unwrap();
-                    assert_close(&ob, &to_bshd(&want, b, heads, s, d), 1e-5);
+                    assert_close(&ob, &wb, 1e-5);
                 }
             }
         }
@@ -651,10 +654,7 @@ fn sdpa_split_masks_and_poison() {
     let bias = rand_vec(4 * 40, 34);
     for (mk, mask, cap) in [(MK::Custom, &custom, 0.0f32), (MK::Bias, &bias, 1.5)] {
         let want = naive(&dm, &q, &k, &v, mk, mask, 0.0, cap);
-        let m = match mk {
-            MK::Custom => Mask::Custom(&mask[..]),
-            _ => Mask::Bias(&mask[..]),
-        };
+        let m = mk.mask(mask);
         let opts = AttnOpts {
             softcap: cap,
             ..AttnOpts::default()

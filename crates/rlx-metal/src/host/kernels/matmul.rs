@@ -278,6 +278,30 @@ pub struct Batch {
     pub b_stride: usize,
 }
 
+impl Batch {
+    /// Checks the lengths `[a, b, c]` of a batched `[m, k] @ [k, n]`
+    /// product (see [`batched_matmul`]; `batch` ≥ 1) and returns `m·n`.
+    fn check(
+        &self,
+        kernel: &'static str,
+        [a, b, c]: [usize; 3],
+        m: usize,
+        k: usize,
+        n: usize,
+    ) -> Result<usize> {
+        let last = self.batch - 1;
+        let (mk, kn, mn) = (
+            numel(kernel, &[m, k])?,
+            numel(kernel, &[k, n])?,
+            numel(kernel, &[m, n])?,
+        );
+        check_len(kernel, "a", a, numel(kernel, &[last, self.a_stride])? + mk)?;
+        check_len(kernel, "b", b, numel(kernel, &[last, self.b_stride])? + kn)?;
+        check_len(kernel, "c", c, numel(kernel, &[self.batch, mn])?)?;
+        Ok(mn)
+    }
+}
+
 /// Batched `C[i] = A[i·a_stride..]·B[i·b_stride..]`, C dense
 /// `[batch, m, n]`. Needs `a >= (batch-1)·a_stride + m·k`,
 /// `b >= (batch-1)·b_stride + k·n`, `c >= batch·m·n`.
@@ -294,11 +318,7 @@ pub fn batched_matmul(
     if bt.batch == 0 {
         return Ok(());
     }
-    let last = bt.batch - 1;
-    let (mk, kn, mn) = (numel(K, &[m, k])?, numel(K, &[k, n])?, numel(K, &[m, n])?);
-    check_len(K, "a", a.len(), numel(K, &[last, bt.a_stride])? + mk)?;
-    check_len(K, "b", b.len(), numel(K, &[last, bt.b_stride])? + kn)?;
-    check_len(K, "c", c.len(), numel(K, &[bt.batch, mn])?)?;
+    let mn = bt.check(K, [a.len(), b.len(), c.len()], m, k, n)?;
     if mn == 0 {
         return Ok(());
     }
@@ -353,11 +373,7 @@ pub fn batched_hgemm(
     if bt.batch == 0 {
         return Ok(());
     }
-    let last = bt.batch - 1;
-    let (mk, kn, mn) = (numel(K, &[m, k])?, numel(K, &[k, n])?, numel(K, &[m, n])?);
-    check_len(K, "a", a.len(), numel(K, &[last, bt.a_stride])? + mk)?;
-    check_len(K, "b", b.len(), numel(K, &[last, bt.b_stride])? + kn)?;
-    check_len(K, "c", c.len(), numel(K, &[bt.batch, mn])?)?;
+    let mn = bt.check(K, [a.len(), b.len(), c.len()], m, k, n)?;
     if mn == 0 {
         return Ok(());
     }
@@ -383,6 +399,23 @@ pub fn batched_hgemm(
     Ok(())
 }
 
+/// Checks the operand lengths of a grouped (mixture-of-experts) product
+/// `out[i] = x[i]·w[ids[i]]`: `x [m, k]`, `w` a stack of `experts` slices
+/// of `per_expert` elements (or bytes), `m` expert ids, `out [m, n]`.
+/// `ops` are the `(name, len)` of x, w, ids and out, in that order.
+pub(crate) fn check_grouped(
+    kernel: &'static str,
+    [m, k, n, experts]: [usize; 4],
+    per_expert: usize,
+    ops: [(&'static str, usize); 4],
+) -> Result<()> {
+    let [x, w, ids, out] = ops;
+    check_len(kernel, x.0, x.1, numel(kernel, &[m, k])?)?;
+    check_len(kernel, w.0, w.1, numel(kernel, &[experts, per_expert])?)?;
+    check_len(kernel, ids.0, ids.1, m)?;
+    check_len(kernel, out.0, out.1, numel(kernel, &[m, n])?)
+}
+
 /// Grouped (mixture-of-experts) product: `out[i] = x[i]·w[expert[i]]` for
 /// `x [m,k]`, `w [experts,k,n]`, `expert` i32 `[m]`, `out [m,n]`. Rows are
 /// bucketed per expert so each expert's matrix is multiplied once. Needs
@@ -400,11 +433,14 @@ pub fn grouped_matmul(
     experts: usize,
 ) -> Result<()> {
     const K: &str = "grouped_matmul";
+    let ops = [
+        ("x", x.len()),
+        ("w", w.len()),
+        ("expert", expert.len()),
+        ("out", out.len()),
+    ];
     let kn = numel(K, &[k, n])?;
-    check_len(K, "x", x.len(), numel(K, &[m, k])?)?;
-    check_len(K, "w", w.len(), numel(K, &[experts, kn])?)?;
-    check_len(K, "expert", expert.len(), m)?;
-    check_len(K, "out", out.len(), numel(K, &[m, n])?)?;
+    check_grouped(K, [m, k, n, experts], kn, ops)?;
     // Counting sort of rows by expert.
     let mut count = vec![0usize; experts + 1];
     for &e in &expert[..m] {

@@ -122,6 +122,20 @@ pub(crate) fn numel(kernel: &'static str, dims: &[usize]) -> Result<usize> {
         .ok_or_else(|| invalid(kernel, format!("element count of {dims:?} overflows")))
 }
 
+/// The element count of `dims` (failing on overflow), after checking
+/// that every `(name, len)` operand in `ops` holds that many elements.
+pub(crate) fn check_dense(
+    kernel: &'static str,
+    dims: &[usize],
+    ops: &[(&'static str, usize)],
+) -> Result<usize> {
+    let total = numel(kernel, dims)?;
+    for &(name, len) in ops {
+        check_len(kernel, name, len, total)?;
+    }
+    Ok(total)
+}
+
 /// Rows per parallel task so that each task has about [`PAR_MIN`]
 /// elements (at least one row); `usize::MAX`-like when work is tiny so the
 /// loop runs as a single task.

@@ -12,7 +12,7 @@
 use rayon::prelude::*;
 
 use super::elementwise::silu;
-use super::{check_len, invalid, numel, rows_per_task, Elem, Result};
+use super::{check_dense, check_len, invalid, rows_per_task, Elem, Result};
 
 /// Which normalisation a fused kernel applies.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -48,6 +48,16 @@ impl<T: 'static> Affine<'_, T> {
             check_len(kernel, "beta", b.len(), n)?;
         }
         Ok(())
+    }
+}
+
+impl<T: Elem> Affine<'_, T> {
+    /// `(gamma[i], beta[i])` as f32, 1 and 0 where absent.
+    fn at(&self, i: usize) -> (f32, f32) {
+        (
+            self.gamma.map_or(1.0, |g| g[i].to_f32()),
+            self.beta.map_or(0.0, |b| b[i].to_f32()),
+        )
     }
 }
 
@@ -203,9 +213,7 @@ pub fn norm_rows<T: Elem>(
     eps: f32,
 ) -> Result<()> {
     const K: &str = "norm";
-    let total = numel(K, &[rows, h])?;
-    check_len(K, "x", x.len(), total)?;
-    check_len(K, "out", out.len(), total)?;
+    let total = check_dense(K, &[rows, h], &[("x", x.len()), ("out", out.len())])?;
     aff.check(K, h)?;
     if total == 0 {
         return Ok(());
@@ -258,10 +266,15 @@ pub fn residual_norm<T: Elem>(
     eps: f32,
 ) -> Result<()> {
     const K: &str = "residual_norm";
-    let total = numel(K, &[rows, h])?;
-    check_len(K, "x", x.len(), total)?;
-    check_len(K, "residual", residual.len(), total)?;
-    check_len(K, "out", out.len(), total)?;
+    let total = check_dense(
+        K,
+        &[rows, h],
+        &[
+            ("x", x.len()),
+            ("residual", residual.len()),
+            ("out", out.len()),
+        ],
+    )?;
     if let Some(b) = bias {
         check_len(K, "bias", b.len(), h)?;
     }
@@ -331,9 +344,7 @@ pub fn group_norm<T: Elem>(
             format!("{c} channels not divisible into {groups} groups"),
         ));
     }
-    let total = numel(K, &[n, c, hw])?;
-    check_len(K, "x", x.len(), total)?;
-    check_len(K, "out", out.len(), total)?;
+    let total = check_dense(K, &[n, c, hw], &[("x", x.len()), ("out", out.len())])?;
     aff.check(K, c)?;
     let cg = c / groups;
     let glen = cg * hw;
@@ -349,8 +360,7 @@ pub fn group_norm<T: Elem>(
             let st = row_stats(NormKind::Layer, &buf, eps);
             let c0 = (gi % groups) * cg;
             for (ci, (orow, vrow)) in o.chunks_exact_mut(hw).zip(buf.chunks_exact(hw)).enumerate() {
-                let g = aff.gamma.map_or(1.0, |g| g[c0 + ci].to_f32());
-                let b = aff.beta.map_or(0.0, |b| b[c0 + ci].to_f32());
+                let (g, b) = aff.at(c0 + ci);
                 // centre first: folding the mean into the shift
                 // (`v·scale + (b − mean·scale)`) cancels catastrophically
                 // when the group's variance is small next to its mean.
@@ -377,9 +387,7 @@ pub fn layer_norm2d<T: Elem>(
     eps: f32,
 ) -> Result<()> {
     const K: &str = "layer_norm2d";
-    let total = numel(K, &[n, c, hw])?;
-    check_len(K, "x", x.len(), total)?;
-    check_len(K, "out", out.len(), total)?;
+    let total = check_dense(K, &[n, c, hw], &[("x", x.len()), ("out", out.len())])?;
     aff.check(K, c)?;
     if total == 0 {
         return Ok(());
@@ -413,8 +421,7 @@ pub fn layer_norm2d<T: Elem>(
         .enumerate()
         .for_each(|(row, o)| {
             let (ni, ci) = (row / c, row % c);
-            let g = aff.gamma.map_or(1.0, |g| g[ci].to_f32());
-            let b = aff.beta.map_or(0.0, |b| b[ci].to_f32());
+            let (g, b) = aff.at(ci);
             let xs = &x[row * hw..row * hw + hw];
             for ((o, v), (m, inv)) in o.iter_mut().zip(xs).zip(&stats[ni * hw..ni * hw + hw]) {
                 *o = T::from_f32((v.to_f32() - m) * inv * g + b);
@@ -439,9 +446,7 @@ pub fn ada_layer_norm<T: Elem>(
     eps: f32,
 ) -> Result<()> {
     const K: &str = "ada_layer_norm";
-    let total = numel(K, &[rows, h])?;
-    check_len(K, "x", x.len(), total)?;
-    check_len(K, "out", out.len(), total)?;
+    let total = check_dense(K, &[rows, h], &[("x", x.len()), ("out", out.len())])?;
     map.check(K, "scale", rows, h, scale.len())?;
     map.check(K, "shift", rows, h, shift.len())?;
     if total == 0 {
@@ -472,10 +477,11 @@ pub fn gated_residual<T: Elem>(
     h: usize,
 ) -> Result<()> {
     const K: &str = "gated_residual";
-    let total = numel(K, &[rows, h])?;
-    check_len(K, "x", x.len(), total)?;
-    check_len(K, "y", y.len(), total)?;
-    check_len(K, "out", out.len(), total)?;
+    let total = check_dense(
+        K,
+        &[rows, h],
+        &[("x", x.len()), ("y", y.len()), ("out", out.len())],
+    )?;
     map.check(K, "gate", rows, h, gate.len())?;
     if total == 0 {
         return Ok(());
@@ -503,10 +509,11 @@ pub fn rms_norm_gated<T: Elem>(
     eps: f32,
 ) -> Result<()> {
     const K: &str = "rms_norm_gated";
-    let total = numel(K, &[rows, h])?;
-    check_len(K, "x", x.len(), total)?;
-    check_len(K, "z", z.len(), total)?;
-    check_len(K, "out", out.len(), total)?;
+    let total = check_dense(
+        K,
+        &[rows, h],
+        &[("x", x.len()), ("z", z.len()), ("out", out.len())],
+    )?;
     Affine { gamma, beta: None }.check(K, h)?;
     if total == 0 {
         return Ok(());

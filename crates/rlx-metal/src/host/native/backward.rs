@@ -12,6 +12,7 @@ use crate::host::kernels::backward::{self as bw, ModDims, RmsWrt, RopeBwdDims};
 use crate::host::kernels::backward_attn::{self as ba, AttnGradDims, AttnGradMask, AttnWrt};
 use crate::host::kernels::backward_conv::{self as bc, Window2d};
 use crate::host::kernels::invalid;
+use crate::thunk::conv::ConvDims;
 use crate::thunk::{HalfFlag, Thunk};
 
 pub(super) fn handles(t: &Thunk) -> bool {
@@ -37,6 +38,24 @@ pub(super) fn handles(t: &Thunk) -> bool {
 /// `n` as usize (u32 fields).
 fn z(n: u32) -> usize {
     n as usize
+}
+
+/// The host kernels' [`Window2d`] of a conv gradient's geometry.
+fn window(d: ConvDims) -> Window2d {
+    Window2d {
+        n: z(d.n),
+        c: z(d.c_in),
+        h: z(d.h),
+        w: z(d.w),
+        c_out: z(d.c_out),
+        h_out: z(d.h_out),
+        w_out: z(d.w_out),
+        k: [z(d.kh), z(d.kw)],
+        s: [z(d.sh), z(d.sw)],
+        p: [z(d.ph), z(d.pw)],
+        d: [z(d.dh), z(d.dw)],
+        groups: z(d.groups),
+    }
 }
 
 pub(super) fn run(t: &Thunk, mem: &Mem) -> NResult {
@@ -184,20 +203,7 @@ pub(super) fn run(t: &Thunk, mem: &Mem) -> NResult {
             )?;
         }
         Thunk::Conv2dBackwardInput(c) => {
-            let g = Window2d {
-                n: z(c.n),
-                c: z(c.c_in),
-                h: z(c.h),
-                w: z(c.w_in),
-                c_out: z(c.c_out),
-                h_out: z(c.h_out),
-                w_out: z(c.w_out),
-                k: [z(c.kh), z(c.kw)],
-                s: [z(c.sh), z(c.sw)],
-                p: [z(c.ph), z(c.pw)],
-                d: [z(c.dh), z(c.dw)],
-                groups: z(c.groups),
-            };
+            let g = window(c.dims());
             let cig = g.c / g.groups.max(1);
             bc::conv2d_backward_input(
                 mem.get("dy", c.dy, cnt(&[g.n, g.c_out, g.h_out, g.w_out])?)?,
@@ -207,20 +213,7 @@ pub(super) fn run(t: &Thunk, mem: &Mem) -> NResult {
             )?;
         }
         Thunk::Conv2dBackwardWeight(c) => {
-            let g = Window2d {
-                n: z(c.n),
-                c: z(c.c_in),
-                h: z(c.h),
-                w: z(c.w),
-                c_out: z(c.c_out),
-                h_out: z(c.h_out),
-                w_out: z(c.w_out),
-                k: [z(c.kh), z(c.kw)],
-                s: [z(c.sh), z(c.sw)],
-                p: [z(c.ph), z(c.pw)],
-                d: [z(c.dh), z(c.dw_dil)],
-                groups: z(c.groups),
-            };
+            let g = window(c.dims());
             let cig = g.c / g.groups.max(1);
             bc::conv2d_backward_weight(
                 mem.get("x", c.x, cnt(&[g.n, g.c, g.h, g.w])?)?,

@@ -156,24 +156,7 @@ pub(super) fn lower(i: usize, t: &Thunk) -> Option<Lowered> {
             )
         }
         Thunk::Conv2dBackwardInput(c) => {
-            let args = Window2dArgs {
-                n: c.n,
-                c: c.c_in,
-                h: c.h,
-                w: c.w_in,
-                c_out: c.c_out,
-                h_out: c.h_out,
-                w_out: c.w_out,
-                kh: c.kh,
-                kw: c.kw,
-                sh: c.sh,
-                sw: c.sw,
-                ph: c.ph,
-                pw: c.pw,
-                dh: c.dh,
-                dw: c.dw,
-                groups: c.groups,
-            };
+            let args = Window2dArgs::from(c.dims());
             if !conv_ok(&args) {
                 return None;
             }
@@ -187,24 +170,7 @@ pub(super) fn lower(i: usize, t: &Thunk) -> Option<Lowered> {
             )
         }
         Thunk::Conv2dBackwardWeight(c) => {
-            let args = Window2dArgs {
-                n: c.n,
-                c: c.c_in,
-                h: c.h,
-                w: c.w,
-                c_out: c.c_out,
-                h_out: c.h_out,
-                w_out: c.w_out,
-                kh: c.kh,
-                kw: c.kw,
-                sh: c.sh,
-                sw: c.sw,
-                ph: c.ph,
-                pw: c.pw,
-                dh: c.dh,
-                dw: c.dw_dil,
-                groups: c.groups,
-            };
+            let args = Window2dArgs::from(c.dims());
             if !conv_ok(&args) {
                 return None;
             }
@@ -293,11 +259,11 @@ fn conv_ok(a: &Window2dArgs) -> bool {
     a.sh > 0
         && a.sw > 0
         && a.groups > 0
-        && a.c.is_multiple_of(a.groups)
+        && a.c_in.is_multiple_of(a.groups)
         && a.c_out.is_multiple_of(a.groups)
-        && prod(&[a.n, a.c, a.h, a.w]).is_some()
+        && prod(&[a.n, a.c_in, a.h, a.w]).is_some()
         && prod(&[a.n, a.c_out, a.h_out, a.w_out]).is_some()
-        && prod(&[a.c_out, a.c, a.kh, a.kw]).is_some()
+        && prod(&[a.c_out, a.c_in, a.kh, a.kw]).is_some()
 }
 
 fn rms(i: usize, offs: [usize; 4], rows: u32, h: u32, eps: f32, wrt: u32) -> Option<Lowered> {

@@ -15,32 +15,17 @@
 use super::{aliased, elementwise, kernel, suffix, Lowered};
 use crate::metal::args::{Conv2dArgs, LayerNorm2dArgs, Pool2dArgs, Resize2xArgs};
 use crate::metal::kernels::Family;
+use crate::thunk::conv::ConvDims;
 use crate::thunk::{HalfFlag, Thunk};
 use rlx_ir::op::ReduceOp;
 
-/// The [`Conv2dArgs`] of a conv-like thunk `$c` whose input width and
-/// width dilation are the fields `$w`, `$dw`.
-macro_rules! conv_args {
-    ($c:expr, $w:ident, $dw:ident, $c_out:expr, $groups:expr) => {
-        Conv2dArgs {
-            n: $c.n,
-            c_in: $c.c_in,
-            h: $c.h,
-            w: $c.$w,
-            c_out: $c_out,
-            h_out: $c.h_out,
-            w_out: $c.w_out,
-            kh: $c.kh,
-            kw: $c.kw,
-            sh: $c.sh,
-            sw: $c.sw,
-            ph: $c.ph,
-            pw: $c.pw,
-            dh: $c.dh,
-            dw: $c.$dw,
-            groups: $groups,
-        }
-    };
+/// The [`Conv2dArgs`] of conv-like geometry, a zero group count read as
+/// one.
+fn conv_args(d: ConvDims) -> Conv2dArgs {
+    Conv2dArgs {
+        groups: d.groups.max(1),
+        ..d.into()
+    }
 }
 
 /// The [`Pool2dArgs`] of `Pool2D` / `MaxPool2dBackward` `$p` (same fields).
@@ -116,7 +101,7 @@ pub(super) fn lower(i: usize, t: &Thunk) -> Option<Lowered> {
     }
     match t {
         Thunk::Conv2D(c) => {
-            let a = conv_args!(c, w, dw, c.c_out, c.groups.max(1));
+            let a = conv_args(c.dims());
             count(&[c.n, c.c_in, c.h, c.w])?;
             count(&[c.c_out, c.c_in, c.kh, c.kw])?;
             let total = count(&[c.n, c.c_out, c.h_out, c.w_out])?;
@@ -126,7 +111,7 @@ pub(super) fn lower(i: usize, t: &Thunk) -> Option<Lowered> {
             })
         }
         Thunk::ConvTranspose2d(c) => {
-            let a = conv_args!(c, w_in, dw, c.c_out, c.groups.max(1));
+            let a = conv_args(c.dims());
             count(&[c.n, c.c_in, c.h, c.w_in])?;
             count(&[c.c_in, c.c_out, c.kh, c.kw])?;
             let total = count(&[c.n, c.c_out, c.h_out, c.w_out])?;
@@ -136,7 +121,7 @@ pub(super) fn lower(i: usize, t: &Thunk) -> Option<Lowered> {
             })
         }
         Thunk::Im2Col(c) => {
-            let a = conv_args!(c, w, dw_dil, c.c_in, 1);
+            let a = conv_args(c.dims());
             count(&[c.n, c.c_in, c.h, c.w])?;
             let total = count(&[c.n, c.c_in, c.kh, c.kw, c.h_out, c.w_out])?;
             valid(&a).then(|| launch(i, "im2col", HalfFlag::F32, &a, &[c.x, c.col], total))

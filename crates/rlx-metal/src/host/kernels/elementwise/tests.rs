@@ -4,7 +4,7 @@ use super::*;
 use crate::host::kernels::testutil::{assert_close, back, rand_vec, to};
 use crate::host::kernels::KernelError;
 use half::{bf16, f16};
-use rlx_ir::op::ALL_ACTIVATIONS;
+use rlx_ir::op::{ALL_ACTIVATIONS, ALL_BINARY_OPS};
 
 /// Naive f64 activation, written from the textbook formulas.
 fn naive_act(act: Activation, x: f32) -> f32 {
@@ -61,16 +61,6 @@ fn naive_bin(op: BinaryOp, a: f32, b: f32) -> f32 {
     };
     y as f32
 }
-
-const BINS: [BinaryOp; 7] = [
-    BinaryOp::Add,
-    BinaryOp::Sub,
-    BinaryOp::Mul,
-    BinaryOp::Div,
-    BinaryOp::Max,
-    BinaryOp::Min,
-    BinaryOp::Pow,
-];
 
 fn act_inputs(act: Activation, n: usize) -> Vec<f32> {
     let mut v: Vec<f32> = rand_vec(n, 3).iter().map(|x| x * 4.0).collect();
@@ -190,7 +180,7 @@ fn vector_activations_match_f64_over_the_range() {
 
 #[test]
 fn binary_dense_matches_naive_with_nan() {
-    for &op in &BINS {
+    for &op in &ALL_BINARY_OPS {
         for &n in &[1usize, 3, 7, 13, 33, 40_000] {
             let a = rand_vec(n, 1);
             let mut b: Vec<f32> = rand_vec(n, 2).iter().map(|x| x + 1.5).collect();

@@ -16,7 +16,8 @@
 //!   [`super::dequant_matmul`] would for that expert alone), then scattered
 //!   back.
 
-use super::super::{check_len, numel, Result};
+use super::super::matmul::check_grouped;
+use super::super::{numel, Result};
 use super::{driver, float, kquants, legacy, matmul_checked, row_bytes, seed, Blocks, Out};
 use rlx_ir::GgmlType;
 
@@ -43,10 +44,13 @@ pub fn dequant_grouped_matmul(
     const K: &str = "dequant_grouped_matmul_gguf";
     let rb = row_bytes(K, ty, k)?;
     let per_expert = numel(K, &[n, rb])?;
-    check_len(K, "w", w.len(), numel(K, &[experts, per_expert])?)?;
-    check_len(K, "input", x.len(), numel(K, &[m, k])?)?;
-    check_len(K, "expert_idx", expert_idx.len(), m)?;
-    check_len(K, "dst", out.len(), numel(K, &[m, n])?)?;
+    let ops = [
+        ("input", x.len()),
+        ("w", w.len()),
+        ("expert_idx", expert_idx.len()),
+        ("dst", out.len()),
+    ];
+    check_grouped(K, [m, k, n, experts], per_expert, ops)?;
     let out = &mut out[..m * n];
     out.fill(0.0);
     if m == 0 || n == 0 || k == 0 {
