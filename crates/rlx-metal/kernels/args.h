@@ -633,7 +633,7 @@ struct SplatArgs {
 };
 static_assert(sizeof(SplatArgs) == 48 && alignof(SplatArgs) == 4, "SplatArgs layout");
 
-// splat.metal splat_render_backward_f32 (one threadgroup): the render's
+// splat.metal splat_render_backward_f32 (one thread per splat): the render's
 // settings plus the gradient's.
 struct SplatBwdArgs {
     SplatArgs s;

@@ -85,7 +85,8 @@ struct SplatProj {
 static inline bool splat_project(constant SplatArgs& a, device const float* pos,
                                  device const float* scl, device const float* rot,
                                  device const float* col, device const float* sh,
-                                 device const float* cam, uint gid, thread SplatProj& pr)
+                                 device const float* cam, uint gid, thread SplatProj& pr,
+                                 bool colour)
 {
     float p[3];
     for (uint c = 0; c < 3; ++c) {
@@ -178,6 +179,9 @@ static inline bool splat_project(constant SplatArgs& a, device const float* pos,
     pr.dist = 0.0f;
     pr.dir[0] = pr.dir[1] = 0.0f;
     pr.dir[2] = 1.0f;
+    if (!colour) {
+        return true;
+    }
     const uint used = splat_sh_used(a.sh_coeffs);
     if (used == 0) {
         for (uint c = 0; c < 3; ++c) {
@@ -234,7 +238,7 @@ kernel void splat_prepare_f32(constant SplatArgs&  a   [[buffer(0)]],
         rec[c] = 0.0f;
     }
     SplatProj pr;
-    if (!splat_project(a, pos, scl, rot, col, sh, cam, gid, pr)) {
+    if (!splat_project(a, pos, scl, rot, col, sh, cam, gid, pr, true)) {
         return;
     }
     rec[0] = pr.u;
@@ -359,40 +363,84 @@ kernel void splat_rasterize_f32(constant SplatArgs&  a    [[buffer(0)]],
 //   (2) scales [g,3], (3) rotations [g,4], (4) opacities [g], (5) colors
 //   [g,3], (6) sh [g,k,3], (7) camera [20], (8) d_loss [height,width,3],
 //   (9) packed out [g, 14 + 3k] (the host's render_backward layout).
-//   Threadgroup layout: ONE threadgroup of SPLAT_BWD_THREADS threads; thread
-//   t owns splats t, t + T, ... (at most SPLAT_BWD_SLOTS each, so g <=
-//   SPLAT_BWD_THREADS * SPLAT_BWD_SLOTS; the lowering keeps larger g on
-//   the host). No scratch operand and no atomics: the packed rows are the
-//   scratch.
-//   1. each thread writes the first 11 record fields (u v depth radius
-//      conic a b c opacity r g b; depth 0 = culled) of its splats into their
-//      packed rows; barrier;
-//   2. for each of its splats, over every pixel of every tile of its
-//      rectangle, the pixel's list is walked front to back (the rasterizer's
-//      selection scan and capacity cut) to find the splat's alpha,
-//      transmittance and the suffix S = sum over later blended j of
-//      alpha_j T_j (c_j . dL/dC); the 2-D gradients (mean, conic, opacity,
-//      colour) are summed per tile, then over tiles in row-major order, in
-//      registers; barrier (every read of the records is done);
-//   3. each thread chains its sums back to the 3-D operands and writes the
-//      packed rows.
-#define SPLAT_BWD_THREADS 256u
-#define SPLAT_BWD_SLOTS 8u
+//   Threadgroup layout: 1-D grid, one thread per splat, any splat count.
+//   No scratch operand, no atomics and no cross-thread communication:
+//   thread i reads only the operands and writes only packed row i, so the
+//   result does not depend on the threadgroup size or order.
+//   1. thread i projects its splat; a culled splat gets a zero row;
+//   2. over every pixel of every tile of its rectangle (tiles row-major,
+//      pixels row-major), the pixel's list is walked front to back with
+//      the rasterizer's selection scan and capacity cut, the records of
+//      the other splats recomputed from the operands (a candidate's depth
+//      is checked first, so only a candidate that could be the next entry
+//      is projected), giving its alpha, transmittance and the suffix
+//      S = sum over later blended j of alpha_j T_j (c_j . dL/dC); the 2-D
+//      gradients (mean, conic, opacity, colour) are summed per tile, then
+//      over tiles, in registers;
+//   3. the sums are chained back to the 3-D operands into row i.
 
-// Tile rectangle of a stage-1 record (from u, v, radius, as prepare
-// computes it); false for a culled splat.
-static inline bool splat_bwd_rect(device const float* r, constant SplatArgs& a, thread uint* out)
+// Camera-space depth of splat i (splat_project's t[2], same expression).
+static inline float splat_bwd_depth(device const float* pos, device const float* cam, uint i)
 {
-    if (!(r[2] > 0.0f) || !isfinite(r[3])) {
-        return false;
+    const device float* p = pos + (ulong)i * 3;
+    return cam[8] * p[0] + cam[9] * p[1] + cam[10] * p[2] + cam[11];
+}
+
+// True when the tile rectangle of a projected splat holds tile (tx, ty).
+static inline bool splat_bwd_covers(thread const SplatProj& pr, uint tx, uint ty)
+{
+    return (float)tx >= pr.rect[0] && (float)tx < pr.rect[2] && (float)ty >= pr.rect[1]
+        && (float)ty < pr.rect[3];
+}
+
+// The operands of the backward (device pointers, read only).
+#define SPLAT_BWD_OPS pos, scl, rot, col, sh, cam
+#define SPLAT_BWD_PARAMS                                                                  \
+    device const float *pos, device const float *scl, device const float *rot,            \
+        device const float *col, device const float *sh, device const float *cam
+
+// The entry of tile (tx, ty) after (last_d, last_i) in (depth, index)
+// order, -1 when there is none; its depth in best_d.
+static inline int splat_bwd_next(constant SplatArgs& a, SPLAT_BWD_PARAMS, uint tx, uint ty,
+                                 float last_d, int last_i, thread float& best_d)
+{
+    int best = -1;
+    for (uint i = 0; i < a.count; ++i) {
+        const float d = splat_bwd_depth(pos, cam, i);
+        if (!(d > SPLAT_NEAR)) {
+            continue;
+        }
+        const bool after = last_i < 0 || d > last_d || (d == last_d && (int)i > last_i);
+        if (!after || (best >= 0 && !(d < best_d))) {
+            continue;
+        }
+        SplatProj pr;
+        if (splat_project(a, SPLAT_BWD_OPS, i, pr, false) && splat_bwd_covers(pr, tx, ty)) {
+            best = (int)i;
+            best_d = d;
+        }
     }
-    const float ts = (float)a.tile_size;
-    const float u = r[0], v = r[1], radius = r[3];
-    out[0] = (uint)clamp(floor((u - radius) / ts), 0.0f, (float)a.tiles_x);
-    out[1] = (uint)clamp(floor((v - radius) / ts), 0.0f, (float)a.tiles_y);
-    out[2] = (uint)clamp(floor((u + radius + ts - 1.0f) / ts), 0.0f, (float)a.tiles_x);
-    out[3] = (uint)clamp(floor((v + radius + ts - 1.0f) / ts), 0.0f, (float)a.tiles_y);
-    return out[2] > out[0] && out[3] > out[1];
+    return best;
+}
+
+// Entries of the tiles before (tx, ty) in row-major order.
+static inline ulong splat_bwd_before(constant SplatArgs& a, SPLAT_BWD_PARAMS, uint tx, uint ty)
+{
+    ulong before = 0;
+    for (uint i = 0; i < a.count; ++i) {
+        SplatProj pr;
+        if (!(splat_bwd_depth(pos, cam, i) > SPLAT_NEAR)
+            || !splat_project(a, SPLAT_BWD_OPS, i, pr, false)) {
+            continue;
+        }
+        const uint r[4] = {(uint)pr.rect[0], (uint)pr.rect[1], (uint)pr.rect[2], (uint)pr.rect[3]};
+        const ulong rows = (ulong)(clamp(ty, r[1], r[3]) - r[1]);
+        before += rows * (ulong)(r[2] - r[0]);
+        if (ty >= r[1] && ty < r[3]) {
+            before += (ulong)(clamp(tx, r[0], r[2]) - r[0]);
+        }
+    }
+    return before;
 }
 
 // Per-pixel state of splat `me` in a pixel's walk.
@@ -403,9 +451,9 @@ struct SplatHit {
     float suffix;
 };
 
-static inline SplatHit splat_bwd_walk(constant SplatArgs& a, device const float* recs, uint w,
-                                      uint tx, uint ty, ulong keep, float px, float py,
-                                      thread const float* dc, uint me)
+static inline SplatHit splat_bwd_walk(constant SplatArgs& a, SPLAT_BWD_PARAMS,
+                                      device const float* opa, uint tx, uint ty, ulong keep,
+                                      float px, float py, thread const float* dc, uint me)
 {
     SplatHit h = {false, false, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f};
     float tr = 1.0f;
@@ -416,34 +464,23 @@ static inline SplatHit splat_bwd_walk(constant SplatArgs& a, device const float*
         if (a.max_splat_steps > 0 && blended >= a.max_splat_steps) {
             break;
         }
-        int best = -1;
         float best_d = 0.0f;
-        for (uint i = 0; i < a.count; ++i) {
-            device const float* rec = recs + (ulong)i * w;
-            uint r[4];
-            if (!splat_bwd_rect(rec, a, r) || tx < r[0] || tx >= r[2] || ty < r[1] || ty >= r[3]) {
-                continue;
-            }
-            const float d = rec[2];
-            const bool after = last_i < 0 || d > last_d || (d == last_d && (int)i > last_i);
-            if (after && (best < 0 || d < best_d)) {
-                best = (int)i;
-                best_d = d;
-            }
-        }
+        const int best = splat_bwd_next(a, SPLAT_BWD_OPS, tx, ty, last_d, last_i, best_d);
         if (best < 0) {
             break;
         }
         last_i = best;
         last_d = best_d;
-        device const float* rec = recs + (ulong)best * w;
-        const float dx = rec[0] - px, dy = rec[1] - py;
-        const float power = -0.5f * (rec[4] * dx * dx + rec[6] * dy * dy) - rec[5] * dx * dy;
+        SplatProj q;
+        splat_project(a, SPLAT_BWD_OPS, (uint)best, q, true);
+        const float dx = q.u - px, dy = q.v - py;
+        const float power = -0.5f * (q.conic[0] * dx * dx + q.conic[2] * dy * dy)
+            - q.conic[1] * dx * dy;
         if (power > 0.0f) {
             continue;
         }
         const float gauss = exp(power);
-        const float raw = rec[7] * gauss;
+        const float raw = opa[best] * gauss;
         const float alpha = min(SPLAT_ALPHA_MAX, raw);
         if (!(alpha >= a.alpha_cutoff)) {
             continue;
@@ -461,7 +498,7 @@ static inline SplatHit splat_bwd_walk(constant SplatArgs& a, device const float*
             h.dx = dx;
             h.dy = dy;
         } else if (h.hit) {
-            const float cd = rec[8] * dc[0] + rec[9] * dc[1] + rec[10] * dc[2];
+            const float cd = q.rgb[0] * dc[0] + q.rgb[1] * dc[1] + q.rgb[2] * dc[2];
             h.suffix += alpha * tr * cd;
         }
         tr = next;
@@ -470,47 +507,26 @@ static inline SplatHit splat_bwd_walk(constant SplatArgs& a, device const float*
     return h;
 }
 
-// Entries of the tiles before (tx, ty) in row-major order.
-static inline ulong splat_bwd_before(constant SplatArgs& a, device const float* recs, uint w,
-                                     uint tx, uint ty)
-{
-    ulong before = 0;
-    for (uint i = 0; i < a.count; ++i) {
-        uint r[4];
-        if (!splat_bwd_rect(recs + (ulong)i * w, a, r)) {
-            continue;
-        }
-        const ulong rows = (ulong)(clamp(ty, r[1], r[3]) - r[1]);
-        before += rows * (ulong)(r[2] - r[0]);
-        if (ty >= r[1] && ty < r[3]) {
-            before += (ulong)(clamp(tx, r[0], r[2]) - r[0]);
-        }
-    }
-    return before;
-}
-
-// Stage 2 for splat `me`: its summed 2-D gradients g[9] = u, v, conic a b
-// c, opacity, r g b.
-static inline void splat_bwd_pixels(constant SplatBwdArgs& b, device const float* recs, uint w,
-                                    device const float* dl, uint me, thread float* g)
+// Stage 2 for splat `me` (projected as `mine`): its summed 2-D gradients
+// g[9] = u, v, conic a b c, opacity, r g b.
+static inline void splat_bwd_pixels(constant SplatBwdArgs& b, SPLAT_BWD_PARAMS,
+                                    device const float* opa, device const float* dl,
+                                    thread const SplatProj& mine, uint me, thread float* g)
 {
     constant SplatArgs& a = b.s;
     for (uint c = 0; c < 9; ++c) {
         g[c] = 0.0f;
     }
-    device const float* mine = recs + (ulong)me * w;
-    uint rc[4];
-    if (!splat_bwd_rect(mine, a, rc)) {
-        return;
-    }
+    const uint rc[4] = {(uint)mine.rect[0], (uint)mine.rect[1], (uint)mine.rect[2],
+                        (uint)mine.rect[3]};
     const float clip = b.loss_grad_clip > 0.0f ? b.loss_grad_clip : INFINITY;
-    const float ca = mine[4], cb = mine[5], cc = mine[6];
+    const float ca = mine.conic[0], cb = mine.conic[1], cc = mine.conic[2];
     const ulong cap = a.max_list_entries;
     for (uint ty = rc[1]; ty < rc[3]; ++ty) {
         for (uint tx = rc[0]; tx < rc[2]; ++tx) {
             ulong keep = ~0ul;
             if (cap != 0) {
-                const ulong before = splat_bwd_before(a, recs, w, tx, ty);
+                const ulong before = splat_bwd_before(a, SPLAT_BWD_OPS, tx, ty);
                 keep = cap > before ? cap - before : 0ul;
             }
             float e[9] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f};
@@ -522,12 +538,12 @@ static inline void splat_bwd_pixels(constant SplatBwdArgs& b, device const float
                     for (uint c = 0; c < 3; ++c) {
                         dc[c] = clamp(dl[((ulong)y * a.width + x) * 3 + c], -clip, clip);
                     }
-                    const SplatHit h = splat_bwd_walk(a, recs, w, tx, ty, keep, (float)x + 0.5f,
-                                                      (float)y + 0.5f, dc, me);
+                    const SplatHit h = splat_bwd_walk(a, SPLAT_BWD_OPS, opa, tx, ty, keep,
+                                                      (float)x + 0.5f, (float)y + 0.5f, dc, me);
                     if (!h.hit) {
                         continue;
                     }
-                    const float cd = mine[8] * dc[0] + mine[9] * dc[1] + mine[10] * dc[2];
+                    const float cd = mine.rgb[0] * dc[0] + mine.rgb[1] * dc[1] + mine.rgb[2] * dc[2];
                     const float wt = h.alpha * h.t_before;
                     for (uint c = 0; c < 3; ++c) {
                         e[6 + c] += wt * dc[c];
@@ -753,46 +769,23 @@ kernel void splat_render_backward_f32(constant SplatBwdArgs& b   [[buffer(0)]],
                                       device const float*    cam [[buffer(7)]],
                                       device const float*    dl  [[buffer(8)]],
                                       device float*          out [[buffer(9)]],
-                                      uint tid [[thread_position_in_threadgroup]],
-                                      uint tpg [[threads_per_threadgroup]])
+                                      uint gid [[thread_position_in_grid]])
 {
     constant SplatArgs& a = b.s;
+    if (gid >= a.count) {
+        return;
+    }
     const uint w = 14u + 3u * a.sh_coeffs;
-    // 1: the records the walks need, in the packed rows
-    for (uint i = tid; i < a.count; i += tpg) {
-        device float* rec = out + (ulong)i * w;
-        for (uint c = 0; c < 11; ++c) {
-            rec[c] = 0.0f;
-        }
-        SplatProj pr;
-        if (!splat_project(a, pos, scl, rot, col, sh, cam, i, pr)) {
-            continue;
-        }
-        rec[0] = pr.u, rec[1] = pr.v, rec[2] = pr.t[2], rec[3] = pr.radius;
-        for (uint c = 0; c < 3; ++c) {
-            rec[4 + c] = pr.conic[c];
-            rec[8 + c] = pr.rgb[c];
-        }
-        rec[7] = opa[i];
+    device float* row = out + (ulong)gid * w;
+    for (uint c = 0; c < w; ++c) {
+        row[c] = 0.0f;
     }
-    threadgroup_barrier(mem_flags::mem_device);
-    // 2: per owned splat, the per-pixel sums (registers)
-    float g2[SPLAT_BWD_SLOTS][9];
-    uint slot = 0;
-    for (uint i = tid; i < a.count && slot < SPLAT_BWD_SLOTS; i += tpg, ++slot) {
-        splat_bwd_pixels(b, out, w, dl, i, g2[slot]);
+    SplatProj pr;
+    if (!(splat_bwd_depth(pos, cam, gid) > SPLAT_NEAR)
+        || !splat_project(a, SPLAT_BWD_OPS, gid, pr, true)) {
+        return;
     }
-    threadgroup_barrier(mem_flags::mem_device);
-    // 3: the chain to the operands
-    slot = 0;
-    for (uint i = tid; i < a.count && slot < SPLAT_BWD_SLOTS; i += tpg, ++slot) {
-        device float* row = out + (ulong)i * w;
-        for (uint c = 0; c < w; ++c) {
-            row[c] = 0.0f;
-        }
-        SplatProj pr;
-        if (splat_project(a, pos, scl, rot, col, sh, cam, i, pr)) {
-            splat_bwd_chain(b, pr, scl, sh, cam, i, g2[slot], row);
-        }
-    }
+    float g2[9];
+    splat_bwd_pixels(b, SPLAT_BWD_OPS, opa, dl, pr, gid, g2);
+    splat_bwd_chain(b, pr, scl, sh, cam, gid, g2, row);
 }

@@ -33,7 +33,7 @@ pub struct SplatArgs {
     pub transmittance_threshold: f32,
 }
 
-/// `SplatBwdArgs`: the Gaussian-splat render backward (one threadgroup).
+/// `SplatBwdArgs`: the Gaussian-splat render backward (one thread per splat).
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
 pub struct SplatBwdArgs {

@@ -356,3 +356,7 @@ mod tests_quant_formats;
 #[cfg(test)]
 #[path = "sim_tests_backward.rs"]
 mod tests_backward;
+
+#[cfg(test)]
+#[path = "sim_tests_splat.rs"]
+mod tests_splat;

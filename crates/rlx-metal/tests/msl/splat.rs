@@ -1,9 +1,12 @@
 //! splat.metal against the host kernels (host/kernels/splat*.rs, f64
 //! inside): `splat_prepare_f32`, `splat_rasterize_f32` and
 //! `splat_render_backward_f32` on odd image sizes (not multiples of the
-//! tile), a rotated camera, culled splats, few and many (more than one
-//! backward thread's worth) overlapping splats, SH degrees 0 / 1 / 3, a
-//! list-capacity cut, a step limit, a `d_loss` clip and a frozen SH band.
+//! tile), a rotated camera, culled splats, few and many overlapping
+//! splats, SH degrees 0 / 1 / 3, a list-capacity cut, a step limit, a
+//! `d_loss` clip and a frozen SH band; and sparse scenes of more than 2048
+//! splats (most behind the camera or off screen, the visible ones spread
+//! over the whole index range) with the backward dispatched over many
+//! threadgroups of odd size.
 //!
 //! Tolerances (f32 kernels vs f64 host): records and image `1e-4 +
 //! 1e-4·|host|`; gradients `1e-5·max|host| + 1e-4·|host|` per case (sums
@@ -28,6 +31,8 @@ struct Case {
     max_splat_steps: usize,
     clip: f32,
     sh_band: u32,
+    /// Only every `sparse`-th splat in view (0: the dense scene).
+    sparse: usize,
 }
 
 struct Scene {
@@ -46,6 +51,17 @@ fn scene(c: &Case, seed: u64) -> Scene {
     let xy = uniform(seed, g * 2, -1.2, 1.2);
     let z = uniform(seed + 1, g, 1.5, 5.0);
     for i in 0..g {
+        if c.sparse > 0 && i % c.sparse != 0 {
+            // out of view: mostly behind the camera, every 4th far off
+            // to the side (culled by its tile rectangle)
+            let p = if i % 4 == 0 {
+                [40.0 * z[i], xy[2 * i], z[i]]
+            } else {
+                [xy[2 * i], xy[2 * i + 1], -z[i]]
+            };
+            pos.extend(p);
+            continue;
+        }
         // every 7th splat behind the near plane (culled)
         let zi = if i % 7 == 6 { 0.1 } else { z[i] };
         pos.extend([xy[2 * i] * zi / 2.0, xy[2 * i + 1] * zi / 2.0, zi]);
@@ -134,6 +150,10 @@ fn widen(v: &[f32]) -> Vec<f64> {
     v.iter().map(|&x| x as f64).collect()
 }
 
+/// Threads per threadgroup of the backward dispatch (odd, so that the
+/// last threadgroup is partial).
+const BWD_LANES: u32 = 48;
+
 fn run(c: &Case, seed: u64) {
     let sc = scene(c, seed);
     let p = SplatParams {
@@ -221,7 +241,7 @@ fn run(c: &Case, seed: u64) {
             "splat_render_backward_f32",
             b.as_bytes(),
             &mut io,
-            Grid::d1(1, 256),
+            Grid::d1((g as u32).div_ceil(BWD_LANES), BWD_LANES),
             &[],
         )
         .unwrap_or_else(|e| panic!("backward {c:?}: {e}"));
@@ -250,6 +270,7 @@ fn splat_kernels_match_host() {
         max_splat_steps: 0,
         clip: 0.0,
         sh_band: 3,
+        sparse: 0,
     };
     let cases = [
         base,
@@ -276,5 +297,38 @@ fn splat_kernels_match_host() {
     ];
     for (n, c) in cases.iter().enumerate() {
         run(c, 11 + n as u64 * 100);
+    }
+}
+
+#[test]
+fn splat_backward_over_2048_splats_matches_host() {
+    let base = Case {
+        width: 10,
+        height: 7,
+        tile: 4,
+        splats: 2101,
+        k: 4,
+        max_list_entries: 0,
+        max_splat_steps: 0,
+        clip: 0.0,
+        sh_band: 3,
+        sparse: 50,
+    };
+    let cases = [
+        base,
+        Case {
+            width: 9,
+            height: 6,
+            splats: 2311,
+            k: 0,
+            max_list_entries: 90,
+            max_splat_steps: 5,
+            clip: 0.5,
+            sparse: 37,
+            ..base
+        },
+    ];
+    for (n, c) in cases.iter().enumerate() {
+        run(c, 7 + n as u64 * 100);
     }
 }

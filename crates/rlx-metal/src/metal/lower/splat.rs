@@ -1,23 +1,15 @@
 //! Gaussian splats → `splat.metal`: `GaussianSplatPrepare` →
 //! `splat_prepare_f32` (one thread per splat), `GaussianSplatRasterize` →
 //! `splat_rasterize_f32` (one thread per pixel), `GaussianSplatRenderBackward`
-//! → `splat_render_backward_f32` (one threadgroup of
-//! `BWD_THREADS` threads, each owning up to `BWD_SLOTS` splats; more
-//! splats than that stay on the host). The fused render stays on the host
-//! (the seed runs it there). Operands whose lengths do not match the splat
-//! count, and aliased operands, also stay on the host, whose kernels report
-//! the error.
+//! → `splat_render_backward_f32` (one thread per splat, any splat count).
+//! The fused render stays on the host (the seed runs it there). Operands
+//! whose lengths do not match the splat count, and aliased operands, also
+//! stay on the host, whose kernels report the error.
 
 use super::{aliased, elementwise, kernel, Lowered};
-use crate::metal::args::{KernelArgs, SplatArgs, SplatBwdArgs};
+use crate::metal::args::{SplatArgs, SplatBwdArgs};
 use crate::metal::kernels::Family;
-use crate::metal::plan::{BufferBinding, Dispatch};
 use crate::thunk::Thunk;
-
-/// Threads of the backward's single threadgroup (`SPLAT_BWD_THREADS`).
-pub(crate) const BWD_THREADS: u32 = 256;
-/// Splats per backward thread (`SPLAT_BWD_SLOTS`).
-pub(crate) const BWD_SLOTS: u32 = 8;
 
 /// The kernel arguments; `None` for a zero tile edge or a count past u32.
 #[allow(clippy::too_many_arguments)]
@@ -134,8 +126,7 @@ pub(super) fn lower(i: usize, t: &Thunk) -> Option<Lowered> {
             .iter()
             .all(|&(len, w)| g.checked_mul(w) == Some(len))
                 && (pixels as usize).checked_mul(3) == Some(x.d_loss_len);
-            let fits = g <= (BWD_THREADS * BWD_SLOTS) as usize;
-            if !lens_ok || !fits || aliased(t) {
+            if !lens_ok || aliased(t) {
                 return None;
             }
             if g == 0 {
@@ -167,15 +158,14 @@ pub(super) fn lower(i: usize, t: &Thunk) -> Option<Lowered> {
                 x.d_loss_off,
                 x.packed_off,
             ];
-            Some(Lowered::Dispatch(Dispatch {
-                thunk: i,
-                kernel: kernel(Family::Splat, "splat_render_backward_f32".into()),
-                args: args.as_bytes().to_vec(),
-                bindings: offs.iter().map(|&o| BufferBinding::of(o)).collect(),
-                grid: [1, 1, 1],
-                threadgroup: [BWD_THREADS, 1, 1],
-                threadgroup_memory: Vec::new(),
-            }))
+            let k = kernel(Family::Splat, "splat_render_backward_f32".into());
+            Some(Lowered::Dispatch(elementwise(
+                i,
+                k,
+                &args,
+                &offs,
+                args.s.count,
+            )))
         }
         _ => None,
     }
