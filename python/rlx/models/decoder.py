@@ -84,7 +84,8 @@ ACTIVE_EXTENT = True
 #: largest bucket's graph (active extent) instead of compiling a graph per
 #: bucket: one prefill plan and arena per cache instead of three (SmolLM2:
 #: ~4 MiB of peak RSS: the 16- and 64-token arenas, plans and owned weights).
-#: Falls back to the buckets when that graph has no prefix form.
+#: Attention-only families; falls back to the buckets when that graph has no
+#: prefix form.
 ONE_PREFILL_GRAPH = True
 
 
@@ -318,8 +319,13 @@ class DecoderModel:
         self._exact = not all(k.pads_ok for k in self._kinds)
         #: multi-token chunks run on a prefix of the largest bucket's graph
         #: (:data:`ONE_PREFILL_GRAPH`)
+        #: (attention-only families with the shared graph builder: another
+        #: graph may have no prefix form, and a try would compile the largest
+        #: graph for nothing)
         self._one_prefill = (ONE_PREFILL_GRAPH and ACTIVE_EXTENT and self.inplace
-                             and device == "host" and not self._exact)  # fmt: skip
+                             and device == "host" and not self._exact
+                             and kinds == {"attention"}
+                             and type(self.spec).build_graph is ArchSpec.build_graph)  # fmt: skip
         # Build (not compile) the decode graph once: a missing tensor or an
         # unknown type fails here, at load, naming the tensor.
         build_decoder(self.config, self.spec, self.weights, 1, int(self.inplace), False,
