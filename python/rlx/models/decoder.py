@@ -80,12 +80,10 @@ _NP_KV = {"f16": np.float16, "f32": np.float32}
 #: run prompts shorter than their bucket on a prefix of it (active extent)
 #: when the compiled graph allows; False computes the padded rows as well.
 ACTIVE_EXTENT = True
-#: on the host, run every prompt chunk of 2 or more tokens on a prefix of the
-#: largest bucket's graph (active extent) instead of compiling a graph per
-#: bucket: one prefill plan and arena per cache instead of three (SmolLM2:
-#: ~4 MiB of peak RSS: the 16- and 64-token arenas, plans and owned weights).
-#: Attention-only families; falls back to the buckets when that graph has no
-#: prefix form.
+#: on the host, attention-only families (shared graph builder) run every prompt
+#: chunk of >= 2 tokens on a prefix of the largest bucket's graph: one prefill
+#: plan and arena per cache, not three (others may lack the prefix form; a try
+#: would compile that graph for nothing). Buckets again when it has none.
 ONE_PREFILL_GRAPH = True
 
 
@@ -317,11 +315,7 @@ class DecoderModel:
         self.kv_dtype = _kv_dtype(kv_dtype, self.spec, self.gguf is not None)
         #: prompts run at their exact length (no bucket padding)
         self._exact = not all(k.pads_ok for k in self._kinds)
-        #: multi-token chunks run on a prefix of the largest bucket's graph
-        #: (:data:`ONE_PREFILL_GRAPH`)
-        #: (attention-only families with the shared graph builder: another
-        #: graph may have no prefix form, and a try would compile the largest
-        #: graph for nothing)
+        #: multi-token chunks on a prefix of the largest graph (:data:`ONE_PREFILL_GRAPH`)
         self._one_prefill = (ONE_PREFILL_GRAPH and ACTIVE_EXTENT and self.inplace
                              and device == "host" and not self._exact
                              and kinds == {"attention"}
@@ -403,7 +397,18 @@ class DecoderModel:
                 self.reset(n_new)
             s = next((b for b in BUCKETS if b >= n_new), BUCKETS[-1])
             c = self._cap if decode or self.inplace else 0
-            return s, c, self._runner(s, c, False).exe
+            s, r = self._bucket_runner(s, c, False)
+            return s, c, r.exe
+
+    def _bucket_runner(self, s: int, c: int, all_rows: bool) -> tuple[int, _Runner]:
+        """An ``s``-token bucket's runner: for ``s > 1`` the largest graph
+        (:data:`ONE_PREFILL_GRAPH`, run on a prefix) if it can, else its own."""
+        if s > 1 and self._one_prefill:
+            r = self._runner(BUCKETS[-1], c, all_rows)
+            if r.active:
+                return BUCKETS[-1], r
+            self._one_prefill = False
+        return s, self._runner(s, c, all_rows)
 
     def reset(self, capacity: int) -> None:
         """Empty the KV cache, sized for ``capacity`` tokens, and zero the
@@ -516,15 +521,7 @@ class DecoderModel:
 
     def _chunk_inplace(self, ids: Sequence[int], s: int, all_rows: bool) -> np.ndarray:
         n, n_new = self._n, len(ids)
-        if s > 1 and self._one_prefill:  # every prompt chunk on the largest graph's prefix
-            r = self._runner(BUCKETS[-1], self._cap, all_rows)
-            if r.active:
-                s = BUCKETS[-1]
-            else:  # no prefix form: the bucket's own graph (padded) from now on
-                self._one_prefill = False
-                r = self._runner(s, self._cap, all_rows)
-        else:
-            r = self._runner(s, self._cap, all_rows)
+        s, r = self._bucket_runner(s, self._cap, all_rows)
         if s == 1 and not all_rows and self._step is not None:
             logits = self._decode_step(r, ids[0])
             if logits is not None:
