@@ -91,7 +91,8 @@ def test_decoders_run_short_prompts_on_a_prefix(tmp_path: Path, arch: str) -> No
     # the f32 cache: the oracle comparison below is at f32 rounding
     model = rlx.load(str(path), inplace=True, kv_dtype="f32")
     got = model.logits(ids)
-    runner = model._runners[(64, model._cap, True)]
+    # the chunk ran on a prefix of the largest bucket's graph (ONE_PREFILL_GRAPH)
+    runner = model._runners[(decoder.BUCKETS[-1], model._cap, True)]
     assert runner.active, runner.active_error
     try:
         decoder.ACTIVE_EXTENT = False
@@ -111,3 +112,43 @@ def test_decoders_run_short_prompts_on_a_prefix(tmp_path: Path, arch: str) -> No
     model.reset(len(ids) + 4)
     first = list(model.generate_ids(ids, 4))
     assert first == list(padded_model.generate_ids(ids, 4))
+
+
+@pytest.mark.skipif(not inplace_available(), reason="executor lacks share_state / kv_len")
+@pytest.mark.parametrize("arch", ARCHS)
+def test_prompts_share_one_prefill_graph_and_arena(tmp_path: Path, arch: str) -> None:
+    """Prompts of any length run on prefixes of one graph (the largest
+    bucket's), last-row select included, so a model holds one prefill arena,
+    not one per bucket: prompts of 2, 20, 70 and 300 tokens and a few decode
+    steps leave exactly the 256-token graph and the decode graph compiled.
+    Before, the last-row graphs had no prefix form (their final norm reads
+    the gathered row from an arena range reused from a dead token-major
+    tensor) and every bucket compiled its own graph and arena. The logits
+    still match the float64 oracle, and the bucket-per-prompt path."""
+    path = write_tiny(tmp_path / f"{arch}.gguf", arch, "Q8_0")
+    rng = np.random.default_rng(5)
+    prompts = [[256] + [int(t) for t in rng.integers(0, 256, n - 1)] for n in (2, 20, 70, 300)]
+    model = rlx.load(str(path), kv_dtype="f32")
+    try:
+        decoder.ONE_PREFILL_GRAPH = False
+        buckets = rlx.load(str(path), kv_dtype="f32")
+    finally:
+        decoder.ONE_PREFILL_GRAPH = True
+    for ids in prompts:
+        want = reference_logits(path, arch, ids)[-1]
+        for m in (model, buckets):
+            m.reset(len(ids) + 4)
+            got = m.next_logits(ids)
+            assert np.max(np.abs(got - want)) <= INT8_PREFILL_TOL * np.max(np.abs(want)), arch
+            for t in (3, 4):  # decode steps after the prompt
+                m.next_logits([t])
+    big, cap = decoder.BUCKETS[-1], model._cap
+    assert set(model._runners) == {(big, cap, False), (1, cap, False)}
+    assert model._runners[(big, cap, False)].active, model._runners[(big, cap, False)].active_error
+    # the arenas the model holds: the largest prefill graph's and decode's
+    # only; the bucket path holds one more per bucket the prompts used
+    held = sum(r.exe.arena_bytes for r in model._runners.values())
+    per_bucket = sum(r.exe.arena_bytes for r in buckets._runners.values())
+    assert {k[0] for k in buckets._runners} == {1, 16, 64, big}
+    assert held == sum(buckets._runners[(s, cap, False)].exe.arena_bytes for s in (1, big))
+    assert held < per_bucket

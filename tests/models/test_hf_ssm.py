@@ -29,6 +29,7 @@ import numpy as np
 import pytest
 import rlx
 from hf_util import copy_fixture, expected, fixture, rel
+from rlx.models import decoder
 from test_hf_dirs import _three_checks
 
 TOL = 1e-4
@@ -155,9 +156,10 @@ def _states(model: rlx.DecoderModel) -> dict[str, np.ndarray]:
 
 @pytest.mark.parametrize("name", ["mamba2_g2", "mamba", "qwen3_next_dense", "falcon_h1"])
 def test_padded_bucket_equals_exact_length(name: str) -> None:
-    """Prompts of 5 and 13 tokens run padded in the one 16-token bucket graph
-    (no graph per length) and leave the SSM / GDN states the exact-length
-    graphs leave (1e-5 of the largest |state|; they differ in rounding only:
+    """Prompts of 5 and 13 tokens run in the one 16-token bucket graph, padded
+    or on a prefix of it (active extent; no graph per length), and leave the
+    SSM / GDN states the exact-length graphs leave (1e-5 of the largest
+    |state|; they differ in rounding only:
     the 16-row scans run chunked, the 5-row ones recurrent); the decode steps
     after them match transformers (1e-4). Without the scans' stop on padded
     rows the states are off by ~1e-1."""
@@ -171,17 +173,26 @@ def test_padded_bucket_equals_exact_length(name: str) -> None:
         states = _states(model)
         runs[n] = padded, states, [model.next_logits([t]) for t in ids[n : n + 4]]
     assert {s for (s, c, _) in model._runners if c == model._cap} == {1, 16}
-    model._exact = True  # the exact-length graphs, as before the buckets
-    for n, (padded, got_states, decode) in runs.items():
-        model.reset(24)
-        exact = model.next_logits(ids[:n])
-        assert (n, model._cap, False) in model._runners
-        assert rel(padded, exact) < 1e-5
-        assert rel(padded, e["logits24"][n - 1]) < TOL
-        for k, want in _states(model).items():
-            err = np.max(np.abs(got_states[k] - want))
-            assert err <= 1e-5 * np.max(np.abs(want)), (n, k, err)
-        assert rel(np.stack(decode), e["logits24"][n : n + 4]) < TOL
+    # the exact-length graphs, as before the buckets (and without the active
+    # extent, which runs the 16-row graph on a prefix where it can)
+    model._exact = True
+    try:
+        decoder.ACTIVE_EXTENT = False  # read as each graph is compiled
+        model._runners.clear()
+        model._owners.clear()
+        model._plans.clear()
+        for n, (padded, got_states, decode) in runs.items():
+            model.reset(24)
+            exact = model.next_logits(ids[:n])
+            assert (n, model._cap, False) in model._runners
+            assert rel(padded, exact) < 1e-5
+            assert rel(padded, e["logits24"][n - 1]) < TOL
+            for k, want in _states(model).items():
+                err = np.max(np.abs(got_states[k] - want))
+                assert err <= 1e-5 * np.max(np.abs(want)), (n, k, err)
+            assert rel(np.stack(decode), e["logits24"][n : n + 4]) < TOL
+    finally:
+        decoder.ACTIVE_EXTENT = True
 
 
 def _patched(tmp_path: Path, name: str, patch: dict) -> Path:

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 from rlx import cli
-from rlx.models.decoder import load
+from rlx.models.decoder import BUCKETS, load
 from tiny_gguf import write_tiny
 
 
@@ -70,7 +70,9 @@ def test_text_report_with_prefill(tiny: Path, capsys: pytest.CaptureFixture[str]
     out = capsys.readouterr().out
     assert out.startswith(f"{tiny}: llama, 3 layers")
     assert "decode graph: 1 new token" in out
-    assert "prefill graph: 16 new tokens" in out  # the bucket that holds 5
+    # the graph a 5-token prompt runs on: the largest bucket's, on a prefix
+    # of its rows (decoder.ONE_PREFILL_GRAPH), not the 16-token bucket's
+    assert f"prefill graph: {BUCKETS[-1]} new tokens" in out
     assert "dispatches per decode token: " in out
     assert "metal plan per decode token: " in out and " host commands" in out
     # one row per graph (the graph-level ir_fuse_residual_rms_norm has its own)

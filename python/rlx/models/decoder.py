@@ -5,6 +5,9 @@ and streaming generation (:class:`DecoderModel`).
 Prompts are padded to a bucket of :data:`BUCKETS` new tokens (causal masking
 makes the padded rows harmless: no real row sees them, and their cache slots
 are overwritten later); longer prompts run in chunks of the largest bucket.
+On the host with the in-place cache, every chunk of two or more tokens runs
+on a prefix of the largest bucket's graph instead (active extent,
+:data:`ONE_PREFILL_GRAPH`): one prefill graph, arena and plan per cache.
 The cache holds ``cap`` slots (the smallest of :data:`CACHE_CAPS` that fits
 prompt + generation); graphs are compiled lazily per ``(S, C)`` and kept.
 
@@ -77,6 +80,11 @@ _NP_KV = {"f16": np.float16, "f32": np.float32}
 #: run prompts shorter than their bucket on a prefix of it (active extent)
 #: when the compiled graph allows; False computes the padded rows as well.
 ACTIVE_EXTENT = True
+#: on the host, attention-only families (shared graph builder) run every prompt
+#: chunk of >= 2 tokens on a prefix of the largest bucket's graph: one prefill
+#: plan and arena per cache, not three (others may lack the prefix form; a try
+#: would compile that graph for nothing). Buckets again when it has none.
+ONE_PREFILL_GRAPH = True
 
 
 def inplace_available() -> bool:
@@ -307,6 +315,11 @@ class DecoderModel:
         self.kv_dtype = _kv_dtype(kv_dtype, self.spec, self.gguf is not None)
         #: prompts run at their exact length (no bucket padding)
         self._exact = not all(k.pads_ok for k in self._kinds)
+        #: multi-token chunks on a prefix of the largest graph (:data:`ONE_PREFILL_GRAPH`)
+        self._one_prefill = (ONE_PREFILL_GRAPH and ACTIVE_EXTENT and self.inplace
+                             and device == "host" and not self._exact
+                             and kinds == {"attention"}
+                             and type(self.spec).build_graph is ArchSpec.build_graph)  # fmt: skip
         # Build (not compile) the decode graph once: a missing tensor or an
         # unknown type fails here, at load, naming the tensor.
         build_decoder(self.config, self.spec, self.weights, 1, int(self.inplace), False,
@@ -384,7 +397,18 @@ class DecoderModel:
                 self.reset(n_new)
             s = next((b for b in BUCKETS if b >= n_new), BUCKETS[-1])
             c = self._cap if decode or self.inplace else 0
-            return s, c, self._runner(s, c, False).exe
+            s, r = self._bucket_runner(s, c, False)
+            return s, c, r.exe
+
+    def _bucket_runner(self, s: int, c: int, all_rows: bool) -> tuple[int, _Runner]:
+        """An ``s``-token bucket's runner: for ``s > 1`` the largest graph
+        (:data:`ONE_PREFILL_GRAPH`, run on a prefix) if it can, else its own."""
+        if s > 1 and self._one_prefill:
+            r = self._runner(BUCKETS[-1], c, all_rows)
+            if r.active:
+                return BUCKETS[-1], r
+            self._one_prefill = False
+        return s, self._runner(s, c, all_rows)
 
     def reset(self, capacity: int) -> None:
         """Empty the KV cache, sized for ``capacity`` tokens, and zero the
@@ -497,7 +521,7 @@ class DecoderModel:
 
     def _chunk_inplace(self, ids: Sequence[int], s: int, all_rows: bool) -> np.ndarray:
         n, n_new = self._n, len(ids)
-        r = self._runner(s, self._cap, all_rows)
+        s, r = self._bucket_runner(s, self._cap, all_rows)
         if s == 1 and not all_rows and self._step is not None:
             logits = self._decode_step(r, ids[0])
             if logits is not None:

@@ -202,31 +202,65 @@ fn prefix_of(old: &ByteRange, new: &ByteRange, full: u32, a: u32) -> bool {
         && (new.len == old.len || new.len as u128 * full as u128 == old.len as u128 * a as u128)
 }
 
-/// Token-major ranges, as exact `(offset, len)` tensors.
+/// Token-major ranges, as exact `(offset, len)` tensors, and the remnants
+/// of token-major tensors a token-free write covered only in part.
 #[derive(Default)]
-struct Taint(Vec<ByteRange>);
+struct Taint {
+    /// Whole token-major tensors.
+    whole: Vec<ByteRange>,
+    /// What is left of a token-major tensor after a write into part of it:
+    /// no longer a tensor any thunk may read as token-free or token-major,
+    /// so any read touching it is refused (a later read of the whole
+    /// original tensor included).
+    remnants: Vec<ByteRange>,
+}
+
+/// The parts of `t` outside `w` (same buffer, overlapping): up to two.
+fn outside(t: &ByteRange, w: &ByteRange) -> impl Iterator<Item = ByteRange> {
+    let (t0, t1) = (t.offset, t.offset + t.len);
+    let (w0, w1) = (w.offset, w.offset.saturating_add(w.len));
+    let left = (t0 < w0).then(|| ByteRange::new(t0, w0 - t0));
+    let right = (w1 < t1).then(|| ByteRange::new(w1, t1 - w1));
+    left.into_iter().chain(right)
+}
 
 impl Taint {
     /// `Ok(true)` when `r` is exactly a token-major tensor, `Ok(false)`
-    /// when it touches none, `Err(hit)` when it covers part of one.
+    /// when it touches none, `Err(hit)` when it covers part of one (or a
+    /// remnant).
     fn classify(&self, r: &ByteRange) -> Result<bool, ByteRange> {
-        if self.0.contains(r) {
+        if let Some(hit) = self.remnants.iter().find(|t| t.overlaps(r)) {
+            return Err(*hit);
+        }
+        if self.whole.contains(r) {
             return Ok(true);
         }
-        self.0
+        self.whole
             .iter()
             .find(|t| t.overlaps(r))
             .map_or(Ok(false), |t| Err(*t))
     }
-    /// Forget the tensors a write fully replaces.
+    /// Forget the tensors a write fully replaces; a tensor it replaces in
+    /// part leaves remnants. (A dead tensor's arena range reused in part
+    /// by a smaller token-free tensor — the last row a gather selects —
+    /// is the common case: before, the part left over kept the whole
+    /// range marked and the next read of the new tensor was refused.)
     fn overwrite(&mut self, w: &ByteRange) {
-        self.0.retain(|t| {
-            !(t.offset >= w.offset && t.offset + t.len <= w.offset.saturating_add(w.len))
-        });
+        let mut remnants = Vec::new();
+        for list in [&mut self.whole, &mut self.remnants] {
+            list.retain(|t| {
+                if !t.overlaps(w) {
+                    return true;
+                }
+                remnants.extend(outside(t, w));
+                false
+            });
+        }
+        self.remnants.extend(remnants);
     }
     fn add(&mut self, w: &ByteRange) {
-        if w.len > 0 && !self.0.contains(w) {
-            self.0.push(*w);
+        if w.len > 0 && !self.whole.contains(w) {
+            self.whole.push(*w);
         }
     }
 }
@@ -498,6 +532,36 @@ mod tests {
         ]);
         let plan = ActivePlan::new(&s.thunks, &[ByteRange::new(0, T)], S).unwrap();
         assert_eq!(plan.scaled(), 1);
+    }
+
+    #[test]
+    fn a_token_free_write_into_part_of_a_dead_token_tensor_frees_it() {
+        // a decoder's last-row select: one token-free row written at the
+        // start of a dead token-major tensor's range, then normed — the
+        // norm reads only the new row, so the plan holds
+        let w = tag_weight(128);
+        let row = H * 4;
+        let s = schedule(vec![
+            rms(0, T, S),
+            add(w, w, T, H),
+            rms(T, 2 * T, 1),
+            silu(T + row as usize, 3 * T, H),
+        ]);
+        let err = ActivePlan::new(&s.thunks, &[ByteRange::new(0, T)], S).unwrap_err();
+        // what is left of the old tensor is no tensor: reading it is refused
+        assert!(
+            matches!(err, ActiveError::Unsupported { index: 3, .. }),
+            "{err}"
+        );
+        let plan = ActivePlan::new(&s.thunks[..3], &[ByteRange::new(0, T)], S).unwrap();
+        assert_eq!(plan.scaled(), 1);
+        // and so is a read of the whole old range after the partial write
+        let whole = schedule(vec![rms(0, T, S), add(w, w, T, H), silu(T, 2 * T, S * H)]);
+        let err = ActivePlan::new(&whole.thunks, &[ByteRange::new(0, T)], S).unwrap_err();
+        assert!(
+            matches!(err, ActiveError::Unsupported { index: 2, .. }),
+            "{err}"
+        );
     }
 
     #[test]
