@@ -353,11 +353,15 @@ fn sdpa_split<T: Elem, U: Elem>(
         if !decode || threads == 1 || units * work < PAR_MIN {
             1
         } else {
-            // a few pieces per thread so a slow core takes fewer
-            (4 * threads)
-                .div_ceil(units)
-                .min(len / MIN_PIECE_KEYS)
-                .max(1)
+            // a few pieces per thread so a slow core takes fewer, and a
+            // whole number of tasks per thread (9 tasks on 2 threads would
+            // leave one thread a fifth of the work alone at the end)
+            let most = (len / MIN_PIECE_KEYS).max(1);
+            let mut splits = (4 * threads).div_ceil(units).min(most);
+            while (units * splits) % threads != 0 && splits < most {
+                splits += 1;
+            }
+            splits
         }
     });
     #[cfg(target_arch = "x86_64")]

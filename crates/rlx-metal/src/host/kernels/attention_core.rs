@@ -69,6 +69,57 @@ pub(crate) fn exp_nonpos(x: f32) -> f32 {
     y * f32::from_bits((n.wrapping_add(127) as u32) << 23)
 }
 
+/// Lanes of the vectorised row reductions below.
+const LANES: usize = 8;
+
+/// Row max of `x` (`-inf` for an empty or fully masked row) and whether any
+/// score is NaN or `+inf` (which poisons the head). Eight independent
+/// lanes, so the loop vectorises; the max is exact whatever the order.
+#[inline(always)]
+fn max_and_bad(x: &[f32]) -> (f32, bool) {
+    let mut m = [f32::NEG_INFINITY; LANES];
+    let mut bad = [0u32; LANES];
+    let chunks = x.chunks_exact(LANES);
+    let rest = chunks.remainder();
+    for c in chunks {
+        for l in 0..LANES {
+            m[l] = m[l].max(c[l]);
+            bad[l] |= u32::from(!(c[l] < f32::INFINITY));
+        }
+    }
+    for (l, &v) in rest.iter().enumerate() {
+        m[l] = m[l].max(v);
+        bad[l] |= u32::from(!(v < f32::INFINITY));
+    }
+    let max = m.iter().fold(f32::NEG_INFINITY, |a, &b| a.max(b));
+    (max, bad.iter().any(|&b| b != 0))
+}
+
+/// Replaces each score `x` of a row whose max is `max` (finite) by its
+/// weight `e^(x − max)`, or by the marker `-1` when `x` is `-inf` (a
+/// masked key, never read), and returns the sum of the weights. The exps
+/// run in one vectorisable pass, the sum over [`LANES`] lanes in a second.
+#[inline(always)]
+fn exp_weights(x: &mut [f32], max: f32) -> f32 {
+    for v in x.iter_mut() {
+        let masked = *v == f32::NEG_INFINITY;
+        let e = exp_nonpos(*v - max);
+        *v = if masked { -1.0 } else { e };
+    }
+    let mut acc = [0f32; LANES];
+    let chunks = x.chunks_exact(LANES);
+    let rest = chunks.remainder();
+    for c in chunks {
+        for l in 0..LANES {
+            acc[l] += c[l].max(0.0);
+        }
+    }
+    for (l, &v) in rest.iter().enumerate() {
+        acc[l] += v.max(0.0);
+    }
+    ((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7]))
+}
+
 /// Per-thread reusable buffers of a piece (grown once, never shrunk, so a
 /// warm decode loop allocates nothing).
 #[derive(Default)]
@@ -182,7 +233,9 @@ impl<T: Elem, U: Elem> Job<'_, T, U> {
         // pass 1: every key block once, for all the group's heads
         let br = block_rows(d);
         for col in (0..n).step_by(br) {
-            let rows = self.rows(self.k, bi, g, a + col, br.min(n - col), block);
+            let nb = br.min(n - col);
+            let ahead = br.min(n - col - nb);
+            let rows = self.rows(self.k, bi, g, a + col, nb, ahead, block);
             qk::<FMA>(qf, d, rows, scores, n, col);
         }
         let elementwise = matches!(self.mask, Mask::Custom(_) | Mask::Bias(_));
@@ -209,37 +262,33 @@ impl<T: Elem, U: Elem> Job<'_, T, U> {
         // weights per head, in place; -1 marks a key that is never read
         for (t, p) in part.chunks_exact_mut(d + 2).enumerate().take(gs) {
             let srow = &mut scores[t * n..(t + 1) * n];
-            let bad = srow.iter().any(|x| x.is_nan() || *x == f32::INFINITY);
-            let max = srow.iter().fold(f32::NEG_INFINITY, |m, &x| m.max(x));
+            let (max, bad) = max_and_bad(srow);
             if bad || max == f32::NEG_INFINITY {
                 p[0] = if bad { f32::NAN } else { f32::NEG_INFINITY };
                 p[1] = 0.0;
                 srow.fill(-1.0);
                 continue;
             }
-            let mut sum = 0f32;
-            for x in srow.iter_mut() {
-                let masked = *x == f32::NEG_INFINITY;
-                let e = exp_nonpos(*x - max);
-                sum += if masked { 0.0 } else { e };
-                *x = if masked { -1.0 } else { e };
-            }
             p[0] = max;
-            p[1] = sum;
+            p[1] = exp_weights(srow, max);
         }
         // pass 2: every value block once
         for p in part.chunks_exact_mut(d + 2).take(gs) {
             p[2..].fill(0.0);
         }
         for col in (0..n).step_by(br) {
-            let rows = self.rows(self.v, bi, g, a + col, br.min(n - col), block);
+            let nb = br.min(n - col);
+            let ahead = br.min(n - col - nb);
+            let rows = self.rows(self.v, bi, g, a + col, nb, ahead, block);
             pv::<FMA>(scores, n, col, d, rows, &mut part[..gs * (d + 2)]);
         }
     }
 
     /// Rows `j0..j0 + nb` of KV head `g` of `x` (K or V) as f32: in place
     /// when `U` is f32, else widened into `buf` (f16 through F16C when the
-    /// CPU has it).
+    /// CPU has it). The `ahead` rows after them (the next block) are
+    /// prefetched, so their loads overlap this block's work.
+    #[allow(clippy::too_many_arguments)]
     #[inline(always)]
     fn rows<'b>(
         &self,
@@ -248,6 +297,7 @@ impl<T: Elem, U: Elem> Job<'_, T, U> {
         g: usize,
         j0: usize,
         nb: usize,
+        ahead: usize,
         buf: &'b mut Vec<f32>,
     ) -> Rows<'b> {
         let d = self.d;
@@ -257,6 +307,8 @@ impl<T: Elem, U: Elem> Job<'_, T, U> {
         };
         let off = self.key_row(bi, g, j0);
         if let Some(data) = as_f32(x) {
+            #[cfg(target_arch = "x86_64")]
+            prefetch_rows(x, off + nb * stride, stride, ahead, d);
             return Rows {
                 data,
                 off,
@@ -264,10 +316,15 @@ impl<T: Elem, U: Elem> Job<'_, T, U> {
                 n: nb,
             };
         }
-        buf.clear();
+        // grown once, never cleared: every element read is written below
+        if buf.len() < nb * d {
+            buf.resize(nb * d, 0.0);
+        }
+        let buf = &mut buf[..nb * d];
+        #[cfg(target_arch = "x86_64")]
+        prefetch_rows(x, off + nb * stride, stride, ahead, d);
         #[cfg(target_arch = "x86_64")]
         if self.f16c && TypeId::of::<U>() == TypeId::of::<f16>() {
-            buf.resize(nb * d, 0.0);
             for (j, dst) in buf.chunks_exact_mut(d).enumerate() {
                 let r = off + j * stride;
                 // SAFETY: `U` is `f16` (checked above), a plain 2-byte type.
@@ -283,15 +340,41 @@ impl<T: Elem, U: Elem> Job<'_, T, U> {
                 n: nb,
             };
         }
-        for j in 0..nb {
+        for (j, dst) in buf.chunks_exact_mut(d).enumerate() {
             let r = off + j * stride;
-            buf.extend(x[r..r + d].iter().map(|v| v.to_f32()));
+            dst.iter_mut()
+                .zip(&x[r..r + d])
+                .for_each(|(o, v)| *o = v.to_f32());
         }
         Rows {
             data: buf,
             off: 0,
             stride: d,
             n: nb,
+        }
+    }
+}
+
+/// Prefetches rows `first, first + stride, …` (`n` of them, `d` elements
+/// each) of `x` into L1, every cache line of each row; rows past the end
+/// of `x` are skipped.
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+fn prefetch_rows<U>(x: &[U], first: usize, stride: usize, n: usize, d: usize) {
+    use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
+    let row_bytes = d * std::mem::size_of::<U>();
+    for j in 0..n {
+        let r = first + j * stride;
+        if r + d > x.len() {
+            break;
+        }
+        let p = x[r..].as_ptr().cast::<i8>();
+        let mut b = 0;
+        while b < row_bytes {
+            // SAFETY: `p + b` lies inside row `r` (checked above); a
+            // prefetch never faults and changes no state.
+            unsafe { _mm_prefetch::<_MM_HINT_T0>(p.add(b)) };
+            b += 64;
         }
     }
 }
