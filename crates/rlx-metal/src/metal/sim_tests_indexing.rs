@@ -111,7 +111,7 @@ fn converting_kv_cache_write_matches_host() {
             &[full],
         );
         g.set_outputs(&[out]).unwrap();
-        let (c, plan) = plan_of(&g, &["cpu_indexing"]);
+        let (c, plan) = family_plan(&g, Family::Indexing, &["cpu_indexing"]);
         assert_eq!(plan.stats().host, 0, "{plan}");
         assert!(
             plan.commands

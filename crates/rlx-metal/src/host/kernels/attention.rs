@@ -122,10 +122,10 @@ impl<T> SharedPtr<T> {
 }
 
 /// [`Job::partial`] compiled for AVX2 + FMA (8-wide dot products, exp and
-/// accumulation).
+/// accumulation; f16 K / V widened in registers with F16C).
 ///
 /// # Safety
-/// The CPU must support AVX2 and FMA.
+/// The CPU must support AVX2, FMA and F16C.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma")]
 unsafe fn partial_avx2<T: Elem, U: Elem>(
@@ -151,7 +151,7 @@ fn partial<T: Elem, U: Elem>(
         let mut sc = cell.borrow_mut();
         #[cfg(target_arch = "x86_64")]
         if avx2 {
-            // SAFETY: `avx2` is only true when the CPU reported AVX2 and FMA.
+            // SAFETY: `avx2` is only true when the CPU reported AVX2, FMA and F16C.
             return unsafe { partial_avx2(job, unit, c, &mut sc, part) };
         }
         let _ = avx2;
@@ -387,7 +387,9 @@ fn sdpa_split<T: Elem, U: Elem>(
         f16c,
     };
     #[cfg(target_arch = "x86_64")]
-    let avx2 = std::is_x86_feature_detected!("avx2") && std::is_x86_feature_detected!("fma");
+    let avx2 = std::is_x86_feature_detected!("avx2")
+        && std::is_x86_feature_detected!("fma")
+        && std::is_x86_feature_detected!("f16c");
     #[cfg(not(target_arch = "x86_64"))]
     let avx2 = false;
     let out = SharedPtr(out.as_mut_ptr());

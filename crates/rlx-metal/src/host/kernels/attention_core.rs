@@ -13,7 +13,9 @@
 //!
 //! Per piece the keys are read in blocks of [`block_rows`] rows (widened to f32
 //! once unless they are f32 already — an f16 KV cache 8 lanes at a time with
-//! F16C on x86-64); every query head of the group passes
+//! F16C on x86-64, or, in the AVX2 build with `d % 8 == 0`, read as f16 by
+//! the block kernels and widened in registers; the next block is
+//! prefetched meanwhile); every query head of the group passes
 //! over a block while it is in L1 (`attention_simd`), then the values the
 //! same way. Scores are kept head-major so the max / exp passes run over
 //! contiguous rows.
@@ -29,6 +31,8 @@ use std::any::TypeId;
 use half::f16;
 
 use super::sdpa_simd::{pv, qk, Rows};
+#[cfg(target_arch = "x86_64")]
+use super::sdpa_simd::{pv_f16, qk_f16};
 use super::{Elem, Layout, Mask};
 use crate::host::kernels::elementwise::exp_parts;
 
@@ -55,6 +59,18 @@ fn as_f32<T: Elem>(x: &[T]) -> Option<&[f32]> {
     if TypeId::of::<T>() == TypeId::of::<f32>() {
         // SAFETY: `T` is `f32`, so the slice has exactly this type.
         Some(unsafe { std::slice::from_raw_parts(x.as_ptr().cast::<f32>(), x.len()) })
+    } else {
+        None
+    }
+}
+
+/// `x` itself when `T` is `f16` (read directly by the AVX2 kernels).
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+fn as_f16<T: Elem>(x: &[T]) -> Option<&[f16]> {
+    if TypeId::of::<T>() == TypeId::of::<f16>() {
+        // SAFETY: `T` is `f16`, so the slice has exactly this type.
+        Some(unsafe { std::slice::from_raw_parts(x.as_ptr().cast::<f16>(), x.len()) })
     } else {
         None
     }
@@ -232,9 +248,24 @@ impl<T: Elem, U: Elem> Job<'_, T, U> {
         scores.resize(n * gs, 0.0);
         // pass 1: every key block once, for all the group's heads
         let br = block_rows(d);
+        // f16 K / V read directly by the AVX2 kernels (widened in registers)
+        #[cfg(target_arch = "x86_64")]
+        let direct = if FMA && self.f16c && d.is_multiple_of(8) {
+            as_f16(self.k).zip(as_f16(self.v))
+        } else {
+            None
+        };
         for col in (0..n).step_by(br) {
             let nb = br.min(n - col);
             let ahead = br.min(n - col - nb);
+            #[cfg(target_arch = "x86_64")]
+            if let Some((k, _)) = direct {
+                let rows = self.rows_f16(k, bi, g, a + col, nb, ahead);
+                // SAFETY: `FMA` builds run only on AVX2 + FMA + F16C CPUs
+                // (`attention_simd`'s module doc); `d % 8 == 0` above.
+                unsafe { qk_f16(qf, d, rows, scores, n, col) };
+                continue;
+            }
             let rows = self.rows(self.k, bi, g, a + col, nb, ahead, block);
             qk::<FMA>(qf, d, rows, scores, n, col);
         }
@@ -279,8 +310,42 @@ impl<T: Elem, U: Elem> Job<'_, T, U> {
         for col in (0..n).step_by(br) {
             let nb = br.min(n - col);
             let ahead = br.min(n - col - nb);
+            #[cfg(target_arch = "x86_64")]
+            if let Some((_, v)) = direct {
+                let rows = self.rows_f16(v, bi, g, a + col, nb, ahead);
+                // SAFETY: as for the keys.
+                unsafe { pv_f16(scores, n, col, d, rows, &mut part[..gs * (d + 2)]) };
+                continue;
+            }
             let rows = self.rows(self.v, bi, g, a + col, nb, ahead, block);
             pv::<FMA>(scores, n, col, d, rows, &mut part[..gs * (d + 2)]);
+        }
+    }
+
+    /// Rows `j0..j0 + nb` of KV head `g` of an f16 `x` (K or V), in place;
+    /// the `ahead` rows after them are prefetched.
+    #[cfg(target_arch = "x86_64")]
+    #[inline(always)]
+    fn rows_f16<'b>(
+        &self,
+        x: &'b [f16],
+        bi: usize,
+        g: usize,
+        j0: usize,
+        nb: usize,
+        ahead: usize,
+    ) -> Rows<'b, f16> {
+        let stride = match self.layout {
+            Layout::Bshd => self.kv_heads * self.d,
+            Layout::Bhsd => self.d,
+        };
+        let off = self.key_row(bi, g, j0);
+        prefetch_rows(x, off + nb * stride, stride, ahead, self.d);
+        Rows {
+            data: x,
+            off,
+            stride,
+            n: nb,
         }
     }
 

@@ -4,22 +4,28 @@
 //! over it).
 //!
 //! `FMA = true` is only ever instantiated from the AVX2 + FMA build of the
-//! task body, which runs only on CPUs that reported both features; there
+//! task body, which runs only on CPUs that reported AVX2, FMA and F16C; there
 //! the head dims that are a multiple of 8 take hand-written AVX2 kernels
 //! (four key rows per pass of the query row for the scores, a 64-float
-//! accumulator tile held in eight registers for the values). Everything
-//! else takes the portable loops, which the compiler vectorises.
+//! accumulator tile held in eight registers for the values). Those kernels
+//! also read f16 rows directly ([`qk_f16`], [`pv_f16`]: an f16 KV cache
+//! widened in registers by `vcvtph2ps` as it is loaded, with no f32 copy
+//! of the block written and read back). Everything else takes the
+//! portable loops, which the compiler vectorises.
 
-/// `n` rows of `d` floats: row `j` is `data[off + j·stride..][..d]`.
+use half::f16;
+
+/// `n` rows of `d` elements (f32, or f16 for [`qk_f16`] / [`pv_f16`]):
+/// row `j` is `data[off + j·stride..][..d]`.
 #[derive(Clone, Copy)]
-pub(super) struct Rows<'a> {
-    pub data: &'a [f32],
+pub(super) struct Rows<'a, E = f32> {
+    pub data: &'a [E],
     pub off: usize,
     pub stride: usize,
     pub n: usize,
 }
 
-impl Rows<'_> {
+impl<E> Rows<'_, E> {
     /// True when every row lies inside `data`.
     fn fits(&self, d: usize) -> bool {
         self.n == 0
@@ -30,7 +36,7 @@ impl Rows<'_> {
     }
 
     #[inline(always)]
-    fn row(&self, j: usize, d: usize) -> &[f32] {
+    fn row(&self, j: usize, d: usize) -> &[E] {
         let o = self.off + j * self.stride;
         &self.data[o..o + d]
     }
@@ -92,9 +98,9 @@ pub(super) fn qk<const FMA: bool>(
     assert!(k.fits(d) && col + k.n <= sn && gs * sn <= scores.len());
     #[cfg(target_arch = "x86_64")]
     if FMA && d.is_multiple_of(8) {
-        // SAFETY: FMA builds run only on AVX2 + FMA CPUs (module doc); the
+        // SAFETY: FMA builds run only on AVX2 + FMA + F16C CPUs (module doc); the
         // bounds were checked above.
-        return unsafe { x86::qk(q, d, k, scores, sn, col) };
+        return unsafe { x86::qk::<f32>(q, d, k, scores, sn, col) };
     }
     for (t, qt) in q.chunks_exact(d).enumerate() {
         for j in 0..k.n {
@@ -120,7 +126,7 @@ pub(super) fn pv<const FMA: bool>(
     #[cfg(target_arch = "x86_64")]
     if FMA && d.is_multiple_of(8) {
         // SAFETY: as in `qk`.
-        return unsafe { x86::pv(w, sn, col, d, v, part) };
+        return unsafe { x86::pv::<f32>(w, sn, col, d, v, part) };
     }
     for (t, p) in part.chunks_exact_mut(d + 2).enumerate() {
         for j in 0..v.n {
@@ -136,10 +142,67 @@ pub(super) fn pv<const FMA: bool>(
     }
 }
 
+/// [`qk`] over f16 key rows, widened in registers.
+///
+/// # Safety
+/// The CPU must support AVX2, FMA and F16C, and `d % 8 == 0`.
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+pub(super) unsafe fn qk_f16(
+    q: &[f32],
+    d: usize,
+    k: Rows<'_, f16>,
+    scores: &mut [f32],
+    sn: usize,
+    col: usize,
+) {
+    let gs = q.len() / d;
+    assert!(d.is_multiple_of(8) && k.fits(d) && col + k.n <= sn && gs * sn <= scores.len());
+    // SAFETY: the caller's CPU contract; bounds checked above.
+    unsafe { x86::qk::<f16>(q, d, k, scores, sn, col) }
+}
+
+/// [`pv`] over f16 value rows, widened in registers.
+///
+/// # Safety
+/// The CPU must support AVX2, FMA and F16C, and `d % 8 == 0`.
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+pub(super) unsafe fn pv_f16(
+    w: &[f32],
+    sn: usize,
+    col: usize,
+    d: usize,
+    v: Rows<'_, f16>,
+    part: &mut [f32],
+) {
+    let gs = part.len() / (d + 2);
+    assert!(d.is_multiple_of(8) && v.fits(d) && col + v.n <= sn && gs * sn <= w.len());
+    // SAFETY: the caller's CPU contract; bounds checked above.
+    unsafe { x86::pv::<f16>(w, sn, col, d, v, part) }
+}
+
 #[cfg(target_arch = "x86_64")]
 mod x86 {
     use super::Rows;
+    use half::f16;
+    use std::any::TypeId;
     use std::arch::x86_64::*;
+
+    /// Eight consecutive elements at `p` as f32 lanes: a plain load for
+    /// f32, `vcvtph2ps` (exact) for f16. `E` is one of the two.
+    #[inline(always)]
+    unsafe fn ld<E: 'static>(p: *const E) -> __m256 {
+        // SAFETY: the caller reads 8 elements inside its slice; F16C is
+        // enabled in every kernel below.
+        unsafe {
+            if TypeId::of::<E>() == TypeId::of::<f16>() {
+                _mm256_cvtph_ps(_mm_loadu_si128(p.cast::<__m128i>()))
+            } else {
+                _mm256_loadu_ps(p.cast::<f32>())
+            }
+        }
+    }
 
     /// Horizontal sum of one vector.
     #[inline(always)]
@@ -152,15 +215,15 @@ mod x86 {
         }
     }
 
-    /// [`super::qk`] for `d % 8 == 0`.
+    /// [`super::qk`] for `d % 8 == 0`, over f32 or f16 rows.
     ///
     /// # Safety
-    /// AVX2 + FMA CPU; bounds as checked by the caller.
-    #[target_feature(enable = "avx2,fma")]
-    pub(super) unsafe fn qk(
+    /// AVX2 + FMA + F16C CPU; bounds as checked by the caller.
+    #[target_feature(enable = "avx2,fma,f16c")]
+    pub(super) unsafe fn qk<E: 'static>(
         q: &[f32],
         d: usize,
-        k: Rows<'_>,
+        k: Rows<'_, E>,
         scores: &mut [f32],
         sn: usize,
         col: usize,
@@ -186,10 +249,10 @@ mod x86 {
                     let mut c = 0;
                     while c < d {
                         let qv = _mm256_loadu_ps(qp.add(c));
-                        a0 = _mm256_fmadd_ps(qv, _mm256_loadu_ps(r.add(c)), a0);
-                        a1 = _mm256_fmadd_ps(qv, _mm256_loadu_ps(r.add(st + c)), a1);
-                        a2 = _mm256_fmadd_ps(qv, _mm256_loadu_ps(r.add(2 * st + c)), a2);
-                        a3 = _mm256_fmadd_ps(qv, _mm256_loadu_ps(r.add(3 * st + c)), a3);
+                        a0 = _mm256_fmadd_ps(qv, ld(r.add(c)), a0);
+                        a1 = _mm256_fmadd_ps(qv, ld(r.add(st + c)), a1);
+                        a2 = _mm256_fmadd_ps(qv, ld(r.add(2 * st + c)), a2);
+                        a3 = _mm256_fmadd_ps(qv, ld(r.add(3 * st + c)), a3);
                         c += 8;
                     }
                     // [a0 a1 a2 a3] sums: pairwise adds within each 128-bit
@@ -204,11 +267,7 @@ mod x86 {
                     let mut a = _mm256_setzero_ps();
                     let mut c = 0;
                     while c < d {
-                        a = _mm256_fmadd_ps(
-                            _mm256_loadu_ps(qp.add(c)),
-                            _mm256_loadu_ps(r.add(c)),
-                            a,
-                        );
+                        a = _mm256_fmadd_ps(_mm256_loadu_ps(qp.add(c)), ld(r.add(c)), a);
                         c += 8;
                     }
                     *out.add(j) = hsum(a);
@@ -218,17 +277,17 @@ mod x86 {
         }
     }
 
-    /// [`super::pv`] for `d % 8 == 0`.
+    /// [`super::pv`] for `d % 8 == 0`, over f32 or f16 rows.
     ///
     /// # Safety
-    /// AVX2 + FMA CPU; bounds as checked by the caller.
-    #[target_feature(enable = "avx2,fma")]
-    pub(super) unsafe fn pv(
+    /// AVX2 + FMA + F16C CPU; bounds as checked by the caller.
+    #[target_feature(enable = "avx2,fma,f16c")]
+    pub(super) unsafe fn pv<E: 'static>(
         w: &[f32],
         sn: usize,
         col: usize,
         d: usize,
-        v: Rows<'_>,
+        v: Rows<'_, E>,
         part: &mut [f32],
     ) {
         // SAFETY: every pointer stays inside `part` and the rows of `v` (checked by
@@ -253,7 +312,7 @@ mod x86 {
                         let wv = _mm256_set1_ps(wj);
                         let r = vp.add(j * st + c0);
                         for (i, ai) in a.iter_mut().enumerate() {
-                            *ai = _mm256_fmadd_ps(wv, _mm256_loadu_ps(r.add(8 * i)), *ai);
+                            *ai = _mm256_fmadd_ps(wv, ld(r.add(8 * i)), *ai);
                         }
                     }
                     for (i, ai) in a.iter().enumerate() {
@@ -266,7 +325,7 @@ mod x86 {
                     for (j, &wj) in wr.iter().enumerate() {
                         if wj >= 0.0 {
                             let r = vp.add(j * st + c0);
-                            a = _mm256_fmadd_ps(_mm256_set1_ps(wj), _mm256_loadu_ps(r), a);
+                            a = _mm256_fmadd_ps(_mm256_set1_ps(wj), ld(r), a);
                         }
                     }
                     _mm256_storeu_ps(acc.add(c0), a);

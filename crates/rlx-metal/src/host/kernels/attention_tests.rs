@@ -629,6 +629,37 @@ fn sdpa_split_pieces_match_naive_for_every_split() {
                     .unwrap();
                     assert_close(&ob, &wb, 1e-5);
                 }
+                // an f16 KV cache under f32 queries (read directly by the
+                // AVX2 kernels when d % 8 == 0): against the naive answer
+                // over the rounded keys / values
+                let (kh, vh): (Vec<f16>, Vec<f16>) = (to(&k), to(&v));
+                let (kr, vr) = (back(&kh), back(&vh));
+                let want_h = naive(
+                    &short,
+                    &q,
+                    &prefix_rows(&kr, b, kv_heads, cap, len, d),
+                    &prefix_rows(&vr, b, kv_heads, cap, len, d),
+                    mk,
+                    &[],
+                    0.0,
+                    0.0,
+                );
+                for splits in [1usize, 3, 50] {
+                    let mut out = vec![f32::NAN; want.len()];
+                    sdpa_checked(
+                        &full,
+                        Layout::Bhsd,
+                        m,
+                        opts,
+                        &q,
+                        &kh,
+                        &vh,
+                        &mut out,
+                        Some(splits),
+                    )
+                    .unwrap();
+                    assert_close(&out, &want_h, 1e-5);
+                }
             }
         }
     }
