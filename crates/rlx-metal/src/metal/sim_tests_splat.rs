@@ -130,11 +130,9 @@ fn splat_backward_past_2048_splats_runs_on_metal() {
             Command::Host { thunk } => {
                 panic!("{} on the host\n{plan}", c.schedule.thunks[*thunk].name())
             }
-            Command::Dispatch(d) => {
-                if d.kernel.function == "splat_render_backward_f32" {
-                    assert!(d.grid[0] > 1, "one threadgroup\n{plan}");
-                    dispatched = true;
-                }
+            Command::Dispatch(d) if d.kernel.function == "splat_render_backward_f32" => {
+                assert!(d.grid[0] > 1, "one threadgroup\n{plan}");
+                dispatched = true;
             }
             _ => {}
         }

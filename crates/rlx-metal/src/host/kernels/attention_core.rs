@@ -100,12 +100,12 @@ fn max_and_bad(x: &[f32]) -> (f32, bool) {
     for c in chunks {
         for l in 0..LANES {
             m[l] = m[l].max(c[l]);
-            bad[l] |= u32::from(!(c[l] < f32::INFINITY));
+            bad[l] |= u32::from(c[l].is_nan() | (c[l] == f32::INFINITY));
         }
     }
     for (l, &v) in rest.iter().enumerate() {
         m[l] = m[l].max(v);
-        bad[l] |= u32::from(!(v < f32::INFINITY));
+        bad[l] |= u32::from(v.is_nan() | (v == f32::INFINITY));
     }
     let max = m.iter().fold(f32::NEG_INFINITY, |a, &b| a.max(b));
     (max, bad.iter().any(|&b| b != 0))
