@@ -2,9 +2,12 @@
 finite differences.
 
 The evaluator walks the IR node by node in float64: ops the numpy
-reference interprets (``rlx.reference.hostops.OPS``, which includes the
-``*_backward`` ops) run there; the forward ops it lacks use the textbook
-formulas below (written from the op docs, not from rlx's kernels).
+reference interprets (``rlx.reference.hostops.OPS``) run there; the forward
+ops it lacks, or runs through an f32 arena (the scaled / grouped quantised
+matmuls), use the textbook formulas below (written from the op docs, not
+from rlx's kernels); the ``*_backward`` ops whose reference thunks read f32
+buffers run their numpy functions (``rlx.reference.backward``) on the
+float64 values instead (:data:`BACKWARD`).
 """
 
 from __future__ import annotations
@@ -15,7 +18,11 @@ from typing import Any, Callable
 
 import numpy as np
 import rlx
-from rlx.reference.attention import rotate, sdpa
+from rlx.autodiff import grad
+from rlx.reference import backward as bwd
+from rlx.reference import quant
+from rlx.reference.attention import axial_angles, rotate, sdpa
+from rlx.reference.gguf_blocks import dequantize_rows
 from rlx.reference.hostops import OPS
 from rlx.reference.interp import eval_op
 
@@ -290,6 +297,123 @@ FORWARD: dict[str, Callable[[dict, list[Arr]], Arr]] = {
 }
 
 
+def _scaled_dequantize(op: dict, xs: list[Arr]) -> Arr:
+    codes, scale = xs
+    r, c = codes.shape
+    return quant.decode_scaled(codes, op["fmt"]) * quant.expand_scale(scale, op["layout"], r, c)
+
+
+def _scaled_mm(op: dict, xs: list[Arr]) -> Arr:
+    lay = op["layout"]
+    a = _scaled_dequantize({"fmt": op["lhs_fmt"], "layout": lay}, xs[0:4:2])
+    b = _scaled_dequantize({"fmt": op["rhs_fmt"], "layout": lay}, xs[1:4:2])
+    out = a @ b.T
+    return out + xs[4] if len(xs) > 4 else out
+
+
+def _dequant_grouped(op: dict, xs: list[Arr]) -> Arr:
+    x, wq, idx = xs
+    e, n, k = op["num_experts"], op["n"], op["k"]
+    typ = quant.gguf_type(op["scheme"])
+    w = np.stack([dequantize_rows(np.asarray(wq[i], np.uint8).reshape(n, -1), typ, k)
+                  for i in range(e)]).astype(np.float64)  # fmt: skip
+    out = np.zeros((x.shape[0], n))
+    for row, ex in enumerate(np.asarray(idx, np.int64)):
+        if 0 <= ex < e:  # an expert index out of range gives a zero row
+            out[row] = w[ex] @ x[row]
+    return out
+
+
+def _axial_rope2d(op: dict, xs: list[Arr]) -> Arr:
+    (x,) = xs
+    b, s, hid = x.shape
+    d = op["head_dim"]
+    ang = axial_angles(op["end_x"], op["end_y"], d, op["theta"]).astype(np.float64)
+    ang = ang[np.arange(s) % ang.shape[0]][None, :, None, :]
+    xh = x.reshape(b, s, hid // d, d)
+    return rotate(xh, np.cos(ang), np.sin(ang), True).reshape(x.shape)
+
+
+FORWARD.update(
+    {
+        "scaled_dequantize": _scaled_dequantize,
+        "scaled_mat_mul": _scaled_mm,
+        "dequant_grouped_mat_mul": _dequant_grouped,
+        "axial_rope2d": _axial_rope2d,
+    }
+)
+
+
+# ------------------------------------------------------- backward ops in f64
+def _bhsd(x: Arr, d: int, bhsd: bool) -> Arr:
+    return x if bhsd else x.reshape(x.shape[0], x.shape[1], -1, d).transpose(0, 2, 1, 3)
+
+
+def _attn_bwd(op: dict, xs: list[Arr]) -> Arr:
+    d, bhsd = op["head_dim"], op["layout"] == "bhsd"
+    q, k, v, dy = (_bhsd(x, d, bhsd) for x in xs[:4])
+    b, h, s, _ = q.shape
+    kv = k.shape[2]
+    kinds = {"none": 0, "causal": 1, "custom": 2, "bias": 3, "sliding_window": 4}
+    custom = np.broadcast_to(xs[4], (b, h, s, kv)) if len(xs) > 4 else None
+    mask = bwd.attention_mask(kinds[op["mask"]], s, kv, op.get("window", 0), custom)
+    wrt = {"q": 0, "k": 1, "v": 2}[op["wrt"]]
+    out = bwd.attention_backward_fn(q, k, v, dy, mask, wrt)
+    return out if bhsd else out.transpose(0, 2, 1, 3).reshape(xs[wrt].shape)
+
+
+def _rope_bwd(op: dict, xs: list[Arr]) -> Arr:
+    dy, cos, sin = xs
+    b, s, hid = dy.shape
+    d, half = op["head_dim"], op["n_rot"] // 2
+    cos, sin = cos.reshape(-1, half), sin.reshape(-1, half)
+    if cos.shape[0] != b * s:  # one table row per position
+        cos, sin = np.tile(cos[:s], (b, 1)), np.tile(sin[:s], (b, 1))
+    dx = bwd.rope_backward_fn(dy.reshape(b * s, hid // d, d), cos, sin, d, op["n_rot"],
+                              op["kind"] == "interleaved")  # fmt: skip
+    return dx.reshape(dy.shape)
+
+
+def _conv_args(op: dict) -> tuple:
+    return op["stride"], op["padding"], op["dilation"], op["groups"]
+
+
+def _ada_bwd(op: dict, xs: list[Arr]) -> Arr:
+    x, sc, dy = xs
+    h = x.shape[-1]
+    mods = sc.size // h
+    parts = bwd.ada_layer_norm_backward_fn(x.reshape(mods, -1, h), sc.reshape(mods, h),
+                                           dy.reshape(mods, -1, h), op["eps"],
+                                           op["layer_norm"])  # fmt: skip
+    return np.concatenate([p.ravel() for p in parts])
+
+
+def _gated_bwd(op: dict, xs: list[Arr]) -> Arr:
+    y, gate, g = xs
+    h = y.shape[-1]
+    mods = gate.size // h
+    return bwd.gated_residual_backward_fn(y.reshape(mods, -1, h), gate.reshape(mods, h),
+                                          g.reshape(mods, -1, h))  # fmt: skip
+
+
+#: ``*_backward`` ops whose ``OPS`` entry runs the thunk on an f32 arena
+BACKWARD: dict[str, Callable[[dict, list[Arr]], Arr]] = {
+    "attention_backward": _attn_bwd,
+    "rope_backward": _rope_bwd,
+    "max_pool2d_backward": lambda op, xs: bwd.maxpool2d_backward_fn(
+        xs[0], xs[1], op["kernel"], op["stride"], op["padding"]
+    ),
+    "conv2d_backward_input": lambda op, xs: bwd.conv2d_backward_input_fn(
+        xs[0], xs[1], op["input_hw"], *_conv_args(op)
+    ),
+    "conv2d_backward_weight": lambda op, xs: bwd.conv2d_backward_weight_fn(
+        xs[0], xs[1], op["kernel"], *_conv_args(op)
+    ),
+    "ada_layer_norm_backward": _ada_bwd,
+    "gated_residual_backward": _gated_bwd,
+}
+
+
 #: parsed JSON per graph (valid while its node count and outputs are unchanged)
 _PARSED: weakref.WeakKeyDictionary[Any, tuple[Any, Any]] = weakref.WeakKeyDictionary()
 
@@ -324,6 +448,8 @@ def evaluate(graph: rlx.Graph, feeds: dict[str, Arr], every: bool = False) -> li
             v[tuple(np.moveaxis(idx, -1, 0))] = xs[2]
         elif kind in FORWARD:
             v = FORWARD[kind](op, xs)
+        elif kind in BACKWARD:
+            v = BACKWARD[kind](op, [np.asarray(x) for x in xs])
         elif kind in OPS:
             if kind == "cast" and op["to"] in ("f32", "f16", "bf16"):
                 v = np.asarray(xs[0], np.float64)  # keep float64 through float casts
@@ -357,3 +483,90 @@ def fd_grad(f: Callable[[Arr], float], x: Arr, h: float = 1e-6) -> Arr:
 def rel_err(a: Arr, b: Arr) -> float:
     """``max|a − b| / max(max|b|, 1e-3)``."""
     return float(np.abs(np.asarray(a) - b).max() / max(float(np.abs(b).max()), 1e-3))
+
+
+# ------------------------------------------------------------ the check
+#: gradient vs central differences, both in float64
+TIGHT = 1e-6
+#: f32 compiled gradients vs the float64 ones
+HOST = 1e-4
+DEVICES = ("host", "reference")
+
+Case = Callable[[rlx.Graph, dict], rlx.Node]
+
+
+def _rng() -> np.random.Generator:
+    return np.random.default_rng(7)
+
+
+def check(build: Case, shapes: dict, wrt: list[str], tol: float = TIGHT,
+          feeds_extra: dict | None = None, positive: tuple[str, ...] = (),
+          devices: tuple[str, ...] | None = None, directional: bool = False,
+          init: dict | None = None) -> float:  # fmt: skip
+    """Build, differentiate w.r.t. ``wrt`` and compare with finite differences
+    (inputs standard normal unless ``init`` gives their values); returns the
+    largest relative error."""
+    rng = _rng()
+    g = rlx.Graph("gc")
+    nodes = {n: g.input(n, s) for n, s in shapes.items()}
+    extra = feeds_extra or {}
+    for n, v in extra.items():
+        nodes[n] = g.input(n, list(v.shape), "i32" if v.dtype.kind in "iu" else "f32")
+    out = build(g, nodes)
+    r = g.input("r", list(out.shape))
+    loss = g.sum(out * r)
+    grads = grad(g, loss, [nodes[n] for n in wrt])
+    g.outputs(loss, *grads)
+    feeds = {n: rng.standard_normal(s) for n, s in shapes.items()}
+    for n in positive:
+        feeds[n] = np.abs(feeds[n]) + 0.5
+    feeds.update({n: np.asarray(v, np.float64) for n, v in (init or {}).items()})
+    feeds.update(extra)
+    feeds["r"] = rng.standard_normal([int(d) for d in out.shape])
+    vals = evaluate(g, feeds)
+    forward_matches_compiled(build, shapes, extra, feeds)
+    worst = 0.0
+    for name, got in zip(wrt, vals[1:]):
+
+        def f(v: np.ndarray, name: str = name) -> float:
+            return float(evaluate(g, {**feeds, name: v})[0])
+
+        if directional:  # along one random direction: 2 evaluations, not 2·numel
+            v = rng.standard_normal(np.shape(feeds[name]))
+            h = 1e-6
+            want = np.array((f(feeds[name] + h * v) - f(feeds[name] - h * v)) / (2 * h))
+            got = np.array(float((got * v).sum()))
+        else:
+            want = fd_grad(f, feeds[name])
+        err = rel_err(got, want)
+        assert err <= tol, f"d/d{name}: relative error {err:.2e} > {tol:.0e}"
+        worst = max(worst, err)
+    for device in DEVICES if devices is None else devices:
+        compiled(g, feeds, vals[1:], wrt, device)
+    return worst
+
+
+def forward_matches_compiled(build: Case, shapes: dict, extra: dict, feeds: dict) -> None:
+    """The float64 evaluator's forward (the function the differences are taken
+    of) agrees with rlx's own compiled forward on the reference device."""
+    g = rlx.Graph("fwd")
+    nodes = {n: g.input(n, s) for n, s in shapes.items()}
+    for n, v in extra.items():
+        nodes[n] = g.input(n, list(v.shape), "i32" if v.dtype.kind in "iu" else "f32")
+    g.outputs(build(g, nodes))
+    want = evaluate(g, feeds)[0]
+    args = {k: v.astype(np.int32 if v.dtype.kind in "iu" else np.float32)
+            for k, v in feeds.items() if k in nodes}  # fmt: skip
+    got = next(iter(rlx.compile(g, device="reference").run(**args).values()))
+    assert rel_err(got, want) <= HOST, f"forward: relative error {rel_err(got, want):.2e}"
+
+
+def compiled(g: rlx.Graph, feeds: dict, want: list, wrt: list[str], device: str) -> None:
+    """The same gradients compiled for ``device`` in f32: ≤ 1e-4 relative to float64
+    (every ``*_backward`` op lowers: a compile error fails the test)."""
+    exe = rlx.compile(g, device=device)
+    args = {k: v.astype(np.int32 if v.dtype.kind in "iu" else np.float32) for k, v in feeds.items()}
+    out = list(exe.run(**args).values())
+    for name, got, w in zip(wrt, out[1:], want):
+        err = rel_err(got, w)
+        assert err <= HOST, f"{device} d/d{name}: relative error {err:.2e} > {HOST:.0e}"

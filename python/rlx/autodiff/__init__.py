@@ -4,7 +4,9 @@
 vector-Jacobian rule (one module per op family) emits ordinary IR ops, or
 the IR's ``*_backward`` ops where one exists (attention, RMSNorm, RoPE,
 cumsum, gather_axis, max-pool, conv2d, adaLN, gated residual, softmax
-cross-entropy, log-mel).
+cross-entropy, log-mel, Gaussian splat rendering); soft-capped attention and
+the rotations no backward op covers are built from ordinary ops
+(:mod:`rlx.autodiff.composite`).
 
 >>> g = rlx.Graph("mlp")
 >>> x = g.input("x", [4, 8]); w = g.param("w", [8, 2])
@@ -12,7 +14,16 @@ cross-entropy, log-mel).
 >>> (dw,) = rlx.grad(g, loss, [w])
 """
 
-from rlx.autodiff import elementwise, matmul, nn, norm, recurrent, reduce, shape  # noqa: F401
+from rlx.autodiff import (  # noqa: F401
+    composite,
+    elementwise,
+    matmul,
+    nn,
+    norm,
+    recurrent,
+    reduce,
+    shape,
+)
 from rlx.autodiff._core import RULES, GradError, NotDifferentiableError, grad
 
 

@@ -23,6 +23,11 @@ if TYPE_CHECKING:
 
 FLOAT_DTYPES = frozenset({"f16", "bf16", "f32", "f64"})
 
+#: ops that quantise their float operand 0 (weights) into integer codes: a
+#: zero gradient to it would silently freeze what the caller asked to train
+#: (their scale operand may be differentiated through the other uses)
+QUANTISING_OPS = frozenset({"scaled_quantize"})
+
 
 class GradError(RlxError):
     """A gradient cannot be built (bad ``wrt`` / ``loss`` arguments)."""
@@ -190,6 +195,12 @@ def grad(
         if i in wrt_ids or any(j in reach for j in ins):
             if graph._g.shape(i)[1] in FLOAT_DTYPES:
                 reach.add(i)
+            elif graph.node(i).op in QUANTISING_OPS and ins[0] in reach:
+                node = graph.node(i)
+                raise NotDifferentiableError(
+                    f"[grad] {node.op} (node %{i} '{node.name}') is not differentiable: "
+                    "its quantised codes carry no gradient to the values quantised"
+                )
     dense: dict[int, Node] = {}
     for wq, wd in (dense_weights or {}).items():
         if wd.graph is not graph or wd.dtype != "f32" or wd.ndim != 2:

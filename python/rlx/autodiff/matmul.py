@@ -1,10 +1,14 @@
 """VJP rules of matrix products: ``mat_mul`` (numpy semantics: batch
-broadcasting, rank-1 operands), ``fused_mat_mul_bias_act`` and the
-activation gradient of a quantised ``dequant_mat_mul`` w.r.t. its input."""
+broadcasting, rank-1 operands), ``fused_mat_mul_bias_act``, the activation
+gradient of a quantised ``dequant_mat_mul`` / ``dequant_grouped_mat_mul``
+w.r.t. its input (weights frozen), grouped matmul, and the scale / bias
+gradients of the low-precision ``scaled_mat_mul`` / ``scaled_dequantize``."""
 
 from __future__ import annotations
 
-from typing import Optional
+from typing import Any, Optional
+
+import numpy as np
 
 from rlx.autodiff._core import Ctx, rule
 from rlx.autodiff.elementwise import act_grad
@@ -130,3 +134,96 @@ def _grouped_mat_mul(ctx: Ctx, node: Node, dy: Node) -> list[Optional[Node]]:
         outer = g.unsqueeze(x, 2) * g.unsqueeze(dy, 1)  # [m, k, n]
         dw = g.scatter_add(outer, idx, experts)
     return [dx, dw, None]
+
+
+@rule("dequant_grouped_mat_mul")
+def _dequant_grouped_mat_mul(ctx: Ctx, node: Node, dy: Node) -> list[Optional[Node]]:
+    # y[i] = x[i] @ W[e_i]ᵀ with W[e] = dequant(w_q[e]) [n, k], weights frozen:
+    # dx[i] = dy[i] @ W[e_i]. Every Wᵀ [e, k, n] comes from the op itself run
+    # on stacked identities (row e·k + j selects expert e, column j), then one
+    # grouped matmul routes each row's dy through its expert.
+    ins = node.inputs
+    if ctx.needs(1):
+        raise ctx.fail(node, "quantised expert weights are frozen (no gradient)")
+    if not ctx.needs(0):
+        return [None] * len(ins)
+    g = ctx.g
+    x, _, idx = ins
+    at = node.attrs
+    e, k = int(at["num_experts"]), int(at["k"])
+    eye = g.expand(g.reshape(_eye(ctx, k, "f32"), [1, k, k]), [e, k, k])
+    sel = np.repeat(np.arange(e, dtype=np.int32), k)
+    rows = g.apply(dict(at, op="dequant_grouped_mat_mul"), g.reshape(eye, [e * k, k]), ins[1],
+                   g.constant(sel, dtype="i32"))  # fmt: skip
+    w = g.transpose(g.reshape(rows, [e, k, int(at["n"])]), [0, 2, 1])  # [e, n, k]
+    dyf = dy if dy.dtype == "f32" else g.cast(dy, "f32")
+    dx = g.grouped_matmul(dyf, w, idx)
+    return [dx if x.dtype == "f32" else g.cast(dx, x.dtype), None, None]
+
+
+def _to_scale(ctx: Ctx, full: Node, layout: Any, node: Node) -> Node:
+    """Sum an ``[r, c]`` gradient over the entries each scale of ``layout``
+    multiplies: per-tensor ``[1]``, per-row ``[r]``, blocks ``[r, ⌈c/size⌉]``."""
+    g = ctx.g
+    r, c = full.shape
+    if layout == "per_tensor":
+        return g.reshape(g.sum(full), [1])
+    if layout == "per_row":
+        return g.sum(full, [1])
+    if not (isinstance(layout, dict) and "block" in layout):
+        raise ctx.fail(node, f"unknown scale layout {layout!r}")
+    size = int(layout["block"]["size"])
+    if not (isinstance(r, int) and isinstance(c, int)):
+        raise ctx.fail(node, f"block scales need static dims, got {[r, c]}")
+    nb = -(-c // size)
+    if nb * size != c:
+        full = g.concat([full, ctx.zeros([r, nb * size - c], full.dtype)], axis=1)
+    return g.sum(g.reshape(full, [r, nb, size]), [2])
+
+
+def _decoded(ctx: Ctx, codes: Node, fmt: str, layout: Any, node: Node) -> Node:
+    """``decode(codes)`` as f32 (a scaled dequantise by ones)."""
+    r, c = codes.shape
+    if not (isinstance(r, int) and isinstance(c, int)):
+        raise ctx.fail(node, f"needs static code dims, got {[r, c]}")
+    if layout == "per_tensor":
+        dims = [1]
+    elif layout == "per_row":
+        dims = [r]
+    else:
+        dims = [r, -(-c // int(layout["block"]["size"]))]
+    return ctx.g.scaled_dequantize(codes, ctx.full(dims, 1.0, "f32"), fmt=fmt, layout=layout)
+
+
+@rule("scaled_dequantize")
+def _scaled_dequantize(ctx: Ctx, node: Node, dy: Node) -> list[Optional[Node]]:
+    # y = decode(codes) ⊙ expand(scale): d scale = Σ over each scale's entries
+    codes, scale = node.inputs
+    at = node.attrs
+    full = dy * _decoded(ctx, codes, at["fmt"], at["layout"], node)
+    return [None, ctx.like(_to_scale(ctx, full, at["layout"], node), scale)]
+
+
+@rule("scaled_mat_mul")
+def _scaled_mat_mul(ctx: Ctx, node: Node, dy: Node) -> list[Optional[Node]]:
+    # y = A Bᵀ (+ bias) with A = decode(lhs) ⊙ S_l, B = decode(rhs) ⊙ S_r: the
+    # scales get (dy B) ⊙ decode(lhs) and (dyᵀ A) ⊙ decode(rhs) summed per
+    # scale; the u8 codes are not differentiable (integer operands)
+    g = ctx.g
+    ins = node.inputs
+    at = node.attrs
+    lay = at["layout"]
+    lhs, rhs, s_l, s_r = ins[:4]
+    out: list[Optional[Node]] = [None] * len(ins)
+    dyf = dy if dy.dtype == "f32" else g.cast(dy, "f32")
+    if ctx.needs(2):
+        b = g.scaled_dequantize(rhs, s_r, fmt=at["rhs_fmt"], layout=lay)
+        full = g.matmul(dyf, b) * _decoded(ctx, lhs, at["lhs_fmt"], lay, node)
+        out[2] = ctx.like(_to_scale(ctx, full, lay, node), s_l)
+    if ctx.needs(3):
+        a = g.scaled_dequantize(lhs, s_l, fmt=at["lhs_fmt"], layout=lay)
+        full = g.matmul(g.transpose(dyf, [1, 0]), a) * _decoded(ctx, rhs, at["rhs_fmt"], lay, node)
+        out[3] = ctx.like(_to_scale(ctx, full, lay, node), s_r)
+    if len(ins) > 4 and ctx.needs(4):
+        out[4] = ctx.like(g.sum(dyf, [0]), ins[4])
+    return out

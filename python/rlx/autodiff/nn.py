@@ -1,5 +1,8 @@
 """VJP rules that emit the IR's ``*_backward`` ops: attention (masks, GQA,
-score scale), RoPE, conv2d, max-pool, log-mel."""
+score scale), RoPE, conv2d, max-pool, log-mel, Gaussian splatting.
+Soft-capped attention and partial interleaved RoPE, which the backward ops
+do not cover, are differentiated through ordinary ops
+(:mod:`rlx.autodiff.composite`)."""
 
 from __future__ import annotations
 
@@ -9,6 +12,7 @@ from typing import Optional
 import numpy as np
 
 from rlx.autodiff._core import Ctx, rule
+from rlx.autodiff.composite import rotate_back, softcap_attention
 from rlx.node import Node
 
 
@@ -19,11 +23,12 @@ def _attention(ctx: Ctx, node: Node, dy: Node) -> list[Optional[Node]]:
     ins = node.inputs
     if at.get("dynamic_kv_len"):
         raise ctx.fail(node, "attention over a run-time kv_len (a decode cache) has no gradient")
-    if at.get("softcap") is not None:
-        raise ctx.fail(node, "attention with a score softcap has no backward op")
     has_mask = at["mask"] in ("custom", "bias")
     if has_mask and ctx.needs(3):
         raise ctx.fail(node, "the mask / bias operand gets no gradient")
+    if at.get("softcap") is not None:
+        # attention_backward has no soft-capping: ordinary ops
+        return softcap_attention(ctx, node, dy)
     q, k, v = ins[:3]
     d = int(at["head_dim"])
     # the backward op scores with 1/√d: fold any other scale into q
@@ -93,9 +98,48 @@ def _rope(ctx: Ctx, node: Node, dy: Node) -> list[Optional[Node]]:
     if ctx.needs(1) or ctx.needs(2):
         raise ctx.fail(node, "the cos / sin tables get no gradient")
     at = node.attrs
+    if at["kind"] == "interleaved" and at["n_rot"] != at["head_dim"]:
+        # rope_backward pairs interleaved dims only over a whole head: the
+        # transpose of the rotation is the rotation by −θ (a forward rope)
+        return [rotate_back(ctx, dy, cos, sin, at), None, None]
     op = {"op": "rope_backward", "kind": at["kind"], "head_dim": at["head_dim"],
           "n_rot": at["n_rot"]}  # fmt: skip
     return [ctx.g.apply(op, dy, cos, sin), None, None]
+
+
+#: column widths of the splat backward's packed row, per differentiable operand
+_SPLAT_COLS = (3, 3, 4, 1, 3)
+
+
+@rule("gaussian_splat_render")
+def _gaussian_splat_render(ctx: Ctx, node: Node, dy: Node) -> list[Optional[Node]]:
+    # one [g, 14 + 3k] row per splat (position, scale, rotation, opacity,
+    # colour, SH coefficient-major); d_loss unclipped (a clip past any f32
+    # gradient) and every SH band the colour uses live
+    g = ctx.g
+    ins = node.inputs
+    if ctx.needs(6):
+        raise ctx.fail(node, "the camera operand gets no gradient")
+    sh = ins[5]
+    k = sh.shape[1] if sh.ndim == 3 else 0
+    if not isinstance(k, int):
+        raise ctx.fail(node, f"needs a static SH coefficient count, got {k!r}")
+    band = max(0, min(3, math.isqrt(k) - 1))
+    op = {"op": "gaussian_splat_render_backward", "cfg": node.attrs["cfg"],
+          "loss_grad_clip": 1e38, "sh_band": band, "max_anisotropy": 1e3}  # fmt: skip
+    packed = g.apply(op, *ins, dy)
+    out: list[Optional[Node]] = [None] * len(ins)
+    start = 0
+    for i, width in enumerate(_SPLAT_COLS):
+        if ctx.needs(i):
+            out[i] = g.reshape(g.narrow(packed, 1, start, width), list(ins[i].shape))
+        start += width
+    if ctx.needs(5):
+        if k == 0:
+            out[5] = ctx.zeros(sh.shape, sh.dtype)
+        else:
+            out[5] = g.reshape(g.narrow(packed, 1, start, 3 * k), list(sh.shape))
+    return out
 
 
 @rule("conv2d")

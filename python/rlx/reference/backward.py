@@ -223,43 +223,51 @@ def gather_backward(t: dict, mem: Memory) -> None:
 # ---------------------------------------------------------------- pooling / conv
 
 
-@reference("maxpool2d_backward")
-def maxpool2d_backward(t: dict, mem: Memory) -> None:
-    """Max-pool gradient (NCHW): each window's ``dy`` goes to the first maximum in
-    row-major window order; padding is −inf (never selected)."""
-    n, c, h, w = t["n"], t["c"], t["h"], t["w"]
-    ho, wo, kh, kw, sh, sw, ph, pw = (
-        t[f] for f in ("h_out", "w_out", "kh", "kw", "sh", "sw", "ph", "pw")
-    )
-    x = np.full((n, c, h + 2 * ph + kh, w + 2 * pw + kw), -np.inf)
-    x[:, :, ph : ph + h, pw : pw + w] = _rd(mem, t["x"], (n, c, h, w))
-    dy = _rd(mem, t["dy"], (n, c, ho, wo))
-    dxp = np.zeros_like(x)
+def maxpool2d_backward_fn(
+    x: np.ndarray, dy: np.ndarray, kernel: tuple, stride: tuple, padding: tuple
+) -> np.ndarray:
+    """Max-pool gradient (NCHW, any float dtype): each window's ``dy`` goes to
+    the first maximum in row-major window order; padding is −inf (never
+    selected)."""
+    n, c, h, w = x.shape
+    ho, wo = dy.shape[2], dy.shape[3]
+    (kh, kw), (sh, sw), (ph, pw) = kernel, stride, padding
+    xp = np.full((n, c, h + 2 * ph + kh, w + 2 * pw + kw), -np.inf)
+    xp[:, :, ph : ph + h, pw : pw + w] = x
+    dxp = np.zeros_like(xp)
     for i in range(ho):
         for j in range(wo):
-            win = x[:, :, i * sh : i * sh + kh, j * sw : j * sw + kw].reshape(n, c, kh * kw)
+            win = xp[:, :, i * sh : i * sh + kh, j * sw : j * sw + kw].reshape(n, c, kh * kw)
             am = np.argmax(win, axis=-1)
             ii, jj = i * sh + am // kw, j * sw + am % kw
             nn_, cc = np.meshgrid(np.arange(n), np.arange(c), indexing="ij")
             np.add.at(dxp, (nn_, cc, ii, jj), dy[:, :, i, j])
-    _wr(mem, t["dx"], dxp[:, :, ph : ph + h, pw : pw + w])
+    return dxp[:, :, ph : ph + h, pw : pw + w]
 
 
-def _conv_geom(t: dict, dil_w_field: str):
-    return tuple(t[f] for f in ("kh", "kw", "sh", "sw", "ph", "pw", "dh", dil_w_field, "groups"))
+@reference("maxpool2d_backward")
+def maxpool2d_backward(t: dict, mem: Memory) -> None:
+    """:func:`maxpool2d_backward_fn` on f32 buffers."""
+    n, c, h, w = t["n"], t["c"], t["h"], t["w"]
+    x = _rd(mem, t["x"], (n, c, h, w))
+    dy = _rd(mem, t["dy"], (n, c, t["h_out"], t["w_out"]))
+    geom = ((t["kh"], t["kw"]), (t["sh"], t["sw"]), (t["ph"], t["pw"]))
+    _wr(mem, t["dx"], maxpool2d_backward_fn(x, dy, *geom))
 
 
-@reference("conv2d_backward_input")
-def conv2d_backward_input(t: dict, mem: Memory) -> None:
-    """``dx`` of ``y = conv2d(x, w)`` (NCHW, w ``[c_out, c_in/g, kh, kw]``, zero padding,
-    stride, dilation, groups): ``dx[n, ci, ih, iw] += dy[n, co, oh, ow]·w[co, ci', a, b]``."""
-    n, ci, h, wi, co, ho, wo = (t[f] for f in ("n", "c_in", "h", "w_in", "c_out", "h_out", "w_out"))
-    kh, kw, sh, sw, ph, pw, dh, dw, g = _conv_geom(t, "dw")
-    dy = _rd(mem, t["dy"], (n, co, ho, wo))
-    w = _rd(mem, t["w"], (co, ci // g, kh, kw))
+def conv2d_backward_input_fn(
+    dy: np.ndarray, w: np.ndarray, hw: tuple, stride: tuple, padding: tuple, dilation: tuple,
+    groups: int,
+) -> np.ndarray:  # fmt: skip
+    """``dx`` of ``y = conv2d(x, w)`` (NCHW, w ``[c_out, c_in/g, kh, kw]``, zero
+    padding, stride, dilation, groups; ``hw`` is x's spatial size):
+    ``dx[n, ci, ih, iw] += dy[n, co, oh, ow]·w[co, ci', a, b]``."""
+    n, co, ho, wo = dy.shape
+    _, cig, kh, kw = w.shape
+    (h, wi), (sh, sw), (ph, pw), (dh, dw) = hw, stride, padding, dilation
+    ci, cog = cig * groups, co // groups
     dxp = np.zeros((n, ci, h + 2 * ph + dh * kh, wi + 2 * pw + dw * kw))
-    cig, cog = ci // g, co // g
-    for gi in range(g):
+    for gi in range(groups):
         dyg = dy[:, gi * cog : (gi + 1) * cog]
         wg = w[gi * cog : (gi + 1) * cog]
         for a in range(kh):
@@ -269,24 +277,40 @@ def conv2d_backward_input(t: dict, mem: Memory) -> None:
                 dxp[
                     :, gi * cig : (gi + 1) * cig, r0 : r0 + sh * ho : sh, c0 : c0 + sw * wo : sw
                 ] += contrib
-    _wr(mem, t["dx"], dxp[:, :, ph : ph + h, pw : pw + wi])
+    return dxp[:, :, ph : ph + h, pw : pw + wi]
 
 
-@reference("conv2d_backward_weight")
-def conv2d_backward_weight(t: dict, mem: Memory) -> None:
-    """``dw`` of ``y = conv2d(x, w)``: ``dw[co, ci', a, b] = Σ dy[n, co, oh, ow]·
-    x_pad[n, ci, oh·sh + a·dh, ow·sw + b·dw]``; ``dw_dil`` is the width dilation."""
-    n, ci, h, wi, co, ho, wo = (t[f] for f in ("n", "c_in", "h", "w", "c_out", "h_out", "w_out"))
-    kh, kw, sh, sw, ph, pw, dh, dw, g = _conv_geom(t, "dw_dil")
-    x = np.zeros((n, ci, h + 2 * ph + dh * kh + sh * ho, wi + 2 * pw + dw * kw + sw * wo))
-    x[:, :, ph : ph + h, pw : pw + wi] = _rd(mem, t["x"], (n, ci, h, wi))
+def _conv_geom(t: dict, dil_w_field: str) -> tuple:
+    return ((t["sh"], t["sw"]), (t["ph"], t["pw"]), (t["dh"], t[dil_w_field]), t["groups"])
+
+
+@reference("conv2d_backward_input")
+def conv2d_backward_input(t: dict, mem: Memory) -> None:
+    """:func:`conv2d_backward_input_fn` on f32 buffers."""
+    n, ci, h, wi, co, ho, wo = (t[f] for f in ("n", "c_in", "h", "w_in", "c_out", "h_out", "w_out"))
+    g = t["groups"]
     dy = _rd(mem, t["dy"], (n, co, ho, wo))
-    cig, cog = ci // g, co // g
+    w = _rd(mem, t["w"], (co, ci // g, t["kh"], t["kw"]))
+    _wr(mem, t["dx"], conv2d_backward_input_fn(dy, w, (h, wi), *_conv_geom(t, "dw")))
+
+
+def conv2d_backward_weight_fn(
+    x: np.ndarray, dy: np.ndarray, kernel: tuple, stride: tuple, padding: tuple,
+    dilation: tuple, groups: int,
+) -> np.ndarray:  # fmt: skip
+    """``dw`` of ``y = conv2d(x, w)``: ``dw[co, ci', a, b] = Σ dy[n, co, oh, ow]·
+    x_pad[n, ci, oh·sh + a·dh, ow·sw + b·dw]``."""
+    n, ci, h, wi = x.shape
+    co, ho, wo = dy.shape[1], dy.shape[2], dy.shape[3]
+    (kh, kw), (sh, sw), (ph, pw), (dh, dw) = kernel, stride, padding, dilation
+    xp = np.zeros((n, ci, h + 2 * ph + dh * kh + sh * ho, wi + 2 * pw + dw * kw + sw * wo))
+    xp[:, :, ph : ph + h, pw : pw + wi] = x
+    cig, cog = ci // groups, co // groups
     out = np.zeros((co, cig, kh, kw))
-    for gi in range(g):
+    for gi in range(groups):
         for a in range(kh):
             for bb in range(kw):
-                xs = x[
+                xs = xp[
                     :,
                     gi * cig : (gi + 1) * cig,
                     a * dh : a * dh + sh * ho : sh,
@@ -295,7 +319,18 @@ def conv2d_backward_weight(t: dict, mem: Memory) -> None:
                 out[gi * cog : (gi + 1) * cog, :, a, bb] = np.einsum(
                     "nohw,nchw->oc", dy[:, gi * cog : (gi + 1) * cog], xs
                 )
-    _wr(mem, t["dw"], out)
+    return out
+
+
+@reference("conv2d_backward_weight")
+def conv2d_backward_weight(t: dict, mem: Memory) -> None:
+    """:func:`conv2d_backward_weight_fn` on f32 buffers; ``dw_dil`` is the width
+    dilation."""
+    n, ci, h, wi, co, ho, wo = (t[f] for f in ("n", "c_in", "h", "w", "c_out", "h_out", "w_out"))
+    x = _rd(mem, t["x"], (n, ci, h, wi))
+    dy = _rd(mem, t["dy"], (n, co, ho, wo))
+    dw = conv2d_backward_weight_fn(x, dy, (t["kh"], t["kw"]), *_conv_geom(t, "dw_dil"))
+    _wr(mem, t["dw"], dw)
 
 
 # ---------------------------------------------------------------- DiT modulation
@@ -332,20 +367,21 @@ def ada_layer_norm_backward(t: dict, mem: Memory) -> None:
     _wr(mem, t["out"], np.concatenate([dx.ravel(), ds.ravel(), dsh.ravel()]))
 
 
+def gated_residual_backward_fn(y: np.ndarray, gate: np.ndarray, g: np.ndarray) -> np.ndarray:
+    """Forward ``out = x + gate·y`` with ``y [mods, seq, h]``, ``gate [mods, h]``
+    broadcast over the ``seq`` rows, ``g`` the upstream gradient. Packed
+    ``[dx = g ∥ dy = gate·g ∥ dgate = Σ_seq y·g]`` (flat)."""
+    return np.concatenate([g.ravel(), (gate[:, None] * g).ravel(), (y * g).sum(1).ravel()])
+
+
 @reference("gated_residual_backward")
 def gated_residual_backward(t: dict, mem: Memory) -> None:
-    """Forward ``out = x + gate·y`` with ``gate [mods, h]`` broadcast over ``seq_per_mod``
-    rows. Packed ``[dx = g ∥ dy = gate·g ∥ dgate = Σ_seq y·g]`` where ``g`` is the
-    upstream gradient (the thunk's ``dy`` field)."""
+    """:func:`gated_residual_backward_fn` on f32 buffers (the upstream gradient
+    is the thunk's ``dy`` field)."""
     h, m, sp = t["h"], t["mod_rows"], t["seq_per_mod"]
     y = _rd(mem, t["y"], (m, sp, h))
     gate = _rd(mem, t["gate"], (m, h))
-    g = _rd(mem, t["dy"], (m, sp, h))
-    _wr(
-        mem,
-        t["out"],
-        np.concatenate([g.ravel(), (gate[:, None] * g).ravel(), (y * g).sum(1).ravel()]),
-    )
+    _wr(mem, t["out"], gated_residual_backward_fn(y, gate, _rd(mem, t["dy"], (m, sp, h))))
 
 
 # ---------------------------------------------------------------- cross-entropy

@@ -539,7 +539,8 @@ def _splat(kind: str) -> Callable:
         if kind == "render":
             return splat.render_fn(*op_args, cfg)
         d = np.asarray(xs[7], np.float64)
-        return splat.render_backward_fn(*op_args, cfg, d, float(op.get("loss_grad_clip", 0.0)))
+        clip = float(op.get("loss_grad_clip", 0.0))
+        return splat.render_backward_fn(*op_args, cfg, d, clip, int(op.get("sh_band", 3)))
 
     return f
 
