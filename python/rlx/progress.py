@@ -36,16 +36,19 @@ class _NoBar:
         """Nothing."""
 
 
-def bar(total: int, desc: str, unit: str = "it") -> Any:
+def bar(total: int, desc: str, unit: str = "it", unit_scale: bool = False) -> Any:
     """A progress bar over ``total`` units (``update(n)``, ``close()``), or a
-    do-nothing object when bars are off or tqdm is missing."""
+    do-nothing object when bars are off or tqdm is missing; ``unit_scale``:
+    counts shown with k / M / G prefixes (bytes)."""
     if not enabled():
         return _NoBar()
     try:
         from tqdm import tqdm
     except ImportError:
         return _NoBar()
-    return tqdm(total=total, desc=desc, unit=unit, leave=False, file=sys.stderr)
+    return tqdm(
+        total=total, desc=desc, unit=unit, unit_scale=unit_scale, leave=False, file=sys.stderr
+    )
 
 
 def prefill_bar(tokens: int) -> Any:

@@ -29,7 +29,7 @@ import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, BinaryIO, Callable, Optional
+from typing import TYPE_CHECKING, Any, BinaryIO, Callable, Optional
 
 from rlx._rlx import RlxError
 
@@ -236,45 +236,16 @@ def _expected_sha256(spec: ModelSpec) -> str:
     return spec.sha256
 
 
-class _Progress:
-    """A progress bar over bytes on stderr: tqdm when installed, else a plain
-    bar. Only on a terminal: in logs (CI) one line says what is happening."""
+def _progress(total: int, desc: str) -> Any:
+    """A progress bar over ``total`` bytes: :func:`rlx.progress.bar`, so shown
+    only when stderr is a terminal (or :data:`rlx.progress.ENABLED` says so)
+    and quiet in logs, pipes, CI and ``rlx serve``."""
+    from rlx import progress
 
-    def __init__(self, total: int, desc: str) -> None:
-        self.total, self.done, self.desc = total, 0, desc
-        self._bar = None
-        self._last = -1
-        self._plain = False
-        if not sys.stderr.isatty():
-            print(f"rlx: {desc} ({total / 1e6:.0f} MB) ...", file=sys.stderr)
-            return
-        try:
-            from tqdm import tqdm
-
-            self._bar = tqdm(total=total, desc=desc, unit="B", unit_scale=True, leave=False)
-        except ImportError:
-            self._plain = True
-
-    def update(self, n: int) -> None:
-        self.done += n
-        if self._bar is not None:
-            self._bar.update(n)
-        elif self._plain:
-            pct = self.done * 100 // max(self.total, 1)
-            if pct != self._last:
-                self._last = pct
-                bar = "#" * (pct // 4)
-                sys.stderr.write(f"\r{self.desc} [{bar:<25}] {pct:3d}%")
-                sys.stderr.flush()
-
-    def close(self) -> None:
-        if self._bar is not None:
-            self._bar.close()
-        elif self._plain:
-            sys.stderr.write("\n")
+    return progress.bar(total, desc, unit="B", unit_scale=True)
 
 
-def _copy(src: BinaryIO, dst: BinaryIO, digest: hashlib._Hash, progress: _Progress) -> int:
+def _copy(src: BinaryIO, dst: BinaryIO, digest: hashlib._Hash, progress: Any) -> int:
     n = 0
     while True:
         block = src.read(_CHUNK)
@@ -291,7 +262,7 @@ def sha256_file(path: Path, desc: Optional[str] = None) -> str:
     import hashlib
 
     digest = hashlib.sha256()
-    progress = _Progress(path.stat().st_size, desc) if desc else None
+    progress = _progress(path.stat().st_size, desc) if desc else None
     with open(path, "rb") as f:
         while True:
             block = f.read(_CHUNK)
@@ -319,7 +290,7 @@ def _assemble(spec: ModelSpec, parts: list[Path], target: Path) -> None:
     import hashlib
 
     digest = hashlib.sha256()
-    progress = _Progress(total, f"assembling {spec.filename}")
+    progress = _progress(total, f"assembling {spec.filename}")
     fd, tmp = tempfile.mkstemp(prefix=spec.filename + ".", suffix=".partial", dir=target.parent)
     try:
         with os.fdopen(fd, "wb") as out:

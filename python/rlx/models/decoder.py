@@ -786,10 +786,10 @@ def load(
 def _prefetch(path: Any) -> None:
     """Read the file once under a progress bar (pages it into the OS cache, so
     the first run does not stall on disk)."""
-    from rlx.io.models import _Progress
+    from rlx.io.models import _progress
 
     files = sorted(path.glob("*.safetensors")) if path.is_dir() else [path]
-    bar = _Progress(sum(p.stat().st_size for p in files), f"loading {path.name}")
+    bar = _progress(sum(p.stat().st_size for p in files), f"loading {path.name}")
     for p in files:
         with open(p, "rb") as fh:
             while True:
