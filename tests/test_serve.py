@@ -13,9 +13,11 @@ transformers' BERT embeddings (``tests/fixtures/bert_tiny/expected.json``,
 from __future__ import annotations
 
 import json
+import sys
 import threading
 import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -31,6 +33,8 @@ import rlx  # noqa: E402
 from rlx.sampling import SamplingParams  # noqa: E402
 from rlx.serve import load_models  # noqa: E402
 from serve_util import BERT, FIXTURES, LLAMA, ServerThread  # noqa: E402
+
+sys.path.insert(0, str(Path(__file__).parent / "models"))  # tiny_gguf
 
 MODEL = "llama-q8_0"
 #: the server's chat template for this test (the fixture GGUF carries none)
@@ -402,3 +406,158 @@ def test_rlx_serve_command() -> None:
         if proc.poll() is None:
             proc.kill()
             proc.wait()
+
+
+# ------------------------------------------------- the model's own template
+#: a chat template no default resembles (upper-cased roles in « », a ¶ per turn)
+OWN_TEMPLATE = (
+    "{% for m in messages %}«{{ m['role'] | upper }}» {{ m['content'] }} ¶\n{% endfor %}"
+    "{% if add_generation_prompt %}«ASSISTANT» {% endif %}"
+)
+
+
+@pytest.fixture(scope="module")
+def own(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerThread]:
+    """A tiny GGUF whose metadata carries :data:`OWN_TEMPLATE`, served with
+    no ``chat_template`` override."""
+    from tiny_gguf import write_tiny
+
+    path = tmp_path_factory.mktemp("own") / "own.gguf"
+    write_tiny(path, "llama", chat_template=OWN_TEMPLATE)
+    s = ServerThread(load_models([str(path)], slots=1))
+    yield s
+    s.stop()
+
+
+def test_chat_uses_the_models_own_template(own: ServerThread, monkeypatch: Any) -> None:
+    """The prompt the engine gets is the GGUF's own template rendered (here
+    with plain jinja2, as HF renders templates) and tokenised one token per
+    byte (the tiny vocabulary has no merges); an override still wins."""
+    from tiny_gguf import byte_token_ids
+
+    served = own.models[0]
+    assert served.chat_template is None
+    seen: list[list[int]] = []
+    generate = served.engine.generate
+
+    def spy(job: Any) -> Any:
+        seen.append(list(job.ids))
+        return generate(job)
+
+    monkeypatch.setattr(served.engine, "generate", spy)
+    msgs = [
+        {"role": "system", "content": "be brief"},
+        {"role": "user", "content": "hello there"},
+    ]
+    env = jinja2.Environment(trim_blocks=True, lstrip_blocks=True)
+    text = env.from_string(OWN_TEMPLATE).render(messages=msgs, add_generation_prompt=True)
+    assert text == "«SYSTEM» be brief ¶\n«USER» hello there ¶\n«ASSISTANT» "
+    r = own.client().chat.completions.create(
+        model="own", messages=msgs, max_tokens=4, temperature=0, extra_body={"ignore_eos": True}
+    )
+    assert seen == [byte_token_ids(text)]
+    assert r.usage.prompt_tokens == len(text.encode()) and r.usage.completion_tokens == 4
+    # a server-side template takes precedence over the model's
+    monkeypatch.setattr(served, "chat_template", TEMPLATE.replace("{{ bos_token }}", ""))
+    own.client().chat.completions.create(model="own", messages=msgs, max_tokens=1)
+    assert seen[1] == byte_token_ids("[system] be brief\n[user] hello there\n[assistant] ")
+
+
+# ------------------------------------------------------ unexpected failures
+class _Faulty:
+    """Stands in for a model in an :class:`~rlx.serve.engine.Engine`: its
+    session yields ``after`` tokens, then raises (``after=None``: never)."""
+
+    def __init__(self, tokenizer: Any) -> None:
+        self.tokenizer = tokenizer
+        self.after: Any = 0
+
+    def session(self) -> _Faulty:
+        return self
+
+    def generate_ids(self, ids: list[int], n: int, *_args: Any, **_kw: Any) -> Iterator[int]:
+        for i in range(n):
+            if self.after is not None and i >= self.after:
+                raise RuntimeError("the decode kernel fell over")
+            yield ids[i % len(ids)]
+
+
+@pytest.fixture(scope="module")
+def faulty(ref: Any) -> Iterator[tuple[ServerThread, _Faulty]]:
+    from rlx.serve.app import Served
+    from rlx.serve.engine import Engine
+
+    broken = _Faulty(ref.tokenizer)
+    s = ServerThread([Served("faulty", ref, engine=Engine(broken, slots=1))])
+    yield s, broken
+    s.stop()
+
+
+def _internal_error(r: httpx.Response) -> None:
+    """A 500 with OpenAI's error body naming the exception, and no traceback."""
+    assert r.status_code == 500, r.text
+    assert r.headers["content-type"] == "application/json"
+    err = r.json()["error"]
+    assert set(r.json()) == {"error"} and set(err) == {"message", "type", "param", "code"}
+    assert err["type"] == "server_error" and err["code"] == "internal_error"
+    assert "RuntimeError" in err["message"], err
+    for trace in ("Traceback", 'File "', ".py"):
+        assert trace not in r.text, r.text
+
+
+@pytest.mark.parametrize("after", [0, 3])  # in the prefill / after three tokens
+@pytest.mark.parametrize("route", ["completions", "chat/completions"])
+def test_engine_failure_is_a_json_500(
+    faulty: tuple[ServerThread, _Faulty], after: int, route: str
+) -> None:
+    srv, broken = faulty
+    broken.after = after
+    body: dict[str, Any] = {"model": "faulty", "max_tokens": 8}
+    if route == "completions":
+        body["prompt"] = "hello"
+    else:
+        body["messages"] = [{"role": "user", "content": "hello"}]
+    _internal_error(httpx.post(f"{srv.url}/v1/{route}", json=body, timeout=30))
+    if after == 0:  # streaming: nothing was sent yet, so the status is the error's
+        r = httpx.post(f"{srv.url}/v1/{route}", json={**body, "stream": True}, timeout=30)
+        _internal_error(r)
+    with pytest.raises(openai.InternalServerError) as e:  # what the official client sees
+        srv.client().completions.create(model="faulty", prompt="hello", max_tokens=8)
+    assert e.value.status_code == 500 and "Traceback" not in e.value.response.text
+    # the slot came back: the next request is served
+    broken.after = None
+    r = httpx.post(f"{srv.url}/v1/{route}", json=body, timeout=30)
+    assert r.status_code == 200 and r.json()["usage"]["completion_tokens"] == 8
+    assert srv.health()["engines"]["faulty"]["active"] == 0
+
+
+def test_failure_mid_stream_is_an_error_event(faulty: tuple[ServerThread, _Faulty]) -> None:
+    """Once a stream has started (status 200 sent) a failure arrives as one
+    ``data: {"error": ...}`` event in OpenAI's format, then ``[DONE]``."""
+    srv, broken = faulty
+    broken.after = 3
+    body = {"model": "faulty", "prompt": "hello", "max_tokens": 8, "stream": True}
+    r = httpx.post(f"{srv.url}/v1/completions", json=body, timeout=30)
+    assert r.status_code == 200
+    events = [ln[len("data: ") :] for ln in r.text.splitlines() if ln.startswith("data: ")]
+    assert events[-1] == "[DONE]"
+    err = json.loads(events[-2])["error"]
+    assert err["type"] == "server_error" and err["code"] == "internal_error"
+    assert "RuntimeError" in err["message"]
+    assert "Traceback" not in r.text and 'File "' not in r.text
+    assert sum("choices" in json.loads(e) for e in events[:-2]) >= 1  # text came first
+
+
+def test_failure_outside_the_engine_is_a_json_500(
+    faulty: tuple[ServerThread, _Faulty], monkeypatch: Any
+) -> None:
+    """An exception raised in a handler itself (here the prompt encoding)
+    goes through the app's exception handler: the same JSON 500."""
+    srv, _ = faulty
+
+    def boom(*_a: Any) -> list[int]:
+        raise RuntimeError("the tokenizer fell over")
+
+    monkeypatch.setattr(srv.app.state.server, "_prompt_ids", boom)
+    body = {"model": "faulty", "prompt": "hello", "max_tokens": 2}
+    _internal_error(httpx.post(f"{srv.url}/v1/completions", json=body, timeout=30))

@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Optional
 
 import numpy as np
 import pytest
@@ -20,16 +21,25 @@ VOCAB_TEXT = 250  # byte-alphabet tokens; + BOS + EOS
 HIDDEN, FFN, LAYERS = 64, 128, 3
 
 
-def _byte_alphabet() -> list[str]:
+def _bytes() -> list[int]:
+    """The bytes in vocabulary order: the printable ones, then the rest."""
     bs = list(range(ord("!"), ord("~") + 1)) + list(range(0xA1, 0xAD)) + list(range(0xAE, 0x100))
-    cs = bs[:]
-    n = 0
-    for b in range(256):
-        if b not in bs:
-            bs.append(b)
-            cs.append(256 + n)
-            n += 1
-    return [chr(c) for c in cs]
+    return bs + [b for b in range(256) if b not in bs]
+
+
+def _byte_alphabet() -> list[str]:
+    """GPT-2's byte-to-unicode alphabet in vocabulary order: printable bytes
+    stand for themselves, the others for 256, 257, … in byte order."""
+    bs = _bytes()
+    n_print = 188  # the printable bytes come first in ``_bytes()``
+    return [chr(b) for b in bs[:n_print]] + [chr(256 + i) for i in range(256 - n_print)]
+
+
+def byte_token_ids(text: str) -> list[int]:
+    """The ids of ``text`` in the tiny models' vocabulary: one token per UTF-8
+    byte (the vocabulary has no merges); token ``i`` is byte ``_bytes()[i]``."""
+    order = _bytes()
+    return [order.index(b) for b in text.encode()]
 
 
 def geometry(arch: str) -> dict[str, int]:
@@ -40,8 +50,12 @@ def geometry(arch: str) -> dict[str, int]:
 
 
 def write_tiny(path: Path, arch: str, qtype: str = "F32", seed: int = 0,
-               window: int = 5, pattern: object = 2) -> Path:  # fmt: skip
-    """A 3-layer random ``arch`` model with 2-D weights stored as ``qtype``."""
+               window: int = 5, pattern: object = 2,
+               chat_template: Optional[str] = None) -> Path:  # fmt: skip
+    """A 3-layer random ``arch`` model with 2-D weights stored as ``qtype``
+    (and ``tokenizer.chat_template`` when ``chat_template`` is given). Its
+    tokenizer has one token per byte (GPT-2 byte alphabet, no merges) plus
+    ``<s>`` (256) and ``</s>`` (257): see :func:`byte_token_ids`."""
     rng = np.random.default_rng(seed)
     geo = geometry(arch)
     heads, kvh, hd = geo["heads"], geo["kv_heads"], geo["head_dim"]
@@ -72,6 +86,8 @@ def write_tiny(path: Path, arch: str, qtype: str = "F32", seed: int = 0,
     w.add_uint32("tokenizer.ggml.bos_token_id", 256)
     w.add_uint32("tokenizer.ggml.eos_token_id", 257)
     w.add_bool("tokenizer.ggml.add_bos_token", True)
+    if chat_template is not None:
+        w.add_string("tokenizer.chat_template", chat_template)
 
     qt = gguf.GGMLQuantizationType[qtype]
 
