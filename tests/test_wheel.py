@@ -2,16 +2,19 @@
 fresh virtualenv (no source tree on the path, run from a temporary working
 directory) and ``rlx generate`` runs from it.
 
-The wheel is the one ``scripts/test.sh`` builds once and passes in
-``RLX_WHEEL``; without it the test builds one itself (``maturin build
---release``, reusing the cargo target directory of setup.sh's ``maturin
-develop --release``). ``pip install`` of the wheel must pull exactly the
-runtime dependencies of pyproject.toml (``[project] dependencies``), not the
-``serve`` / ``test`` extras: the wheel's ``Requires-Dist`` is checked
-against pyproject.toml, and the fresh venv against the closure of that set
-(no starlette / uvicorn / pytest / ruff / mypy / maturin). The greedy
-output of ``rlx generate`` from the wheel equals the one of the development
-install (same model, same prompt).
+The test builds the wheel itself (``maturin build --release`` into a
+temporary directory, reusing the cargo target directory of setup.sh's
+``maturin develop --release``), also under ``scripts/test.sh``, which sets
+nothing; ``RLX_WHEEL=path/to/rlx-….whl`` tests a wheel built elsewhere
+instead.
+
+``pip install`` of the wheel must pull exactly the runtime dependencies of
+pyproject.toml (``[project] dependencies``), not the ``serve`` / ``test``
+extras: the wheel's ``Requires-Dist`` is checked against pyproject.toml, and
+the fresh venv against the closure of that set (no starlette / uvicorn /
+pytest / ruff / mypy / maturin). The greedy output of ``rlx generate`` from
+the wheel equals the one of the development install (same model, same
+prompt).
 """
 
 from __future__ import annotations
