@@ -1,7 +1,9 @@
 """Generate tests/fixtures/grad/ops.npz: torch.autograd gradients of single
 ops, one case per differentiable op family (issue 18 point 3). Run by hand
-with a venv that has torch (it is never a dependency of the repo, and CI
-never imports it): ``/work/torch-venv/bin/python scripts/make_op_grad_fixtures.py``.
+with a venv outside the repo that has torch (scripts/setup_peers.sh's, or
+any ``pip install torch numpy``; torch is never a dependency of the repo, and
+CI never imports it): ``$PEER/bin/python scripts/make_op_grad_fixtures.py``.
+The committed file was made with torch 2.15.0 (CPU).
 
 Each case has small fixed-seed inputs (float32 values; integer indices as
 int32), a fixed random upstream gradient ``r`` of the output's shape, the
