@@ -7,9 +7,12 @@ rank-8 LoRA adapters on every layer's q and v projections (alpha 16, peft's
 init), clip by global norm 1.0, AdamW (lr 1e-4, no weight decay). The base
 weights are frozen.
 
-* rlx: :class:`rlx.train.LoraTrainer` on the packaged Q4_1 GGUF, the
-  forward multiplying the packed Q4_1 blocks, the input gradients through
-  f32 copies dequantised at load; one executable per step.
+* rlx: :class:`rlx.train.LoraTrainer` on the packaged Q4_1 GGUF with its
+  defaults: the forward multiplying the packed Q4_1 blocks, the input
+  gradients through the transposed packed matmul (``dequant_mat_mul_t``,
+  ``dense_backward=False``: no f32 weight copies), attention as batched
+  matmuls and a softmax (``matmul_attention=True``); one executable per
+  step.
 * torch: transformers' ``LlamaForCausalLM`` loaded from the same GGUF
   (``gguf_file=``, dequantised to float32: the same weight values) with the
   LoRA written by hand (``y = base(x) + (x Aᵀ) Bᵀ · alpha/r``; peft is not
@@ -24,8 +27,8 @@ ids: they should agree to ~1e-3). Memory: the child's peak RSS
 (``VmHWM``, harness.run_child) next to rlx's prediction, i.e. the planner's activation arena
 (``Executable.arena_bytes``: forward activations saved for the backward,
 gradients, update temporaries) + the state buffer (adapters, AdamW moments)
-+ the packed weights + the dense f32 copies + the Python / library
-baseline measured before loading.
++ the packed weights + the dense f32 copies (none with the defaults) + the
+Python / library baseline measured before loading.
 
     python bench/train.py --rounds 3 --threads 2        # writes BENCHMARKS.md
 """

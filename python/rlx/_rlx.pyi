@@ -255,6 +255,11 @@ class Executable:
         command, kind ``dispatch`` / ``user`` / ``host`` / ``barrier``."""
     def metal_plan(self) -> str:
         """The Metal plan, one command per line."""
+    def value_plan(
+        self,
+    ) -> tuple[int, list[Optional[tuple[int, int, int, int, int, int, int]]]]:
+        """The planner's step count and per node ``None`` (fused away, or not in
+        the arena) or ``(step, start, end, held_until, offset, bytes, alias_of)``."""
     def num_thunks(self) -> int:
         """Number of thunks."""
     def thunk_json(self, i: int) -> str:

@@ -206,8 +206,8 @@ def _cmd_inspect(args: argparse.Namespace) -> int:
 
 def _cmd_inspect_train(args: argparse.Namespace) -> int:
     """The LoRA training step of ``args.model`` (rank 8 on q / v, ``--seq``
-    tokens, default 64): its saved activations with their lifetimes, and the
-    planner's arena."""
+    tokens, default 64): its saved activations with the planner's intervals
+    and arena offsets for them, and the planner's arena."""
     from rlx.train.lora import LoraTrainer
     from rlx.train.saved import report
 
@@ -215,7 +215,7 @@ def _cmd_inspect_train(args: argparse.Namespace) -> int:
     tr = LoraTrainer(args.model, seq)
     st = tr.exe.stats
     print(f"{args.model}: LoRA training step, {seq} tokens, {len(tr.graph)} nodes")
-    print(report(tr.graph, tr.loss_id))
+    print(report(tr.graph, tr.loss_id, tr.exe))
     print(
         f"planner: arena {st['arena_bytes'] / 2**20:.1f} MiB (naive {st['naive_bytes'] / 2**20:.1f}"
         f" MiB), state {st['state_bytes'] / 2**20:.1f} MiB, {st['thunks']} thunks"

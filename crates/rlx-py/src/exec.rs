@@ -603,6 +603,11 @@ impl PyExecutable {
         crate::inspect::thunk_rows(&self.compiled)
     }
 
+    /// The memory plan per node of the compiled graph (see `inspect.rs`).
+    fn value_plan(&self) -> crate::inspect::ValuePlan {
+        crate::inspect::value_plan(&self.compiled)
+    }
+
     /// The Metal plan, `(kind, thunk, kernel, grid, threadgroup)` per command.
     fn metal_commands(&self) -> Vec<crate::inspect::CommandRow> {
         crate::inspect::command_rows(&self.plan)

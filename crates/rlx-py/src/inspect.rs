@@ -69,6 +69,35 @@ pub(crate) fn thunk_rows(c: &Compiled) -> Vec<ThunkRow> {
         .collect()
 }
 
+/// Where the planner put one value: `(step, start, end, held_until, offset,
+/// bytes, alias_of)`. `step` is the node of the lowered (fused) graph that
+/// holds the value, `start..=end` the steps from its definition to its last
+/// read, `held_until` the last step its bytes stay taken (later than `end`
+/// when a view or in-place value shares them), `offset` the raw arena
+/// offset; `alias_of` is the step node whose bytes a view or in-place value
+/// uses, or −1.
+pub(crate) type ValueRow = (usize, usize, usize, usize, usize, usize, i64);
+
+/// The planner's step count (nodes of the lowered graph) and, per node of
+/// the compiled graph, its [`ValueRow`], or `None` for a node a graph fusion
+/// absorbed or one outside the arena (weights, constants, state).
+pub(crate) type ValuePlan = (usize, Vec<Option<ValueRow>>);
+
+/// The [`ValuePlan`] of `c`.
+pub(crate) fn value_plan(c: &Compiled) -> ValuePlan {
+    let rows = c
+        .node_map
+        .iter()
+        .map(|m| {
+            let step = (*m)?;
+            let p = c.placements.get(step).copied().flatten()?;
+            let alias = p.alias_of.map_or(-1, |a| i64::try_from(a).unwrap_or(-1));
+            Some((step, p.start, p.end, p.held_until, p.offset, p.size, alias))
+        })
+        .collect();
+    (c.placements.len(), rows)
+}
+
 /// The rows of [`CommandRow`] for every command of `plan`.
 pub(crate) fn command_rows(plan: &MetalPlan) -> Vec<CommandRow> {
     plan.commands

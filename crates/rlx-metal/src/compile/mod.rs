@@ -10,7 +10,7 @@ pub mod plan;
 pub mod verify;
 
 pub use error::CompileError;
-pub use lower::{lower, lower_with, Binding, CompileOptions, Compiled};
+pub use lower::{lower, lower_with, Binding, CompileOptions, Compiled, Placement};
 
 use crate::passes::{disabled_from_env, pass_names, run_passes, PassContext, PIPELINE};
 use rlx_ir::Graph;
@@ -57,10 +57,11 @@ pub fn compile_without(
     };
     check_compilable(graph, opts)?;
     let t = stage("check", t0);
-    let (fused, graph_passes) = fuse::run_fusions(graph, &opts.dims, disabled)?;
+    let (fused, graph_passes, node_map) = fuse::run_fusions_mapped(graph, &opts.dims, disabled)?;
     let t = stage("fuse", t);
     let in_place = !disabled.iter().any(|d| d == lower::in_place::NAME);
     let (mut c, n_in_place) = lower_with(&fused, opts, in_place)?;
+    c.node_map = node_map;
     let t = stage("lower + plan", t);
     let cx = PassContext {
         live_out: c.live_out(),

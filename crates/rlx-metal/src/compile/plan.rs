@@ -77,6 +77,11 @@ pub struct MemoryPlan {
     /// Sum of the sizes of all non-view values (what a planner-less
     /// allocator would use).
     pub naive_bytes: usize,
+    /// Per value, the last step its bytes are held: the end of the storage
+    /// it lives in (its root's interval, extended by every view and
+    /// in-place value on that storage). Its bytes are free from the next
+    /// step on.
+    pub held_until: Vec<usize>,
 }
 
 /// Planner errors.
@@ -340,10 +345,12 @@ pub fn plan(values: &[Value], align: usize) -> Result<MemoryPlan, PlanError> {
             offsets[i] = offsets[root[i]] + root_off[i];
         }
     }
+    let held_until = (0..n).map(|i| end[root[i]]).collect();
     Ok(MemoryPlan {
         offsets,
         arena_bytes: top,
         naive_bytes: naive,
+        held_until,
     })
 }
 
@@ -474,6 +481,8 @@ mod tests {
         // value 2 must not reuse value 0 (kept alive by its view until 5)
         assert!(p.offsets[2] >= p.offsets[0] + 4096 || p.offsets[2] + 4096 <= p.offsets[0]);
         check_no_overlap(&vals, &p);
+        // the parent's bytes (and so the view's) are held until the view's end
+        assert_eq!(p.held_until, vec![5, 5, 3]);
     }
 
     #[test]

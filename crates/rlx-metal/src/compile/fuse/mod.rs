@@ -189,6 +189,16 @@ pub fn infers_to(op: &Op, shapes: &[&Shape], want: &Shape) -> bool {
 /// fusion, if the matches overlap or a dropped node is still read — a bug
 /// in the fusion, reported rather than miscompiled.
 pub fn apply(g: &Graph, rewrites: &[Rewrite], fusion: &str) -> Result<Graph, CompileError> {
+    apply_mapped(g, rewrites, fusion).map(|(out, _)| out)
+}
+
+/// [`apply`], also returning for every node of `g` its node in the rebuilt
+/// graph (`None` for an absorbed node; a match's root maps to the fused node).
+fn apply_mapped(
+    g: &Graph,
+    rewrites: &[Rewrite],
+    fusion: &str,
+) -> Result<(Graph, NodeMap), CompileError> {
     let bug = |msg: String| CompileError::Fusion {
         pass: fusion.to_string(),
         msg,
@@ -268,7 +278,7 @@ pub fn apply(g: &Graph, rewrites: &[Rewrite], fusion: &str) -> Result<Graph, Com
         .map(|&o| get(&map, o))
         .collect::<Result<Vec<_>, _>>()?;
     out.set_outputs(&outs)?;
-    Ok(out)
+    Ok((out, map))
 }
 
 /// Run every fusion of [`FUSIONS`] not named in `disabled`, in order, and
@@ -279,7 +289,22 @@ pub fn run_fusions(
     dims: &HashMap<String, usize>,
     disabled: &[String],
 ) -> Result<(Graph, Vec<PassStat>), CompileError> {
+    run_fusions_mapped(graph, dims, disabled).map(|(g, stats, _)| (g, stats))
+}
+
+/// Per node of a graph, the node of the rewritten graph that holds its
+/// value (`None` for a node absorbed into a fused node).
+pub type NodeMap = Vec<Option<NodeId>>;
+
+/// [`run_fusions`], also returning the [`NodeMap`] of `graph` into the
+/// rewritten graph.
+pub fn run_fusions_mapped(
+    graph: &Graph,
+    dims: &HashMap<String, usize>,
+    disabled: &[String],
+) -> Result<(Graph, Vec<PassStat>, NodeMap), CompileError> {
     let mut g = graph.clone();
+    let mut node_map: NodeMap = (0..graph.len()).map(Some).collect();
     let mut stats = Vec::with_capacity(FUSIONS.len());
     for f in FUSIONS {
         let before = g.len();
@@ -291,7 +316,11 @@ pub fn run_fusions(
             rewrites.retain(|r| cx.reads_no_state(r));
             matches = rewrites.len();
             if matches > 0 {
-                g = apply(&g, &rewrites, f.name)?;
+                let (next, map) = apply_mapped(&g, &rewrites, f.name)?;
+                g = next;
+                for m in node_map.iter_mut() {
+                    *m = m.and_then(|j| map.get(j).copied().flatten());
+                }
             }
         }
         stats.push(PassStat {
@@ -302,5 +331,5 @@ pub fn run_fusions(
             thunks_after: g.len(),
         });
     }
-    Ok((g, stats))
+    Ok((g, stats, node_map))
 }

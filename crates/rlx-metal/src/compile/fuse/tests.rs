@@ -649,6 +649,20 @@ fn run_fusions_reports_and_disables() {
 }
 
 #[test]
+fn run_fusions_maps_nodes_to_the_fused_graph() {
+    // a, w, b, m = a @ w, t = b + m, y = gelu(t) → one fused node: the
+    // leaves keep their values, m and t are absorbed, y is the fused root
+    let (g, m, t, y) = mm_graph(&[5], DType::F32);
+    let (out, _, map) = run_fusions_mapped(&g, &HashMap::new(), &[]).unwrap();
+    assert_eq!(map.len(), g.len());
+    assert_eq!((map[m], map[t]), (None, None));
+    assert_eq!(map[y], Some(out.outputs[0]));
+    for (leaf, m) in map.iter().enumerate().take(3) {
+        assert_eq!(out.nodes[m.unwrap()].name, g.nodes[leaf].name);
+    }
+}
+
+#[test]
 fn matches_reading_a_state_are_dropped() {
     // a region over a state could read it after an in-place update
     let mut g = Graph::new("state");

@@ -62,6 +62,26 @@ pub struct Binding {
     pub shape: Shape,
 }
 
+/// Where the memory planner put one arena value. Steps are the planner's:
+/// the nodes of the graph it lowered (after the graph fusions), in order;
+/// run inputs are written before step 0.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Placement {
+    /// Step that defines the value (0 for run inputs).
+    pub start: usize,
+    /// Last step that reads it (the step count for graph outputs).
+    pub end: usize,
+    /// Last step its bytes are held: `end`, or later when the bytes are
+    /// shared with a view or an in-place value read after it.
+    pub held_until: usize,
+    /// Raw byte offset in the arena.
+    pub offset: usize,
+    /// Size in bytes.
+    pub size: usize,
+    /// For a view or an in-place value: the (fused-graph) node whose bytes it uses.
+    pub alias_of: Option<NodeId>,
+}
+
 /// A compiled graph: the schedule plus everything a device needs to run it.
 #[derive(Debug, Clone)]
 pub struct Compiled {
@@ -91,6 +111,12 @@ pub struct Compiled {
     pub shapes: Vec<Shape>,
     /// Offset of every node's value (tagged for weights).
     pub offsets: Vec<usize>,
+    /// Per node of the lowered (fused) graph, where the planner put its
+    /// value in the arena; `None` for weights, constants, state and views of them.
+    pub placements: Vec<Option<Placement>>,
+    /// Per node of the graph given to the compiler, its node in the lowered
+    /// graph (`None` when a graph fusion absorbed it; the identity for [`lower`]).
+    pub node_map: Vec<Option<NodeId>>,
     /// What the fusion passes did (empty straight out of [`lower`]).
     pub passes: PassReport,
     /// Compile stages as `(name, start, seconds)`, start in seconds after
@@ -565,6 +591,25 @@ pub fn lower_with(
     }
 
     let mplan = plan(&values, DEFAULT_ALIGN)?;
+    let placements: Vec<Option<Placement>> = locs
+        .iter()
+        .map(|l| match *l {
+            Loc::Arena(v) => Some(Placement {
+                start: values[v].start,
+                end: values[v].end,
+                held_until: mplan.held_until[v],
+                offset: mplan.offsets[v],
+                size: values[v].size,
+                alias_of: match values[v].kind {
+                    ValueKind::View { parent, .. } | ValueKind::InPlace { parent } => {
+                        Some(value_node[parent])
+                    }
+                    ValueKind::Planned => None,
+                },
+            }),
+            _ => None,
+        })
+        .collect();
     let offsets: Vec<usize> = locs
         .iter()
         .map(|l| match *l {
@@ -630,6 +675,8 @@ pub fn lower_with(
         constants,
         shapes,
         offsets,
+        placements,
+        node_map: (0..n).map(Some).collect(),
         passes: PassReport::default(),
         stages: Vec::new(),
     };

@@ -20,6 +20,40 @@ fn bin(g: &mut Graph, kind: BinaryOp, a: NodeId, b: NodeId) -> NodeId {
 }
 
 #[test]
+fn placements_are_the_planner_intervals() {
+    // x, a = tanh(x), b = exp(a), r = reshape(b), flat = reshape(a) (views),
+    // c = flat * r: a is last read by its view, which holds its bytes until c
+    let mut g = Graph::new("t");
+    let x = input(&mut g, "x", &[4, 8]);
+    let act = |g: &mut Graph, kind, i| g.add(Op::Activation { kind }, &[i], "").unwrap();
+    let a = act(&mut g, Activation::Tanh, x);
+    let b = act(&mut g, Activation::Exp, a);
+    let dims = vec![Dim::Static(32)];
+    let r = g.add(Op::Reshape { dims }, &[b], "").unwrap();
+    let flat = g
+        .add(
+            Op::Reshape {
+                dims: vec![Dim::Static(32)],
+            },
+            &[a],
+            "",
+        )
+        .unwrap();
+    let c = bin(&mut g, BinaryOp::Mul, flat, r);
+    g.set_outputs(&[c]).unwrap();
+    let out = lower(&g, &CompileOptions::default()).unwrap();
+    let p = |i: NodeId| out.placements[i].unwrap();
+    assert_eq!(out.node_map, (0..g.len()).map(Some).collect::<Vec<_>>());
+    assert_eq!((p(x).start, p(x).end), (0, a));
+    assert_eq!((p(a).start, p(a).end, p(a).held_until), (a, flat, c));
+    assert_eq!((p(b).start, p(b).end, p(b).held_until), (b, r, c));
+    assert_eq!((p(r).alias_of, p(r).offset), (Some(b), p(b).offset));
+    assert_eq!((p(c).end, p(c).size), (g.len(), 32 * 4));
+    // a and b are held at the same steps: their bytes do not overlap
+    assert!(p(a).offset + p(a).size <= p(b).offset || p(b).offset + p(b).size <= p(a).offset);
+}
+
+#[test]
 fn binary_forms() {
     let mut g = Graph::new("t");
     let x = input(&mut g, "x", &[4, 8]);

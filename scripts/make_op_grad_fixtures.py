@@ -1,0 +1,302 @@
+"""Generate tests/fixtures/grad/ops.npz: torch.autograd gradients of single
+ops, one case per differentiable op family (issue 18 point 3). Run by hand
+with a venv outside the repo that has torch (scripts/setup_peers.sh's, or
+any ``pip install torch numpy``; torch is never a dependency of the repo, and
+CI never imports it): ``$PEER/bin/python scripts/make_op_grad_fixtures.py``.
+The committed file was made with torch 2.15.0 (CPU).
+
+Each case has small fixed-seed inputs (float32 values; integer indices as
+int32), a fixed random upstream gradient ``r`` of the output's shape, the
+op's forward computed by torch in float64 from those float32 values, and
+``torch.autograd.grad(out, inputs, r)`` for the differentiated inputs.
+Saved per case ``<case>``: ``<case>.in.<name>`` (every input),
+``<case>.r``, ``<case>.out`` and ``<case>.grad.<name>`` (one per
+differentiated input), all float32 but the integer inputs.
+
+The op is written with torch's own functions (``F.conv2d``,
+``F.max_pool2d``, ``F.layer_norm``, ``torch.gather``, ...) where one exists
+with the same meaning; attention, RoPE and the masks are written out from
+their definitions (scores, mask, softmax, weighted sum; rotate-half /
+interleaved pairs). tests/autodiff/test_op_grad_fixtures.py builds the same
+op with ``rlx.Graph``, differentiates it with ``rlx.grad`` and checks host
+and metal-sim against these numbers.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+ROOT = Path(__file__).resolve().parent.parent
+T = torch.Tensor
+Fwd = Callable[[dict[str, T]], T]
+
+#: case name → (float inputs {name: (shape, domain)}, integer inputs, names
+#: to differentiate, forward)
+Spec = tuple[dict[str, tuple[list[int], str]], dict[str, np.ndarray], list[str], Fwd]
+CASES: dict[str, Spec] = {}
+
+
+def case(name: str, floats: dict[str, tuple[list[int], str]], wrt: list[str],
+         ints: dict[str, np.ndarray] | None = None) -> Callable[[Fwd], Fwd]:  # fmt: skip
+    def reg(fn: Fwd) -> Fwd:
+        assert name not in CASES and "." not in name
+        CASES[name] = (floats, ints or {}, wrt, fn)
+        return fn
+
+    return reg
+
+
+def simple(name: str, fn: Fwd, shapes: dict[str, list[int]], domain: str = "normal") -> None:
+    """A case differentiated w.r.t. all of its float inputs."""
+    case(name, {k: (s, domain) for k, s in shapes.items()}, list(shapes))(fn)
+
+
+# ------------------------------------------------------------ elementwise
+UNARY: dict[str, Fwd] = {
+    "gelu": lambda d: F.gelu(d["x"]),
+    "gelu_approx": lambda d: F.gelu(d["x"], approximate="tanh"),
+    "silu": lambda d: F.silu(d["x"]),
+    "relu": lambda d: F.relu(d["x"]),
+    "sigmoid": lambda d: torch.sigmoid(d["x"]),
+    "tanh": lambda d: torch.tanh(d["x"]),
+    "exp": lambda d: torch.exp(d["x"]),
+    "sin": lambda d: torch.sin(d["x"]),
+    "cos": lambda d: torch.cos(d["x"]),
+    "atan": lambda d: torch.atan(d["x"]),
+    "neg": lambda d: -d["x"],
+    "abs": lambda d: torch.abs(d["x"]),
+}
+POSITIVE: dict[str, Fwd] = {
+    "log": lambda d: torch.log(d["x"]),
+    "sqrt": lambda d: torch.sqrt(d["x"]),
+    "rsqrt": lambda d: torch.rsqrt(d["x"]),
+    "tan": lambda d: torch.tan(d["x"]),  # on (0.25, 1.25): away from π/2
+}
+for _k, _f in UNARY.items():
+    simple(f"unary_{_k}", _f, {"x": [3, 5]})
+for _k, _f in POSITIVE.items():
+    simple(f"unary_{_k}", _f, {"x": [4, 3]}, "positive")
+
+BINARY: dict[str, Callable[[T, T], T]] = {
+    "add": torch.add,
+    "sub": torch.sub,
+    "mul": torch.mul,
+    "div": torch.div,
+    "max": torch.maximum,
+    "min": torch.minimum,
+}
+for _k, _op in BINARY.items():
+    # b [3, 1] broadcasts over a's leading axis and along its own size-1 axis
+    case(f"binary_{_k}", {"a": ([2, 3, 4], "normal"),
+                          "b": ([3, 1], "positive" if _k == "div" else "normal")},
+         ["a", "b"])(lambda d, op=_op: op(d["a"], d["b"]))  # fmt: skip
+case("binary_pow", {"a": ([3, 4], "positive"), "b": ([4], "normal")}, ["a", "b"])(
+    lambda d: torch.pow(d["a"], d["b"])
+)
+simple("where", lambda d: torch.where(d["a"] > 0, d["a"] * d["b"], d["b"]),
+       {"a": [3, 4], "b": [3, 4]})  # fmt: skip
+
+# ------------------------------------------------------------------ matmul
+MATMULS = [("matmul_2d", [3, 4], [4, 5]), ("matmul_batched", [2, 3, 4], [2, 4, 5]),
+           ("matmul_broadcast", [2, 1, 3, 4], [3, 4, 2]), ("matmul_3d_by_2d", [2, 3, 4], [4, 5]),
+           ("matmul_vec", [4], [4, 5])]  # fmt: skip
+for _name, _sa, _sb in MATMULS:
+    simple(_name, lambda d: d["a"] @ d["b"], {"a": _sa, "b": _sb})
+
+# ------------------------------------------------- softmax / cross-entropy
+simple("softmax_last", lambda d: torch.softmax(d["x"], -1), {"x": [3, 5]})
+simple("softmax_mid", lambda d: torch.softmax(d["x"], 1), {"x": [2, 4, 3]})
+simple("log_softmax", lambda d: torch.log_softmax(d["x"], -1), {"x": [3, 5]})
+case("cross_entropy_labels", {"z": ([4, 6], "normal")}, ["z"],
+     {"lab": np.array([0, 5, 2, 3], np.int32)})(
+    lambda d: F.cross_entropy(d["z"], d["lab"].long(), reduction="none"))  # fmt: skip
+case("cross_entropy_soft", {"z": ([4, 6], "normal"), "t": ([4, 6], "simplex")}, ["z", "t"])(
+    lambda d: F.cross_entropy(d["z"], d["t"], reduction="none")
+)
+
+# -------------------------------------------------------------------- norms
+simple("layer_norm", lambda d: F.layer_norm(d["x"], (6,), d["gm"], d["bt"], eps=1e-5),
+       {"x": [2, 3, 6], "gm": [6], "bt": [6]})  # fmt: skip
+simple("rms_norm", lambda d: F.rms_norm(d["x"], (8,), d["gm"], eps=1e-6),
+       {"x": [2, 3, 8], "gm": [8]})  # fmt: skip
+simple("rms_norm_bias", lambda d: F.rms_norm(d["x"], (8,), d["gm"], eps=1e-5) + d["bt"],
+       {"x": [3, 8], "gm": [8], "bt": [8]})  # fmt: skip
+simple("group_norm", lambda d: F.group_norm(d["x"], 2, d["gm"], d["bt"], eps=1e-5),
+       {"x": [2, 4, 3, 2], "gm": [4], "bt": [4]})  # fmt: skip
+
+
+@case("layer_norm2d", {"x": ([2, 4, 3, 2], "normal"), "gm": ([4], "normal"),
+                       "bt": ([4], "normal")}, ["x", "gm", "bt"])  # fmt: skip
+def _ln2d(d: dict[str, T]) -> T:
+    y = F.layer_norm(d["x"].permute(0, 2, 3, 1), (4,), d["gm"], d["bt"], eps=1e-5)
+    return y.permute(0, 3, 1, 2)
+
+
+# ------------------------------------------------------- attention / rope
+def attention(q: T, k: T, v: T, heads: int, kvh: int, mask: str, window: int = 0,
+              scale: float | None = None) -> T:  # fmt: skip
+    """Scaled dot-product attention on BSHD ``[b, s, heads·d]``: query head
+    h reads key / value head ``h // (heads // kvh)``; ``causal``: key j ≤
+    query i; ``sliding_window``: also i − j ≤ window."""
+    b, s, _ = q.shape
+    d = q.shape[-1] // heads
+    kv = k.shape[1]
+    qh = q.reshape(b, s, heads, d).transpose(1, 2)
+    kh = k.reshape(b, kv, kvh, d).transpose(1, 2).repeat_interleave(heads // kvh, 1)
+    vh = v.reshape(b, kv, kvh, d).transpose(1, 2).repeat_interleave(heads // kvh, 1)
+    sc = (qh @ kh.transpose(-1, -2)) * (scale if scale is not None else 1 / math.sqrt(d))
+    i = torch.arange(s)[:, None] + (kv - s)
+    j = torch.arange(kv)[None, :]
+    if mask != "none":
+        vis = j <= i
+        if mask == "sliding_window":
+            vis = vis & (i - j <= window)
+        sc = sc.masked_fill(~vis, float("-inf"))
+    o = torch.softmax(sc, -1) @ vh
+    return o.transpose(1, 2).reshape(b, s, heads * d)
+
+
+ATTN = [("attention_causal_gqa", 4, 2, "causal", 0, None),
+        ("attention_none_mqa", 4, 1, "none", 0, None),
+        ("attention_window_scaled", 2, 2, "sliding_window", 2, 0.3)]  # fmt: skip
+for _name, _h, _kvh, _mask, _win, _sc in ATTN:
+    case(_name, {"q": ([1, 5, _h * 4], "normal"), "k": ([1, 5, _kvh * 4], "normal"),
+                 "v": ([1, 5, _kvh * 4], "normal")}, ["q", "k", "v"])(
+        lambda d, h=_h, kvh=_kvh, m=_mask, w=_win, sc=_sc: attention(
+            d["q"], d["k"], d["v"], h, kvh, m, w, sc))  # fmt: skip
+
+
+def rope(x: T, cos: T, sin: T, head_dim: int, n_rot: int, interleaved: bool) -> T:
+    """RoPE on ``[b, s, heads·head_dim]``, the first ``n_rot`` lanes of each
+    head rotated by the angles of ``cos`` / ``sin`` ``[s, n_rot/2]``:
+    pairs (i, i + n_rot/2) (NeoX, rotate-half) or (2i, 2i + 1)."""
+    b, s, hid = x.shape
+    xh = x.reshape(b, s, hid // head_dim, head_dim)
+    rot, rest = xh[..., :n_rot], xh[..., n_rot:]
+    c, sn = cos[None, :, None, :], sin[None, :, None, :]
+    if interleaved:
+        x1, x2 = rot[..., 0::2], rot[..., 1::2]
+        out = torch.stack([x1 * c - x2 * sn, x2 * c + x1 * sn], -1).flatten(-2)
+    else:
+        x1, x2 = rot[..., : n_rot // 2], rot[..., n_rot // 2 :]
+        out = torch.cat([x1 * c - x2 * sn, x2 * c + x1 * sn], -1)
+    return torch.cat([out, rest], -1).reshape(b, s, hid)
+
+
+for _name, _nrot, _inter in [("rope_neox", 4, False), ("rope_interleaved", 4, True),
+                             ("rope_neox_partial", 2, False)]:  # fmt: skip
+    case(_name, {"x": ([1, 4, 8], "normal"), "cos": ([4, _nrot // 2], "angle_cos"),
+                 "sin": ([4, _nrot // 2], "angle_sin")}, ["x"])(
+        lambda d, nr=_nrot, it=_inter: rope(d["x"], d["cos"], d["sin"], 4, nr, it))  # fmt: skip
+
+# ------------------------------------------------------------- reductions
+for _kind, _fn in [("sum", torch.sum), ("mean", torch.mean), ("prod", torch.prod)]:
+    simple(f"reduce_{_kind}_axis1", lambda d, f=_fn: f(d["x"], 1), {"x": [2, 3, 4]})
+simple("reduce_sum_all", lambda d: d["x"].sum(), {"x": [2, 3, 4]})
+simple("reduce_mean_keep", lambda d: d["x"].mean((0, 2), keepdim=True), {"x": [2, 3, 4]})
+simple("reduce_max_last", lambda d: d["x"].amax(-1), {"x": [2, 3, 4]})
+simple("reduce_min_keep", lambda d: d["x"].amin(1, keepdim=True), {"x": [2, 3, 4]})
+simple("cumsum_axis1", lambda d: torch.cumsum(d["x"], 1), {"x": [2, 4, 3]})
+simple("cumsum_exclusive", lambda d: torch.cumsum(d["x"], -1) - d["x"], {"x": [2, 4, 3]})
+
+# ------------------------------------------------------ gather / indexing
+case("gather_rows", {"tab": ([5, 3], "normal")}, ["tab"],
+     {"idx": np.array([[1, 3, 1], [0, 1, 4]], np.int32)})(
+    lambda d: d["tab"][d["idx"].long()])  # fmt: skip
+case("gather_axis", {"x": ([2, 3, 2], "normal")}, ["x"],
+     {"idx": np.array([2, 0, 2, 1], np.int32)})(
+    lambda d: torch.index_select(d["x"], 1, d["idx"].long()))  # fmt: skip
+case("gather_elements", {"x": ([2, 3, 3], "normal")}, ["x"],
+     {"idx": np.array([[[1, 2], [0, 2], [2, 2]], [[0, 0], [1, 1], [1, 0]]], np.int32)})(
+    lambda d: torch.gather(d["x"], 1, d["idx"].long()))  # fmt: skip
+
+
+@case("gather_nd", {"x": ([2, 3, 4], "normal")}, ["x"],
+      {"idx": np.array([[[0, 2], [1, 1]], [[0, 2], [1, 0]]], np.int32)})  # fmt: skip
+def _gather_nd(d: dict[str, T]) -> T:
+    i = d["idx"].long()
+    return d["x"][i[..., 0], i[..., 1]]
+
+
+case("scatter_add", {"u": ([3, 2, 3], "normal")}, ["u"], {"idx": np.array([2, 0, 2], np.int32)})(
+    lambda d: torch.zeros(4, 2, 3, dtype=d["u"].dtype).index_add(0, d["idx"].long(), d["u"])
+)
+
+# ------------------------------------------------------------ conv / pool
+simple("conv2d_pad", lambda d: F.conv2d(d["x"], d["w"], d["b"], padding=1),
+       {"x": [1, 2, 5, 5], "w": [3, 2, 3, 3], "b": [3]})  # fmt: skip
+simple("conv2d_stride_groups",
+       lambda d: F.conv2d(d["x"], d["w"], d["b"], stride=2, padding=1, groups=2),
+       {"x": [2, 4, 7, 6], "w": [4, 2, 3, 3], "b": [4]})  # fmt: skip
+simple("conv2d_dilation", lambda d: F.conv2d(d["x"], d["w"], stride=1, padding=2, dilation=2),
+       {"x": [1, 3, 6, 5], "w": [2, 3, 3, 2]})  # fmt: skip
+simple("max_pool_2x2", lambda d: F.max_pool2d(d["x"], 2), {"x": [1, 2, 6, 4]})
+simple("max_pool_3s2p1", lambda d: F.max_pool2d(d["x"], 3, 2, 1), {"x": [2, 2, 5, 5]})
+simple("avg_pool_2x2", lambda d: F.avg_pool2d(d["x"], 2), {"x": [1, 2, 6, 4]})
+simple("avg_pool_3s2p1", lambda d: F.avg_pool2d(d["x"], 3, 2, 1, count_include_pad=False),
+       {"x": [2, 2, 5, 5]})  # fmt: skip
+
+# ------------------------------------------------------------- shape ops
+simple("concat", lambda d: torch.cat([d["a"], d["b"]], 1), {"a": [2, 3, 4], "b": [2, 2, 4]})
+simple("slice", lambda d: d["x"][:, 1:3], {"x": [2, 5, 3]})
+simple("transpose", lambda d: d["x"].permute(2, 0, 1), {"x": [2, 3, 4]})
+simple("reshape", lambda d: d["x"].reshape(4, 6), {"x": [2, 3, 4]})
+simple("expand", lambda d: d["x"].expand(3, 2, 4), {"x": [1, 2, 4]})
+simple("reverse", lambda d: torch.flip(d["x"], [1]), {"x": [2, 3, 4]})
+
+
+def inputs(rng: np.random.Generator, floats: dict[str, tuple[list[int], str]]) -> dict:
+    out: dict[str, np.ndarray] = {}
+    ang = rng.uniform(0, 3, (64,))
+    for name, (shape, domain) in floats.items():
+        n = int(np.prod(shape))
+        if domain == "normal":
+            v = rng.standard_normal(shape)
+        elif domain == "positive":
+            v = rng.uniform(0.25, 1.25, shape)
+        elif domain == "simplex":
+            e = np.exp(rng.standard_normal(shape))
+            v = e / e.sum(-1, keepdims=True)
+        elif domain == "angle_cos":
+            v = np.cos(ang[:n]).reshape(shape)
+        elif domain == "angle_sin":
+            v = np.sin(ang[:n]).reshape(shape)
+        else:
+            raise ValueError(domain)
+        out[name] = v.astype(np.float32)
+    return out
+
+
+def main() -> None:
+    rng = np.random.default_rng(18)
+    res: dict[str, np.ndarray] = {}
+    for name, (floats, ints, wrt, fwd) in CASES.items():
+        fl = inputs(rng, floats)
+        ts = {
+            k: torch.tensor(v, dtype=torch.float64, requires_grad=k in wrt) for k, v in fl.items()
+        }
+        ts.update({k: torch.from_numpy(v.astype(np.int64)) for k, v in ints.items()})
+        out = fwd(ts)
+        r = rng.standard_normal(tuple(out.shape)).astype(np.float32)
+        grads = torch.autograd.grad(out, [ts[k] for k in wrt], torch.tensor(r, dtype=torch.float64))
+        for k, v in {**fl, **ints}.items():
+            res[f"{name}.in.{k}"] = v
+        res[f"{name}.r"] = r
+        res[f"{name}.out"] = out.detach().numpy().astype(np.float32)
+        for k, gv in zip(wrt, grads):
+            res[f"{name}.grad.{k}"] = gv.numpy().astype(np.float32)
+    dst = ROOT / "tests" / "fixtures" / "grad" / "ops.npz"
+    np.savez_compressed(dst, **res)
+    print(
+        f"wrote {dst} ({len(CASES)} cases, {dst.stat().st_size} bytes), torch {torch.__version__}"
+    )
+
+
+if __name__ == "__main__":
+    main()
