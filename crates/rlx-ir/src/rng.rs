@@ -99,9 +99,9 @@ const LOG_P: [f32; 9] = [
     -1.167_564_1e-1,
     6.746_601e-2,
 ];
-/// `ln 2` split: the high part has 9 significant bits, so `e · LN2_HI` is
-/// exact for every f32 exponent `e`.
-const LN2_HI: f32 = 0.693_359_375;
+/// `ln 2` split: the high part (0.693359375) has 9 significant bits, so
+/// `e · LN2_HI` is exact for every f32 exponent `e`.
+const LN2_HI: f32 = 355.0 / 512.0;
 /// `ln 2 − LN2_HI`, rounded to f32.
 const LN2_LO: f32 = -2.121_944_4e-4;
 /// Taylor coefficients `(−1)^k / (2k + 1)!` of `sin t / t − 1` in `t²`.
