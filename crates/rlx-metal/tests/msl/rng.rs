@@ -123,11 +123,11 @@ fn log_and_cos_are_the_hosts_bits() {
 }
 
 fn fill(
+    lib: &Library,
     kernel: &str,
     per_thread: u64,
     len: u64,
-    key: u64,
-    offset: u64,
+    (key, offset): (u64, u64),
     a: f32,
     b: f32,
 ) -> Vec<u32> {
@@ -143,15 +143,14 @@ fn fill(
     };
     let mut dst = vec![0xAAu8; 4 * len as usize];
     let threads = len.div_ceil(per_thread) as u32;
-    super::common::lib(Family::Rng)
-        .dispatch(
-            kernel,
-            args.as_bytes(),
-            &mut [&mut dst],
-            Grid::d1(threads.div_ceil(64), 64),
-            &[],
-        )
-        .unwrap_or_else(|e| panic!("{kernel}: {e}"));
+    lib.dispatch(
+        kernel,
+        args.as_bytes(),
+        &mut [&mut dst],
+        Grid::d1(threads.div_ceil(64), 64),
+        &[],
+    )
+    .unwrap_or_else(|e| panic!("{kernel}: {e}"));
     words(&dst)
 }
 
@@ -163,26 +162,24 @@ fn fills_are_the_hosts_bits() {
         (0xDEAD_BEEF_0123, 3, 1001),
         (u64::MAX, u64::MAX, 4099),
     ];
-    for (key, offset, len) in cases {
-        let (lo, span) = (-1.5f32, 4.0f32);
-        let got = fill("rng_uniform_f32", 4, len, key, offset, lo, span);
-        for (i, g) in (0..len).zip(&got) {
-            let want = lo + span * philox_uniform(key, offset, i);
-            assert_eq!(
-                *g,
-                want.to_bits(),
-                "uniform key {key:#x} offset {offset} i {i}"
-            );
-        }
-        let (mean, scale) = (0.5f32, 2.0f32);
-        let got = fill("rng_normal_f32", 2, len, key, offset, mean, scale);
-        for (i, g) in (0..len).zip(&got) {
-            let want = mean + scale * philox_normal(key, offset, i);
-            assert_eq!(
-                *g,
-                want.to_bits(),
-                "normal key {key:#x} offset {offset} i {i}"
-            );
+    // the family's library, and the probe library (whose fill kernels
+    // are then checked too, so every kernel of both is dispatched)
+    for lib in [super::common::lib(Family::Rng), probe_lib()] {
+        for (key, offset, len) in cases {
+            let (lo, span) = (-1.5f32, 4.0f32);
+            let got = fill(&lib, "rng_uniform_f32", 4, len, (key, offset), lo, span);
+            for (i, g) in (0..len).zip(&got) {
+                let want = lo + span * philox_uniform(key, offset, i);
+                let what = format!("uniform key {key:#x} offset {offset} i {i}");
+                assert_eq!(*g, want.to_bits(), "{what}");
+            }
+            let (mean, scale) = (0.5f32, 2.0f32);
+            let got = fill(&lib, "rng_normal_f32", 2, len, (key, offset), mean, scale);
+            for (i, g) in (0..len).zip(&got) {
+                let want = mean + scale * philox_normal(key, offset, i);
+                let what = format!("normal key {key:#x} offset {offset} i {i}");
+                assert_eq!(*g, want.to_bits(), "{what}");
+            }
         }
     }
 }
