@@ -23,6 +23,7 @@ mod msl {
     pub mod recurrent;
     pub mod reduce;
     pub mod region;
+    pub mod rng;
     pub mod rope;
     pub mod shape;
     pub mod signal;

@@ -8,11 +8,13 @@ lo(M1·c2), hi(M0·c0) ^ c3 ^ k1, lo(M0·c0))`` with the key bumped by the Weyl
 constants between rounds. Word ``i`` of the stream ``(key, offset)`` is lane
 ``i mod 4`` of the block with counter ``[lo(i/4), hi(i/4), lo(offset),
 hi(offset)]`` and key ``[lo(key), hi(key)]``; uniforms are the top 24 bits of
-a word times 2^-24 (exact); normals are Box–Muller (cos branch, float32
-arithmetic as the host and Metal kernels) on the uniforms of words ``2i``,
-``2i + 1``. The thunk's key is ``t["key"]``, or ``u64(op_seed)`` (truncated
-toward zero, saturating, as Rust's ``as u64``) when ``op_seed`` is set; the
-offset is ``t["offset"]`` (0 when absent).
+a word times 2^-24 (exact); normals are Box–Muller (cos branch) on the
+uniforms of words ``2i``, ``2i + 1`` with the explicit float32 log / cos of
+``rlx_ir::rng`` (:func:`log_f32`, :func:`cos_turn24`: same constants, same
+operation order, no library log / cos), so they are bit-exact too. The
+thunk's key is ``t["key"]``, or ``u64(op_seed)`` (truncated toward zero,
+saturating, as Rust's ``as u64``) when ``op_seed`` is set; the offset is
+``t["offset"]`` (0 when absent).
 
 The sampler keeps SplitMix64 (Steele, Lea & Flood, OOPSLA 2014):
 :func:`splitmix64` / :func:`uniform_at`.
@@ -95,11 +97,83 @@ def philox_uniform(key: int, offset: int, n: int) -> np.ndarray:
     return words_to_uniform(w[:n])
 
 
+_F = np.float32
+# ln(1 + f) ≈ f − f²/2 + f³·P(f) on [√½ − 1, √2 − 1] (rlx_ir::rng::LOG_P)
+_LOG_P = tuple(
+    _F(c)
+    for c in (
+        "3.3333313e-1",
+        "-2.500001e-1",
+        "2.0002119e-1",
+        "-1.6667996e-1",
+        "1.4219551e-1",
+        "-1.24055915e-1",
+        "1.1888175e-1",
+        "-1.1675641e-1",
+        "6.746601e-2",
+    )
+)
+_LN2_HI, _LN2_LO = _F("0.693359375"), _F("-2.1219444e-4")
+_SQRT2 = _F("1.41421354")
+# Taylor coefficients of (sin t / t − 1) / t² and (cos t − 1) / t² in t²
+_SIN_P = tuple(_F(c) for c in ("-1.6666667e-1", "8.333334e-3", "-1.984127e-4", "2.7557319e-6"))
+_COS_P = tuple(
+    _F(c) for c in ("-5.0e-1", "4.1666668e-2", "-1.3888889e-3", "2.4801588e-5", "-2.755732e-7")
+)
+_ANGLE_STEP = _F("3.7450704e-7")  # 2π / 2^24
+
+
+def log_f32(x: np.ndarray) -> np.ndarray:
+    """Natural log of positive normal float32 values, the explicit polynomial of
+    ``rlx_ir::rng::log_f32`` in the same float32 operation order: ``x = 2^e·m``,
+    ``m ∈ [√½, √2)``, ``f = m − 1`` (exact), ``((f·f²)·P(f) + e·ln2_lo − ½f²) + f +
+    e·ln2_hi``. numpy's float32 ``+ − ×`` round like the host's, so the bits match."""
+    x = np.asarray(x, np.float32)
+    b = x.view(np.uint32)
+    e = (b >> np.uint32(23)).astype(np.int32) - np.int32(127)
+    m = ((b & np.uint32(0x007FFFFF)) | np.uint32(0x3F800000)).view(np.float32)
+    big = m > _SQRT2
+    m = np.where(big, m * _F(0.5), m)
+    ef = (e + big.astype(np.int32)).astype(np.float32)
+    f = m - _F(1.0)
+    p = np.full_like(f, _LOG_P[8])
+    for c in _LOG_P[7::-1]:
+        p = p * f + c
+    z = f * f
+    y = f * z * p
+    y = y + ef * _LN2_LO
+    y = y - _F(0.5) * z
+    r = f + y
+    return r + ef * _LN2_HI
+
+
+def cos_turn24(k: np.ndarray) -> np.ndarray:
+    """``cos(2π k / 2^24)`` for 24-bit integers ``k`` (``rlx_ir::rng::cos_turn24``):
+    exact quadrant reduction in integers, ``t = r·(2π/2^24) ∈ [−π/4, π/4]``, Taylor
+    sin / cos of ``t`` in float32 in the host's operation order."""
+    k = np.asarray(k, np.int64) & 0x00FFFFFF
+    q = (k + (1 << 21)) >> 22
+    t = (k - (q << 22)).astype(np.float32) * _ANGLE_STEP
+    z = t * t
+    s = np.full_like(z, _SIN_P[3])
+    for c in _SIN_P[2::-1]:
+        s = s * z + c
+    sin = t + t * z * s
+    c = np.full_like(z, _COS_P[4])
+    for cc in _COS_P[3::-1]:
+        c = c * z + cc
+    cos = _F(1.0) + z * c
+    quad = q & 3
+    out = np.where(quad == 0, cos, np.where(quad == 1, -sin, np.where(quad == 2, -cos, sin)))
+    return out.astype(np.float32)
+
+
 def box_muller(u1: np.ndarray, u2: np.ndarray) -> np.ndarray:
-    """``sqrt(-2 ln(1 - u1)) · cos(2π u2)`` in float32 arithmetic (cos branch)."""
-    one, two = np.float32(1.0), np.float32(-2.0)
-    r = np.sqrt(two * np.log(one - u1.astype(np.float32)))
-    return (r * np.cos(np.float32(2.0 * np.pi) * u2.astype(np.float32))).astype(np.float32)
+    """``sqrt(−2 ln(1 − u1)) · cos(2π u2)`` in float32 arithmetic (cos branch) with
+    :func:`log_f32` and :func:`cos_turn24` (``u2 = k·2^-24``, so ``k`` is exact)."""
+    r = np.sqrt(_F(-2.0) * log_f32(_F(1.0) - np.asarray(u1, np.float32)))
+    k = (np.asarray(u2, np.float32) * _F(16_777_216.0)).astype(np.int64)
+    return (r * cos_turn24(k)).astype(np.float32)
 
 
 def philox_normal(key: int, offset: int, n: int) -> np.ndarray:

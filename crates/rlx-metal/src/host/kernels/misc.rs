@@ -4,9 +4,9 @@
 //! * Fills: element `i` is a pure function of `(key, offset, i)`
 //!   ([`rlx_ir::rng`]), so the result does not depend on how the work is
 //!   split; chunks start on Philox block boundaries so each block is
-//!   computed once. Uniforms are bit-exact with the Metal kernel and the
-//!   numpy reference; normals evaluate Box–Muller in f32 as the Metal
-//!   kernel does.
+//!   computed once. Uniforms and normals are bit-exact with the Metal
+//!   kernel and the numpy reference (Box–Muller with the explicit f32 log /
+//!   cos of [`rlx_ir::rng`], no library log / cos).
 //! * `vq_assign`: per row, the codebook row with the best score, summed in
 //!   f32 in dimension order (the Metal kernel's order): L2 = smallest
 //!   `Σ (x − c)²`, dot = largest `Σ x·c`, cosine = largest
