@@ -5,6 +5,8 @@
 
 mod msl {
     pub mod attention;
+    pub mod backward;
+    pub mod backward_attention;
     pub mod binary;
     pub mod common;
     pub mod conv;
