@@ -29,6 +29,7 @@ mod msl {
     pub mod shape;
     pub mod signal;
     pub mod softmax;
+    pub mod spd;
     pub mod splat;
     pub mod ssm;
     pub mod vision;
