@@ -574,7 +574,8 @@ def test_softmax_cross_entropy_ignored_rows_and_metal_forward() -> None:
 
 @pytest.mark.parametrize("wrt_xs", [False, True])
 def test_scan_backward_host_op(wrt_xs: bool) -> None:
-    """scan_backward lowers to a host op evaluated by rlx.reference.scan_grad."""
+    """scan_backward lowers to a host op evaluated by rlx.reference.scan_grad on
+    reference, host and metal-sim (there a host command of the plan)."""
     rng = R(17 + wrt_xs)
     c0, xs, dy = (f32(rng.standard_normal(s)) for s in ((3,), (5, 3), (5, 3)))
 
@@ -612,8 +613,10 @@ def test_scan_backward_host_op(wrt_xs: bool) -> None:
     assert np.abs(run(gf, "host", feeds) - fwd_np(**args)).max() <= 1e-5
     name = "xs" if wrt_xs else "c0"
     want = fd_grad(lambda v: fwd_np(**{**args, name: v}), args[name], dy).reshape(-1)
-    for device in ("reference", "host"):
+    for device in ("reference", "host", "metal-sim"):
         exe = rlx.compile(g, device=device)
         assert "host_op" in exe.stats["by_thunk"]
+        if device == "metal-sim":
+            assert "host_op" in exe.stats["metal_host_by_thunk"]
         (got,) = exe.run(**feeds).values()
         assert np.abs(got - want).max() <= 1e-6 * np.abs(want).max(), device

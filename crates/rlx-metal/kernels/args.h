@@ -514,6 +514,15 @@ struct VqArgs {
     uint metric;
 };
 
+// spd.metal spd_eig_bwd_f32: Daleckii–Krein gradient of re_eig / log_eig
+// over [batch, n, n], one thread per matrix.
+struct SpdArgs {
+    uint batch;
+    uint n;
+    uint kind;   // 0 re_eig, 1 log_eig
+    float eps;   // re_eig floor
+};
+
 // rope.metal axial_rope2d_f32: SAM 2 axial RoPE on [rows, heads*head_dim]
 // (rows = batch*seq), one thread per rotated pair.
 struct AxialRopeArgs {
@@ -613,6 +622,7 @@ static_assert(sizeof(Mamba2Args) == 24 && alignof(Mamba2Args) == 4, "Mamba2Args 
 static_assert(sizeof(RnnArgs) == 48 && alignof(RnnArgs) == 4, "RnnArgs layout");
 static_assert(sizeof(RngArgs) == 32 && alignof(RngArgs) == 4, "RngArgs layout");
 static_assert(sizeof(VqArgs) == 16 && alignof(VqArgs) == 4, "VqArgs layout");
+static_assert(sizeof(SpdArgs) == 16 && alignof(SpdArgs) == 4, "SpdArgs layout");
 static_assert(sizeof(AxialRopeArgs) == 32 && alignof(AxialRopeArgs) == 4, "AxialRopeArgs layout");
 
 // splat.metal splat_prepare_f32 (one thread per splat) and

@@ -5,6 +5,8 @@
 
 mod msl {
     pub mod attention;
+    pub mod backward;
+    pub mod backward_attention;
     pub mod binary;
     pub mod common;
     pub mod conv;
@@ -28,6 +30,7 @@ mod msl {
     pub mod shape;
     pub mod signal;
     pub mod softmax;
+    pub mod spd;
     pub mod splat;
     pub mod ssm;
     pub mod vision;

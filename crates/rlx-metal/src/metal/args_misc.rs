@@ -39,6 +39,21 @@ pub struct VqArgs {
     pub metric: u32,
 }
 
+/// `SpdArgs`: Daleckii–Krein gradient of `re_eig` / `log_eig` over
+/// `[batch, n, n]` (`spd.metal`).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct SpdArgs {
+    /// Matrices.
+    pub batch: u32,
+    /// Matrix size.
+    pub n: u32,
+    /// 0 `re_eig`, 1 `log_eig`.
+    pub kind: u32,
+    /// `re_eig` floor.
+    pub eps: f32,
+}
+
 /// `AxialRopeArgs`: SAM 2 axial RoPE, one thread per rotated pair.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
@@ -64,5 +79,6 @@ pub struct AxialRopeArgs {
 kernel_args! {
     RngArgs = 32,
     VqArgs = 16,
+    SpdArgs = 16,
     AxialRopeArgs = 32,
 }

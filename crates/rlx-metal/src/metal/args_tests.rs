@@ -70,6 +70,7 @@ fn header_and_rust_assert_the_same_layouts() {
         ("LayerNorm2dArgs", size_of::<LayerNorm2dArgs>()),
         ("RngArgs", size_of::<RngArgs>()),
         ("VqArgs", size_of::<VqArgs>()),
+        ("SpdArgs", size_of::<SpdArgs>()),
         ("AxialRopeArgs", size_of::<AxialRopeArgs>()),
         ("FftArgs", size_of::<FftArgs>()),
         ("LogMelArgs", size_of::<LogMelArgs>()),

@@ -76,6 +76,8 @@ pub enum Family {
     Rng,
     /// Vector-quantiser assignment.
     Vq,
+    /// SPD-manifold gradients (re_eig / log_eig backward).
+    Spd,
     /// FFT (Stockham radix-4/2, direct DFT) and log-mel.
     Signal,
     /// Gaussian splats: prepare, rasterize and the render backward.
@@ -109,6 +111,7 @@ pub const ALL_FAMILIES: &[Family] = &[
     Family::Vision,
     Family::Rng,
     Family::Vq,
+    Family::Spd,
     Family::Signal,
     Family::Splat,
     Family::Backward,
@@ -140,6 +143,7 @@ impl Family {
             Family::Vision => "vision.metal",
             Family::Rng => "rng.metal",
             Family::Vq => "vq.metal",
+            Family::Spd => "spd.metal",
             Family::Signal => "signal.metal",
             Family::Splat => "splat.metal",
             Family::Backward => "backward.metal",
@@ -171,6 +175,7 @@ impl Family {
             Family::Vision => include_str!("../../kernels/vision.metal"),
             Family::Rng => include_str!("../../kernels/rng.metal"),
             Family::Vq => include_str!("../../kernels/vq.metal"),
+            Family::Spd => include_str!("../../kernels/spd.metal"),
             Family::Signal => include_str!("../../kernels/signal.metal"),
             Family::Splat => include_str!("../../kernels/splat.metal"),
             Family::Backward => include_str!("../../kernels/backward.metal"),

@@ -1,16 +1,22 @@
 //! Random fills → `rng.metal`, vector-quantiser assignment → `vq.metal`,
-//! SAM 2 axial RoPE → `rope.metal` (`axial_rope2d_f32`). Shapes the host
+//! SAM 2 axial RoPE → `rope.metal` (`axial_rope2d_f32`), the `re_eig` /
+//! `log_eig` gradients (`spd_backward`, f32, n ≤ 16) → `spd.metal`. Shapes the host
 //! kernels reject (bad metric, head_dim not a multiple of 4, a sequence
 //! longer than the repeated grid) and aliased operands stay on the host,
 //! whose kernels report the error.
 
 use super::shape::u32_of;
 use super::{aliased, elementwise, kernel, Lowered};
-use crate::metal::args::{AxialRopeArgs, RngArgs, VqArgs};
+use crate::metal::args::{AxialRopeArgs, RngArgs, SpdArgs, VqArgs};
 use crate::metal::kernels::Family;
 use crate::metal::plan::{BufferBinding, Dispatch};
-use crate::thunk::host::rng_key;
+use crate::thunk::host::{rng_key, SpdHost};
 use crate::thunk::Thunk;
+use rlx_ir::op::SpdOp;
+use rlx_ir::{DType, Op};
+
+/// Largest matrix `spd_eig_bwd_f32` takes (`SPD_MAX_N`).
+const SPD_MAX_N: usize = 16;
 
 /// Threads per threadgroup of `vq_assign_f32` (`VQ_THREADS`).
 const VQ_THREADS: u32 = 64;
@@ -93,8 +99,58 @@ pub(super) fn lower(i: usize, t: &Thunk) -> Option<Lowered> {
             let k = kernel(Family::Rope, "axial_rope2d_f32".into());
             Lowered::Dispatch(elementwise(i, k, &args, &[r.src, r.dst], pairs))
         }
+        Thunk::SpdHost(s) => return spd_backward(i, t, s),
         _ => return None,
     })
+}
+
+/// `spd_backward` of `re_eig` / `log_eig` on f32 `[.., n, n]` operands,
+/// `n ≤ SPD_MAX_N`, as one thread per matrix; anything else stays on the
+/// host.
+fn spd_backward(i: usize, t: &Thunk, s: &SpdHost) -> Option<Lowered> {
+    let Op::SpdBackward { kind, eps } = &s.op else {
+        return None;
+    };
+    let code = match kind {
+        SpdOp::ReEig => 0,
+        SpdOp::LogEig => 1,
+        _ => return None,
+    };
+    let [x, dy] = s.inputs.as_slice() else {
+        return None;
+    };
+    let all_f32 = [x, dy, &s.output].iter().all(|o| o.2.dtype == DType::F32);
+    let dims: Vec<usize> =
+        x.2.dims
+            .iter()
+            .map(|d| d.as_static())
+            .collect::<Option<_>>()?;
+    let r = dims.len();
+    if !all_f32 || r < 2 || dims[r - 1] != dims[r - 2] || aliased(t) {
+        return None;
+    }
+    let n = dims[r - 1];
+    if n == 0 || n > SPD_MAX_N || x.1 != dy.1 || x.1 != s.output.1 {
+        return None;
+    }
+    if x.1 == 0 {
+        return Some(Lowered::Skip);
+    }
+    let batch = x.1 / (n * n) as u32;
+    let args = SpdArgs {
+        batch,
+        n: n as u32,
+        kind: code,
+        eps: *eps,
+    };
+    let k = kernel(Family::Spd, "spd_eig_bwd_f32".into());
+    Some(Lowered::Dispatch(elementwise(
+        i,
+        k,
+        &args,
+        &[x.0, dy.0, s.output.0],
+        batch,
+    )))
 }
 
 fn args_bytes(a: &impl crate::metal::args::KernelArgs) -> Vec<u8> {
