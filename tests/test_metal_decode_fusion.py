@@ -24,17 +24,27 @@ from typing import Optional
 import numpy as np
 import pytest
 import rlx
+from rlx.cli_inspect import metal_per_layer
 from rlx.models.decoder import load
 
 GGUF = Path(__file__).resolve().parent / "fixtures" / "gguf"
 TOKENS = [1, 5, 9, 2, 7]
 
 
-# dispatches per layer the plan reaches today (Gemma3: q / k / v, attention,
-# o-proj, post-norm + residual, gate·up, down, post-norm + residual = 9; its
-# second post-norm + residual cannot fold into the next q / k / v prologue
-# while the planner puts the residual on the down projection's output)
-PER_LAYER = {"llama-q8_0": 8, "qwen2-q8_0": 8, "gemma3-q8_0": 10}
+# dispatches per layer (at most): q / k / v with the norm prologue and the
+# bias / q-k norm / RoPE / KV-append epilogue (3 sharing one barrier
+# interval), attention, o-proj (+ residual), gate·up with its norm, down (+
+# residual) = 7. Gemma3 folds its post-attention norm + residual into the
+# gate·up prologue and its post-FFN norm + residual into the next layer's
+# q / k / v prologue (the planner keeps their inputs off the sums / results,
+# see keep_post_norm_inputs); only the last layer keeps its post-FFN
+# norm_residual dispatch (the final norm sits behind the last-token gather)
+PER_LAYER = {"llama-q8_0": 8, "qwen2-q8_0": 8, "gemma3-q8_0": 8}
+# Gemma3, layer by layer (rlx inspect's count: a barrier belongs to the
+# layer of the command after it): 7 dispatches and 5 barriers (before q / k
+# / v, attention, o-proj, gate·up, down; the first layer has none before
+# q / k / v), 8 and 6 in the last layer (+ norm_residual)
+GEMMA3_LAYERS = {"dispatches": [7, 7, 8], "barriers": [4, 5, 6]}
 
 
 @pytest.fixture(autouse=True)
@@ -61,6 +71,9 @@ def test_fused_decode_plan_is_small_and_matches_host(name: str, kv_dtype: Option
     assert st["metal_host"] == 0
     # the whole plan (embedding-free: layers + final norm + head) per layer
     assert st["metal_dispatches"] <= PER_LAYER[name] * layers + 3, st["metal_dispatches"]
+    if name.startswith("gemma3"):
+        per = metal_per_layer(exe, layers)
+        assert {k: per[k] for k in GEMMA3_LAYERS} == GEMMA3_LAYERS, per
     worst = 0.0
     for t in TOKENS:
         want = host.next_logits([t])

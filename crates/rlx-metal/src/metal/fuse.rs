@@ -21,6 +21,14 @@
 //! * **post-norm + residual** (`norm_residual_f32`): RMSNorm → add
 //!   (Gemma3's post-attention / post-FFN norms) where no prologue took it.
 //!
+//! A folded post-norm + add reads the norm's input and the residual in
+//! every threadgroup of every dispatch sharing the pre-norm, while one of
+//! them writes the sum and all write their results: the planner keeps both
+//! inputs live through those GEMVs' epilogues
+//! (`compile::lower::keep_post_norm_inputs`); before, it put the sum over
+//! the norm's input and the q / k / v results over the residual, and the
+//! check below rejected the folds as the races they were.
+//!
 //! Every candidate is checked by [`Flow`] (see `fuse_check`): a group is
 //! kept only if the fused order reads and leaves exactly what the schedule
 //! does; candidates sharing a norm are kept or dropped together.

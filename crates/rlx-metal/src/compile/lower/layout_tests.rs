@@ -121,3 +121,44 @@ fn params_get_segments_and_states_the_state_buffer() {
     };
     crate::compile::verify::verify_schedule(&c.schedule, &cx).unwrap();
 }
+
+#[test]
+fn a_post_norm_sum_and_its_readers_stay_off_the_norm_inputs() {
+    // Gemma's post-norm: s = h + rms_norm(y); then o = rms_norm(s) @ w and
+    // its epilogue o·o. y dies at the post-norm and h at the add, but the
+    // Metal decode fusion reads both in the dispatch writing s and o·o
+    use rlx_ir::op::BinaryOp;
+    let mut g = Graph::new("t");
+    let bin = |kind| Op::Binary { kind };
+    let h = g
+        .add(
+            Op::Input {
+                shape: f32s(&[1, 8]),
+            },
+            &[],
+            "h",
+        )
+        .unwrap();
+    let gamma = g.add(Op::Param { shape: f32s(&[8]) }, &[], "g").unwrap();
+    let w = g
+        .add(
+            Op::Param {
+                shape: f32s(&[8, 8]),
+            },
+            &[],
+            "w",
+        )
+        .unwrap();
+    let y = g.add(bin(BinaryOp::Mul), &[h, h], "y").unwrap();
+    let n = g.add(Op::RmsNorm { eps: 1e-6 }, &[y, gamma], "n").unwrap();
+    let s = g.add(bin(BinaryOp::Add), &[h, n], "s").unwrap();
+    let p = g.add(Op::RmsNorm { eps: 1e-6 }, &[s, gamma], "p").unwrap();
+    let o = g.add(Op::MatMul, &[p, w], "o").unwrap();
+    let o2 = g.add(bin(BinaryOp::Mul), &[o, o], "o2").unwrap();
+    g.set_outputs(&[o2, s]).unwrap();
+    let c = lower(&g, &CompileOptions::default()).unwrap();
+    let at = |v: NodeId| ByteRange::new(c.offsets[v], 32);
+    for (a, b) in [(s, y), (p, h), (o, h), (o2, h), (o2, y)] {
+        assert!(!at(a).overlaps(&at(b)), "{a} over {b}");
+    }
+}
