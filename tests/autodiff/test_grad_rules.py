@@ -419,6 +419,19 @@ def test_scan_values() -> None:
     check(build, {"c0": [2], "xs": [3, 2]}, ["c0", "xs"])
 
 
+def test_reversed_scan_values() -> None:
+    """A reversed scan (from the last slot) with two scanned operands."""
+
+    def build(g: rlx.Graph, n: dict) -> rlx.Node:
+        body = rlx.Graph("body")
+        c, x, w = body.input("c", [2]), body.input("x", [2]), body.input("w", [2])
+        nc = body.tanh(c * w + x)
+        body.outputs(nc, nc * x + c)
+        return g.scan(body, [n["c0"]], [n["xs"], n["ws"]], reverse=True)
+
+    check(build, {"c0": [2], "xs": [4, 2], "ws": [4, 2]}, ["c0", "xs", "ws"])
+
+
 def test_scan_emits_scan_backward_per_operand_group() -> None:
     body = rlx.Graph("body")
     c, x = body.input("c", [2]), body.input("x", [2])

@@ -99,13 +99,19 @@ def _cumsum(ctx: Ctx, node: Node, dy: Node) -> list[Optional[Node]]:
 def _scan(ctx: Ctx, node: Node, dy: Node) -> list[Optional[Node]]:
     """``scan_backward`` once for the carries and once for the scanned
     operands (each only when needed); each result is a flat concatenation,
-    split back here."""
+    split back here. A reversed scan (step ``i`` reads and writes slot
+    ``length − 1 − i``) is the forward scan of the operands flipped along
+    axis 0 with ``y`` flipped back, so its gradient is ``scan_backward`` over
+    the flipped operands and the flipped ``dy``, the operands' gradients
+    flipped back."""
     g = ctx.g
     at = node.attrs
-    ins = node.inputs
+    ins = list(node.inputs)
     nc = int(at["num_carry"])
-    if at.get("reverse"):
-        raise ctx.fail(node, "a reversed scan has no backward op")
+    rev = bool(at.get("reverse"))
+    if rev:
+        ins[nc:] = [g.reverse(x, 0) for x in ins[nc:]]
+        dy = g.reverse(dy, 0)
     out: list[Optional[Node]] = [None] * len(ins)
     for wrt_xs, span in ((False, range(nc)), (True, range(nc, len(ins)))):
         if not any(ctx.needs(i) for i in span):
@@ -122,6 +128,7 @@ def _scan(ctx: Ctx, node: Node, dy: Node) -> list[Optional[Node]]:
                     raise ctx.fail(node, f"scan operand with symbolic dim {d!r}")
                 n *= d
             if ctx.needs(i):
-                out[i] = g.reshape(g.narrow(packed, 0, start, n), list(x.shape))
+                gi = g.reshape(g.narrow(packed, 0, start, n), list(x.shape))
+                out[i] = g.reverse(gi, 0) if rev and i >= nc else gi
             start += n
     return out
