@@ -101,6 +101,20 @@ def test_dequant_matmul_input_gradient(scheme: str) -> None:
     check(build, {"x": [3, 32]}, ["x"])
 
 
+@pytest.mark.parametrize("scheme", ["q8_0", "q4_0"])
+def test_dequant_matmul_t_gradient(scheme: str) -> None:
+    # the transposed product d @ dequant(W) (LoRA's input gradient) is itself
+    # differentiable in d: a second-order step through frozen packed weights
+    w = np.random.default_rng(4).standard_normal((5, 64)).astype(np.float32)
+    codes = rlx.quantize(w, scheme)
+
+    def build(g: rlx.Graph, n: dict) -> rlx.Node:
+        wq = g.constant(codes.w_q, dtype="u8")
+        return g.dequant_matmul_t(n["d"], wq, scheme=codes.scheme, k=codes.k, n=codes.n)
+
+    check(build, {"d": [3, 5]}, ["d"])
+
+
 @pytest.mark.parametrize("kind", ["sum", "mean", "max", "min", "prod"])
 @pytest.mark.parametrize("axes,keep", [(None, False), ([1], False), ([0, 2], True), ([-1], True)])
 def test_reduce(kind: str, axes: list[int] | None, keep: bool) -> None:

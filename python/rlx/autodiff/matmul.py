@@ -119,6 +119,23 @@ def _dequant_mat_mul(ctx: Ctx, node: Node, dy: Node) -> list[Optional[Node]]:
     return [dx if x.dtype == "f32" else g.cast(dx, x.dtype)] + [None] * (len(ins) - 1)
 
 
+@rule("dequant_mat_mul_t")
+def _dequant_mat_mul_t(ctx: Ctx, node: Node, dy: Node) -> list[Optional[Node]]:
+    # z = d @ W with W = dequant(w_q) [n, k] (the transposed product): it is
+    # linear in d, and dd = dy @ Wᵀ is dequant_mat_mul itself on the same blocks
+    ins = node.inputs
+    if ctx.needs(1):
+        raise ctx.fail(node, "quantised weights are frozen (no gradient)")
+    if not ctx.needs(0):
+        return [None, None]
+    g = ctx.g
+    d = ins[0]
+    dyf = dy if dy.dtype == "f32" else g.cast(dy, "f32")
+    at = node.attrs
+    dd = g.dequant_matmul(dyf, ins[1], scheme=at["scheme"], n=at["n"], k=at["k"])
+    return [dd if d.dtype == "f32" else g.cast(dd, d.dtype), None]
+
+
 @rule("grouped_mat_mul")
 def _grouped_mat_mul(ctx: Ctx, node: Node, dy: Node) -> list[Optional[Node]]:
     # y[i] = x[i] @ w[e_i]: dx[i] = dy[i] @ w[e_i]ᵀ; dw[e] = Σ_{e_i = e} x[i]ᵀ dy[i]
