@@ -115,6 +115,12 @@ fn library(device: &Device, f: Family) -> Result<Library, DeviceError<String>> {
         return Ok(l.clone());
     }
     let opts = CompileOptions::new();
+    // The random fills must equal the host's and the reference's bit for
+    // bit: their explicit f32 log / cos are evaluated in a fixed order, which
+    // fast math (the default) would be free to contract or approximate.
+    if f == Family::Rng {
+        opts.set_fast_math_enabled(false);
+    }
     let lib = device
         .new_library_with_source(&source(f), &opts)
         .map_err(|message| DeviceError::Compile {
