@@ -4,8 +4,9 @@
 vector-Jacobian rule (one module per op family) emits ordinary IR ops, or
 the IR's ``*_backward`` ops where one exists (attention, RMSNorm, RoPE,
 cumsum, gather_axis, max-pool, conv2d, adaLN, gated residual, softmax
-cross-entropy, log-mel, Gaussian splat rendering); soft-capped attention and
-the rotations no backward op covers are built from ordinary ops
+cross-entropy, log-mel, Gaussian splat rendering); soft-capped attention,
+Gaussian splat preparation and the rotations no backward op covers are
+built from ordinary ops
 (:mod:`rlx.autodiff.composite`).
 
 >>> g = rlx.Graph("mlp")

@@ -3,17 +3,22 @@ case: soft-capped attention (re-expressed as matmuls, ``tanh`` and a
 softmax, then differentiated), RoPE rotations the ``rope_backward``
 lowering does not pair (interleaved with ``n_rot < head_dim``) and SAM 2's
 axial 2-D RoPE (both: the transpose of a rotation by θ is the rotation by
-−θ, a forward ``rope`` with ``−sin``)."""
+−θ, a forward ``rope`` with ``−sin``) and ``gaussian_splat_prepare`` (the
+projection, EWA conic and SH colour rebuilt from matmuls and elementwise
+ops)."""
 
 from __future__ import annotations
 
 import math
-from typing import Optional
+from typing import TYPE_CHECKING, Optional
 
 import numpy as np
 
 from rlx.autodiff._core import Ctx, rule
 from rlx.node import Node
+
+if TYPE_CHECKING:
+    from rlx.graph import Graph
 
 #: the additive score of a masked key: exp(s − max) underflows to exactly 0
 #: in f32 and f64, as with −inf, while staying finite in the IR
@@ -129,3 +134,139 @@ def _axial_rope2d(ctx: Ctx, node: Node, dy: Node) -> list[Optional[Node]]:
     sin = ctx.g.constant(np.sin(ang).astype(np.float32), dtype="f32")
     rope = {"head_dim": d, "n_rot": d, "kind": "interleaved"}
     return [rotate_back(ctx, dy, cos, sin, rope)]
+
+
+# ------------------------------------------------------------ splat prepare
+#: real SH basis constants (``rlx.reference.splat``: the paper's basis and signs)
+_SH_C0 = 0.28209479177387814
+_SH_C1 = 0.4886025119029199
+_SH_C2 = (1.0925484305920792, -1.0925484305920792, 0.31539156525252005,
+          -1.0925484305920792, 0.5462742152960396)  # fmt: skip
+_SH_C3 = (-0.5900435899266435, 2.890611442640554, -0.4570457994644658, 0.3731763325901154,
+          -0.4570457994644658, 1.445305721320277, -0.5900435899266435)  # fmt: skip
+
+
+def _sh_basis(x: Node, y: Node, z: Node, n: int) -> list[Node]:
+    """The first ``n`` real SH basis functions of unit directions (``[g, 1]`` each)."""
+    c2, c3 = _SH_C2, _SH_C3
+    xx, yy, zz = x * x, y * y, z * z
+    fs = [
+        lambda: x * 0.0 + _SH_C0,
+        lambda: y * -_SH_C1,
+        lambda: z * _SH_C1,
+        lambda: x * -_SH_C1,
+        lambda: x * y * c2[0],
+        lambda: y * z * c2[1],
+        lambda: (zz * 2.0 - xx - yy) * c2[2],
+        lambda: x * z * c2[3],
+        lambda: (xx - yy) * c2[4],
+        lambda: y * (xx * 3.0 - yy) * c3[0],
+        lambda: x * y * z * c3[1],
+        lambda: y * (zz * 4.0 - xx - yy) * c3[2],
+        lambda: z * (zz * 2.0 - xx * 3.0 - yy * 3.0) * c3[3],
+        lambda: x * (zz * 4.0 - xx - yy) * c3[4],
+        lambda: z * (xx - yy) * c3[5],
+        lambda: x * (xx - yy * 3.0) * c3[6],
+    ]
+    return [f() for f in fs[:n]]
+
+
+def splat_prepare_forward(g: Graph, node: Node) -> Node:
+    """``gaussian_splat_prepare``'s ``[g, 16]`` record rebuilt from ordinary ops
+    (``rlx.reference.splat``'s formulas), for differentiation: the continuous
+    columns (mean, depth, conic, opacity, colour) as functions of the operands,
+    the piecewise-constant ones (radius, tiles, valid) zero, and the culled rows
+    and colour clamp following the forward's own output ``node`` (its valid
+    column, its colour > 0). The camera enters through the same ops, so it
+    gets a gradient too (of these formulas as written: the view matrix need
+    not stay a rigid motion)."""
+    pos, scl, rot, opa, col, sh, cam = node.inputs
+    n = pos.shape[0]
+    dt = pos.dtype
+
+    def cols(x: Node, k: int) -> list[Node]:
+        return [g.narrow(x, 1, i, 1) for i in range(k)]
+
+    valid = g.gt(g.narrow(node, 1, 15, 1), g.constant(0.0, dtype=node.dtype, shape=[]))
+    one = g.constant(1.0, dtype=dt, shape=[])
+    zero = g.constant(0.0, dtype=dt, shape=[])
+    view = g.reshape(g.narrow(cam, 0, 0, 16), [4, 4])
+    rv = g.narrow(g.narrow(view, 0, 0, 3), 1, 0, 3)
+    tv = g.reshape(g.narrow(g.narrow(view, 0, 0, 3), 1, 3, 1), [1, 3])
+    fx, fy, cx, cy = (g.reshape(g.narrow(cam, 0, 16 + i, 1), [1, 1]) for i in range(4))
+    t = g.matmul(pos, g.transpose(rv, [1, 0])) + tv
+    tx, ty, tz = cols(t, 3)
+    # culled rows (zero in the output): finite stand-ins for t_z, det Σ' and
+    # the direction length, so their zero cotangents stay zero
+    tz = g.where(valid, tz, one)
+    u = fx * tx / tz + cx
+    v = fy * ty / tz + cy
+    # Σ = R S Sᵀ Rᵀ from the normalised quaternion
+    qn = g.sqrt(g.sum(rot * rot, 1, keep_dims=True))
+    qh = rot / g.where(g.gt(qn, zero), qn, one)
+    w, x, y, z = cols(qh, 4)
+    r = g.concat(
+        [one - (y * y + z * z) * 2.0, (x * y - w * z) * 2.0, (x * z + w * y) * 2.0,
+         (x * y + w * z) * 2.0, one - (x * x + z * z) * 2.0, (y * z - w * x) * 2.0,
+         (x * z - w * y) * 2.0, (y * z + w * x) * 2.0, one - (x * x + y * y) * 2.0],
+        1,
+    )  # fmt: skip
+    m = g.reshape(r, [n, 3, 3]) * g.reshape(scl, [n, 1, 3])
+    sig = g.matmul(m, g.transpose(m, [0, 2, 1]))
+    # EWA: Σ' = J W Σ Wᵀ Jᵀ + 0.3 I, conic = Σ'⁻¹
+    zc = tx * 0.0
+    jac = g.reshape(
+        g.concat([fx / tz, zc, fx * tx / (tz * tz) * -1.0,
+                  zc, fy / tz, fy * ty / (tz * tz) * -1.0], 1),
+        [n, 2, 3],
+    )  # fmt: skip
+    tm = g.matmul(jac, g.expand(g.reshape(rv, [1, 3, 3]), [n, 3, 3]))
+    s2 = g.reshape(g.matmul(g.matmul(tm, sig), g.transpose(tm, [0, 2, 1])), [n, 4])
+    a, b, _, c = cols(s2, 4)
+    a, c = a + 0.3, c + 0.3
+    det = g.where(valid, a * c - b * b, one)
+    conic = [c / det, b / det * -1.0, a / det]
+    # colour: SH of the viewing direction, max(0.5 + Σ Y·sh, 0), else ``colors``
+    k = sh.shape[1] if sh.ndim == 3 else 0
+    if k == 0:
+        rgb = col
+    else:
+        used = min(16, math.isqrt(k) ** 2)
+        centre = g.matmul(tv, rv) * -1.0  # (−Rᵀt)ᵀ = −tᵀR
+        diff = pos - centre
+        dist = g.sqrt(g.sum(diff * diff, 1, keep_dims=True))
+        dirs = diff / g.where(g.gt(dist, zero), dist, one)
+        basis = g.concat(_sh_basis(*cols(dirs, 3), used), 1)
+        coef = g.narrow(sh, 1, 0, used)
+        raw = g.sum(g.reshape(basis, [n, used, 1]) * coef, 1) + 0.5
+        lit = g.gt(g.narrow(node, 1, 8, 3), g.constant(0.0, dtype=node.dtype, shape=[]))
+        rgb = g.where(lit, raw, zero)
+    zc = g.reshape(opa, [n, 1]) * 0.0
+    rec = g.concat([u, v, tz, zc, *conic, g.reshape(opa, [n, 1]), rgb,
+                    zc, zc, zc, zc, zc], 1)  # fmt: skip
+    return g.where(valid, rec, zero)
+
+
+@rule("gaussian_splat_prepare")
+def _gaussian_splat_prepare(ctx: Ctx, node: Node, dy: Node) -> list[Optional[Node]]:
+    from rlx.autodiff._core import grad
+
+    ins = node.inputs
+    n = ins[0].shape[0]
+    if not isinstance(n, int):
+        raise ctx.fail(node, f"needs a static splat count, got {n!r}")
+    k = ins[5].shape[1] if ins[5].ndim == 3 else 0
+    if not isinstance(k, int):
+        raise ctx.fail(node, f"needs a static SH coefficient count, got {k!r}")
+    want = [i for i in range(7) if ctx.needs(i)]
+    out: list[Optional[Node]] = [None] * len(ins)
+    for i in want:
+        if (i == 4 and k > 0) or (i == 5 and k == 0):  # operand the colour does not read
+            out[i] = ctx.zeros(ins[i].shape, ins[i].dtype)
+    live = [i for i in want if out[i] is None]
+    if not live:
+        return out
+    rec = splat_prepare_forward(ctx.g, node)
+    for i, gi in zip(live, grad(ctx.g, rec, [ins[i] for i in live], seed=dy)):
+        out[i] = gi
+    return out
