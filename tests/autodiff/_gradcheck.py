@@ -466,7 +466,7 @@ def evaluate(graph: rlx.Graph, feeds: dict[str, Arr], every: bool = False) -> li
 
 def fd_grad(f: Callable[[Arr], float], x: Arr, h: float = 1e-6) -> Arr:
     """Central finite differences of scalar ``f`` at ``x``."""
-    x = np.array(x, np.float64)
+    x = np.array(x, np.float64, order="C")  # reshape(-1) must be a view
     out = np.zeros_like(x)
     flat, gflat = x.reshape(-1), out.reshape(-1)
     for i in range(flat.size):

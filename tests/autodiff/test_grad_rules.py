@@ -522,6 +522,7 @@ def test_rule_table_covers_the_families() -> None:
     for op in ["activation", "binary", "mat_mul", "reduce", "softmax", "softmax_cross_entropy",
                "layer_norm", "rms_norm", "attention", "rope", "conv2d", "pool2d", "gather",
                "gather_axis", "cumsum", "concat", "narrow", "transpose", "reshape",
-               "gaussian_splat_render", "gaussian_splat_prepare", "axial_rope2d", "scaled_mat_mul",
+               "gaussian_splat_render", "gaussian_splat_prepare", "gaussian_splat_rasterize",
+               "axial_rope2d", "scaled_mat_mul",
                "scaled_dequantize", "dequant_grouped_mat_mul"]:  # fmt: skip
         assert op in ops

@@ -3,9 +3,10 @@ case: soft-capped attention (re-expressed as matmuls, ``tanh`` and a
 softmax, then differentiated), RoPE rotations the ``rope_backward``
 lowering does not pair (interleaved with ``n_rot < head_dim``) and SAM 2's
 axial 2-D RoPE (both: the transpose of a rotation by θ is the rotation by
-−θ, a forward ``rope`` with ``−sin``) and ``gaussian_splat_prepare`` (the
+−θ, a forward ``rope`` with ``−sin``), ``gaussian_splat_prepare`` (the
 projection, EWA conic and SH colour rebuilt from matmuls and elementwise
-ops)."""
+ops) and ``gaussian_splat_rasterize`` (a dense, sort-free blend in depth
+order with the forward's decisions as masks)."""
 
 from __future__ import annotations
 
@@ -269,4 +270,101 @@ def _gaussian_splat_prepare(ctx: Ctx, node: Node, dy: Node) -> list[Optional[Nod
     rec = splat_prepare_forward(ctx.g, node)
     for i, gi in zip(live, grad(ctx.g, rec, [ins[i] for i in live], seed=dy)):
         out[i] = gi
+    return out
+
+
+# ---------------------------------------------------------- splat rasterize
+def splat_rasterize_forward(g: Graph, node: Node) -> Node:
+    """``gaussian_splat_rasterize``'s ``[height, width, 3]`` image rebuilt from
+    ordinary ops as a dense ``[pixels, splats]`` computation
+    (``rlx.reference.splat.rasterize_fn``'s rules), for differentiation.
+
+    No sort: splat ``j`` is in front of ``i`` when ``depth_j < depth_i`` (ties:
+    the lower index), a 0/1 matrix ``M`` from the depth column compared
+    pairwise, and the transmittance before ``i`` is ``exp(Σ_j M_ij log(1 − α_pj))``
+    over the blended ``j``. Every decision is a mask taken from the values at
+    the evaluation point (piecewise constant, so no gradient): the tile
+    binning (tile bounds, valid), ``power ≤ 0``, ``α ≥ alpha_cutoff``, the
+    early stop (the blended splats are the front-to-back prefix of the kept
+    ones whose running product ``Π(1 − α)`` stays ≥ the threshold and, with
+    ``max_splat_steps``, that have fewer kept splats in front) and the 0.99
+    clamp. The mean, conic, opacity and colour columns get gradients; depth,
+    radius, tiles and valid only enter through masks. Assumes no
+    ``max_list_entries`` truncation (the rule checks)."""
+    prep = node.inputs[0]
+    cfg = node.attrs["cfg"]
+    W, H, ts = int(cfg["width"]), int(cfg["height"]), int(cfg["tile_size"])
+    n = prep.shape[0]
+    dt = prep.dtype
+
+    def k(v: float) -> Node:
+        return g.constant(float(v), dtype=dt, shape=[])
+
+    def arr(a: np.ndarray) -> Node:
+        return g.constant(np.asarray(a, np.float32), dtype=dt)
+
+    one, zero, half = k(1.0), k(0.0), k(0.5)
+
+    def f(cond: Node) -> Node:  # bool mask → 0/1 float
+        return g.where(cond, one, zero)
+
+    def row(c: int) -> Node:
+        return g.reshape(g.narrow(prep, 1, c, 1), [1, n])
+
+    u, v, depth, ca, cb, cc, opa = (row(c) for c in (0, 1, 2, 4, 5, 6, 7))
+    x0, y0, x1, y1, valid = (row(c) for c in range(11, 16))
+    ys, xs = np.meshgrid(np.arange(H), np.arange(W), indexing="ij")
+    xs, ys = xs.reshape(-1, 1), ys.reshape(-1, 1)
+    ptx, pty = arr(xs // ts), arr(ys // ts)
+    cover = (f(g.ge(ptx, x0)) * f(g.lt(ptx, x1)) * f(g.ge(pty, y0)) * f(g.lt(pty, y1))
+             * f(g.gt(valid, zero)))  # fmt: skip
+    dx, dy = u - arr(xs + 0.5), v - arr(ys + 0.5)  # [P, n]
+    power = (ca * dx * dx + cc * dy * dy) * -0.5 - cb * dx * dy
+    neg = g.le(power, zero)
+    e = opa * g.exp(g.where(neg, power, zero))
+    alpha = g.where(g.lt(e, k(0.99)), e, k(0.99))
+    ok = cover * f(neg) * f(g.ge(alpha, k(float(cfg["alpha_cutoff"]))))
+    # front[i, j] = 1 when j is composited before i
+    dcol = g.reshape(depth, [n, 1])
+    earlier = arr(np.tril(np.ones((n, n)), -1))
+    front = f(g.lt(depth, dcol)) + f(g.eq(depth, dcol)) * earlier
+    front_t = g.transpose(front, [1, 0])  # [j, i]
+    lok = g.log(one - g.where(g.gt(ok, half), alpha, zero))
+    run = g.exp(g.matmul(lok, front_t) + lok)  # Π(1 − α) over the kept, up to i
+    blend = ok * f(g.ge(run, k(float(cfg["transmittance_threshold"]))))
+    steps = int(cfg.get("max_splat_steps", 0))
+    if steps > 0:
+        blend = blend * f(g.lt(g.matmul(ok, front_t), k(steps)))
+    # the blended splats are a prefix of the kept ones, so before a blended i
+    # the kept and the blended splats in front are the same
+    trans = g.exp(g.matmul(lok, front_t))
+    w = g.where(g.gt(blend, half), alpha * trans, zero)
+    img = g.matmul(w, g.narrow(prep, 1, 8, 3))
+    return g.reshape(img, [H, W, 3])
+
+
+@rule("gaussian_splat_rasterize")
+def _gaussian_splat_rasterize(ctx: Ctx, node: Node, dy: Node) -> list[Optional[Node]]:
+    # the camera does not enter the image (rlx.reference.splat.rasterize_fn)
+    from rlx.autodiff._core import grad
+
+    prep, cam = node.inputs
+    n = prep.shape[0]
+    if not isinstance(n, int):
+        raise ctx.fail(node, f"needs a static splat count, got {n!r}")
+    cfg = node.attrs["cfg"]
+    ts = int(cfg["tile_size"])
+    tiles = -(-int(cfg["width"]) // ts) * -(-int(cfg["height"]) // ts)
+    cap = int(cfg.get("max_list_entries", 0))
+    if 0 < cap < n * tiles:
+        raise ctx.fail(
+            node,
+            f"max_list_entries = {cap} may truncate the {n} splats × {tiles} tiles lists "
+            "(the dense rebuild assumes no truncation)",
+        )
+    out: list[Optional[Node]] = [None, None]
+    if ctx.needs(1):
+        out[1] = ctx.zeros(cam.shape, cam.dtype)
+    if ctx.needs(0):
+        (out[0],) = grad(ctx.g, splat_rasterize_forward(ctx.g, node), [prep], seed=dy)
     return out
