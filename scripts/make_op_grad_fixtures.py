@@ -251,6 +251,70 @@ simple("expand", lambda d: d["x"].expand(3, 2, 4), {"x": [1, 2, 4]})
 simple("reverse", lambda d: torch.flip(d["x"], [1]), {"x": [2, 3, 4]})
 
 
+# ---------------------------------------------------------------- recurrent
+def recurrent(kind: str, d: dict[str, T], bidir: bool, layers: int, relu: bool = False) -> T:
+    """LSTM (gates i, f, g, o) / GRU (r, z, n) / Elman RNN written out step
+    by step from the rlx layout (python/rlx/reference/sequence.py, torch.nn's
+    gate order): ``w_ih [L·D, G·h, in_w]`` (layer 0 reads the first ``in``
+    columns, later layers the first ``D·h``), ``w_hh [L·D, G·h, h]``, LSTM /
+    RNN ``b [L·D, G·h]`` (= b_ih + b_hh), GRU ``bi`` / ``bh`` separate
+    (``b_hn`` inside ``r ⊙ (·)``), ``h0`` / ``c0 [L·D, b, h]``; direction 1
+    runs backwards. (rlx has no gradient for the ``carry`` rows.)"""
+    y = d["x"]
+    s = y.shape[1]
+    nd = 2 if bidir else 1
+    for layer in range(layers):
+        outs = []
+        for di in range(nd):
+            li = layer * nd + di
+            h = d["h0"][li]
+            c = d["c0"][li] if kind == "lstm" else None
+            w = d["w_ih"][li, :, : y.shape[-1]]
+            xw = y @ w.T + (d["bi"][li] if kind == "gru" else d["b"][li])
+            ys: list[T] = [y[:, 0, :0]] * s
+            for t in range(s - 1, -1, -1) if di == 1 else range(s):
+                hw = h @ d["w_hh"][li].T
+                if kind == "lstm":
+                    i, f, gg, o = (xw[:, t] + hw).chunk(4, -1)
+                    c = torch.sigmoid(f) * c + torch.sigmoid(i) * torch.tanh(gg)
+                    h = torch.sigmoid(o) * torch.tanh(c)
+                elif kind == "gru":
+                    xr, xz, xn = xw[:, t].chunk(3, -1)
+                    hr, hz, hn = (hw + d["bh"][li]).chunk(3, -1)
+                    r, z = torch.sigmoid(xr + hr), torch.sigmoid(xz + hz)
+                    h = (1 - z) * torch.tanh(xn + r * hn) + z * h
+                else:
+                    h = torch.relu(xw[:, t] + hw) if relu else torch.tanh(xw[:, t] + hw)
+                ys[t] = h
+            outs.append(torch.stack(ys, 1))
+        y = torch.cat(outs, -1)
+    return y
+
+
+#: name, kind, bidirectional, layers, relu (shared with the test)
+_B, _S, _IN, _H = 2, 4, 3, 3
+for _name, _kind, _bi, _nl, _relu in [
+    ("lstm", "lstm", False, 1, False),
+    ("lstm_bidir", "lstm", True, 1, False),
+    ("lstm_2layer_bidir", "lstm", True, 2, False),
+    ("gru", "gru", False, 1, False),
+    ("gru_bidir_2layer", "gru", True, 2, False),
+    ("rnn_tanh_bidir", "rnn", True, 1, False),
+    ("rnn_relu_2layer", "rnn", False, 2, True),
+]:
+    _D = 2 if _bi else 1
+    _G = {"lstm": 4, "gru": 3, "rnn": 1}[_kind]
+    _inw = _IN if _nl == 1 else max(_IN, _D * _H)
+    _L = _nl * _D
+    _sh = {"x": [_B, _S, _IN], "w_ih": [_L, _G * _H, _inw], "w_hh": [_L, _G * _H, _H]}
+    _gb = [_L, _G * _H]
+    _sh.update({"bi": _gb, "bh": _gb} if _kind == "gru" else {"b": _gb})
+    _sh["h0"] = [_L, _B, _H]
+    if _kind == "lstm":
+        _sh["c0"] = [_L, _B, _H]
+    simple(_name, lambda d, k=_kind, bi=_bi, nl=_nl, re=_relu: recurrent(k, d, bi, nl, re), _sh)
+
+
 def inputs(rng: np.random.Generator, floats: dict[str, tuple[list[int], str]]) -> dict:
     out: dict[str, np.ndarray] = {}
     ang = rng.uniform(0, 3, (64,))

@@ -94,6 +94,28 @@ BUILDS["reshape"] = lambda g, n: g.reshape(n["x"], [4, 6])
 BUILDS["expand"] = lambda g, n: g.expand(n["x"], [3, 2, 4])
 BUILDS["reverse"] = lambda g, n: g.reverse(n["x"], 1)
 
+for _name, _kind, _bi, _nl, _relu in [
+    ("lstm", "lstm", False, 1, False),
+    ("lstm_bidir", "lstm", True, 1, False),
+    ("lstm_2layer_bidir", "lstm", True, 2, False),
+    ("gru", "gru", False, 1, False),
+    ("gru_bidir_2layer", "gru", True, 2, False),
+    ("rnn_tanh_bidir", "rnn", True, 1, False),
+    ("rnn_relu_2layer", "rnn", False, 2, True),
+]:
+    if _kind == "lstm":
+        BUILDS[_name] = lambda g, n, bi=_bi, nl=_nl: g.lstm(
+            n["x"], n["w_ih"], n["w_hh"], n["b"], n["h0"], n["c0"], bidirectional=bi, num_layers=nl
+        )
+    elif _kind == "gru":
+        BUILDS[_name] = lambda g, n, bi=_bi, nl=_nl: g.gru(
+            n["x"], n["w_ih"], n["w_hh"], n["bi"], n["bh"], n["h0"], bidirectional=bi, num_layers=nl
+        )
+    else:
+        BUILDS[_name] = lambda g, n, bi=_bi, nl=_nl, re=_relu: g.rnn(
+            n["x"], n["w_ih"], n["w_hh"], n["b"], n["h0"], bidirectional=bi, num_layers=nl, relu=re
+        )
+
 
 def _load() -> dict[str, dict[str, dict[str, np.ndarray]]]:
     """The fixture as ``{case: {"in": {...}, "grad": {...}, "r"/"out": ...}}``."""
