@@ -315,6 +315,24 @@ for _name, _kind, _bi, _nl, _relu in [
     simple(_name, lambda d, k=_kind, bi=_bi, nl=_nl, re=_relu: recurrent(k, d, bi, nl, re), _sh)
 
 
+# ------------------------------------------- transposed conv / resize / misc
+simple("conv_transpose2d_stride_pad",
+       lambda d: F.conv_transpose2d(d["x"], d["w"], d["b"], stride=2, padding=1, output_padding=1),
+       {"x": [1, 2, 3, 4], "w": [2, 3, 3, 3], "b": [3]})  # fmt: skip
+simple("conv_transpose2d_groups_dilation",
+       lambda d: F.conv_transpose2d(d["x"], d["w"], stride=1, padding=1, dilation=2, groups=2),
+       {"x": [2, 4, 3, 3], "w": [4, 1, 2, 3]})  # fmt: skip
+simple("resize_nearest2x", lambda d: F.interpolate(d["x"], scale_factor=2, mode="nearest"),
+       {"x": [2, 2, 3, 2]})  # fmt: skip
+# im2col [n, c·kh·kw, h_out·w_out], channel-major like F.unfold
+simple("im2col", lambda d: F.unfold(d["x"], (2, 3), stride=(2, 1), padding=1, dilation=(1, 2)),
+       {"x": [2, 2, 5, 6]})  # fmt: skip
+case("fma", {"a": ([2, 3, 4], "normal"), "b": ([3, 1], "normal"), "c": ([4], "normal")},
+     ["a", "b", "c"])(lambda d: d["a"] * d["b"] + d["c"])  # fmt: skip
+# f32 → f16 → f32: the forward is rounded to f16, the gradient is the identity
+simple("cast_f16_round_trip", lambda d: d["x"].float().half().double(), {"x": [3, 5]})
+
+
 def inputs(rng: np.random.Generator, floats: dict[str, tuple[list[int], str]]) -> dict:
     out: dict[str, np.ndarray] = {}
     ang = rng.uniform(0, 3, (64,))

@@ -93,6 +93,16 @@ BUILDS["transpose"] = lambda g, n: g.transpose(n["x"], [2, 0, 1])
 BUILDS["reshape"] = lambda g, n: g.reshape(n["x"], [4, 6])
 BUILDS["expand"] = lambda g, n: g.expand(n["x"], [3, 2, 4])
 BUILDS["reverse"] = lambda g, n: g.reverse(n["x"], 1)
+BUILDS["conv_transpose2d_stride_pad"] = lambda g, n: g.conv_transpose2d(
+    n["x"], n["w"], n["b"], stride=2, padding=1, output_padding=1
+)
+BUILDS["conv_transpose2d_groups_dilation"] = lambda g, n: g.conv_transpose2d(
+    n["x"], n["w"], padding=1, dilation=2, groups=2
+)
+BUILDS["resize_nearest2x"] = lambda g, n: g.resize_nearest2x(n["x"])
+BUILDS["im2col"] = lambda g, n: g.im2col(n["x"], (2, 3), stride=(2, 1), padding=1, dilation=(1, 2))
+BUILDS["fma"] = lambda g, n: g.fma(n["a"], n["b"], n["c"])
+BUILDS["cast_f16_round_trip"] = lambda g, n: g.cast(g.cast(n["x"], "f16"), "f32")
 
 for _name, _kind, _bi, _nl, _relu in [
     ("lstm", "lstm", False, 1, False),
