@@ -333,6 +333,48 @@ case("fma", {"a": ([2, 3, 4], "normal"), "b": ([3, 1], "normal"), "c": ([4], "no
 simple("cast_f16_round_trip", lambda d: d["x"].float().half().double(), {"x": [3, 5]})
 
 
+# ----------------------------------------------------- signal / DiT blocks
+def fft_blocks(x: T, inverse: bool, norm: str) -> T:
+    """rlx's fft on the real block layout ``[.., 2n]`` = ``[re.., im..]``."""
+    n = x.shape[-1] // 2
+    z = torch.complex(x[..., :n], x[..., n:])
+    y = (torch.fft.ifft if inverse else torch.fft.fft)(z, norm=norm)
+    return torch.cat([y.real, y.imag], -1)
+
+
+FFTS = [("fft", False, "backward"), ("fft_ortho", False, "ortho"), ("ifft", True, "backward"),
+        ("ifft_forward_norm", True, "forward")]  # fmt: skip
+for _name, _inv, _norm in FFTS:
+    simple(_name, lambda d, i=_inv, nm=_norm: fft_blocks(d["x"], i, nm), {"x": [2, 3, 16]})
+
+
+@case("log_mel", {"spec": ([4, 16], "normal"), "filters": ([3, 5], "positive")}, ["spec"])
+def _log_mel(d: dict[str, T]) -> T:
+    """``log(filters @ |spec[:n_bins]|² + 1e-10)`` on block rows, n_fft 8,
+    n_bins 5 (filters' width); rlx gives the filter bank no gradient."""
+    nf, nb = 8, d["filters"].shape[1]
+    p = d["spec"][:, :nb] ** 2 + d["spec"][:, nf : nf + nb] ** 2
+    return torch.log(p @ d["filters"].T + 1e-10)
+
+
+def ada_norm(x: T, scale: T, shift: T, layer_norm: bool, eps: float) -> T:
+    """DiT adaLN ``norm(x)·(1 + scale) + shift``, LayerNorm / RMSNorm
+    without affine (python/rlx/reference/norm.py)."""
+    if layer_norm:
+        y = F.layer_norm(x, x.shape[-1:], eps=eps)
+    else:
+        y = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps)
+    return y * (1 + scale) + shift
+
+
+simple("ada_layer_norm", lambda d: ada_norm(d["x"], d["sc"], d["sh"], True, 1e-6),
+       {"x": [2, 3, 8], "sc": [2, 1, 8], "sh": [2, 1, 8]})  # fmt: skip
+simple("ada_rms_norm", lambda d: ada_norm(d["x"], d["sc"], d["sh"], False, 1e-5),
+       {"x": [2, 3, 8], "sc": [2, 3, 8], "sh": [2, 3, 8]})  # fmt: skip
+simple("gated_residual", lambda d: d["x"] + d["gt"] * d["y"],
+       {"x": [2, 3, 8], "y": [2, 3, 8], "gt": [2, 1, 8]})  # fmt: skip
+
+
 def inputs(rng: np.random.Generator, floats: dict[str, tuple[list[int], str]]) -> dict:
     out: dict[str, np.ndarray] = {}
     ang = rng.uniform(0, 3, (64,))

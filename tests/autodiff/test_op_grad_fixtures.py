@@ -126,6 +126,17 @@ for _name, _kind, _bi, _nl, _relu in [
             n["x"], n["w_ih"], n["w_hh"], n["b"], n["h0"], bidirectional=bi, num_layers=nl, relu=re
         )
 
+FFTS = [("fft", False, "backward"), ("fft_ortho", False, "ortho"), ("ifft", True, "backward"),
+        ("ifft_forward_norm", True, "forward")]  # fmt: skip
+for _name, _inv, _norm in FFTS:
+    BUILDS[_name] = lambda g, n, i=_inv, nm=_norm: g.fft(n["x"], inverse=i, norm=nm)
+BUILDS["log_mel"] = lambda g, n: g.log_mel(n["spec"], n["filters"], n_fft=8)
+BUILDS["ada_layer_norm"] = lambda g, n: g.ada_layer_norm(n["x"], n["sc"], n["sh"], eps=1e-6)
+BUILDS["ada_rms_norm"] = lambda g, n: g.ada_layer_norm(
+    n["x"], n["sc"], n["sh"], eps=1e-5, layer_norm=False
+)
+BUILDS["gated_residual"] = lambda g, n: g.gated_residual(n["x"], n["y"], n["gt"])
+
 
 def _load() -> dict[str, dict[str, dict[str, np.ndarray]]]:
     """The fixture as ``{case: {"in": {...}, "grad": {...}, "r"/"out": ...}}``."""
