@@ -17,9 +17,12 @@ The op is written with torch's own functions (``F.conv2d``,
 ``F.max_pool2d``, ``F.layer_norm``, ``torch.gather``, ...) where one exists
 with the same meaning; attention, RoPE and the masks are written out from
 their definitions (scores, mask, softmax, weighted sum; rotate-half /
-interleaved pairs). tests/autodiff/test_op_grad_fixtures.py builds the same
-op with ``rlx.Graph``, differentiates it with ``rlx.grad`` and checks host
-and metal-sim against these numbers.
+interleaved pairs), and so are the LSTM / GRU / RNN (step by step on rlx's
+stacked weight layout), fft on rlx's ``[re.., im..]`` block layout (via
+torch.fft), log_mel, adaLN and the gated residual.
+tests/autodiff/test_op_grad_fixtures.py builds the same op with
+``rlx.Graph``, differentiates it with ``rlx.grad`` and checks host and
+metal-sim against these numbers.
 """
 
 from __future__ import annotations
