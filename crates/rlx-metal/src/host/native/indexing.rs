@@ -155,41 +155,7 @@ fn convert<D: Plain, U: Plain>(
 fn words<W: Plain>(c: &CpuIndexing, mem: &Mem, st: &mut Staging) -> NResult {
     let es = std::mem::size_of::<W>();
     match &c.thunk {
-        IndexingThunk::ScatterNd {
-            data,
-            indices,
-            updates,
-            dst,
-            data_dims,
-            indices_dims,
-            ..
-        } => {
-            let total = prod(data_dims);
-            let (lead, q) = indices_dims.split_at(indices_dims.len().saturating_sub(1));
-            let q = q.first().copied().unwrap_or(0);
-            let n_upd = prod(lead) * prod(data_dims.get(q..).unwrap_or(&[]));
-            let db = total * es;
-            let idx = read_staged::<i32>(
-                mem,
-                &mut st.a,
-                "indices",
-                *indices,
-                prod(indices_dims),
-                *dst,
-                db,
-            )?;
-            let upd = read_staged::<W>(mem, &mut st.b, "updates", *updates, n_upd, *dst, db)?;
-            let in_place = data == dst;
-            let src = if in_place {
-                None
-            } else {
-                Some(read_staged::<W>(
-                    mem, &mut st.c, "data", *data, total, *dst, db,
-                )?)
-            };
-            let out = mem.get_mut::<W>("dst", *dst, total)?;
-            Ok(ix::scatter_nd(src, idx, upd, out, data_dims, indices_dims)?)
-        }
+        IndexingThunk::ScatterNd { .. } => convert::<W, W>(c, mem, st, |d, u| d.copy_from_slice(u)),
         IndexingThunk::ScatterElements {
             data,
             indices,
