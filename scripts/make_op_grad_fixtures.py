@@ -1,8 +1,8 @@
 """Generate tests/fixtures/grad/ops.npz: torch.autograd gradients of single
 ops, one case per differentiable op family (issue 18 point 3). Run by hand
 with a venv outside the repo that has torch (scripts/setup_peers.sh's, or
-any ``pip install torch numpy``; torch is never a dependency of the repo, and
-CI never imports it): ``$PEER/bin/python scripts/make_op_grad_fixtures.py``.
+any ``pip install torch numpy gguf``; torch is never a dependency of the
+repo, and CI never imports it): ``$PEER/bin/python scripts/make_op_grad_fixtures.py``.
 The committed file was made with torch 2.15.0 (CPU).
 
 Each case has small fixed-seed inputs (float32 values; integer indices as
@@ -19,7 +19,11 @@ with the same meaning; attention, RoPE and the masks are written out from
 their definitions (scores, mask, softmax, weighted sum; rotate-half /
 interleaved pairs), and so are the LSTM / GRU / RNN (step by step on rlx's
 stacked weight layout), fft on rlx's ``[re.., im..]`` block layout (via
-torch.fft), log_mel, adaLN and the gated residual.
+torch.fft), log_mel, adaLN and the gated residual. The ``*_carry`` cases run
+torch.nn.LSTM / GRU / RNN themselves (final states appended as rlx's
+``carry`` rows); the scaled-format cases decode the u8 codes with torch's
+float8 / int8 dtypes; the GGUF cases quantise and dequantise the weights
+with gguf-py (llama.cpp's Python package) and differentiate the input.
 tests/autodiff/test_op_grad_fixtures.py builds the same op with
 ``rlx.Graph``, differentiates it with ``rlx.grad`` and checks host and
 metal-sim against these numbers.
@@ -262,7 +266,7 @@ def recurrent(kind: str, d: dict[str, T], bidir: bool, layers: int, relu: bool =
     columns, later layers the first ``D·h``), ``w_hh [L·D, G·h, h]``, LSTM /
     RNN ``b [L·D, G·h]`` (= b_ih + b_hh), GRU ``bi`` / ``bh`` separate
     (``b_hn`` inside ``r ⊙ (·)``), ``h0`` / ``c0 [L·D, b, h]``; direction 1
-    runs backwards. (rlx has no gradient for the ``carry`` rows.)"""
+    runs backwards."""
     y = d["x"]
     s = y.shape[1]
     nd = 2 if bidir else 1
@@ -378,6 +382,155 @@ simple("gated_residual", lambda d: d["x"] + d["gt"] * d["y"],
        {"x": [2, 3, 8], "y": [2, 3, 8], "gt": [2, 1, 8]})  # fmt: skip
 
 
+# ------------------------------------- torch.nn recurrent nets with final states
+def torch_recurrent(kind: str, d: dict[str, T], bidir: bool, layers: int, relu: bool) -> T:
+    """torch.nn.LSTM / GRU / RNN themselves (batch_first) run on rlx's stacked
+    weights through ``torch.func.functional_call``, the output followed by
+    rlx's ``carry`` rows: each layer's final h (directions side by side),
+    then for the LSTM each layer's final c."""
+    nd = 2 if bidir else 1
+    hid = d["w_hh"].shape[-1]
+    n_in = d["x"].shape[-1]
+    cls = {"lstm": torch.nn.LSTM, "gru": torch.nn.GRU, "rnn": torch.nn.RNN}[kind]
+    kw = {"nonlinearity": "relu" if relu else "tanh"} if kind == "rnn" else {}
+    mod = cls(n_in, hid, num_layers=layers, bidirectional=bidir, batch_first=True, **kw)
+    params: dict[str, T] = {}
+    for layer in range(layers):
+        width = n_in if layer == 0 else nd * hid
+        for di in range(nd):
+            li, sfx = layer * nd + di, f"_l{layer}" + ("_reverse" if di else "")
+            params["weight_ih" + sfx] = d["w_ih"][li, :, :width]
+            params["weight_hh" + sfx] = d["w_hh"][li]
+            if kind == "gru":
+                params["bias_ih" + sfx], params["bias_hh" + sfx] = d["bi"][li], d["bh"][li]
+            else:  # rlx's one bias is b_ih + b_hh
+                params["bias_ih" + sfx] = d["b"][li]
+                params["bias_hh" + sfx] = torch.zeros_like(d["b"][li])
+    mod = mod.double()
+    state = (d["h0"], d["c0"]) if kind == "lstm" else d["h0"]
+    y, fin = torch.func.functional_call(mod, params, (d["x"], state))
+    finals = list(fin) if kind == "lstm" else [fin]
+    b = d["x"].shape[0]
+    rows = [f.reshape(layers, nd, b, hid).permute(0, 2, 1, 3).reshape(layers, b, 1, nd * hid)
+            for f in finals]  # fmt: skip
+    return torch.cat([y, *(r[i] for r in rows for i in range(layers))], 1)
+
+
+for _name, _kind, _bi, _nl, _relu in [
+    ("lstm_carry_2layer_bidir", "lstm", True, 2, False),
+    ("gru_carry", "gru", False, 1, False),
+    ("rnn_carry_relu_bidir", "rnn", True, 1, True),
+]:
+    _D = 2 if _bi else 1
+    _G = {"lstm": 4, "gru": 3, "rnn": 1}[_kind]
+    _inw = _IN if _nl == 1 else max(_IN, _D * _H)
+    _L = _nl * _D
+    _sh = {"x": [_B, _S, _IN], "w_ih": [_L, _G * _H, _inw], "w_hh": [_L, _G * _H, _H]}
+    _gb = [_L, _G * _H]
+    _sh.update({"bi": _gb, "bh": _gb} if _kind == "gru" else {"b": _gb})
+    _sh["h0"] = [_L, _B, _H]
+    if _kind == "lstm":
+        _sh["c0"] = [_L, _B, _H]
+    simple(_name, lambda d, k=_kind, bi=_bi, nl=_nl, re=_relu: torch_recurrent(k, d, bi, nl, re),
+           _sh)  # fmt: skip
+
+
+# ------------------------------------------- scaled formats and GGUF weights
+#: torch's own float8 / int8 decoding of the u8 codes; the scale-format maxima
+FP8 = {"fp8_e4m3": torch.float8_e4m3fn, "fp8_e5m2": torch.float8_e5m2}
+FMT_MAX = {"fp8_e4m3": 448.0, "fp8_e5m2": 57344.0, "int8": 127.0}
+_crng = np.random.default_rng(1818)
+
+
+def codes(fmt: str, shape: list[int]) -> np.ndarray:
+    """Random u8 codes of ``fmt`` (finite values; encoded by torch)."""
+    v = torch.tensor(_crng.standard_normal(shape) * 20.0, dtype=torch.float32)
+    if fmt == "int8":
+        return v.round().clamp(-127, 127).to(torch.int8).view(torch.uint8).numpy()
+    return v.to(FP8[fmt]).view(torch.uint8).numpy()
+
+
+def decode(c: T, fmt: str) -> T:
+    dt = torch.int8 if fmt == "int8" else FP8[fmt]
+    return c.to(torch.uint8).view(dt).double()
+
+
+def expand(s: T, layout: str, r: int, c: int) -> T:
+    """A scale per tensor ``[1]``, per row ``[r]`` or per block ``[r, ⌈c/size⌉]``."""
+    if layout == "per_tensor":
+        return s.reshape(1, 1).expand(r, c)
+    if layout == "per_row":
+        return s.reshape(r, 1).expand(r, c)
+    size = int(layout.split(":")[1])
+    return s.repeat_interleave(size, 1)[:, :c]
+
+
+def group_amax(x: T, layout: str) -> T:
+    a = x.abs()
+    if layout == "per_tensor":
+        return a.amax().reshape(1)
+    if layout == "per_row":
+        return a.amax(1)
+    size = int(layout.split(":")[1])
+    nb = -(-a.shape[1] // size)
+    return F.pad(a, (0, nb * size - a.shape[1])).reshape(a.shape[0], nb, size).amax(2)
+
+
+for _fmt, _lay, _m, _n, _k in [("fp8_e4m3", "block:16", 3, 4, 40), ("int8", "per_row", 2, 5, 7),
+                               ("fp8_e5m2", "per_tensor", 3, 2, 9)]:  # fmt: skip
+    _nb = -(-_k // 16)
+    _sd = {"per_tensor": ([1], [1]), "per_row": ([_m], [_n])}.get(_lay, ([_m, _nb], [_n, _nb]))
+
+    def _smm(d: dict[str, T], fmt: str = _fmt, lay: str = _lay) -> T:
+        (m, k), n = d["lhs"].shape, d["rhs"].shape[0]
+        a = decode(d["lhs"], fmt) * expand(d["sa"], lay, m, k)
+        b = decode(d["rhs"], fmt) * expand(d["sb"], lay, n, k)
+        return a @ b.T + d["bias"]
+
+    case(f"scaled_mat_mul_{_fmt}_{_lay.replace(':', '')}",
+         {"sa": (_sd[0], "positive"), "sb": (_sd[1], "positive"), "bias": ([_n], "normal")},
+         ["sa", "sb", "bias"],
+         {"lhs": codes(_fmt, [_m, _k]), "rhs": codes(_fmt, [_n, _k])})(_smm)  # fmt: skip
+
+    def _sdq(d: dict[str, T], fmt: str = _fmt, lay: str = _lay) -> T:
+        r, c = d["codes"].shape
+        return decode(d["codes"], fmt) * expand(d["s"], lay, r, c)
+
+    case(f"scaled_dequantize_{_fmt}_{_lay.replace(':', '')}", {"s": (_sd[0], "positive")}, ["s"],
+         {"codes": codes(_fmt, [_m, _k])})(_sdq)  # fmt: skip
+    case(f"scaled_quant_scale_{_fmt}_{_lay.replace(':', '')}", {"x": ([_m, _k], "normal")},
+         ["x"])(lambda d, f=_fmt, lay=_lay: group_amax(d["x"], lay) / FMT_MAX[f])  # fmt: skip
+
+
+def gguf_weight(typ: str, rows: int, k: int) -> np.ndarray:
+    """Packed GGUF rows quantised by gguf-py (llama.cpp's Python package)."""
+    from gguf import GGMLQuantizationType, quants
+
+    w = _crng.standard_normal((rows, k)).astype(np.float32)
+    return quants.quantize(w, GGMLQuantizationType[typ.upper()])
+
+
+def gguf_dense(wq: T, typ: str) -> T:
+    from gguf import GGMLQuantizationType, quants
+
+    return torch.from_numpy(quants.dequantize(wq.numpy(), GGMLQuantizationType[typ.upper()]))
+
+
+for _typ in ["q8_0", "q4_0"]:
+    case(f"dequant_mat_mul_{_typ}", {"x": ([2, 3, 64], "normal")}, ["x"],
+         {"w_q": gguf_weight(_typ, 5, 64)})(
+        lambda d, t=_typ: d["x"] @ gguf_dense(d["w_q"], t).double().T)  # fmt: skip
+_EIDX = np.array([2, 0, 1, 2], np.int32)
+
+
+@case("dequant_grouped_mat_mul_q8_0", {"x": ([4, 32], "normal")}, ["x"],
+      {"w_q": gguf_weight("q8_0", 3 * 5, 32).reshape(3, 5, -1), "idx": _EIDX})  # fmt: skip
+def _dequant_grouped(d: dict[str, T]) -> T:
+    """Row ``m`` times its expert ``idx[m]``'s dequantised ``[n, k]`` weight."""
+    w = torch.stack([gguf_dense(e, "q8_0") for e in d["w_q"]]).double()
+    return torch.einsum("mk,mnk->mn", d["x"], w[d["idx"]])
+
+
 def inputs(rng: np.random.Generator, floats: dict[str, tuple[list[int], str]]) -> dict:
     out: dict[str, np.ndarray] = {}
     ang = rng.uniform(0, 3, (64,))
@@ -408,7 +561,8 @@ def main() -> None:
         ts = {
             k: torch.tensor(v, dtype=torch.float64, requires_grad=k in wrt) for k, v in fl.items()
         }
-        ts.update({k: torch.from_numpy(v.astype(np.int64)) for k, v in ints.items()})
+        ts.update({k: torch.from_numpy(v if v.dtype == np.uint8 else v.astype(np.int64))
+                   for k, v in ints.items()})  # fmt: skip
         out = fwd(ts)
         r = rng.standard_normal(tuple(out.shape)).astype(np.float32)
         grads = torch.autograd.grad(out, [ts[k] for k in wrt], torch.tensor(r, dtype=torch.float64))

@@ -303,6 +303,21 @@ def _scaled_dequantize(op: dict, xs: list[Arr]) -> Arr:
     return quant.decode_scaled(codes, op["fmt"]) * quant.expand_scale(scale, op["layout"], r, c)
 
 
+def _scaled_quant_scale(op: dict, xs: list[Arr]) -> Arr:
+    """``amax / fmt_max`` per group (1 where amax = 0), written out in f64."""
+    a = np.abs(xs[0])
+    r, c = a.shape
+    lay = op["layout"]
+    if lay == "per_tensor":
+        amax = a.max().reshape(1)
+    elif lay == "per_row":
+        amax = a.max(axis=1)
+    else:
+        size = int(lay["block"]["size"])
+        amax = np.stack([a[:, j : j + size].max(axis=1) for j in range(0, c, size)], axis=1)
+    return np.where(amax == 0, 1.0, amax / quant.FORMAT_MAX[op["fmt"]])
+
+
 def _scaled_mm(op: dict, xs: list[Arr]) -> Arr:
     lay = op["layout"]
     a = _scaled_dequantize({"fmt": op["lhs_fmt"], "layout": lay}, xs[0:4:2])
@@ -338,6 +353,7 @@ FORWARD.update(
     {
         "scaled_dequantize": _scaled_dequantize,
         "scaled_mat_mul": _scaled_mm,
+        "scaled_quant_scale": _scaled_quant_scale,
         "dequant_grouped_mat_mul": _dequant_grouped,
         "axial_rope2d": _axial_rope2d,
     }

@@ -354,8 +354,10 @@ def test_grouped_matmul() -> None:
 
 
 @pytest.mark.parametrize("kind", ["lstm", "gru", "rnn"])
-@pytest.mark.parametrize("layers,bidir", [(1, False), (2, True)])
-def test_recurrent_unrolled(kind: str, layers: int, bidir: bool) -> None:
+@pytest.mark.parametrize("layers,bidir,carry", [(1, False, False), (2, True, False),
+                                                (1, False, True), (2, True, True)])  # fmt: skip
+def test_recurrent_unrolled(kind: str, layers: int, bidir: bool, carry: bool) -> None:
+    """With ``carry`` the loss also reads the final h (and c) rows."""
     hid, n_in, dirs = 3, 2, 2 if bidir else 1
     gates = {"lstm": 4, "gru": 3, "rnn": 1}[kind]
     in_w = n_in if layers == 1 else max(n_in, dirs * hid)
@@ -368,7 +370,7 @@ def test_recurrent_unrolled(kind: str, layers: int, bidir: bool) -> None:
         shapes["bh"] = [ld, gates * hid]
 
     def build(g: rlx.Graph, n: dict) -> rlx.Node:
-        kw = dict(hidden=hid, num_layers=layers, bidirectional=bidir)
+        kw = dict(hidden=hid, num_layers=layers, bidirectional=bidir, carry=carry)
         if kind == "lstm":
             return g.lstm(n["x"], n["wi"], n["wh"], n["b"], n["h0"], n["c0"], **kw)
         if kind == "gru":
@@ -523,6 +525,6 @@ def test_rule_table_covers_the_families() -> None:
                "layer_norm", "rms_norm", "attention", "rope", "conv2d", "pool2d", "gather",
                "gather_axis", "cumsum", "concat", "narrow", "transpose", "reshape",
                "gaussian_splat_render", "gaussian_splat_prepare", "gaussian_splat_rasterize",
-               "axial_rope2d", "scaled_mat_mul",
+               "axial_rope2d", "scaled_mat_mul", "scaled_quant_scale",
                "scaled_dequantize", "dequant_grouped_mat_mul"]:  # fmt: skip
         assert op in ops

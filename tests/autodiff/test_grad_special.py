@@ -190,6 +190,33 @@ def test_scaled_matmul_scales_and_bias(fmt: str, layout: str) -> None:
     check(build, shapes, ["sa", "sb", "bias"], init=init)
 
 
+@pytest.mark.parametrize("fmt", ["fp8_e4m3", "fp8_e5m2", "int8"])
+@pytest.mark.parametrize("layout", ["per_tensor", "per_row", "block:16"])
+def test_scaled_quant_scale_amax_gradient(fmt: str, layout: str) -> None:
+    # random x: one entry reaches each group's max, so the scale is smooth there
+    def build(g: rlx.Graph, nd: dict) -> rlx.Node:
+        return g.scaled_quant_scale(nd["x"] * 3.0, fmt=fmt, layout=layout)
+
+    check(build, {"x": [3, 40]}, ["x"])
+
+
+def test_scaled_quant_scale_ties_and_zero_groups() -> None:
+    """Ties share the amax gradient evenly with their sign (torch.amax's
+    rule); an all-zero group (scale 1.0) passes no gradient."""
+    g = rlx.Graph("qs")
+    x = g.input("x", [2, 4])
+    s = g.scaled_quant_scale(x, fmt="int8", layout="per_row")
+    (dx,) = grad(g, g.sum(s * g.constant(np.array([2.0, 5.0], np.float32))), [x])
+    g.outputs(s, dx)
+    xv = np.array([[1.0, -3.0, 3.0, 2.0], [0.0, 0.0, 0.0, 0.0]], np.float32)
+    for dev in ("reference", "host"):
+        got_s, got_dx = rlx.compile(g, device=dev).run(x=xv).values()
+        np.testing.assert_allclose(got_s, [3.0 / 127.0, 1.0], rtol=1e-6)
+        want = np.zeros((2, 4))
+        want[0, 1], want[0, 2] = -2.0 / 127.0 / 2, 2.0 / 127.0 / 2
+        np.testing.assert_allclose(got_dx, want, rtol=1e-6, atol=0)
+
+
 def test_quantised_codes_are_not_differentiable() -> None:
     g = rlx.Graph("q")
     w, s = g.input("w", [2, 8]), g.input("s", [1])

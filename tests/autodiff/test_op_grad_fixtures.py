@@ -137,6 +137,47 @@ BUILDS["ada_rms_norm"] = lambda g, n: g.ada_layer_norm(
 )
 BUILDS["gated_residual"] = lambda g, n: g.gated_residual(n["x"], n["y"], n["gt"])
 
+# torch.nn's own nets; the output followed by the carry rows (final h, c)
+for _name, _kind, _bi, _nl, _relu in [
+    ("lstm_carry_2layer_bidir", "lstm", True, 2, False),
+    ("gru_carry", "gru", False, 1, False),
+    ("rnn_carry_relu_bidir", "rnn", True, 1, True),
+]:
+    _kw = dict(bidirectional=_bi, num_layers=_nl, carry=True)
+    if _kind == "lstm":
+        BUILDS[_name] = lambda g, n, kw=_kw: g.lstm(
+            n["x"], n["w_ih"], n["w_hh"], n["b"], n["h0"], n["c0"], **kw
+        )
+    elif _kind == "gru":
+        BUILDS[_name] = lambda g, n, kw=_kw: g.gru(
+            n["x"], n["w_ih"], n["w_hh"], n["bi"], n["bh"], n["h0"], **kw
+        )
+    else:
+        BUILDS[_name] = lambda g, n, kw=_kw, re=_relu: g.rnn(
+            n["x"], n["w_ih"], n["w_hh"], n["b"], n["h0"], relu=re, **kw
+        )
+
+# the scaled formats (codes decoded by torch's float8 / int8) and GGUF
+# weights quantised and dequantised by gguf-py
+for _fmt, _lay in [("fp8_e4m3", "block:16"), ("int8", "per_row"), ("fp8_e5m2", "per_tensor")]:
+    _sfx = f"{_fmt}_{_lay.replace(':', '')}"
+    BUILDS[f"scaled_mat_mul_{_sfx}"] = lambda g, n, f=_fmt, lay=_lay: g.scaled_matmul(
+        n["lhs"], n["rhs"], n["sa"], n["sb"], n["bias"], lhs_fmt=f, rhs_fmt=f, layout=lay
+    )
+    BUILDS[f"scaled_dequantize_{_sfx}"] = lambda g, n, f=_fmt, lay=_lay: g.scaled_dequantize(
+        n["codes"], n["s"], fmt=f, layout=lay
+    )
+    BUILDS[f"scaled_quant_scale_{_sfx}"] = lambda g, n, f=_fmt, lay=_lay: g.scaled_quant_scale(
+        n["x"], fmt=f, layout=lay
+    )
+for _typ in ["q8_0", "q4_0"]:
+    BUILDS[f"dequant_mat_mul_{_typ}"] = lambda g, n, t=_typ: g.dequant_matmul(
+        n["x"], n["w_q"], scheme=t
+    )
+BUILDS["dequant_grouped_mat_mul_q8_0"] = lambda g, n: g.dequant_grouped_matmul(
+    n["x"], n["w_q"], n["idx"], scheme="q8_0"
+)
+
 
 def _load() -> dict[str, dict[str, dict[str, np.ndarray]]]:
     """The fixture as ``{case: {"in": {...}, "grad": {...}, "r"/"out": ...}}``."""
@@ -164,10 +205,14 @@ def test_every_fixture_case_has_a_builder() -> None:
     assert FIX.stat().st_size < 1 << 20
 
 
+#: fixture arrays' numpy kinds → input dtypes (the rest are integer indices)
+_DTYPES = {"f4": "f32", "u1": "u8"}
+
+
 def _graph(name: str) -> tuple[G, list[str]]:
     c = CASES[name]
     g = rlx.Graph(name)
-    nodes = {k: g.input(k, list(v.shape), "i32" if v.dtype.kind in "iu" else "f32")
+    nodes = {k: g.input(k, list(v.shape), _DTYPES.get(v.dtype.kind + str(v.itemsize), "i32"))
              for k, v in c["in"].items()}  # fmt: skip
     out = BUILDS[name](g, nodes)
     assert tuple(out.shape) == c["out"].shape, (out.shape, c["out"].shape)

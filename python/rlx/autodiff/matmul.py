@@ -2,7 +2,8 @@
 broadcasting, rank-1 operands), ``fused_mat_mul_bias_act``, the activation
 gradient of a quantised ``dequant_mat_mul`` / ``dequant_grouped_mat_mul``
 w.r.t. its input (weights frozen), grouped matmul, and the scale / bias
-gradients of the low-precision ``scaled_mat_mul`` / ``scaled_dequantize``."""
+gradients of the low-precision ``scaled_mat_mul`` / ``scaled_dequantize``, and
+the amax gradient of ``scaled_quant_scale``."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from typing import Any, Optional
 
 import numpy as np
 
-from rlx.autodiff._core import Ctx, rule
+from rlx.autodiff._core import Ctx, grad, rule
 from rlx.autodiff.elementwise import act_grad
 from rlx.node import Node
 
@@ -244,3 +245,38 @@ def _scaled_mat_mul(ctx: Ctx, node: Node, dy: Node) -> list[Optional[Node]]:
     if len(ins) > 4 and ctx.needs(4):
         out[4] = ctx.like(g.sum(dyf, [0]), ins[4])
     return out
+
+
+def _group_amax(ctx: Ctx, x: Node, layout: Any, node: Node) -> Node:
+    """``max |x|`` per scale group of ``layout`` (the scales' dims); a block
+    layout pads the last partial block with zeros, which never raise a max."""
+    g = ctx.g
+    a = g.abs(x)
+    if layout == "per_tensor":
+        return g.reshape(g.max(a), [1])
+    if layout == "per_row":
+        return g.max(a, [1])
+    r, c = x.shape
+    if not (isinstance(layout, dict) and "block" in layout):
+        raise ctx.fail(node, f"unknown scale layout {layout!r}")
+    if not (isinstance(r, int) and isinstance(c, int)):
+        raise ctx.fail(node, f"block scales need static dims, got {[r, c]}")
+    size = int(layout["block"]["size"])
+    nb = -(-c // size)
+    if nb * size != c:
+        a = g.concat([a, ctx.zeros([r, nb * size - c], a.dtype)], axis=1)
+    return g.max(g.reshape(a, [r, nb, size]), [2])
+
+
+@rule("scaled_quant_scale")
+def _scaled_quant_scale(ctx: Ctx, node: Node, dy: Node) -> list[Optional[Node]]:
+    # s = amax / fmt_max per group (1.0 where amax = 0): d s / d amax = s / amax,
+    # and amax's gradient goes to the entries that reach it with their sign,
+    # ties sharing it evenly (torch.amax); an all-zero group has none
+    g = ctx.g
+    (x,) = node.inputs
+    amax = _group_amax(ctx, x, node.attrs["layout"], node)
+    pos = g.gt(amax, ctx.scalar(0.0, amax))
+    ratio = g.where(pos, node / g.where(pos, amax, ctx.scalar(1.0, amax)), ctx.scalar(0.0, amax))
+    (gx,) = grad(g, amax, [x], seed=dy * ratio)
+    return [gx]

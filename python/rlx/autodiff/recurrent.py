@@ -54,7 +54,9 @@ def _cell(
 
 
 def _unroll(ctx: Ctx, node: Node) -> Node:
-    """The net's output recomputed with ordinary ops."""
+    """The net's output recomputed with ordinary ops, with the ``carry``
+    rows (each layer's final h, then for the LSTM each layer's final c)
+    appended along the sequence axis when the op has them."""
     g = ctx.g
     kind = node.op
     at = node.attrs
@@ -74,8 +76,12 @@ def _unroll(ctx: Ctx, node: Node) -> Node:
         b_hh = c0 = None
     inp = x
     width = n_in
+    final_h: list[Node] = []
+    final_c: list[Node] = []
     for layer in range(layers):
         outs = []
+        hs: list[Node] = []
+        cs: list[Node] = []
         for d in range(dirs):
             sl = layer * dirs + d
             wi = g.narrow(_slot(ctx, w_ih, sl), 1, 0, width)
@@ -91,15 +97,28 @@ def _unroll(ctx: Ctx, node: Node) -> Node:
                 h, c = _cell(ctx, kind, bool(at.get("relu")), xt, h, c, wh, bh, hidden)
                 steps[t] = g.reshape(h, [b, 1, hidden])
             outs.append(g.concat([st for st in steps if st is not None], axis=1))
+            hs.append(h)
+            if c is not None:
+                cs.append(c)
         inp = outs[0] if dirs == 1 else g.concat(outs, axis=2)
         width = dirs * hidden
-    return inp
+        final_h.append(_row(ctx, hs))
+        if cs:
+            final_c.append(_row(ctx, cs))
+    if not node.attrs.get("carry"):
+        return inp
+    return g.concat([inp, *final_h, *final_c], axis=1)
+
+
+def _row(ctx: Ctx, per_dir: list[Node]) -> Node:
+    """One carry row ``[b, 1, dirs·hidden]`` from each direction's ``[b, hidden]``."""
+    g = ctx.g
+    h = per_dir[0] if len(per_dir) == 1 else g.concat(per_dir, axis=1)
+    return g.reshape(h, [int(h.shape[0]), 1, int(h.shape[1])])
 
 
 @rule("lstm", "gru", "rnn")
 def _recurrent(ctx: Ctx, node: Node, dy: Node) -> list[Optional[Node]]:
-    if node.attrs.get("carry"):
-        raise ctx.fail(node, "the carry rows (final states) have no gradient rule")
     if not all(isinstance(d, int) for d in node.inputs[0].shape):
         raise ctx.fail(node, "needs a static input shape")
     ins = node.inputs
