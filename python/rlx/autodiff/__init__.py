@@ -23,6 +23,7 @@ from rlx.autodiff import (  # noqa: F401
     norm,
     recurrent,
     reduce,
+    scan,
     shape,
 )
 from rlx.autodiff._core import RULES, GradError, NotDifferentiableError, grad
