@@ -339,7 +339,7 @@ impl QAct {
 }
 
 #[path = "vnni_quantize.rs"]
-mod quantizer;
+pub(super) mod quantizer;
 use quantizer::quantize;
 
 #[path = "vnni_formats.rs"]

@@ -209,9 +209,11 @@ pub(super) fn run_typed(
 }
 
 /// Quantises one activation row (`k` elements, a multiple of 32) into its
-/// slices of an [`XBuf`] (the two-level scheme of `vnni::quantize`, same
-/// formulas, so the codes are identical): the scalar statement of what
-/// [`quantize_row_simd`] computes, checked against it by the tests.
+/// slices of an [`XBuf`]: per block the two-level codes of
+/// [`super::vnni::quantizer::quantize_block`] (the one scalar definition), the
+/// step repeated over the block's 8 `dxv` words and `step · sum` per half.
+/// The scalar statement of what [`quantize_row_simd`] computes, checked
+/// against it by the tests.
 #[cfg(test)]
 fn quantize_row(x: &[f32], q: &mut [i8], q2: &mut [i8], dxv: &mut [f32], s: &mut [f32]) {
     q.fill(0);
@@ -219,35 +221,13 @@ fn quantize_row(x: &[f32], q: &mut [i8], q2: &mut [i8], dxv: &mut [f32], s: &mut
     dxv.fill(0.0);
     s.fill(0.0);
     for (b, xb) in x.chunks_exact(32).enumerate() {
-        let mut amax = 0f32;
-        let mut finite = true;
-        for &v in xb {
-            amax = amax.max(v.abs());
-            finite &= v.is_finite();
-        }
-        let dx = amax / 127.0;
-        let inv = if dx > 0.0 { 1.0 / dx } else { 0.0 };
-        let inv2 = inv * 256.0;
         let (qb, rb) = (&mut q[32 * b..32 * b + 32], &mut q2[32 * b..32 * b + 32]);
-        let halves = xb
-            .chunks_exact(16)
-            .zip(qb.chunks_exact_mut(16))
-            .zip(rb.chunks_exact_mut(16));
-        for (h, ((xh, qh), rh)) in halves.enumerate() {
-            let mut t = 0i32;
-            for ((&v, qo), ro) in xh.iter().zip(qh).zip(rh) {
-                let c = (v * inv).round_ties_even().clamp(-127.0, 127.0) as i8;
-                let r = (v - dx * f32::from(c)) * inv2;
-                let c2 = r.round_ties_even().clamp(-127.0, 127.0) as i8;
-                *qo = c;
-                *ro = c2;
-                t += 256 * i32::from(c) + i32::from(c2);
-            }
-            let d = if finite { dx / 256.0 } else { f32::NAN };
-            s[2 * b + h] = d * t as f32;
-            dxv[8 * b..8 * b + 8].fill(d);
+        let (d, sums) = super::vnni::quantizer::quantize_block(xb, qb, Some(&mut *rb));
+        for (h, t) in sums.iter().enumerate() {
+            s[2 * b + h] = d * *t as f32;
         }
-        if !finite {
+        dxv[8 * b..8 * b + 8].fill(d);
+        if d.is_nan() {
             // the block's outputs are NaN whatever its codes; zero them
             qb.fill(0);
             rb.fill(0);

@@ -123,7 +123,11 @@ unsafe fn block_avx512(
 /// The scalar form of one block (the definition the vector form matches;
 /// taken for blocks holding a non-finite value): the step (NaN for such a
 /// block) and the two halves' code sums.
-pub(super) fn quantize_block(xb: &[f32], qb: &mut [i8], rb: Option<&mut [i8]>) -> (f32, [i32; 2]) {
+pub(in crate::host::kernels::quant) fn quantize_block(
+    xb: &[f32],
+    qb: &mut [i8],
+    rb: Option<&mut [i8]>,
+) -> (f32, [i32; 2]) {
     let mut amax = 0f32;
     let mut finite = true;
     for &v in xb {
