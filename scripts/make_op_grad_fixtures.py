@@ -5,8 +5,9 @@ any ``pip install torch numpy gguf``; torch is never a dependency of the
 repo, and CI never imports it): ``$PEER/bin/python scripts/make_op_grad_fixtures.py``.
 The committed file was made with torch 2.15.0 (CPU).
 
-Each case has small fixed-seed inputs (float32 values; integer indices as
-int32), a fixed random upstream gradient ``r`` of the output's shape, the
+Each case has small fixed-seed inputs (float32 values, or fixed ones: SPD
+matrices, a splat scene; integer indices as int32, codes as u8), a fixed
+random upstream gradient ``r`` of the output's shape, the
 op's forward computed by torch in float64 from those float32 values, and
 ``torch.autograd.grad(out, inputs, r)`` for the differentiated inputs.
 Saved per case ``<case>``: ``<case>.in.<name>`` (every input),
@@ -23,7 +24,12 @@ torch.fft), log_mel, adaLN and the gated residual. The ``*_carry`` cases run
 torch.nn.LSTM / GRU / RNN themselves (final states appended as rlx's
 ``carry`` rows); the scaled-format cases decode the u8 codes with torch's
 float8 / int8 dtypes; the GGUF cases quantise and dequantise the weights
-with gguf-py (llama.cpp's Python package) and differentiate the input.
+with gguf-py (llama.cpp's Python package) and differentiate the input. The
+fused and structured ops (fused matmul / norms / attention block, regions,
+scatter, scan, SPD, ...) have their cases in scripts/op_grad_cases_extra.py
+and the Gaussian splats in scripts/op_grad_cases_splat.py, registered after
+these: new cases go at the end, so the earlier cases' random inputs stay
+bit-identical.
 tests/autodiff/test_op_grad_fixtures.py builds the same op with
 ``rlx.Graph``, differentiates it with ``rlx.grad`` and checks host and
 metal-sim against these numbers.
@@ -32,8 +38,9 @@ metal-sim against these numbers.
 from __future__ import annotations
 
 import math
+import sys
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Union
 
 import numpy as np
 import torch
@@ -43,13 +50,15 @@ ROOT = Path(__file__).resolve().parent.parent
 T = torch.Tensor
 Fwd = Callable[[dict[str, T]], T]
 
+#: an input's domain: a name (``inputs``) or the fixed float values themselves
+Domain = Union[str, np.ndarray]
 #: case name → (float inputs {name: (shape, domain)}, integer inputs, names
 #: to differentiate, forward)
-Spec = tuple[dict[str, tuple[list[int], str]], dict[str, np.ndarray], list[str], Fwd]
+Spec = tuple[dict[str, tuple[list[int], Domain]], dict[str, np.ndarray], list[str], Fwd]
 CASES: dict[str, Spec] = {}
 
 
-def case(name: str, floats: dict[str, tuple[list[int], str]], wrt: list[str],
+def case(name: str, floats: dict[str, tuple[list[int], Domain]], wrt: list[str],
          ints: dict[str, np.ndarray] | None = None) -> Callable[[Fwd], Fwd]:  # fmt: skip
     def reg(fn: Fwd) -> Fwd:
         assert name not in CASES and "." not in name
@@ -531,12 +540,24 @@ def _dequant_grouped(d: dict[str, T]) -> T:
     return torch.einsum("mk,mnk->mn", d["x"], w[d["idx"]])
 
 
-def inputs(rng: np.random.Generator, floats: dict[str, tuple[list[int], str]]) -> dict:
+# the cases of the fused / structured ops (scan, SPD, scatter, ...) and of
+# the Gaussian splats, appended after the ones above (scripts/op_grad_cases_*.py)
+import op_grad_cases_extra  # noqa: E402
+import op_grad_cases_splat  # noqa: E402
+
+op_grad_cases_extra.register(sys.modules[__name__])
+op_grad_cases_splat.register(sys.modules[__name__])
+
+
+def inputs(rng: np.random.Generator, floats: dict[str, tuple[list[int], Domain]]) -> dict:
     out: dict[str, np.ndarray] = {}
     ang = rng.uniform(0, 3, (64,))
     for name, (shape, domain) in floats.items():
         n = int(np.prod(shape))
-        if domain == "normal":
+        if isinstance(domain, np.ndarray):  # fixed values (a scene, SPD matrices)
+            assert list(domain.shape) == shape, (name, domain.shape, shape)
+            v = domain
+        elif domain == "normal":
             v = rng.standard_normal(shape)
         elif domain == "positive":
             v = rng.uniform(0.25, 1.25, shape)

@@ -11,12 +11,14 @@ max|want| ≤ 1e-4``.
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 from typing import Callable
 
 import numpy as np
 import pytest
 import rlx
+from rlx.ops.misc import SplatConfig
 
 FIX = Path(__file__).resolve().parent.parent / "fixtures" / "grad" / "ops.npz"
 TOL = 1e-4
@@ -178,6 +180,120 @@ BUILDS["dequant_grouped_mat_mul_q8_0"] = lambda g, n: g.dequant_grouped_matmul(
     n["x"], n["w_q"], n["idx"], scheme="q8_0"
 )
 
+# ------------------------------------------- fused and structured ops
+for _act in ["none", "gelu", "gelu_approx", "silu", "relu", "sigmoid", "tanh"]:
+    BUILDS[f"fused_mat_mul_bias_act_{_act}"] = lambda g, n, a=_act: g.matmul_bias_act(
+        n["a"], n["w"], n["bias"], act=None if a == "none" else a
+    )
+BUILDS["fused_swiglu"] = lambda g, n: g.swiglu(n["x"])
+BUILDS["fused_swiglu_gate_first"] = lambda g, n: g.swiglu(n["x"], gate_first=True)
+BUILDS["elementwise_region_chain"] = lambda g, n: g.elementwise_region(
+    [n["x0"], n["x1"], n["x2"]],
+    [("mul", "x0", "x1"), ("sigmoid", "s0"), ("div", "s1", "x2"), ("max", "s2", "x0"),
+     ("pow", "x2", "x1"), ("sub", "s3", "s4"), ("atan", "s5"), ("mul", "s6", "s0")],
+)  # fmt: skip
+BUILDS["elementwise_region_f16"] = lambda g, n: g.elementwise_region(
+    [n["x0"], n["x1"]],
+    [("cast", "f16", "x0"), ("cast", "f32", "s0"), ("gelu", "s1"), ("mul", "s2", "x1"),
+     ("exp", "s3")],
+)  # fmt: skip
+BUILDS["grouped_mat_mul"] = lambda g, n: g.grouped_matmul(n["x"], n["w"], n["idx"])
+BUILDS["dequant_mat_mul_t_q8_0"] = lambda g, n: g.dequant_matmul_t(
+    n["dy"], n["w_q"], scheme="q8_0", k=64
+)
+BUILDS["dequant_mat_mul_t_q4_k"] = lambda g, n: g.dequant_matmul_t(
+    n["dy"], n["w_q"], scheme="q4_k", k=256
+)
+BUILDS["fused_residual_ln"] = lambda g, n: g.residual_layer_norm(
+    n["x"], n["res"], n["gm"], n["bt"], eps=1e-5
+)
+BUILDS["fused_residual_ln_bias"] = lambda g, n: g.residual_layer_norm(
+    n["x"], n["res"], n["gm"], n["bt"], n["b"], eps=1e-5
+)
+BUILDS["fused_residual_rms_norm"] = lambda g, n: g.residual_rms_norm(
+    n["x"], n["res"], n["gm"], eps=1e-6
+)
+BUILDS["fused_residual_rms_norm_bias_beta"] = lambda g, n: g.residual_rms_norm(
+    n["x"], n["res"], n["gm"], n["bt"], n["b"], eps=1e-5
+)
+BUILDS["axial_rope2d"] = lambda g, n: g.axial_rope2d(
+    n["x"], end_x=3, end_y=2, head_dim=8, num_heads=2
+)
+BUILDS["axial_rope2d_repeat"] = lambda g, n: g.axial_rope2d(
+    n["x"], end_x=2, end_y=2, head_dim=8, num_heads=1, theta=100.0, repeat_factor=3
+)
+BUILDS["fused_attention_block_rope_causal"] = lambda g, n: g.fused_attention_block(
+    n["x"], n["w_qkv"], n["w_out"], heads=2, cos=n["cos"], sin=n["sin"]
+)
+BUILDS["fused_attention_block_plain"] = lambda g, n: g.fused_attention_block(
+    n["x"], n["w_qkv"], n["w_out"], heads=3, mask=None
+)
+BUILDS["fused_attention_block_rope_mask"] = lambda g, n: g.fused_attention_block(
+    n["x"], n["w_qkv"], n["w_out"], heads=2, cos=n["cos"], sin=n["sin"], mask="custom",
+    mask_input=n["mask"],
+)  # fmt: skip
+BUILDS["scatter_elements_axis0"] = lambda g, n: g.scatter_elements(n["data"], n["idx"], n["upd"])
+BUILDS["scatter_elements_last_axis"] = lambda g, n: g.scatter_elements(
+    n["data"], n["idx"], n["upd"], axis=-1
+)
+BUILDS["scatter_nd_rows"] = lambda g, n: g.scatter_nd(n["data"], n["idx"], n["upd"])
+BUILDS["scatter_nd_elements"] = lambda g, n: g.scatter_nd(n["data"], n["idx"], n["upd"])
+
+
+def _scan_elman(g: G, n: dict[str, N]) -> N:
+    """Carries h and the weight (passed through); y = the new h."""
+    b = rlx.Graph("elman")
+    h, w, x = b.input("h", [2, 4]), b.input("w", [4, 4]), b.input("x", [2, 4])
+    hn = b.tanh(h @ (w * 0.5) + x)
+    b.outputs(hn, w, hn)
+    return g.scan(b, [n["h0"], n["w"]], [n["xs"]])
+
+
+def _scan_reverse(g: G, n: dict[str, N]) -> N:
+    b = rlx.Graph("rev")
+    c, x, w = b.input("c", [3]), b.input("x", [3]), b.input("w", [3])
+    cn = b.tanh(c * w + b.sin(x))
+    b.outputs(cn, cn * x + c)
+    return g.scan(b, [n["c0"]], [n["xs"], n["ws"]], reverse=True)
+
+
+def _scan_two(g: G, n: dict[str, N]) -> N:
+    b = rlx.Graph("two")
+    h, s, x = b.input("h", [2, 3]), b.input("s", [3]), b.input("x", [2, 3])
+    f = b.sigmoid(x + h)
+    hn = f * b.tanh(x - h) + (1.0 - f) * h * s
+    sn = s * 0.9 + b.mean(hn, 0)
+    b.outputs(hn, sn, hn * sn)
+    return g.scan(b, [n["h0"], n["s0"]], [n["xs"]], reverse=True)
+
+
+BUILDS["scan_elman"] = _scan_elman
+BUILDS["scan_reverse_two_xs"] = _scan_reverse
+BUILDS["scan_two_carries_reverse"] = _scan_two
+BUILDS["spd_bi_map"] = lambda g, n: g.spd("bi_map", n["x"], n["w"])
+BUILDS["spd_re_eig"] = lambda g, n: g.spd("re_eig", n["x"], eps=0.6)
+BUILDS["spd_log_eig"] = lambda g, n: g.spd("log_eig", n["x"])
+BUILDS["spd_karcher_mean"] = lambda g, n: g.spd("karcher_mean", n["x"], eps=1e-7)
+BUILDS["spd_batch_norm"] = lambda g, n: g.spd("batch_norm", n["x"], n["bias"], eps=1e-7)
+
+# Gaussian splats: 12 × 10 pixels in 4-pixel tiles (scripts/op_grad_cases_splat.py)
+_SPLAT = SplatConfig(width=12, height=10, tile_size=4)
+_SPLATS = {
+    "gaussian_splat_prepare_sh16": ("prepare", {}),
+    "gaussian_splat_prepare_rgb": ("prepare", {}),
+    "gaussian_splat_rasterize_stop": ("rasterize", {"transmittance_threshold": 0.3}),
+    "gaussian_splat_render_rgb": ("render", {}),
+    "gaussian_splat_render_sh9_steps": ("render", {"max_splat_steps": 2}),
+}
+for _name, (_kind, _chg) in _SPLATS.items():
+    _cfg = dataclasses.replace(_SPLAT, **_chg)
+    if _kind == "rasterize":
+        BUILDS[_name] = lambda g, n, c=_cfg: g.gaussian_splat_rasterize(n["prep"], n["cam"], cfg=c)
+    else:
+        BUILDS[_name] = lambda g, n, c=_cfg, k=_kind: getattr(g, f"gaussian_splat_{k}")(
+            *(n[x] for x in ["pos", "scl", "rot", "opa", "col", "sh", "cam"]), cfg=c
+        )
+
 
 def _load() -> dict[str, dict[str, dict[str, np.ndarray]]]:
     """The fixture as ``{case: {"in": {...}, "grad": {...}, "r"/"out": ...}}``."""
@@ -209,28 +325,45 @@ def test_every_fixture_case_has_a_builder() -> None:
 _DTYPES = {"f4": "f32", "u1": "u8"}
 
 
-def _graph(name: str) -> tuple[G, list[str]]:
+def _forward(name: str) -> tuple[G, dict[str, N], N]:
+    """The case's op on inputs shaped and typed as the fixture's."""
     c = CASES[name]
     g = rlx.Graph(name)
     nodes = {k: g.input(k, list(v.shape), _DTYPES.get(v.dtype.kind + str(v.itemsize), "i32"))
              for k, v in c["in"].items()}  # fmt: skip
     out = BUILDS[name](g, nodes)
     assert tuple(out.shape) == c["out"].shape, (out.shape, c["out"].shape)
+    return g, nodes, out
+
+
+def test_every_differentiable_op_has_a_case() -> None:
+    """Every op with a gradient rule is in some case's forward graph."""
+    seen = {x.op for name in BUILDS for x in _forward(name)[0].nodes}
+    assert not set(rlx.autodiff.differentiable_ops()) - seen
+
+
+def _graph(name: str) -> tuple[G, list[str], list[int]]:
+    """The op, its output and gradients; with the differentiated inputs' names
+    and the index of each gradient among the outputs."""
+    c = CASES[name]
+    g, nodes, out = _forward(name)
     r = g.input("r", list(c["r"].shape))
     wrt = sorted(c["grad"])
     grads = rlx.grad(g, g.sum(out * r), [nodes[k] for k in wrt])
-    g.outputs(out, *grads)
-    return g, wrt
+    # a node is an output once (fused_residual_*: d/dx and d/dres are one node)
+    uniq = list({gr.id: gr for gr in grads}.values())
+    g.outputs(out, *uniq)
+    return g, wrt, [1 + [u.id for u in uniq].index(gr.id) for gr in grads]
 
 
 @pytest.mark.parametrize("device", ["host", "metal-sim"])
 @pytest.mark.parametrize("name", sorted(BUILDS))
 def test_op_gradient_matches_torch(name: str, device: str) -> None:
     c = CASES[name]
-    g, wrt = _graph(name)
+    g, wrt, at = _graph(name)
     exe = rlx.compile(g, device=device)
     out = list(exe.run(**c["in"], r=c["r"]).values())
     assert rel(out[0], c["out"]) <= TOL, f"{device} forward: {rel(out[0], c['out']):.2e}"
-    for k, got in zip(wrt, out[1:]):
-        err = rel(got, c["grad"][k])
+    for k, i in zip(wrt, at):
+        err = rel(out[i], c["grad"][k])
         assert err <= TOL, f"{device} d/d{k}: relative error {err:.2e} > {TOL:.0e}"
