@@ -471,8 +471,8 @@ def _command_cell(c: Command, thunks: list[ThunkRow], x: float, y: float, w: int
             f'<rect class="cmd barrier" x="{x + w / 2 - 1.5}" y="{y - 2}" width="3" '
             f'height="{h + 4}" fill="#d62728"><title>barrier</title></rect>'
         )
-    if c.kind == "host":
-        tip = f"host #{c.thunk} {what}"
+    if c.kind in ("host", "check"):
+        tip = f"{c.kind} #{c.thunk} {what}"
         fill = "#000"
     else:
         tip = f"dispatch #{c.thunk} {c.kernel} grid={list(c.grid)} tg={list(c.threadgroup)}\n{what}"
