@@ -22,10 +22,15 @@ const TAG_MASK: u32 = 0xFFFF_FF00;
 
 /// Code: operand `code & 0xF` holds a non-finite value (word 1: the value).
 pub const CODE_NON_FINITE: u32 = 0x10;
-/// Code: `x[k]` is not symmetric (word 1: max |x − xᵀ|).
+/// Code: matrix `k` of operand `code & 0xF` is not symmetric (word 1:
+/// max |x − xᵀ|).
 pub const CODE_NOT_SYMMETRIC: u32 = 0x20;
-/// Code: `x[k]` is not positive definite (word 1: its smallest eigenvalue).
+/// Code: matrix `k` of operand `code & 0xF` is not positive definite (word
+/// 1: its smallest eigenvalue).
 pub const CODE_NOT_PD: u32 = 0x30;
+/// Code: the Karcher-mean Jacobian is singular (the implicit-function
+/// solve failed).
+pub const CODE_NOT_SOLVED: u32 = 0x40;
 
 /// Wait for the device and read the status tags of a validating kernel's
 /// output (see the module docs).
@@ -101,26 +106,25 @@ impl StatusCheck {
             let value =
                 |label: &str| detail.map_or(String::new(), |v| format!(" ({label}{v:.3e})"));
             let code = w0 & 0xFF;
+            let name = self
+                .operands
+                .get((code & 0xF) as usize)
+                .copied()
+                .unwrap_or("an operand");
             let what = match code & 0xF0 {
-                CODE_NON_FINITE => {
-                    let name = self
-                        .operands
-                        .get((code & 0xF) as usize)
-                        .copied()
-                        .unwrap_or("an operand");
-                    match detail {
-                        Some(v) => format!("{name} holds a non-finite value ({v}; matrix {k})"),
-                        None => format!("{name} holds a non-finite value (matrix {k})"),
-                    }
-                }
+                CODE_NON_FINITE => match detail {
+                    Some(v) => format!("{name} holds a non-finite value ({v}; matrix {k})"),
+                    None => format!("{name} holds a non-finite value (matrix {k})"),
+                },
                 CODE_NOT_SYMMETRIC => {
-                    format!("x[{k}] is not symmetric{}", value("max |x - xᵀ| = "))
+                    format!("{name}[{k}] is not symmetric{}", value("max |x - xᵀ| = "))
                 }
                 CODE_NOT_PD => format!(
-                    "x[{k}] is not positive definite{}",
+                    "{name}[{k}] is not positive definite{}",
                     value("smallest eigenvalue ")
                 ),
-                _ => format!("x[{k}] is invalid (status code {code:#x})"),
+                CODE_NOT_SOLVED => "the Karcher-mean Jacobian is singular".into(),
+                _ => format!("matrix {k} is invalid (status code {code:#x})"),
             };
             return Err(CheckError::Invalid {
                 index: self.thunk,

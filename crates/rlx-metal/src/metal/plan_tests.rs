@@ -310,7 +310,7 @@ fn a_status_check_follows_a_validating_dispatch_and_syncs() {
         spd_bwd(SpdOp::LogEig, &[0, 1024], 2048), // 0 dispatch + check
         act(2048, 3072),                          // 1 after the sync: no barrier
         spd_bwd(SpdOp::BiMap, &[0, 4096, 5120], 6144), // 2 dispatch + check
-        spd_bwd(SpdOp::KarcherMean, &[0, 1024], 2048), // 3 no kernel: host
+        spd_bwd(SpdOp::KarcherMean, &[0, 1024], 2048), // 3 dy not [3, 3]: host (which reports it)
         spd_bwd(SpdOp::ReEig, &[2048, 1024], 2048 + 32), // 4 partial overlap: host
     ]);
     let p = MetalPlan::build(&s);

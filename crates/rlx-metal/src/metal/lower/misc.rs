@@ -1,8 +1,8 @@
 //! Random fills → `rng.metal`, vector-quantiser assignment → `vq.metal`,
-//! SAM 2 axial RoPE → `rope.metal` (`axial_rope2d_f32`), the `bi_map`,
-//! `re_eig` and `log_eig` gradients (`spd_backward`, f32; the eigen ones
-//! n ≤ 16) → `spd.metal`, each dispatch followed by a status check of the
-//! operands it validates. Shapes the host
+//! SAM 2 axial RoPE → `rope.metal` (`axial_rope2d_f32`), the
+//! `spd_backward` gradients (f32; `re_eig` / `log_eig` n ≤ 16,
+//! `karcher_mean` / `batch_norm` n ≤ 8, `bi_map`) → `spd.metal`, each
+//! dispatch followed by a status check of the operands it validates. Shapes the host
 //! kernels reject (bad metric, head_dim not a multiple of 4, a sequence
 //! longer than the repeated grid) and aliased operands stay on the host,
 //! whose kernels report the error.
@@ -24,6 +24,10 @@ const SPD_MAX_N: usize = 16;
 
 /// Largest `m` (w's columns) `spd_bimap_bwd_f32` takes (`SPD_BIMAP_MAX_M`).
 const SPD_BIMAP_MAX_M: usize = 2048;
+
+/// Largest matrix of the Karcher-mean gradients (`SPD_MEAN_MAX_N`: the
+/// implicit-function Jacobian, n(n+1)/2 squared, is thread-private).
+const SPD_MEAN_MAX_N: usize = 8;
 
 /// Threads per threadgroup of `spd_bimap_bwd_f32` (`SPD_BIMAP_THREADS`).
 const SPD_BIMAP_THREADS: u32 = 64;
@@ -123,9 +127,10 @@ fn static_dims(o: &CustomOperand) -> Option<Vec<usize>> {
 /// followed by its status [`Check`](crate::metal::plan::Command::Check):
 /// `re_eig` / `log_eig` on `[.., n, n]` with `n ≤ SPD_MAX_N` (one thread
 /// per matrix), `bi_map` on `x [.., n, n]`, `w [n, m]` with `m ≤
-/// SPD_BIMAP_MAX_M` (one threadgroup per output row). Anything else
-/// (other kinds, dtypes, shapes the host kernel rejects, aliased operands)
-/// stays on the host.
+/// SPD_BIMAP_MAX_M` (one threadgroup per output row), `karcher_mean` /
+/// `batch_norm` with `n ≤ SPD_MEAN_MAX_N` and a non-empty batch (one
+/// thread for the whole batch). Anything else (dtypes, larger matrices,
+/// shapes the host kernel rejects, aliased operands) stays on the host.
 fn spd_backward(i: usize, t: &Thunk, s: &SpdHost) -> Option<Lowered> {
     let Op::SpdBackward { kind, eps } = &s.op else {
         return None;
@@ -145,8 +150,10 @@ fn spd_backward(i: usize, t: &Thunk, s: &SpdHost) -> Option<Lowered> {
         return None;
     }
     let n = xd[r - 1];
+    let mean = matches!(kind, SpdOp::KarcherMean | SpdOp::BatchNorm);
     if x.1 == 0 {
-        return Some(Lowered::Skip);
+        // (the host reports an empty batch of the Karcher-mean kinds)
+        return (!mean).then_some(Lowered::Skip);
     }
     let batch = x.1 / u32_of(n.checked_mul(n)? as u64)?;
     let op = format!("{} backward", spd::op_name(*kind));
@@ -191,6 +198,29 @@ fn spd_backward(i: usize, t: &Thunk, s: &SpdHost) -> Option<Lowered> {
             };
             (d, vec!["x", "w", "dy"])
         }
+        (SpdOp::KarcherMean, [x, dy]) if n <= SPD_MEAN_MAX_N && dy.1 as usize == n * n => {
+            let args = SpdArgs {
+                batch,
+                n: n as u32,
+                kind: 2,
+                eps: *eps,
+            };
+            let d = one_thread(i, "spd_karcher_bwd_f32", &args, &[x.0, dy.0, s.output.0]);
+            (d, vec!["x", "dy"])
+        }
+        (SpdOp::BatchNorm, [x, bias, dy])
+            if n <= SPD_MEAN_MAX_N && static_dims(bias)? == [n, n] && dy.1 == x.1 =>
+        {
+            let args = SpdArgs {
+                batch,
+                n: n as u32,
+                kind: 3,
+                eps: *eps,
+            };
+            let offs = [x.0, bias.0, dy.0, s.output.0];
+            let d = one_thread(i, "spd_bn_bwd_f32", &args, &offs);
+            (d, vec!["x", "bias", "dy"])
+        }
         _ => return None,
     };
     let check = StatusCheck {
@@ -202,6 +232,19 @@ fn spd_backward(i: usize, t: &Thunk, s: &SpdHost) -> Option<Lowered> {
         count: batch,
     };
     Some(Lowered::Checked(dispatch, check))
+}
+
+/// A one-thread dispatch of `spd.metal`'s `function`.
+fn one_thread(i: usize, function: &str, args: &SpdArgs, offs: &[usize]) -> Dispatch {
+    Dispatch {
+        thunk: i,
+        kernel: kernel(Family::Spd, function.into()),
+        args: args_bytes(args),
+        bindings: offs.iter().map(|&o| BufferBinding::of(o)).collect(),
+        grid: [1, 1, 1],
+        threadgroup: [1, 1, 1],
+        threadgroup_memory: Vec::new(),
+    }
 }
 
 fn args_bytes(a: &impl crate::metal::args::KernelArgs) -> Vec<u8> {
