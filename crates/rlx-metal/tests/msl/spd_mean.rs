@@ -5,13 +5,15 @@
 //! the numpy reference and central differences in tests/test_spd_native.py)
 //! within 1e-4 of the largest |gradient|, on odd sizes n = 1, 2, 3, 5, 8
 //! (the largest the kernels take) and batches of 1 (the mean is the matrix
-//! itself), 2, 3, 4; plus their validation tags.
+//! itself), 2, 3, 4; also against f64 central differences of the host's
+//! forward ops (the definition, not the gradient code); plus their
+//! validation tags.
 
 use super::common::{lib, uniform};
 use msl_sim::Grid;
 use nalgebra::DMatrix;
 use rlx_ir::op::SpdOp;
-use rlx_metal::host::kernels::spd::{spd_backward, Operand};
+use rlx_metal::host::kernels::spd::{spd_backward, spd_forward, Operand};
 use rlx_metal::metal::args::{KernelArgs, SpdArgs};
 use rlx_metal::metal::check::{StatusCheck, CODE_NOT_PD, CODE_NOT_SYMMETRIC, STATUS_TAG};
 use rlx_metal::metal::kernels::Family;
@@ -195,6 +197,76 @@ fn spd_bn_bwd_matches_the_host() {
             ],
         );
         close(&format!("batch_norm b {batch} n {n}"), &got, &want);
+    }
+}
+
+/// `⟨dy, f(x + hE) − f(x − hE)⟩ / 2h ≈ ⟨dx, E⟩` along a random symmetric
+/// `E`, f the host's f64 forward (Karcher tolerance 1e-12), for the Metal
+/// gradient `dx`: within 1e-4 of `Σ |dx ∘ E|`.
+#[test]
+fn spd_mean_bwd_matches_central_differences_of_the_forward() {
+    let (batch, n) = (3usize, 4usize);
+    let x = spd(batch, n, 2500);
+    let bias = spd(1, n, 2501);
+    let e: Vec<f64> = {
+        let r = uniform(2502, batch * n * n, -1.0, 1.0);
+        (0..batch * n * n)
+            .map(|k| {
+                let (b, i, j) = (k / (n * n), k / n % n, k % n);
+                f64::from(r[k] + r[b * n * n + j * n + i])
+            })
+            .collect()
+    };
+    let x64: Vec<f64> = x.iter().map(|&v| f64::from(v)).collect();
+    let b64: Vec<f64> = bias.iter().map(|&v| f64::from(v)).collect();
+    for kind in [SpdOp::KarcherMean, SpdOp::BatchNorm] {
+        let bn = kind == SpdOp::BatchNorm;
+        let dy = uniform(2503, if bn { batch * n * n } else { n * n }, -1.0, 1.0);
+        let got = if bn {
+            dec(&run(
+                "spd_bn_bwd_f32",
+                3,
+                batch,
+                n,
+                1e-12,
+                &[&x, &bias, &dy],
+            ))
+        } else {
+            dec(&run("spd_karcher_bwd_f32", 2, batch, n, 1e-12, &[&x, &dy]))
+        };
+        let h = 1e-5;
+        let f = |sign: f64| -> Vec<f64> {
+            let xs: Vec<f64> = x64.iter().zip(&e).map(|(v, d)| v + sign * h * d).collect();
+            let xd = [batch, n, n];
+            let bd = [n, n];
+            let mut ops = vec![Operand {
+                data: &xs,
+                dims: &xd,
+            }];
+            if bn {
+                ops.push(Operand {
+                    data: &b64,
+                    dims: &bd,
+                });
+            }
+            spd_forward(kind, 1e-12, &ops, 1e-9).unwrap_or_else(|e| panic!("{e}"))
+        };
+        let (fp, fm) = (f(1.0), f(-1.0));
+        let fd: f64 = dy
+            .iter()
+            .zip(fp.iter().zip(&fm))
+            .map(|(&d, (p, m))| f64::from(d) * (p - m) / (2.0 * h))
+            .sum();
+        let dot: f64 = got.iter().zip(&e).map(|(&g, d)| f64::from(g) * d).sum();
+        let mag: f64 = got
+            .iter()
+            .zip(&e)
+            .map(|(&g, d)| (f64::from(g) * d).abs())
+            .sum();
+        assert!(
+            (dot - fd).abs() <= 1e-4 * mag,
+            "{kind:?}: ⟨dx, E⟩ {dot}, central difference {fd} (Σ|dx∘E| {mag})"
+        );
     }
 }
 
