@@ -437,7 +437,8 @@ def _metal(g: GraphData, gid: str) -> str:
         runs.append(cur)
     fams = sorted({_family(c.kernel) for c in cmds if c.kind == "dispatch"})
     legend = _legend(
-        [(f, category(f)[1]) for f in fams] + [("barrier", "#d62728"), ("host command", "#000")]
+        [(f, category(f)[1]) for f in fams]
+        + [("barrier", "#d62728"), ("host command / check", "#000")]
     )
     rows_html = "".join(
         f'<tr><td>{_e(k)}</td><td class="n">{v}</td></tr>' for k, v in kernels.most_common()
