@@ -252,7 +252,8 @@ class Executable:
         self,
     ) -> list[tuple[str, int, str, list[int], list[int]]]:
         """The Metal plan: ``(kind, thunk, kernel, grid, threadgroup)`` per
-        command, kind ``dispatch`` / ``user`` / ``host`` / ``barrier``."""
+        command, kind ``dispatch`` / ``user`` / ``host`` / ``barrier`` / ``check`` (a
+        validating kernel's status read, a sync point; kernel = the op it checks)."""
     def metal_plan(self) -> str:
         """The Metal plan, one command per line."""
     def value_plan(

@@ -480,7 +480,7 @@ class Executable:
     def metal_plan(self) -> str:
         """The Metal plan of the schedule, one command per line
         (``dispatch #3 rms_norm_f32 grid=... tg=... @0 W1@0``, ``barrier``,
-        ``host #4``), whatever the device."""
+        ``host #4``, ``check #5 @64``), whatever the device."""
         with self._hold():
             return self._native.metal_plan()
 

@@ -523,6 +523,15 @@ struct SpdArgs {
     float eps;   // re_eig floor
 };
 
+// spd.metal spd_bimap_bwd_f32: bi_map's gradient W dY Wᵀ, x [batch, n, n],
+// w [n, m], dy [batch, m, m].
+struct SpdBiMapArgs {
+    uint batch;
+    uint n;
+    uint m;
+    uint _pad;
+};
+
 // rope.metal axial_rope2d_f32: SAM 2 axial RoPE on [rows, heads*head_dim]
 // (rows = batch*seq), one thread per rotated pair.
 struct AxialRopeArgs {
@@ -623,6 +632,7 @@ static_assert(sizeof(RnnArgs) == 48 && alignof(RnnArgs) == 4, "RnnArgs layout");
 static_assert(sizeof(RngArgs) == 32 && alignof(RngArgs) == 4, "RngArgs layout");
 static_assert(sizeof(VqArgs) == 16 && alignof(VqArgs) == 4, "VqArgs layout");
 static_assert(sizeof(SpdArgs) == 16 && alignof(SpdArgs) == 4, "SpdArgs layout");
+static_assert(sizeof(SpdBiMapArgs) == 16 && alignof(SpdBiMapArgs) == 4, "SpdBiMapArgs layout");
 static_assert(sizeof(AxialRopeArgs) == 32 && alignof(AxialRopeArgs) == 4, "AxialRopeArgs layout");
 
 // splat.metal splat_prepare_f32 (one thread per splat) and

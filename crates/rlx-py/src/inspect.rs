@@ -18,7 +18,8 @@ pub(crate) type Range = (String, usize, usize);
 pub(crate) type ThunkRow = (&'static str, String, Vec<Range>, Vec<Range>, Option<String>);
 
 /// One Metal command: `(kind, thunk, kernel, grid, threadgroup)`; kind is
-/// `dispatch`, `user`, `host` or `barrier` (thunk -1, no kernel).
+/// `dispatch`, `user`, `host`, `barrier` (thunk -1, no kernel) or `check`
+/// (a validating kernel's status read; kernel = the op it checks).
 pub(crate) type CommandRow = (&'static str, i64, String, [u32; 3], [u32; 3]);
 
 fn name_range(c: &Compiled, r: &ByteRange) -> Range {
@@ -119,6 +120,7 @@ pub(crate) fn command_rows(plan: &MetalPlan) -> Vec<CommandRow> {
             ),
             Command::Host { thunk } => ("host", *thunk as i64, String::new(), [0; 3], [0; 3]),
             Command::Barrier => ("barrier", -1, String::new(), [0; 3], [0; 3]),
+            Command::Check(c) => ("check", c.thunk as i64, c.op.clone(), [0; 3], [0; 3]),
         })
         .collect()
 }

@@ -97,7 +97,7 @@ class Buffer:
 
 @dataclasses.dataclass
 class Command:
-    """One Metal command (``dispatch`` / ``user`` / ``host`` / ``barrier``)."""
+    """One Metal command (``dispatch`` / ``user`` / ``host`` / ``barrier`` / ``check``)."""
 
     kind: str
     thunk: int

@@ -437,7 +437,8 @@ def _metal(g: GraphData, gid: str) -> str:
         runs.append(cur)
     fams = sorted({_family(c.kernel) for c in cmds if c.kind == "dispatch"})
     legend = _legend(
-        [(f, category(f)[1]) for f in fams] + [("barrier", "#d62728"), ("host command", "#000")]
+        [(f, category(f)[1]) for f in fams]
+        + [("barrier", "#d62728"), ("host command / check", "#000")]
     )
     rows_html = "".join(
         f'<tr><td>{_e(k)}</td><td class="n">{v}</td></tr>' for k, v in kernels.most_common()
@@ -471,8 +472,8 @@ def _command_cell(c: Command, thunks: list[ThunkRow], x: float, y: float, w: int
             f'<rect class="cmd barrier" x="{x + w / 2 - 1.5}" y="{y - 2}" width="3" '
             f'height="{h + 4}" fill="#d62728"><title>barrier</title></rect>'
         )
-    if c.kind == "host":
-        tip = f"host #{c.thunk} {what}"
+    if c.kind in ("host", "check"):
+        tip = f"{c.kind} #{c.thunk} {what}"
         fill = "#000"
     else:
         tip = f"dispatch #{c.thunk} {c.kernel} grid={list(c.grid)} tg={list(c.threadgroup)}\n{what}"

@@ -686,7 +686,7 @@ mod sequence;
 pub use sequence::{GdnArgs, Mamba2Args, RnnArgs, SsmArgs};
 #[path = "args_misc.rs"]
 mod misc;
-pub use misc::{AxialRopeArgs, RngArgs, SpdArgs, VqArgs};
+pub use misc::{AxialRopeArgs, RngArgs, SpdArgs, SpdBiMapArgs, VqArgs};
 
 /// `RlxAct` / `RlxBin` codes (`args.h`): the region chain encoding's
 /// codes, one table for both.

@@ -54,6 +54,21 @@ pub struct SpdArgs {
     pub eps: f32,
 }
 
+/// `SpdBiMapArgs`: bi_map's gradient `W dY Wᵀ` over `[batch, n, n]`,
+/// `w [n, m]` (`spd.metal`).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct SpdBiMapArgs {
+    /// Matrices.
+    pub batch: u32,
+    /// x's matrix size.
+    pub n: u32,
+    /// dy's matrix size (w's columns).
+    pub m: u32,
+    /// Padding.
+    pub _pad: u32,
+}
+
 /// `AxialRopeArgs`: SAM 2 axial RoPE, one thread per rotated pair.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
@@ -80,5 +95,6 @@ kernel_args! {
     RngArgs = 32,
     VqArgs = 16,
     SpdArgs = 16,
+    SpdBiMapArgs = 16,
     AxialRopeArgs = 32,
 }

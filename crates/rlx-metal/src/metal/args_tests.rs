@@ -71,6 +71,7 @@ fn header_and_rust_assert_the_same_layouts() {
         ("RngArgs", size_of::<RngArgs>()),
         ("VqArgs", size_of::<VqArgs>()),
         ("SpdArgs", size_of::<SpdArgs>()),
+        ("SpdBiMapArgs", size_of::<SpdBiMapArgs>()),
         ("AxialRopeArgs", size_of::<AxialRopeArgs>()),
         ("FftArgs", size_of::<FftArgs>()),
         ("LogMelArgs", size_of::<LogMelArgs>()),

@@ -26,6 +26,9 @@
 //!   `rlx.register_gpu_op` kernel) compiles the user's source once per
 //!   executor, binds the inputs at 0.., the output after them and the
 //!   output's element count with `setBytes`, then dispatches likewise.
+//!   `Check` ends the encoder, commits, waits, reads the status tags a
+//!   validating kernel left in the (shared, unified) arena or state buffer
+//!   (`super::check`), then continues in a new command buffer.
 
 use super::kernels::{source, Family};
 use super::plan::{Command, Dispatch, MetalPlan, UserDispatch, UserOperand};
@@ -99,6 +102,9 @@ pub enum DeviceError<E: std::fmt::Display = String> {
         /// The first thunk after the failed work (or the thunk count at the end).
         before: usize,
     },
+    /// A validating kernel tagged an invalid operand (a `Check` command).
+    #[error(transparent)]
+    Check(#[from] super::check::CheckError),
     /// A host command failed.
     #[error(transparent)]
     Host(#[from] RunError<E>),
@@ -276,7 +282,7 @@ impl MetalExecutor {
                     self.pipeline(d)?;
                 }
                 Command::User(u) => self.user_pipeline(u)?,
-                Command::Host { .. } | Command::Barrier => {}
+                Command::Host { .. } | Command::Barrier | Command::Check(_) => {}
             }
         }
         Ok(())
@@ -386,6 +392,27 @@ impl MetalExecutor {
                     encode_user(enc, p, u, t.name(), bufs)?;
                 }
                 Command::Barrier => enc.memory_barrier_with_resources(&writable),
+                Command::Check(k) => {
+                    thunk_of(k.thunk)?;
+                    finish(enc, cb, k.thunk)?;
+                    let (ptr, len) = match k.status.buffer {
+                        Buf::Arena => (bufs.arena_ptr(), bufs.arena.length() as usize),
+                        Buf::State => (bufs.state_ptr(), bufs.state.length() as usize),
+                        Buf::Weights(_) => (std::ptr::null_mut(), 0),
+                    };
+                    let bytes: &[u8] = if ptr.is_null() || len == 0 {
+                        &[]
+                    } else {
+                        // SAFETY: the device is idle (waited above); the
+                        // buffer is shared storage of `len` bytes owned by
+                        // `bufs`, alive and unmodified for the read.
+                        unsafe { std::slice::from_raw_parts(ptr, len) }
+                    };
+                    k.verify(bytes)?;
+                    cb = self.queue.new_command_buffer();
+                    enc =
+                        cb.compute_command_encoder_with_dispatch_type(MTLDispatchType::Concurrent);
+                }
                 Command::Host { thunk } => {
                     thunk_of(*thunk)?;
                     finish(enc, cb, *thunk)?;

@@ -18,12 +18,17 @@ pub const ACT_H: &str = include_str!("../../kernels/act.h");
 /// `moe.metal`).
 pub const GGUF_BLOCKS_H: &str = include_str!("../../kernels/gguf_blocks.h");
 
+/// `kernels/spd_linalg.h`, small symmetric eigen / matrix-function helpers
+/// (`spd.metal`).
+pub const SPD_LINALG_H: &str = include_str!("../../kernels/spd_linalg.h");
+
 /// The headers [`source`] inlines: `#include` name and text.
-const HEADERS: [(&str, &str); 4] = [
+const HEADERS: [(&str, &str); 5] = [
     ("args.h", ARGS_H),
     ("args_backward.h", ARGS_BACKWARD_H),
     ("act.h", ACT_H),
     ("gguf_blocks.h", GGUF_BLOCKS_H),
+    ("spd_linalg.h", SPD_LINALG_H),
 ];
 
 /// A kernel family: one `.metal` file.
@@ -184,8 +189,8 @@ impl Family {
 }
 
 /// Self-contained source of a family: the headers (`args.h`,
-/// `args_backward.h`, `act.h`, `gguf_blocks.h`) inlined, line numbers of the `.metal` file kept for
-/// diagnostics.
+/// `args_backward.h`, `act.h`, `gguf_blocks.h`, `spd_linalg.h`) inlined,
+/// line numbers of the `.metal` file kept for diagnostics.
 pub fn source(family: Family) -> String {
     let file = family.file();
     let mut out = String::new();

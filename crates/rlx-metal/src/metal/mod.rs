@@ -6,6 +6,7 @@
 //! `msl-sim` crate (`tests/msl.rs`, `sim`).
 
 pub mod args;
+pub mod check;
 #[cfg(feature = "metal")]
 pub mod device;
 pub(crate) mod fuse;

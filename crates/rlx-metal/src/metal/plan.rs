@@ -14,6 +14,10 @@
 //!   `CustomGpuOp` thunk): its MSL source compiled as its own library,
 //!   inputs at `[[buffer(i)]]`, the output after them, then the output's
 //!   element count;
+//! * [`Command::Check`]: after a dispatch whose kernel validates its
+//!   operands (`spd.metal`), wait for the device and read the status tags
+//!   it left (see [`super::check`]); a tagged matrix fails the run with the
+//!   error the host kernel would give;
 //! * nothing, for `Nop` and empty thunks.
 //!
 //! [`Command::Barrier`]s come from byte-range hazards (`Thunk::io()`), not
@@ -22,12 +26,13 @@
 //! bytes written by a dispatch since the last barrier (RAW, WAW) or writes
 //! bytes read by one (WAR). A `Host` command is a sync point (the device
 //! waits for all work before the host touches memory), so it clears the
-//! hazard sets without a barrier.
+//! hazard sets without a barrier; so is a `Check`.
 //!
 //! A thunk whose kernel would read bytes that it also writes at a
 //! different place (a partial overlap) stays on the host: the kernels are
 //! only correct for exact in-place aliasing, element for element.
 
+use super::check::StatusCheck;
 use super::fuse;
 use super::kernels::Family;
 use super::lower::{lower, Lowered};
@@ -157,6 +162,8 @@ pub enum Command {
     User(UserDispatch),
     /// Memory barrier (buffers scope) between dispatches.
     Barrier,
+    /// Wait for the device, then read a validating kernel's status tags.
+    Check(StatusCheck),
 }
 
 /// Counts of a plan's commands.
@@ -266,6 +273,12 @@ impl MetalPlan {
                     guard(&mut hz, &mut commands);
                     commands.push(Command::Dispatch(d));
                 }
+                Lowered::Checked(d, c) => {
+                    guard(&mut hz, &mut commands);
+                    commands.push(Command::Dispatch(d));
+                    commands.push(Command::Check(c));
+                    hz.clear();
+                }
                 Lowered::User(u) => {
                     guard(&mut hz, &mut commands);
                     commands.push(Command::User(u));
@@ -275,7 +288,8 @@ impl MetalPlan {
         MetalPlan { commands }
     }
 
-    /// Dispatches, barriers and host commands.
+    /// Dispatches, barriers and host commands (status checks are not
+    /// counted).
     pub fn stats(&self) -> PlanStats {
         let mut s = PlanStats::default();
         for c in &self.commands {
@@ -283,6 +297,7 @@ impl MetalPlan {
                 Command::Dispatch(_) | Command::User(_) => s.dispatches += 1,
                 Command::Barrier => s.barriers += 1,
                 Command::Host { .. } => s.host += 1,
+                Command::Check(_) => {}
             }
         }
         s
@@ -291,7 +306,7 @@ impl MetalPlan {
 
 impl fmt::Display for MetalPlan {
     /// One command per line: `dispatch #3 rms_norm_f32 grid=[5,1,1]
-    /// tg=[32,1,1] @0 W1@0 ...`, `barrier`, `host #4`.
+    /// tg=[32,1,1] @0 W1@0 ...`, `barrier`, `host #4`, `check #5 @64`.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         for c in &self.commands {
             match c {
@@ -317,6 +332,13 @@ impl fmt::Display for MetalPlan {
                 )?,
                 Command::Barrier => writeln!(f, "barrier")?,
                 Command::Host { thunk } => writeln!(f, "host #{thunk}")?,
+                Command::Check(c) => {
+                    let at = match c.status.buffer {
+                        Buf::State => "S@",
+                        _ => "@",
+                    };
+                    writeln!(f, "check #{} {at}{}", c.thunk, c.status.offset)?
+                }
             }
         }
         Ok(())

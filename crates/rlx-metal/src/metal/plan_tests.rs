@@ -38,7 +38,8 @@ fn add(lhs: usize, rhs: usize, dst: usize) -> Thunk {
     .into()
 }
 
-/// `D3` for a dispatch of thunk 3, `B` for a barrier, `H6` for host thunk 6.
+/// `D3` for a dispatch of thunk 3, `B` for a barrier, `H6` for host thunk
+/// 6, `C2` for thunk 2's status check.
 fn shape(p: &MetalPlan) -> Vec<String> {
     p.commands
         .iter()
@@ -47,6 +48,7 @@ fn shape(p: &MetalPlan) -> Vec<String> {
             Command::User(u) => format!("U{}", u.thunk),
             Command::Barrier => "B".into(),
             Command::Host { thunk } => format!("H{thunk}"),
+            Command::Check(c) => format!("C{}", c.thunk),
         })
         .collect()
 }
@@ -270,4 +272,57 @@ fn custom_gpu_op_without_a_kernel_spec_is_a_host_command() {
         let plan = MetalPlan::build(&schedule(vec![gpu_op(attrs)]));
         assert_eq!(plan.commands, vec![Command::Host { thunk: 0 }], "{attrs}");
     }
+}
+
+/// An f32 `spd_backward` of `kind` on `[2, 3, 3]` operands at `x` / `dy`
+/// (for `bi_map` also `w [3, 2]`), into `dst`.
+fn spd_bwd(kind: rlx_ir::op::SpdOp, ins: &[usize], dst: usize) -> Thunk {
+    use crate::thunk::host::SpdHost;
+    use rlx_ir::{DType, Op, Shape};
+    let op = |o: usize, d: &[usize]| {
+        (
+            o,
+            d.iter().product::<usize>() as u32,
+            Shape::of(d, DType::F32),
+        )
+    };
+    let inputs = if ins.len() == 3 {
+        vec![
+            op(ins[0], &[2, 3, 3]),
+            op(ins[1], &[3, 2]),
+            op(ins[2], &[2, 2, 2]),
+        ]
+    } else {
+        vec![op(ins[0], &[2, 3, 3]), op(ins[1], &[2, 3, 3])]
+    };
+    SpdHost {
+        op: Op::SpdBackward { kind, eps: 0.1 },
+        inputs,
+        output: op(dst, &[2, 3, 3]),
+    }
+    .into()
+}
+
+#[test]
+fn a_status_check_follows_a_validating_dispatch_and_syncs() {
+    use rlx_ir::op::SpdOp;
+    let s = schedule(vec![
+        spd_bwd(SpdOp::LogEig, &[0, 1024], 2048), // 0 dispatch + check
+        act(2048, 3072),                          // 1 after the sync: no barrier
+        spd_bwd(SpdOp::BiMap, &[0, 4096, 5120], 6144), // 2 dispatch + check
+        spd_bwd(SpdOp::KarcherMean, &[0, 1024], 2048), // 3 dy not [3, 3]: host (which reports it)
+        spd_bwd(SpdOp::ReEig, &[2048, 1024], 2048 + 32), // 4 partial overlap: host
+    ]);
+    let p = MetalPlan::build(&s);
+    assert_eq!(shape(&p), ["D0", "C0", "D1", "D2", "C2", "H3", "H4"]);
+    let Some(Command::Check(c)) = p.commands.get(1) else {
+        panic!("{p}");
+    };
+    assert_eq!((c.stride, c.count, c.status.offset), (9, 2, 2048));
+    assert_eq!(c.op, "log_eig backward");
+    assert!(p.to_string().contains("check #2 @6144"), "{p}");
+    let Some(Command::Check(c)) = p.commands.get(4) else {
+        panic!("{p}");
+    };
+    assert_eq!(c.operands, ["x", "w", "dy"]);
 }

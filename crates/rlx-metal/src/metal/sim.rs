@@ -2,7 +2,8 @@
 //! `Dispatch` through msl-sim (the very `.metal` kernels, compiled by
 //! clang against msl-sim's `metal_stdlib` shim) over the schedule's arena,
 //! state buffer and weights segments, each `Host` command through the host
-//! executor (native kernel or fallback callback).
+//! executor (native kernel or fallback callback), each `Check` over the
+//! bytes the dispatches left.
 //!
 //! msl-sim runs dispatches one after another, so `Barrier` commands are
 //! no-ops here: barrier placement is checked by the plan's own tests, not
@@ -58,6 +59,9 @@ pub enum SimError<E: std::fmt::Display> {
         /// Thunks in the schedule.
         len: usize,
     },
+    /// A validating kernel tagged an invalid operand (a `Check` command).
+    #[error(transparent)]
+    Check(#[from] super::check::CheckError),
     /// A host command failed.
     #[error(transparent)]
     Host(#[from] RunError<E>),
@@ -138,6 +142,15 @@ impl SimExecutor {
                 Command::User(u) => {
                     let t = thunk_of(u.thunk)?;
                     user_dispatch(u, t.name(), arena, state, segments)?;
+                }
+                Command::Check(k) => {
+                    thunk_of(k.thunk)?;
+                    let buf: &[u8] = match k.status.buffer {
+                        Buf::Arena => arena,
+                        Buf::State => state,
+                        Buf::Weights(_) => &[],
+                    };
+                    k.verify(buf)?;
                 }
                 Command::Host { thunk } => {
                     thunk_of(*thunk)?;
@@ -360,3 +373,7 @@ mod tests_backward;
 #[cfg(test)]
 #[path = "sim_tests_splat.rs"]
 mod tests_splat;
+
+#[cfg(test)]
+#[path = "sim_tests_spd.rs"]
+mod tests_spd;

@@ -125,7 +125,12 @@ pub(super) fn run_host(c: &Compiled) -> Vec<Vec<f32>> {
 }
 
 /// Runs `c` on the host executor over buffers `b`; returns the outputs.
-pub(super) fn run_host_on(c: &Compiled, mut b: Bufs) -> Vec<Vec<f32>> {
+pub(super) fn run_host_on(c: &Compiled, b: Bufs) -> Vec<Vec<f32>> {
+    try_run_host_on(c, b).unwrap_or_else(|e| panic!("{e}"))
+}
+
+/// [`run_host_on`], the run's error as text.
+pub(super) fn try_run_host_on(c: &Compiled, mut b: Bufs) -> Result<Vec<Vec<f32>>, String> {
     let segs: Vec<Segment> = b
         .segs
         .iter_mut()
@@ -139,8 +144,8 @@ pub(super) fn run_host_on(c: &Compiled, mut b: Bufs) -> Vec<Vec<f32>> {
     let mem = unsafe { Mem::new(b.arena.as_mut_ptr(), al, b.state.as_mut_ptr(), sl, &segs) };
     HostExecutor::new(Mode::Native)
         .run(&c.schedule, &mem, &mut no_fallback)
-        .unwrap_or_else(|e| panic!("{e}"));
-    outputs(c, &b)
+        .map_err(|e| e.to_string())?;
+    Ok(outputs(c, &b))
 }
 
 pub(super) fn run_sim(c: &Compiled, plan: &MetalPlan) -> Vec<Vec<f32>> {
@@ -148,7 +153,16 @@ pub(super) fn run_sim(c: &Compiled, plan: &MetalPlan) -> Vec<Vec<f32>> {
 }
 
 /// Runs `plan` on metal-sim over buffers `b`; returns the outputs.
-pub(super) fn run_sim_on(c: &Compiled, plan: &MetalPlan, mut b: Bufs) -> Vec<Vec<f32>> {
+pub(super) fn run_sim_on(c: &Compiled, plan: &MetalPlan, b: Bufs) -> Vec<Vec<f32>> {
+    try_run_sim_on(c, plan, b).unwrap_or_else(|e| panic!("{e}"))
+}
+
+/// [`run_sim_on`], the run's error as text.
+pub(super) fn try_run_sim_on(
+    c: &Compiled,
+    plan: &MetalPlan,
+    mut b: Bufs,
+) -> Result<Vec<Vec<f32>>, String> {
     {
         let segs: Vec<&[u8]> = b.segs.iter().map(|s| s.as_slice()).collect();
         let bufs = SimBuffers {
@@ -158,9 +172,9 @@ pub(super) fn run_sim_on(c: &Compiled, plan: &MetalPlan, mut b: Bufs) -> Vec<Vec
         };
         SimExecutor::new()
             .run(plan, &c.schedule, bufs, &mut no_fallback)
-            .unwrap_or_else(|e| panic!("{e}"));
+            .map_err(|e| e.to_string())?;
     }
-    outputs(c, &b)
+    Ok(outputs(c, &b))
 }
 
 pub(super) fn assert_same(c: &Compiled, plan: &MetalPlan, dt: DType) {

@@ -91,7 +91,7 @@ fn only_kernel(t: Thunk) -> Option<(String, [u32; 3], [u32; 3])> {
     match &p.commands[0] {
         Command::Dispatch(d) => Some((d.kernel.function.clone(), d.grid, d.threadgroup)),
         Command::Host { .. } => None,
-        Command::Barrier | Command::User(_) => panic!("{p}"),
+        Command::Barrier | Command::User(_) | Command::Check(_) => panic!("{p}"),
     }
 }
 

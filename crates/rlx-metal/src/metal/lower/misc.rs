@@ -1,22 +1,36 @@
 //! Random fills → `rng.metal`, vector-quantiser assignment → `vq.metal`,
-//! SAM 2 axial RoPE → `rope.metal` (`axial_rope2d_f32`), the `re_eig` /
-//! `log_eig` gradients (`spd_backward`, f32, n ≤ 16) → `spd.metal`. Shapes the host
+//! SAM 2 axial RoPE → `rope.metal` (`axial_rope2d_f32`), the
+//! `spd_backward` gradients (f32; `re_eig` / `log_eig` n ≤ 16,
+//! `karcher_mean` / `batch_norm` n ≤ 8, `bi_map`) → `spd.metal`, each
+//! dispatch followed by a status check of the operands it validates. Shapes the host
 //! kernels reject (bad metric, head_dim not a multiple of 4, a sequence
 //! longer than the repeated grid) and aliased operands stay on the host,
 //! whose kernels report the error.
 
 use super::shape::u32_of;
 use super::{aliased, elementwise, kernel, Lowered};
-use crate::metal::args::{AxialRopeArgs, RngArgs, SpdArgs, VqArgs};
+use crate::host::kernels::spd;
+use crate::metal::args::{AxialRopeArgs, RngArgs, SpdArgs, SpdBiMapArgs, VqArgs};
+use crate::metal::check::StatusCheck;
 use crate::metal::kernels::Family;
 use crate::metal::plan::{BufferBinding, Dispatch};
-use crate::thunk::host::{rng_key, SpdHost};
+use crate::thunk::host::{rng_key, CustomOperand, SpdHost};
 use crate::thunk::Thunk;
 use rlx_ir::op::SpdOp;
 use rlx_ir::{DType, Op};
 
 /// Largest matrix `spd_eig_bwd_f32` takes (`SPD_MAX_N`).
 const SPD_MAX_N: usize = 16;
+
+/// Largest `m` (w's columns) `spd_bimap_bwd_f32` takes (`SPD_BIMAP_MAX_M`).
+const SPD_BIMAP_MAX_M: usize = 2048;
+
+/// Largest matrix of the Karcher-mean gradients (`SPD_MEAN_MAX_N`: the
+/// implicit-function Jacobian, n(n+1)/2 squared, is thread-private).
+const SPD_MEAN_MAX_N: usize = 8;
+
+/// Threads per threadgroup of `spd_bimap_bwd_f32` (`SPD_BIMAP_THREADS`).
+const SPD_BIMAP_THREADS: u32 = 64;
 
 /// Threads per threadgroup of `vq_assign_f32` (`VQ_THREADS`).
 const VQ_THREADS: u32 = 64;
@@ -104,53 +118,133 @@ pub(super) fn lower(i: usize, t: &Thunk) -> Option<Lowered> {
     })
 }
 
-/// `spd_backward` of `re_eig` / `log_eig` on f32 `[.., n, n]` operands,
-/// `n ≤ SPD_MAX_N`, as one thread per matrix; anything else stays on the
-/// host.
+/// Static dims of an operand.
+fn static_dims(o: &CustomOperand) -> Option<Vec<usize>> {
+    o.2.dims.iter().map(|d| d.as_static()).collect()
+}
+
+/// `spd_backward` on f32 operands as a validating `spd.metal` dispatch
+/// followed by its status [`Check`](crate::metal::plan::Command::Check):
+/// `re_eig` / `log_eig` on `[.., n, n]` with `n ≤ SPD_MAX_N` (one thread
+/// per matrix), `bi_map` on `x [.., n, n]`, `w [n, m]` with `m ≤
+/// SPD_BIMAP_MAX_M` (one threadgroup per output row), `karcher_mean` /
+/// `batch_norm` with `n ≤ SPD_MEAN_MAX_N` and a non-empty batch (one
+/// thread for the whole batch). Anything else (dtypes, larger matrices,
+/// shapes the host kernel rejects, aliased operands) stays on the host.
 fn spd_backward(i: usize, t: &Thunk, s: &SpdHost) -> Option<Lowered> {
     let Op::SpdBackward { kind, eps } = &s.op else {
         return None;
     };
-    let code = match kind {
-        SpdOp::ReEig => 0,
-        SpdOp::LogEig => 1,
+    let all_f32 = s
+        .inputs
+        .iter()
+        .chain([&s.output])
+        .all(|o| o.2.dtype == DType::F32);
+    if !all_f32 || aliased(t) {
+        return None;
+    }
+    let x = s.inputs.first()?;
+    let xd = static_dims(x)?;
+    let r = xd.len();
+    if r < 2 || xd[r - 1] != xd[r - 2] || x.1 != s.output.1 {
+        return None;
+    }
+    let n = xd[r - 1];
+    let mean = matches!(kind, SpdOp::KarcherMean | SpdOp::BatchNorm);
+    if x.1 == 0 {
+        // (the host reports an empty batch of the Karcher-mean kinds)
+        return (!mean).then_some(Lowered::Skip);
+    }
+    let batch = x.1 / u32_of(n.checked_mul(n)? as u64)?;
+    let op = format!("{} backward", spd::op_name(*kind));
+    let (dispatch, operands) = match (kind, s.inputs.as_slice()) {
+        (SpdOp::ReEig | SpdOp::LogEig, [x, dy]) if n <= SPD_MAX_N && dy.1 == x.1 => {
+            let args = SpdArgs {
+                batch,
+                n: n as u32,
+                kind: u32::from(*kind == SpdOp::LogEig),
+                eps: *eps,
+            };
+            let k = kernel(Family::Spd, "spd_eig_bwd_f32".into());
+            let d = elementwise(i, k, &args, &[x.0, dy.0, s.output.0], batch);
+            (d, vec!["x", "dy"])
+        }
+        (SpdOp::BiMap, [x, w, dy]) => {
+            let m = match static_dims(w)?.as_slice() {
+                &[wn, m] if wn == n && m <= SPD_BIMAP_MAX_M => m,
+                _ => return None,
+            };
+            let mm = u64::from(batch) * (m * m) as u64;
+            if u64::from(w.1) != (n * m) as u64 || u64::from(dy.1) != mm {
+                return None;
+            }
+            let args = SpdBiMapArgs {
+                batch,
+                n: n as u32,
+                m: m as u32,
+                _pad: 0,
+            };
+            let d = Dispatch {
+                thunk: i,
+                kernel: kernel(Family::Spd, "spd_bimap_bwd_f32".into()),
+                args: args_bytes(&args),
+                bindings: [x.0, w.0, dy.0, s.output.0]
+                    .iter()
+                    .map(|&o| BufferBinding::of(o))
+                    .collect(),
+                grid: [u32_of(u64::from(batch) * n as u64)?, 1, 1],
+                threadgroup: [SPD_BIMAP_THREADS, 1, 1],
+                threadgroup_memory: Vec::new(),
+            };
+            (d, vec!["x", "w", "dy"])
+        }
+        (SpdOp::KarcherMean, [x, dy]) if n <= SPD_MEAN_MAX_N && dy.1 as usize == n * n => {
+            let args = SpdArgs {
+                batch,
+                n: n as u32,
+                kind: 2,
+                eps: *eps,
+            };
+            let d = one_thread(i, "spd_karcher_bwd_f32", &args, &[x.0, dy.0, s.output.0]);
+            (d, vec!["x", "dy"])
+        }
+        (SpdOp::BatchNorm, [x, bias, dy])
+            if n <= SPD_MEAN_MAX_N && static_dims(bias)? == [n, n] && dy.1 == x.1 =>
+        {
+            let args = SpdArgs {
+                batch,
+                n: n as u32,
+                kind: 3,
+                eps: *eps,
+            };
+            let offs = [x.0, bias.0, dy.0, s.output.0];
+            let d = one_thread(i, "spd_bn_bwd_f32", &args, &offs);
+            (d, vec!["x", "bias", "dy"])
+        }
         _ => return None,
     };
-    let [x, dy] = s.inputs.as_slice() else {
-        return None;
+    let check = StatusCheck {
+        thunk: i,
+        op,
+        operands,
+        status: BufferBinding::of(s.output.0),
+        stride: u32_of((n * n) as u64)?,
+        count: batch,
     };
-    let all_f32 = [x, dy, &s.output].iter().all(|o| o.2.dtype == DType::F32);
-    let dims: Vec<usize> =
-        x.2.dims
-            .iter()
-            .map(|d| d.as_static())
-            .collect::<Option<_>>()?;
-    let r = dims.len();
-    if !all_f32 || r < 2 || dims[r - 1] != dims[r - 2] || aliased(t) {
-        return None;
+    Some(Lowered::Checked(dispatch, check))
+}
+
+/// A one-thread dispatch of `spd.metal`'s `function`.
+fn one_thread(i: usize, function: &str, args: &SpdArgs, offs: &[usize]) -> Dispatch {
+    Dispatch {
+        thunk: i,
+        kernel: kernel(Family::Spd, function.into()),
+        args: args_bytes(args),
+        bindings: offs.iter().map(|&o| BufferBinding::of(o)).collect(),
+        grid: [1, 1, 1],
+        threadgroup: [1, 1, 1],
+        threadgroup_memory: Vec::new(),
     }
-    let n = dims[r - 1];
-    if n == 0 || n > SPD_MAX_N || x.1 != dy.1 || x.1 != s.output.1 {
-        return None;
-    }
-    if x.1 == 0 {
-        return Some(Lowered::Skip);
-    }
-    let batch = x.1 / (n * n) as u32;
-    let args = SpdArgs {
-        batch,
-        n: n as u32,
-        kind: code,
-        eps: *eps,
-    };
-    let k = kernel(Family::Spd, "spd_eig_bwd_f32".into());
-    Some(Lowered::Dispatch(elementwise(
-        i,
-        k,
-        &args,
-        &[x.0, dy.0, s.output.0],
-        batch,
-    )))
 }
 
 fn args_bytes(a: &impl crate::metal::args::KernelArgs) -> Vec<u8> {

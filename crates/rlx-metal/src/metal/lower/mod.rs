@@ -44,6 +44,8 @@ pub fn row_threads(n: u32) -> u32 {
 pub(crate) enum Lowered {
     /// A kernel dispatch.
     Dispatch(Dispatch),
+    /// A validating kernel's dispatch and the status check after it.
+    Checked(Dispatch, super::check::StatusCheck),
     /// A host command (no kernel covers the thunk).
     Host,
     /// Nothing (a `Nop` or an empty thunk).
