@@ -103,3 +103,42 @@ def test_per_op_kernels_without_the_fusions(monkeypatch: pytest.MonkeyPatch) -> 
         outs.append([np.asarray(v) for v in exe.run(x=x, y=x[::-1].copy()).values()])
     for host, sim in zip(*outs):
         np.testing.assert_allclose(sim, host, atol=1e-5, rtol=1e-5)
+
+
+def test_numeric_casts_are_kernels() -> None:
+    # a mask (bool → f32), index arithmetic (i32 → f32) and a truncation
+    # (f32 → i32 of NaN, ±inf, values past i32's range and halves): every
+    # cast is a cast_host_* dispatch, no host command, and the outputs equal
+    # the host's bit for bit
+    n = 1037
+    g = rlx.Graph("casts")
+    x = g.input("x", [n], "f32")
+    i = g.input("i", [n], "i32")
+    mask = g.cast(x > 0.0, "f32")
+    idx = g.cast(i, "f32")
+    xi = g.cast(x, "i32")
+    g.outputs(mask * idx, xi, g.cast(xi, "f32") + idx)
+    rng = np.random.default_rng(3)
+    xv = (rng.standard_normal(n) * 300.0).astype(np.float32)
+    xv[:10] = [np.nan, np.inf, -np.inf, 3e9, -3e9, 2.5, -2.5, -0.0, 0.5, 2147483520.0]
+    iv = rng.integers(-(2**31), 2**31, n, dtype=np.int64).astype(np.int32)
+    iv[:3] = [2**24 + 1, -(2**31), 2**31 - 1]
+    outs = {}
+    for device in ("host", "metal-sim"):
+        exe = rlx.compile(g, device=device)
+        if device == "metal-sim":
+            st = exe.stats
+            assert st["by_thunk"].get("cast_host", 0) >= 3, st["by_thunk"]
+            assert st["metal_host"] == 0, st["metal_host_by_thunk"]
+        outs[device] = [np.asarray(v) for v in exe.run(x=xv, i=iv).values()]
+    for host, sim in zip(outs["host"], outs["metal-sim"]):
+        assert host.dtype == sim.dtype
+        np.testing.assert_array_equal(sim.view(np.uint8), host.view(np.uint8))
+    # f32 → i32 truncates toward zero and saturates, NaN → 0 (Rust's `as`;
+    # numpy leaves out-of-range and NaN undefined, so written out here)
+    want = np.clip(np.trunc(np.nan_to_num(xv.astype(np.float64), nan=0.0)), -(2**31), 2**31 - 1)
+    np.testing.assert_array_equal(outs["metal-sim"][1], want.astype(np.int32))
+    # i32 → f32 rounds to nearest even (2^24 + 1 → 2^24), bool → f32 is 0 / 1
+    idx_f = iv.astype(np.float32)
+    np.testing.assert_array_equal(outs["metal-sim"][0], np.where(xv > 0, idx_f, 0.0))
+    np.testing.assert_array_equal(outs["metal-sim"][2], want.astype(np.float32) + idx_f)

@@ -34,7 +34,8 @@ const HEADERS: [(&str, &str); 5] = [
 /// A kernel family: one `.metal` file.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Family {
-    /// Unary activations and f32 / f16 casts.
+    /// Unary activations, f32 / f16 casts and the numeric casts of
+    /// `CastHost`.
     Elementwise,
     /// Same-shape and broadcasting binary ops.
     Binary,

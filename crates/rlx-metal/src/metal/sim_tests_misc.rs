@@ -1,5 +1,6 @@
-//! metal-sim vs host for `rng.metal`, `vq.metal` and `axial_rope2d_f32`
-//! (`spd.metal`: `sim_tests_spd.rs`): the fills and the assignments must be
+//! metal-sim vs host for `rng.metal`, `vq.metal`, `axial_rope2d_f32` and
+//! the `cast_host_*` kernels of `elementwise.metal` (`spd.metal`:
+//! `sim_tests_spd.rs`): the fills, the assignments and the casts must be
 //! bit-identical (same Philox words, same f32 operation order), axial RoPE
 //! within `assert_same`'s f32 tolerance (the host evaluates cos / sin in
 //! f64).
@@ -123,4 +124,101 @@ fn axial_rope2d_matches_host() {
         only_dispatch(&plan, Family::Rope);
         assert_same(&c, &plan, DType::F32);
     }
+}
+
+/// Params of a cast graph, in declaration order: bool bytes (0 / 1 and a
+/// non-canonical 0xff), i32 values past f32's 2^24, f32 values with NaN,
+/// ±inf, halves and values past i32 / u8's ranges.
+fn cast_param_bytes(i: usize, n: usize) -> Vec<u8> {
+    let w = super::tests::uniform(40 + i as u64, n, 0.0, 1.0);
+    match i {
+        0 => w
+            .iter()
+            .map(|&u| [0u8, 1, 1, 0xff][(u * 4.0) as usize])
+            .collect(),
+        1 => w
+            .iter()
+            .enumerate()
+            .flat_map(|(k, &u)| {
+                let v = if k % 2 == 0 {
+                    ((u - 0.5) * 1e9) as i32
+                } else {
+                    (1 << 24) + 1 + 2 * k as i32
+                };
+                v.to_le_bytes()
+            })
+            .collect(),
+        _ => {
+            let edges = [
+                f32::NAN,
+                f32::INFINITY,
+                f32::NEG_INFINITY,
+                -0.0,
+                2.5,
+                -2.5,
+                3e9,
+                -3e9,
+                255.5,
+                -0.5,
+            ];
+            w.iter()
+                .enumerate()
+                .flat_map(|(k, &u)| {
+                    edges
+                        .get(k)
+                        .copied()
+                        .unwrap_or((u - 0.5) * 700.0)
+                        .to_le_bytes()
+                })
+                .collect()
+        }
+    }
+}
+
+/// A mask (bool → f32), index arithmetic (i32 → f32, f32 → i32 → f32) and
+/// f32 → u8 → f16 run as `cast_host_*` dispatches, no host command, and
+/// give the host's outputs bit for bit.
+#[test]
+fn numeric_casts_run_as_dispatches() {
+    let n = 1037usize;
+    let mut g = Graph::new("casts");
+    let p = |g: &mut Graph, dt| {
+        node(
+            g,
+            Op::Param {
+                shape: Shape::of(&[n], dt),
+            },
+            &[],
+        )
+    };
+    let mask = p(&mut g, DType::Bool);
+    let idx = p(&mut g, DType::I32);
+    let x = p(&mut g, DType::F32);
+    let cast = |g: &mut Graph, to, v| node(g, Op::Cast { to, trunc: false }, &[v]);
+    let a = cast(&mut g, DType::F32, mask);
+    let b = cast(&mut g, DType::F32, idx);
+    let xi = cast(&mut g, DType::I32, x);
+    let c = cast(&mut g, DType::F32, xi);
+    let xu = cast(&mut g, DType::U8, x);
+    let d = cast(&mut g, DType::F16, xu);
+    g.set_outputs(&[a, b, c, d]).unwrap();
+    let c = compiled(&g);
+    let plan = MetalPlan::build(&c.schedule);
+    assert_eq!(plan.stats().host, 0, "{plan}");
+    let text = plan.to_string();
+    for k in ["bool_f32", "i32_f32", "f32_i32", "f32_u8", "u8_f16"] {
+        assert!(text.contains(&format!("cast_host_{k}")), "{k}\n{plan}");
+    }
+    let bufs = || super::tests::fill_params(&c, |i, _| cast_param_bytes(i, n));
+    let host = super::tests::run_host_on(&c, bufs());
+    let sim = super::tests::run_sim_on(&c, &plan, bufs());
+    assert!(host[1].iter().any(|&v| v > 1.6e7), "{:?}", &host[1][..8]);
+    for (k, (h, s)) in host.iter().zip(&sim).enumerate() {
+        let hb: Vec<u32> = h.iter().map(|v| v.to_bits()).collect();
+        let sb: Vec<u32> = s.iter().map(|v| v.to_bits()).collect();
+        assert_eq!(hb, sb, "output {k}");
+    }
+    // the saturations reached the outputs: NaN → 0, +inf → i32::MAX, 3e9 → i32::MAX
+    assert_eq!(&host[2][..3], &[0.0, 2147483648.0, -2147483648.0]);
+    assert_eq!(&host[3][..3], &[0.0, 255.0, 0.0]);
 }
