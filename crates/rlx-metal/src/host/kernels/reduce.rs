@@ -18,6 +18,11 @@ use super::{check_len, invalid, numel, rows_per_task, Elem, KernelError, Result}
 /// Numerically stable softmax of each row of `x [rows, n]`, in place.
 /// A row that is all `-inf` becomes NaN (as in numpy). Needs
 /// `x >= rows·n`.
+///
+/// Each row is widened to f32 and run through [`softmax_f32`], compiled
+/// three times (AVX-512, AVX2 + FMA, the baseline) and picked at run time:
+/// the same operations in the same order (no contraction), so the same
+/// bits whichever runs; the wider ones only vectorise more.
 pub fn softmax_rows<T: Elem>(x: &mut [T], rows: usize, n: usize) -> Result<()> {
     let total = numel("softmax", &[rows, n])?;
     check_len("softmax", "x", x.len(), total)?;
@@ -25,43 +30,122 @@ pub fn softmax_rows<T: Elem>(x: &mut [T], rows: usize, n: usize) -> Result<()> {
         return Ok(());
     }
     let per = rows_per_task(rows, n);
+    let isa = Isa::detect();
     x[..total].par_chunks_mut(per * n).for_each(|chunk| {
         let mut buf = vec![0f32; n];
         for row in chunk.chunks_exact_mut(n) {
             buf.iter_mut()
                 .zip(row.iter())
                 .for_each(|(b, v)| *b = v.to_f32());
-            // NaN sticks (f32::max would drop it again)
-            let m = buf.iter().fold(f32::NEG_INFINITY, |a, &b| {
-                if a.is_nan() || b.is_nan() {
-                    f32::NAN
-                } else {
-                    a.max(b)
-                }
-            });
-            if m.is_finite() {
-                // the vectorisable e^x of the attention kernel, exact 0
-                // below its range (masked `-inf` scores stay 0)
-                buf.iter_mut().for_each(|v| {
-                    let x = *v - m;
-                    let y = exp_nonpos(x);
-                    *v = if x < -87.0 { 0.0 } else { y };
-                });
-            } else {
-                // a NaN or +inf max: let libm give numpy's NaNs
-                buf.iter_mut().for_each(|v| *v = (*v - m).exp());
-            }
-            let inv = 1.0 / lane_sum(&buf);
+            isa.softmax(&mut buf);
             row.iter_mut()
                 .zip(&buf)
-                .for_each(|(o, v)| *o = T::from_f32(v * inv));
+                .for_each(|(o, &v)| *o = T::from_f32(v));
         }
     });
     Ok(())
 }
 
+/// The widest vector extension [`softmax_f32`] may use here.
+#[derive(Clone, Copy)]
+enum Isa {
+    #[cfg(target_arch = "x86_64")]
+    Avx512,
+    #[cfg(target_arch = "x86_64")]
+    Avx2,
+    Base,
+}
+
+impl Isa {
+    fn detect() -> Self {
+        #[cfg(target_arch = "x86_64")]
+        {
+            if std::is_x86_feature_detected!("avx512f") && std::is_x86_feature_detected!("fma") {
+                return Isa::Avx512;
+            }
+            if std::is_x86_feature_detected!("avx2") && std::is_x86_feature_detected!("fma") {
+                return Isa::Avx2;
+            }
+        }
+        Isa::Base
+    }
+
+    fn softmax(self, v: &mut [f32]) {
+        match self {
+            // SAFETY: detect() saw the features each variant enables.
+            #[cfg(target_arch = "x86_64")]
+            Isa::Avx512 => unsafe { softmax_avx512(v) },
+            // SAFETY: as above.
+            #[cfg(target_arch = "x86_64")]
+            Isa::Avx2 => unsafe { softmax_avx2(v) },
+            Isa::Base => softmax_f32(v),
+        }
+    }
+}
+
+/// [`softmax_f32`] compiled with AVX-512.
+///
+/// # Safety
+/// The CPU has AVX-512 F and FMA.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f,avx2,fma")]
+unsafe fn softmax_avx512(v: &mut [f32]) {
+    softmax_f32(v)
+}
+
+/// [`softmax_f32`] compiled with AVX2 + FMA.
+///
+/// # Safety
+/// The CPU has AVX2 and FMA.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn softmax_avx2(v: &mut [f32]) {
+    softmax_f32(v)
+}
+
+/// Softmax of one f32 row in place: the max over eight independent lanes
+/// (NaN sticks), `e^(x − max)` by the attention kernel's vectorisable exp
+/// (exactly 0 below its range, so masked `-inf` scores stay 0), the sum
+/// over eight lanes, one scale. A NaN or `+inf` in the row, or a row that
+/// is all `-inf`, takes libm's exp for numpy's NaNs.
+#[inline(always)]
+fn softmax_f32(buf: &mut [f32]) {
+    const L: usize = 8;
+    let mut mx = [f32::NEG_INFINITY; L];
+    let mut bad = [0u32; L];
+    let chunks = buf.chunks_exact(L);
+    let rest = chunks.remainder();
+    for c in chunks {
+        for l in 0..L {
+            mx[l] = mx[l].max(c[l]);
+            bad[l] |= u32::from(c[l].is_nan());
+        }
+    }
+    for (l, &v) in rest.iter().enumerate() {
+        mx[l] = mx[l].max(v);
+        bad[l] |= u32::from(v.is_nan());
+    }
+    let m = if bad.iter().any(|&b| b != 0) {
+        f32::NAN
+    } else {
+        mx.iter().fold(f32::NEG_INFINITY, |a, &b| a.max(b))
+    };
+    if m.is_finite() {
+        for v in buf.iter_mut() {
+            let x = *v - m;
+            let y = exp_nonpos(x);
+            *v = if x < -87.0 { 0.0 } else { y };
+        }
+    } else {
+        buf.iter_mut().for_each(|v| *v = (*v - m).exp());
+    }
+    let inv = 1.0 / lane_sum(buf);
+    buf.iter_mut().for_each(|v| *v *= inv);
+}
+
 /// Sum of `v` in eight interleaved f32 lanes (vectorises; the order
 /// differs from a serial sum only by rounding).
+#[inline(always)]
 fn lane_sum(v: &[f32]) -> f32 {
     let mut acc = [0f32; 8];
     let chunks = v.chunks_exact(8);
