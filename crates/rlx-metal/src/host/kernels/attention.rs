@@ -24,6 +24,8 @@ use rayon::prelude::*;
 use super::{check_len, invalid, numel, Elem, Result, PAR_MIN};
 use crate::host::team;
 
+#[path = "attention_block.rs"]
+mod sdpa_block;
 #[path = "attention_core.rs"]
 mod sdpa_core;
 #[path = "attention_simd.rs"]
@@ -393,6 +395,13 @@ fn sdpa_split<T: Elem, U: Elem>(
     #[cfg(not(target_arch = "x86_64"))]
     let avx2 = false;
     let out = SharedPtr(out.as_mut_ptr());
+    if !decode
+        && splits == 1
+        && sdpa_block::shape_fits(&job)
+        && sdpa_block::values_finite(&job, batch)
+    {
+        return sdpa_block::run(&job, batch, out);
+    }
     if decode || splits > 1 {
         let parallel = units * splits > 1 && units * work >= PAR_MIN;
         return run_split(&job, units, parallel, out, avx2);
@@ -632,3 +641,7 @@ mod tests;
 #[cfg(test)]
 #[path = "attention_kv16_tests.rs"]
 mod kv16_tests;
+
+#[cfg(test)]
+#[path = "attention_block_tests.rs"]
+mod block_tests;
