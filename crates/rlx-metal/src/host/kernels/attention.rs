@@ -10,17 +10,17 @@
 //! scores. GQA maps query head `h` to KV head `h / (heads / kv_heads)` by
 //! index — K and V are never repeated.
 //!
-//! Prefill with at least 16 query rows per sequence and 32 keys takes the
-//! blocked path instead (`attention_block`): per (batch, query head, block
-//! of up to 64 query rows), `S = Q·Kᵀ` and `O = P·V` are two GEMMs of the
-//! `gemm` crate (strided operands, so neither layout is transposed and GQA
-//! reads the shared KV head in place), with the scale, soft-cap, mask and
-//! row softmax in between — the same semantics as the per-row path. It
-//! keeps the per-row path when a block would see more than 4096 keys (no
-//! online softmax over key chunks) or a visible value row is not finite
-//! (a masked key's zero weight would turn its NaN into a NaN output).
+//! Prefill (more than [`DECODE_ROWS`] query rows) takes the blocked path
+//! (`attention_block`): per (batch, query head, block of up to 64 query
+//! rows), `S = Q·Kᵀ` and `O = P·V` are two GEMMs of the `gemm` crate
+//! (strided operands, so neither layout is transposed and GQA reads the
+//! shared KV head in place), with the scale, soft-cap, mask and row
+//! softmax in between — the same semantics as the per-row path. It keeps
+//! the per-row path when a block would see more than 4096 keys (no online
+//! softmax over key chunks) or a visible value row is not finite (a masked
+//! key's zero weight would turn its NaN into a NaN output).
 //!
-//! Other prefill (many query rows) splits the units across rayon's pool. Decode
+//! The per-row path splits the units across rayon's pool. Decode
 //! (at most [`DECODE_ROWS`] query rows per call) has only a few units, so
 //! each unit's key range is also cut into pieces (flash decoding) that the
 //! spinning decode [`team`] runs — the same threads as the decode GEMVs, so
@@ -238,7 +238,7 @@ fn run_split<T: Elem, U: Elem>(
 /// else an error) and query `i` sits at absolute position `L - s + i`;
 /// masks keep their `kv_s` stride.
 ///
-/// Prefill of at least 16 query rows per sequence runs as two GEMMs per
+/// Prefill (more than [`DECODE_ROWS`] query rows) runs as two GEMMs per
 /// (batch, query head, block of query rows) — see the module doc for
 /// when it falls back. Otherwise work is split per (batch, query
 /// position, KV head): each task streams

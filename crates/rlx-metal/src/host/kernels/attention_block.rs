@@ -24,11 +24,17 @@
 //! A masked key's weight is `0`, and `0·NaN` is NaN, so a non-finite value
 //! row would leak into rows that must not see it: calls whose visible V
 //! rows are not all finite keep the per-row path, which never reads a
-//! masked value. So do calls with fewer than [`MIN_Q`] query rows per
-//! sequence or [`MIN_KEYS`] keys, and calls where some block would see more
-//! than [`MAX_KEYS`] keys (the score scratch stays ≤ `BLOCK_Q · MAX_KEYS`
+//! masked value. So do calls where some block would see more than
+//! [`MAX_KEYS`] keys (the score scratch stays ≤ `BLOCK_Q · MAX_KEYS`
 //! floats, 1 MiB; longer contexts use the per-row path rather than an
 //! online softmax over key chunks).
+//!
+//! There is no minimum of query rows or keys besides the decode path's:
+//! a row's result does not depend on which other rows share its block (the
+//! key range starts at a multiple of 8, so the lane sums see the same
+//! keys in the same lanes; zero weights add exact zeros), so a prompt run
+//! on a prefix of a padded bucket equals the padded run — a second
+//! threshold would send the two to different paths and break that.
 
 use std::any::TypeId;
 use std::cell::RefCell;
@@ -43,12 +49,6 @@ use crate::host::kernels::matmul::strided_gemm;
 
 /// Most query rows per task.
 pub(super) const BLOCK_Q: usize = 64;
-
-/// Fewest query rows per sequence worth the blocked path.
-pub(super) const MIN_Q: usize = 16;
-
-/// Fewest visible keys worth the blocked path.
-pub(super) const MIN_KEYS: usize = 32;
 
 /// Most keys one block may see (bounds the score scratch).
 pub(super) const MAX_KEYS: usize = 4096;
@@ -81,9 +81,10 @@ fn blocks(s: usize) -> (usize, usize) {
     (nb, s.div_ceil(nb).max(1))
 }
 
-/// Key range `[lo, hi)` seen by query rows `i0..i1` (non-empty).
+/// Key range `[lo, hi)` seen by query rows `i0..i1` (non-empty), `lo`
+/// rounded down to a multiple of 8 (the lanes of the softmax sums).
 fn key_range<T: Elem, U: Elem>(job: &Job<'_, T, U>, i0: usize, i1: usize) -> (usize, usize) {
-    let lo = job.visible(i0).0;
+    let lo = job.visible(i0).0 & !7;
     let hi = job.visible(i1 - 1).1;
     (lo, hi.max(lo))
 }
@@ -91,7 +92,7 @@ fn key_range<T: Elem, U: Elem>(job: &Job<'_, T, U>, i0: usize, i1: usize) -> (us
 /// Whether the call's shape suits the blocked path (every condition in
 /// the module doc but the finite-values one).
 pub(super) fn shape_fits<T: Elem, U: Elem>(job: &Job<'_, T, U>) -> bool {
-    if job.s < MIN_Q || job.len < MIN_KEYS || job.d == 0 {
+    if job.d == 0 {
         return false;
     }
     let (nb, rows) = blocks(job.s);
