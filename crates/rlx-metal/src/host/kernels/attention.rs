@@ -10,7 +10,17 @@
 //! scores. GQA maps query head `h` to KV head `h / (heads / kv_heads)` by
 //! index — K and V are never repeated.
 //!
-//! Prefill (many query rows) splits the units across rayon's pool. Decode
+//! Prefill (more than [`DECODE_ROWS`] query rows) takes the blocked path
+//! (`attention_block`): per (batch, query head, block of up to 64 query
+//! rows), `S = Q·Kᵀ` and `O = P·V` are two GEMMs of the `gemm` crate
+//! (strided operands, so neither layout is transposed and GQA reads the
+//! shared KV head in place), with the scale, soft-cap, mask and row
+//! softmax in between — the same semantics as the per-row path. It keeps
+//! the per-row path when a block would see more than 4096 keys (no online
+//! softmax over key chunks) or a visible value row is not finite (a masked
+//! key's zero weight would turn its NaN into a NaN output).
+//!
+//! The per-row path splits the units across rayon's pool. Decode
 //! (at most [`DECODE_ROWS`] query rows per call) has only a few units, so
 //! each unit's key range is also cut into pieces (flash decoding) that the
 //! spinning decode [`team`] runs — the same threads as the decode GEMVs, so
@@ -24,6 +34,8 @@ use rayon::prelude::*;
 use super::{check_len, invalid, numel, Elem, Result, PAR_MIN};
 use crate::host::team;
 
+#[path = "attention_block.rs"]
+mod sdpa_block;
 #[path = "attention_core.rs"]
 mod sdpa_core;
 #[path = "attention_simd.rs"]
@@ -226,7 +238,10 @@ fn run_split<T: Elem, U: Elem>(
 /// else an error) and query `i` sits at absolute position `L - s + i`;
 /// masks keep their `kv_s` stride.
 ///
-/// Work is split per (batch, query position, KV head): each task streams
+/// Prefill (more than [`DECODE_ROWS`] query rows) runs as two GEMMs per
+/// (batch, query head, block of query rows) — see the module doc for
+/// when it falls back. Otherwise work is split per (batch, query
+/// position, KV head): each task streams
 /// its visible K rows once for all the query heads of the GQA group, then
 /// its V rows once. With at most [`DECODE_ROWS`] query rows the visible
 /// keys are also cut into pieces run on the decode team and combined
@@ -393,6 +408,13 @@ fn sdpa_split<T: Elem, U: Elem>(
     #[cfg(not(target_arch = "x86_64"))]
     let avx2 = false;
     let out = SharedPtr(out.as_mut_ptr());
+    if !decode
+        && splits == 1
+        && sdpa_block::shape_fits(&job)
+        && sdpa_block::values_finite(&job, batch)
+    {
+        return sdpa_block::run(&job, batch, out);
+    }
     if decode || splits > 1 {
         let parallel = units * splits > 1 && units * work >= PAR_MIN;
         return run_split(&job, units, parallel, out, avx2);
@@ -632,3 +654,7 @@ mod tests;
 #[cfg(test)]
 #[path = "attention_kv16_tests.rs"]
 mod kv16_tests;
+
+#[cfg(test)]
+#[path = "attention_block_tests.rs"]
+mod block_tests;

@@ -55,7 +55,7 @@ fn block_rows(d: usize) -> usize {
 
 /// `x` itself when `T` is `f32` (no widening copy needed).
 #[inline(always)]
-fn as_f32<T: Elem>(x: &[T]) -> Option<&[f32]> {
+pub(super) fn as_f32<T: Elem>(x: &[T]) -> Option<&[f32]> {
     if TypeId::of::<T>() == TypeId::of::<f32>() {
         // SAFETY: `T` is `f32`, so the slice has exactly this type.
         Some(unsafe { std::slice::from_raw_parts(x.as_ptr().cast::<f32>(), x.len()) })
@@ -92,7 +92,7 @@ const LANES: usize = 8;
 /// score is NaN or `+inf` (which poisons the head). Eight independent
 /// lanes, so the loop vectorises; the max is exact whatever the order.
 #[inline(always)]
-fn max_and_bad(x: &[f32]) -> (f32, bool) {
+pub(super) fn max_and_bad(x: &[f32]) -> (f32, bool) {
     let mut m = [f32::NEG_INFINITY; LANES];
     let mut bad = [0u32; LANES];
     let chunks = x.chunks_exact(LANES);
@@ -112,15 +112,17 @@ fn max_and_bad(x: &[f32]) -> (f32, bool) {
 }
 
 /// Replaces each score `x` of a row whose max is `max` (finite) by its
-/// weight `e^(x − max)`, or by the marker `-1` when `x` is `-inf` (a
-/// masked key, never read), and returns the sum of the weights. The exps
-/// run in one vectorisable pass, the sum over [`LANES`] lanes in a second.
+/// weight `e^(x − max)`, or by `marker` (`-1`: a masked key, never read;
+/// `0`: a masked key of the blocked path's P·V product) when `x` is
+/// `-inf`, and returns the sum of the weights. The exps run in one
+/// vectorisable pass, the sum over [`LANES`] lanes in a second.
 #[inline(always)]
-fn exp_weights(x: &mut [f32], max: f32) -> f32 {
+pub(super) fn exp_weights(x: &mut [f32], max: f32, marker: f32) -> f32 {
+    debug_assert!(marker <= 0.0);
     for v in x.iter_mut() {
         let masked = *v == f32::NEG_INFINITY;
         let e = exp_nonpos(*v - max);
-        *v = if masked { -1.0 } else { e };
+        *v = if masked { marker } else { e };
     }
     let mut acc = [0f32; LANES];
     let chunks = x.chunks_exact(LANES);
@@ -186,7 +188,7 @@ impl<T: Elem, U: Elem> Job<'_, T, U> {
 
     /// Row offset of key / value `(bi, g, j)`.
     #[inline(always)]
-    fn key_row(&self, bi: usize, g: usize, j: usize) -> usize {
+    pub(super) fn key_row(&self, bi: usize, g: usize, j: usize) -> usize {
         match self.layout {
             Layout::Bshd => ((bi * self.kv_s + j) * self.kv_heads + g) * self.d,
             Layout::Bhsd => ((bi * self.kv_heads + g) * self.kv_s + j) * self.d,
@@ -208,7 +210,7 @@ impl<T: Elem, U: Elem> Job<'_, T, U> {
 
     /// Keys `[lo, hi)` query position `i` may see.
     #[inline(always)]
-    fn visible(&self, i: usize) -> (usize, usize) {
+    pub(super) fn visible(&self, i: usize) -> (usize, usize) {
         let len = self.len;
         let abs = len as isize - self.s as isize + i as isize;
         match self.mask {
@@ -301,7 +303,7 @@ impl<T: Elem, U: Elem> Job<'_, T, U> {
                 continue;
             }
             p[0] = max;
-            p[1] = exp_weights(srow, max);
+            p[1] = exp_weights(srow, max, -1.0);
         }
         // pass 2: every value block once
         for p in part.chunks_exact_mut(d + 2).take(gs) {

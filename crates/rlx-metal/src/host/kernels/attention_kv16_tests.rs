@@ -87,7 +87,7 @@ fn halves(x: &[f32]) -> (Vec<f16>, Vec<f32>) {
 }
 
 #[allow(clippy::too_many_arguments)]
-fn check(
+pub(super) fn check(
     dm: AttnDims,
     mask: Mask<'_, f32>,
     kv_len: Option<usize>,
@@ -120,7 +120,7 @@ fn check(
     assert_close(&out, &want, 2e-5);
 }
 
-fn dims(
+pub(super) fn dims(
     batch: usize,
     seq: usize,
     kv_seq: usize,

@@ -6,7 +6,7 @@ use crate::host::kernels::testutil::{assert_close, back, rand_vec, to};
 use half::f16;
 
 #[derive(Clone, Copy, Debug)]
-enum MK {
+pub(super) enum MK {
     None,
     Causal,
     Custom,
@@ -16,7 +16,7 @@ enum MK {
 
 impl MK {
     /// The kernel's mask for this kind; `data` is the custom mask or bias.
-    fn mask<T>(self, data: &[T]) -> Mask<'_, T> {
+    pub(super) fn mask<T>(self, data: &[T]) -> Mask<'_, T> {
         match self {
             MK::None => Mask::None,
             MK::Causal => Mask::Causal,
@@ -133,7 +133,7 @@ fn in_layout(layout: Layout, dm: &AttnDims, qkvo: [&[f32]; 4]) -> [Vec<f32>; 4] 
     })
 }
 
-fn run_case(dm: AttnDims, mk: MK, scale: f32, cap: f32) {
+pub(super) fn run_case(dm: AttnDims, mk: MK, scale: f32, cap: f32) {
     let AttnDims {
         batch: b,
         seq: s,

@@ -11,8 +11,9 @@
 //! independent matrices as parallel rayon tasks with `Parallelism::None`
 //! when each matrix is too small to split.
 //!
-//! The one `unsafe` block in the host kernels lives in `raw_gemm`; every
-//! caller has already checked the slice extents it relies on.
+//! The one `unsafe` block in the host kernels lives in `strided_gemm`
+//! (behind `raw_gemm`, and the blocked SDPA prefill), which asserts the
+//! slice extents it relies on.
 
 use std::cell::RefCell;
 
@@ -65,12 +66,48 @@ fn raw_gemm<T: 'static + Copy>(
     one: T,
     par: Parallelism,
 ) {
-    debug_assert!(a.len() >= (m - 1) * lda + k);
-    debug_assert!(b.len() >= (k - 1) * ldb + n);
-    debug_assert!(c.len() >= (m - 1) * ldc + n);
+    strided_gemm((a, lda, 1), (b, ldb, 1), (c, ldc), m, k, n, one, par)
+}
+
+/// `C[m,n] = A[m,k]·B[k,n]` on strided operands: element `(i, j)` of A is
+/// `a[i·rs + j·cs]` for `(a, rs, cs)` (so a transposed operand is just
+/// its strides swapped), of C `c[i·ldc + j]`. C is overwritten. Panics if
+/// an operand's extent does not fit its slice; `m, k, n = 0` is a no-op.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn strided_gemm<T: 'static + Copy>(
+    (a, a_rs, a_cs): (&[T], usize, usize),
+    (b, b_rs, b_cs): (&[T], usize, usize),
+    (c, ldc): (&mut [T], usize),
+    m: usize,
+    k: usize,
+    n: usize,
+    one: T,
+    par: Parallelism,
+) {
+    if m == 0 || k == 0 || n == 0 {
+        return;
+    }
+    let last = |rows: usize, rs: usize, cols: usize, cs: usize| {
+        (rows - 1)
+            .checked_mul(rs)
+            .and_then(|r| (cols - 1).checked_mul(cs).and_then(|c| r.checked_add(c)))
+    };
+    assert!(
+        last(m, a_rs, k, a_cs).is_some_and(|e| e < a.len()),
+        "gemm: A out of bounds"
+    );
+    assert!(
+        last(k, b_rs, n, b_cs).is_some_and(|e| e < b.len()),
+        "gemm: B out of bounds"
+    );
+    assert!(
+        last(m, ldc, n, 1).is_some_and(|e| e < c.len()),
+        "gemm: C out of bounds"
+    );
     // SAFETY: the extents above guarantee that every element gemm reads
-    // (a[i·lda + p], b[p·ldb + j]) and writes (c[i·ldc + j]) lies inside its
-    // slice; `c` is borrowed mutably so nothing else aliases it.
+    // (a[i·a_rs + p·a_cs], b[p·b_rs + j·b_cs]) and writes (c[i·ldc + j])
+    // lies inside its slice; `c` is borrowed mutably so nothing else
+    // aliases it.
     unsafe {
         gemm::gemm(
             m,
@@ -81,11 +118,11 @@ fn raw_gemm<T: 'static + Copy>(
             ldc as isize,
             false,
             a.as_ptr(),
-            1,
-            lda as isize,
+            a_cs as isize,
+            a_rs as isize,
             b.as_ptr(),
-            1,
-            ldb as isize,
+            b_cs as isize,
+            b_rs as isize,
             one,
             one,
             false,
