@@ -19,7 +19,7 @@ use super::{check_len, invalid, numel, rows_per_task, Elem, KernelError, Result}
 /// A row that is all `-inf` becomes NaN (as in numpy). Needs
 /// `x >= rows·n`.
 ///
-/// Each row is widened to f32 and run through [`softmax_f32`], compiled
+/// Each row is widened to f32 and run through `softmax_f32`, compiled
 /// three times (AVX-512, AVX2 + FMA, the baseline) and picked at run time:
 /// the same operations in the same order (no contraction), so the same
 /// bits whichever runs; the wider ones only vectorise more.
