@@ -309,6 +309,23 @@ def recurrent(kind: str, d: dict[str, T], bidir: bool, layers: int, relu: bool =
 
 #: name, kind, bidirectional, layers, relu (shared with the test)
 _B, _S, _IN, _H = 2, 4, 3, 3
+
+
+def recurrent_shapes(kind: str, bidir: bool, layers: int) -> dict[str, list[int]]:
+    """Input shapes of a recurrent case on rlx's stacked layout."""
+    nd = 2 if bidir else 1
+    g = {"lstm": 4, "gru": 3, "rnn": 1}[kind]
+    in_w = _IN if layers == 1 else max(_IN, nd * _H)
+    slots = layers * nd
+    sh = {"x": [_B, _S, _IN], "w_ih": [slots, g * _H, in_w], "w_hh": [slots, g * _H, _H]}
+    gb = [slots, g * _H]
+    sh.update({"bi": gb, "bh": gb} if kind == "gru" else {"b": gb})
+    sh["h0"] = [slots, _B, _H]
+    if kind == "lstm":
+        sh["c0"] = [slots, _B, _H]
+    return sh
+
+
 for _name, _kind, _bi, _nl, _relu in [
     ("lstm", "lstm", False, 1, False),
     ("lstm_bidir", "lstm", True, 1, False),
@@ -318,17 +335,8 @@ for _name, _kind, _bi, _nl, _relu in [
     ("rnn_tanh_bidir", "rnn", True, 1, False),
     ("rnn_relu_2layer", "rnn", False, 2, True),
 ]:
-    _D = 2 if _bi else 1
-    _G = {"lstm": 4, "gru": 3, "rnn": 1}[_kind]
-    _inw = _IN if _nl == 1 else max(_IN, _D * _H)
-    _L = _nl * _D
-    _sh = {"x": [_B, _S, _IN], "w_ih": [_L, _G * _H, _inw], "w_hh": [_L, _G * _H, _H]}
-    _gb = [_L, _G * _H]
-    _sh.update({"bi": _gb, "bh": _gb} if _kind == "gru" else {"b": _gb})
-    _sh["h0"] = [_L, _B, _H]
-    if _kind == "lstm":
-        _sh["c0"] = [_L, _B, _H]
-    simple(_name, lambda d, k=_kind, bi=_bi, nl=_nl, re=_relu: recurrent(k, d, bi, nl, re), _sh)
+    simple(_name, lambda d, k=_kind, bi=_bi, nl=_nl, re=_relu: recurrent(k, d, bi, nl, re),
+           recurrent_shapes(_kind, _bi, _nl))  # fmt: skip
 
 
 # ------------------------------------------- transposed conv / resize / misc
@@ -430,18 +438,8 @@ for _name, _kind, _bi, _nl, _relu in [
     ("gru_carry", "gru", False, 1, False),
     ("rnn_carry_relu_bidir", "rnn", True, 1, True),
 ]:
-    _D = 2 if _bi else 1
-    _G = {"lstm": 4, "gru": 3, "rnn": 1}[_kind]
-    _inw = _IN if _nl == 1 else max(_IN, _D * _H)
-    _L = _nl * _D
-    _sh = {"x": [_B, _S, _IN], "w_ih": [_L, _G * _H, _inw], "w_hh": [_L, _G * _H, _H]}
-    _gb = [_L, _G * _H]
-    _sh.update({"bi": _gb, "bh": _gb} if _kind == "gru" else {"b": _gb})
-    _sh["h0"] = [_L, _B, _H]
-    if _kind == "lstm":
-        _sh["c0"] = [_L, _B, _H]
     simple(_name, lambda d, k=_kind, bi=_bi, nl=_nl, re=_relu: torch_recurrent(k, d, bi, nl, re),
-           _sh)  # fmt: skip
+           recurrent_shapes(_kind, _bi, _nl))  # fmt: skip
 
 
 # ------------------------------------------- scaled formats and GGUF weights
