@@ -13,7 +13,7 @@ use rayon::prelude::*;
 
 use super::elementwise::silu;
 use super::matmul::sgemm;
-use super::{check_len, invalid, numel, Elem, Result};
+use super::{check_len, invalid, numel, Elem, Result, PAR_MIN};
 
 /// 2-D convolution geometry (shared by conv, transposed conv, pooling and
 /// im2col; `c_out`/`groups` unused by pooling and im2col).
@@ -453,26 +453,33 @@ pub fn causal_conv1d<T: Elem>(
     let b0: Vec<f32> = (0..channels)
         .map(|c| bias.map_or(0.0, |b| b[c].to_f32()))
         .collect();
-    out[..batch * out_seq * channels]
-        .par_chunks_mut(channels)
-        .enumerate()
-        .for_each_init(
-            || vec![0f32; channels],
-            |acc, (row, o)| {
-                let (b, t) = (row / out_seq, row % out_seq);
-                acc.copy_from_slice(&b0);
-                for (i, wrow) in wt.chunks_exact(channels).enumerate() {
-                    let xr = &x[((b * width) + t + i) * channels..][..channels];
-                    acc.iter_mut()
-                        .zip(xr)
-                        .zip(wrow)
-                        .for_each(|((a, x), w)| *a += x.to_f32() * w);
-                }
-                for (o, &a) in o.iter_mut().zip(acc.iter()) {
-                    *o = T::from_f32(if silu_out { silu(a) } else { a });
-                }
-            },
-        );
+    let row = |acc: &mut Vec<f32>, (r, o): (usize, &mut [T])| {
+        let (b, t) = (r / out_seq, r % out_seq);
+        acc.copy_from_slice(&b0);
+        for (i, wrow) in wt.chunks_exact(channels).enumerate() {
+            let xr = &x[((b * width) + t + i) * channels..][..channels];
+            acc.iter_mut()
+                .zip(xr)
+                .zip(wrow)
+                .for_each(|((a, x), w)| *a += x.to_f32() * w);
+        }
+        for (o, &a) in o.iter_mut().zip(acc.iter()) {
+            *o = T::from_f32(if silu_out { silu(a) } else { a });
+        }
+    };
+    let out = &mut out[..batch * out_seq * channels];
+    // a decode step's one row (or any small conv) stays on the calling
+    // thread: handing it to the pool costs more than the work
+    if out.len().saturating_mul(k) < PAR_MIN {
+        let mut acc = vec![0f32; channels];
+        out.chunks_mut(channels)
+            .enumerate()
+            .for_each(|ro| row(&mut acc, ro));
+    } else {
+        out.par_chunks_mut(channels)
+            .enumerate()
+            .for_each_init(|| vec![0f32; channels], row);
+    }
     Ok(())
 }
 

@@ -218,6 +218,8 @@ fn causal_conv1d_matches_naive() {
         (1usize, 1usize, 1usize, 1usize),
         (2, 7, 13, 4),
         (3, 33, 7, 3),
+        // out · k ≥ PAR_MIN: the parallel path
+        (2, 40, 301, 4),
     ] {
         let x = rand_vec(batch * width * ch, 9);
         let w = rand_vec(ch * k, 10);
