@@ -2,14 +2,15 @@
 //! against expert `expert_idx[i]` of a packed stack `w [experts, n,
 //! row_bytes(k)]`. Only the chosen experts' rows are read.
 //!
-//! - Few rows (`m ≤ 8`: a decode step's `top_k` rows): one parallel region
-//!   of f32-activation GEMVs (the driver's AVX2 row dots) split by (row,
+//! - Few rows (`m ≤ 8`: a decode step's `top_k` rows) on a CPU where the
+//!   integer-dot GEMV does not pay for them (no VNNI, int8 activations
+//!   off, or AMD: `vnni::decode_rows_pay`): one parallel region of
+//!   f32-activation GEMVs (the driver's AVX2 row dots) split by (row,
 //!   chunk of output rows), so all threads stream packed rows however few
-//!   experts are active (`driver::grouped_gemv`). On the AVX-512 VNNI
-//!   machine this was measured on (AMD EPYC, two threads), these row dots
-//!   decoded a Mixtral-style Q8_0 step's experts in ~12–14 ms against
-//!   ~18–21 ms for the integer-dot GEMV (same process, alternating, loaded
-//!   machine), so the decode rows do not take the int8 path.
+//!   experts are active (`driver::grouped_gemv`). On an AMD EPYC (AVX-512
+//!   VNNI, two threads) these row dots decoded a Mixtral-style Q8_0 step's
+//!   experts in ~12–14 ms against ~18–21 ms for the integer-dot GEMV; on
+//!   the Intel Xeon it is the other way round (BENCHMARKS.md, MoE).
 //! - Otherwise the rows are sorted by expert and every chosen expert runs
 //!   once as a dense product of its rows ([`super::matmul_checked`]: the
 //!   integer-dot GEMV / GEMM or the f32 drivers, exactly as
@@ -24,6 +25,19 @@ use rlx_ir::GgmlType;
 /// Most rows (a decode step's `top_k`, or a few batched steps') that run
 /// as per-row GEMVs in one parallel region; more go expert by expert.
 const DECODE_ROWS: usize = 8;
+
+/// Whether the decode rows take the integer-dot GEMV expert by expert
+/// (`vnni::decode_rows_pay`) rather than the f32 row dots.
+pub(super) fn int8_decode_rows() -> bool {
+    #[cfg(target_arch = "x86_64")]
+    {
+        super::vnni::decode_rows_pay()
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        false
+    }
+}
 
 /// Grouped (MoE) variant of [`super::dequant_matmul`]: row `i` of `x [m,
 /// k]` against expert `expert_idx[i]` of the packed stack `w [experts, n,
@@ -58,7 +72,7 @@ pub fn dequant_grouped_matmul(
     }
     let expert_of = |i: usize| usize::try_from(expert_idx[i]).ok().filter(|&e| e < experts);
     let chosen: Vec<(usize, usize)> = (0..m).filter_map(|i| Some((i, expert_of(i)?))).collect();
-    if m <= DECODE_ROWS {
+    if m <= DECODE_ROWS && !int8_decode_rows() {
         with_fmt!(ty, F => driver::grouped_gemv::<F>(x, w, &chosen, out, rb, k, n));
         return Ok(());
     }

@@ -395,10 +395,13 @@ fn grouped_matches_per_expert_and_zeroes_bad_ids() {
                 let we = &w[ex as usize * n * rb..(ex as usize + 1) * n * rb];
                 let xi = &x[i * k..(i + 1) * k];
                 let want = naive_matmul(ty, xi, we, 1, k, n);
-                // m ≤ 8: f32 row GEMVs; above, each expert's rows together
-                // through the dense kernels (int8 activations where they are)
+                // m ≤ 8: f32 row GEMVs unless the integer-dot GEMV takes
+                // the decode rows on this CPU; above, each expert's rows
+                // together through the dense kernels (int8 activations
+                // where they are)
                 let rows = idx.iter().filter(|&&v| v == ex).count();
-                let bound = if m > 8 && int_dots(ty, rows) {
+                let dense = m > 8 || super::grouped::int8_decode_rows();
+                let bound = if dense && int_dots(ty, rows) {
                     rounding_bound(ty, xi, we, 1, k, n)
                 } else {
                     vec![0.0; n]
@@ -411,10 +414,11 @@ fn grouped_matches_per_expert_and_zeroes_bad_ids() {
 
 #[test]
 fn grouped_decode_rows_equal_dense_gemvs() {
-    // a decode step's rows (m ≤ 8, one parallel region over every chosen
-    // expert) give bit for bit what each row gives through the f32 decode
-    // GEMV of its expert alone, with n·k large enough to split the rows
-    // across threads
+    // a decode step's rows (m ≤ 8) give bit for bit what each row gives
+    // through the decode GEMV of its expert alone: the f32 one (one
+    // parallel region over every chosen expert, with n·k large enough to
+    // split the rows across threads), or the dense entry point where the
+    // integer-dot GEMV takes the decode rows on this CPU
     for (t, &ty) in ALL_GGML_TYPES.iter().enumerate() {
         let (e, n) = (3usize, 203usize);
         let k = 4 * ty.block_size().max(64);
@@ -429,7 +433,11 @@ fn grouped_decode_rows_equal_dense_gemvs() {
                 let we = &w[ex as usize * n * rb..(ex as usize + 1) * n * rb];
                 let mut one = vec![f32::NAN; n];
                 let xi = &x[i * k..(i + 1) * k];
-                with_fmt!(ty, F => driver::run::<F, f32>(xi, we, rb, &mut one, 1, k, n));
+                if super::grouped::int8_decode_rows() {
+                    dequant_matmul(ty, Act::F32(xi), we, Out::F32(&mut one), 1, k, n).unwrap();
+                } else {
+                    with_fmt!(ty, F => driver::run::<F, f32>(xi, we, rb, &mut one, 1, k, n));
+                }
                 let row = &out[i * n..(i + 1) * n];
                 let same = row
                     .iter()

@@ -104,6 +104,23 @@ pub(super) fn set_enabled(on: bool) -> bool {
     ENABLED.swap(on, Ordering::Relaxed)
 }
 
+/// Whether the integer-dot GEMV should also take the decode rows of the
+/// grouped (MoE) matmul: [`available`] on a CPU that is not AMD's. On the
+/// Intel Xeons (AVX-512 VNNI, AMX) rlx is benchmarked on, it streams a
+/// Mixtral-style Q8_0 step's experts about twice as fast as the f32 row
+/// dots; on AMD's Zen 4 EPYC it was about 1.5× slower (its `vpgatherdd`
+/// is slow), so there the f32 row dots keep the decode rows.
+pub(super) fn decode_rows_pay() -> bool {
+    static NOT_AMD: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    available()
+        && *NOT_AMD.get_or_init(|| {
+            // CPUID leaf 0: the vendor string in EBX, EDX, ECX
+            let l0 = std::arch::x86_64::__cpuid(0);
+            let vendor = [l0.ebx, l0.edx, l0.ecx].map(u32::to_le_bytes).concat();
+            vendor != b"AuthenticAMD"
+        })
+}
+
 /// True when the kernels here are enabled and this CPU can run them.
 pub(super) fn available() -> bool {
     ENABLED.load(Ordering::Relaxed)
