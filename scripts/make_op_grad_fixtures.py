@@ -47,6 +47,10 @@ import torch
 import torch.nn.functional as F
 
 ROOT = Path(__file__).resolve().parent.parent
+# torch-free case lists shared with the tests (tests/autodiff/_*.py)
+sys.path.insert(0, str(ROOT / "tests" / "autodiff"))
+from _recurrent_cases import RECURRENT, RECURRENT_CARRY  # noqa: E402
+
 T = torch.Tensor
 Fwd = Callable[[dict[str, T]], T]
 
@@ -307,7 +311,7 @@ def recurrent(kind: str, d: dict[str, T], bidir: bool, layers: int, relu: bool =
     return y
 
 
-#: name, kind, bidirectional, layers, relu (shared with the test)
+#: batch, sequence, input width and hidden size of every recurrent case
 _B, _S, _IN, _H = 2, 4, 3, 3
 
 
@@ -326,15 +330,7 @@ def recurrent_shapes(kind: str, bidir: bool, layers: int) -> dict[str, list[int]
     return sh
 
 
-for _name, _kind, _bi, _nl, _relu in [
-    ("lstm", "lstm", False, 1, False),
-    ("lstm_bidir", "lstm", True, 1, False),
-    ("lstm_2layer_bidir", "lstm", True, 2, False),
-    ("gru", "gru", False, 1, False),
-    ("gru_bidir_2layer", "gru", True, 2, False),
-    ("rnn_tanh_bidir", "rnn", True, 1, False),
-    ("rnn_relu_2layer", "rnn", False, 2, True),
-]:
+for _name, _kind, _bi, _nl, _relu in RECURRENT:
     simple(_name, lambda d, k=_kind, bi=_bi, nl=_nl, re=_relu: recurrent(k, d, bi, nl, re),
            recurrent_shapes(_kind, _bi, _nl))  # fmt: skip
 
@@ -433,11 +429,7 @@ def torch_recurrent(kind: str, d: dict[str, T], bidir: bool, layers: int, relu: 
     return torch.cat([y, *(r[i] for r in rows for i in range(layers))], 1)
 
 
-for _name, _kind, _bi, _nl, _relu in [
-    ("lstm_carry_2layer_bidir", "lstm", True, 2, False),
-    ("gru_carry", "gru", False, 1, False),
-    ("rnn_carry_relu_bidir", "rnn", True, 1, True),
-]:
+for _name, _kind, _bi, _nl, _relu in RECURRENT_CARRY:
     simple(_name, lambda d, k=_kind, bi=_bi, nl=_nl, re=_relu: torch_recurrent(k, d, bi, nl, re),
            recurrent_shapes(_kind, _bi, _nl))  # fmt: skip
 

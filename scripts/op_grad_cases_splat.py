@@ -23,6 +23,10 @@ from types import ModuleType
 import numpy as np
 import torch
 
+# tests/autodiff is on sys.path: make_op_grad_fixtures.py puts it there
+# before it imports this module
+from _splat_scene import splat_scene
+
 T = torch.Tensor
 D = dict[str, T]
 #: the operands, in the op's order
@@ -185,25 +189,11 @@ def rasterize(prep: T, cfg: dict) -> T:
 
 
 def scene(g: int, k: int, seed: int, culled: bool = False, opa: float = 0.0) -> dict:
-    """``g`` splats in front of the camera (when ``culled`` the last one behind
-    it), SH colours well above the clamp, a camera turned 0.1 rad about y;
-    ``opa`` > 0 sets every opacity (to make pixels stop early)."""
-    rng = np.random.default_rng(seed)
-    pos = np.column_stack([rng.uniform(-0.5, 0.5, g), rng.uniform(-0.5, 0.5, g),
-                           rng.uniform(2.5, 4, g)])  # fmt: skip
-    if culled:
-        pos[-1, 2] = -1.0
-    view = np.eye(4)
-    cs, sn = np.cos(0.1), np.sin(0.1)
-    view[:3, :3] = [[cs, 0, sn], [0, 1, 0], [-sn, 0, cs]]
-    view[:3, 3] = [0.1, -0.2, 0.3]
-    sh = rng.standard_normal((g, k, 3)) * 0.1
-    if k:
-        sh[:, 0] = rng.uniform(0.5, 1.5, (g, 3))
-    out = {"pos": pos, "scl": rng.uniform(0.15, 0.4, (g, 3)), "rot": rng.standard_normal((g, 4)),
-           "opa": np.full(g, opa) if opa else rng.uniform(0.3, 0.8, g),
-           "col": rng.uniform(0, 1, (g, 3)), "sh": sh,
-           "cam": np.concatenate([view.ravel(), [9.0, 8.0, 6.0, 5.0]])}  # fmt: skip
+    """``splat_scene`` (tests/autodiff/_splat_scene.py) for the 12 × 10 image
+    in float32: ``g`` splats (when ``culled`` the last one behind the
+    camera), ``opa`` > 0 sets every opacity (to make pixels stop early)."""
+    out = splat_scene(g, k, seed, width=BASE["width"], height=BASE["height"], culled=culled,
+                      opa=opa)  # fmt: skip
     return {n: v.astype(np.float32) for n, v in out.items()}
 
 

@@ -24,6 +24,7 @@ from rlx.ops.misc import SplatConfig
 
 sys.path.insert(0, str(Path(__file__).parent))
 from _gradcheck import check, evaluate  # noqa: E402
+from _splat_scene import splat_scene  # noqa: E402
 
 CFG = SplatConfig(width=11, height=9, tile_size=4, radius_scale=3.0)
 
@@ -31,30 +32,12 @@ CFG = SplatConfig(width=11, height=9, tile_size=4, radius_scale=3.0)
 def _scene(g: int, k: int, culled: bool = False) -> dict:
     """Splats in front of the camera and inside the view, SH colours away
     from the clamp (when ``culled``: the last splat behind the near plane and
-    the first one's red channel well below the clamp at 0)."""
-    rng = np.random.default_rng(5)
-    pos = np.column_stack([rng.uniform(-0.4, 0.4, g), rng.uniform(-0.4, 0.4, g),
-                           rng.uniform(2.5, 4, g)])  # fmt: skip
-    if culled:
-        pos[-1, 2] = -1.0
-    view = np.eye(4)
-    c, s = np.cos(0.1), np.sin(0.1)
-    view[:3, :3] = [[c, 0, s], [0, 1, 0], [-s, 0, c]]
-    view[:3, 3] = [0.1, -0.2, 0.3]
-    sh = rng.standard_normal((g, k, 3)) * 0.1
-    if k:
-        sh[:, 0] = rng.uniform(0.5, 1.5, (g, 3))  # 0.5 + C0·sh₀ well above the clamp
-        if culled:
-            sh[0, 0, 0] = -4.0
-    return {
-        "pos": pos,
-        "scl": rng.uniform(0.15, 0.4, (g, 3)),
-        "rot": rng.standard_normal((g, 4)),
-        "opa": rng.uniform(0.3, 0.8, g),
-        "col": rng.uniform(0, 1, (g, 3)),
-        "sh": sh,
-        "cam": np.concatenate([view.ravel(), [9.0, 8.0, 5.5, 4.5]]).astype(np.float32),
-    }
+    the first one's red channel well below the clamp at 0); the camera as
+    f32 values."""
+    scene = splat_scene(g, k, 5, width=CFG.width, height=CFG.height, spread=0.4, culled=culled,
+                        clamped=culled)  # fmt: skip
+    scene["cam"] = scene["cam"].astype(np.float32)
+    return scene
 
 
 def _build(g: rlx.Graph, n: dict) -> rlx.Node:

@@ -12,6 +12,7 @@ max|want| ≤ 1e-4``.
 from __future__ import annotations
 
 import dataclasses
+import sys
 from pathlib import Path
 from typing import Callable
 
@@ -19,6 +20,9 @@ import numpy as np
 import pytest
 import rlx
 from rlx.ops.misc import SplatConfig
+
+sys.path.insert(0, str(Path(__file__).parent))
+from _recurrent_cases import RECURRENT, RECURRENT_CARRY  # noqa: E402
 
 FIX = Path(__file__).resolve().parent.parent / "fixtures" / "grad" / "ops.npz"
 TOL = 1e-4
@@ -106,15 +110,7 @@ BUILDS["im2col"] = lambda g, n: g.im2col(n["x"], (2, 3), stride=(2, 1), padding=
 BUILDS["fma"] = lambda g, n: g.fma(n["a"], n["b"], n["c"])
 BUILDS["cast_f16_round_trip"] = lambda g, n: g.cast(g.cast(n["x"], "f16"), "f32")
 
-for _name, _kind, _bi, _nl, _relu in [
-    ("lstm", "lstm", False, 1, False),
-    ("lstm_bidir", "lstm", True, 1, False),
-    ("lstm_2layer_bidir", "lstm", True, 2, False),
-    ("gru", "gru", False, 1, False),
-    ("gru_bidir_2layer", "gru", True, 2, False),
-    ("rnn_tanh_bidir", "rnn", True, 1, False),
-    ("rnn_relu_2layer", "rnn", False, 2, True),
-]:
+for _name, _kind, _bi, _nl, _relu in RECURRENT:
     if _kind == "lstm":
         BUILDS[_name] = lambda g, n, bi=_bi, nl=_nl: g.lstm(
             n["x"], n["w_ih"], n["w_hh"], n["b"], n["h0"], n["c0"], bidirectional=bi, num_layers=nl
@@ -140,11 +136,7 @@ BUILDS["ada_rms_norm"] = lambda g, n: g.ada_layer_norm(
 BUILDS["gated_residual"] = lambda g, n: g.gated_residual(n["x"], n["y"], n["gt"])
 
 # torch.nn's own nets; the output followed by the carry rows (final h, c)
-for _name, _kind, _bi, _nl, _relu in [
-    ("lstm_carry_2layer_bidir", "lstm", True, 2, False),
-    ("gru_carry", "gru", False, 1, False),
-    ("rnn_carry_relu_bidir", "rnn", True, 1, True),
-]:
+for _name, _kind, _bi, _nl, _relu in RECURRENT_CARRY:
     _kw = dict(bidirectional=_bi, num_layers=_nl, carry=True)
     if _kind == "lstm":
         BUILDS[_name] = lambda g, n, kw=_kw: g.lstm(

@@ -12,36 +12,15 @@
 //! `RLX_BENCH_REPS` (default 9) calls after one warm-up call, wall time on
 //! rayon's pool (`RAYON_NUM_THREADS` sets its size). Not asserted anywhere.
 
-use std::time::Instant;
+mod common;
 
+use common::{rand_vec, time};
 use rlx_metal::host::kernels::backward_attn::{
     attention_grad, AttnGradDims, AttnGradMask, AttnWrt,
 };
 
-/// Deterministic values in `[-1, 1)` (xorshift).
-fn rand_vec(n: usize, seed: u64) -> Vec<f32> {
-    let mut s = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
-    (0..n)
-        .map(|_| {
-            s ^= s << 13;
-            s ^= s >> 7;
-            s ^= s << 17;
-            ((s >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
-        })
-        .collect()
-}
-
-fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(f64::total_cmp);
-    v[v.len() / 2]
-}
-
 fn main() {
-    let reps: usize = std::env::var("RLX_BENCH_REPS")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(9)
-        .max(1);
+    let reps = common::reps();
     let mut specs: Vec<String> = std::env::args().skip(1).collect();
     if specs.is_empty() {
         specs = vec!["64:9:64".into(), "256:9:64".into()];
@@ -82,16 +61,10 @@ fn main() {
             if causal { "causal" } else { "none" }
         );
         for (name, wrt) in [("dq", AttnWrt::Q), ("dk", AttnWrt::K), ("dv", AttnWrt::V)] {
-            let times: Vec<f64> = (0..=reps)
-                .map(|_| {
-                    let t0 = Instant::now();
-                    attention_grad(&q, &k, &v, &dy, mask, wrt, &mut out, d)
-                        .expect("attention_grad");
-                    t0.elapsed().as_secs_f64() * 1e3
-                })
-                .skip(1)
-                .collect();
-            line += &format!("  {name} {:.3} ms", median(times));
+            let ms = time(reps, || {
+                attention_grad(&q, &k, &v, &dy, mask, wrt, &mut out, d).expect("attention_grad");
+            });
+            line += &format!("  {name} {ms:.3} ms");
         }
         println!("{line}");
     }

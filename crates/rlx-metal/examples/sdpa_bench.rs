@@ -12,48 +12,14 @@
 //! wall time on rayon's pool (`RAYON_NUM_THREADS` sets its size). Not
 //! asserted anywhere.
 
-use std::time::Instant;
+mod common;
 
+use common::{rand_vec, time};
 use half::f16;
 use rlx_metal::host::kernels::attention::{sdpa, AttnDims, AttnOpts, Layout, Mask};
 
-/// Deterministic values in `[-1, 1)` (xorshift).
-fn rand_vec(n: usize, seed: u64) -> Vec<f32> {
-    let mut s = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
-    (0..n)
-        .map(|_| {
-            s ^= s << 13;
-            s ^= s >> 7;
-            s ^= s << 17;
-            ((s >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
-        })
-        .collect()
-}
-
-fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(f64::total_cmp);
-    v[v.len() / 2]
-}
-
-/// Median milliseconds of `f` over `reps` calls after a warm-up.
-fn time(reps: usize, mut f: impl FnMut()) -> f64 {
-    let times: Vec<f64> = (0..=reps)
-        .map(|_| {
-            let t0 = Instant::now();
-            f();
-            t0.elapsed().as_secs_f64() * 1e3
-        })
-        .skip(1)
-        .collect();
-    median(times)
-}
-
 fn main() {
-    let reps: usize = std::env::var("RLX_BENCH_REPS")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(9)
-        .max(1);
+    let reps = common::reps();
     let mut specs: Vec<String> = std::env::args().skip(1).collect();
     if specs.is_empty() {
         specs = vec!["197:12:12:64:none".into(), "512:9:3:64:causal".into()];

@@ -31,6 +31,7 @@ mod msl {
     pub mod signal;
     pub mod softmax;
     pub mod spd;
+    pub mod spd_common;
     pub mod spd_mean;
     pub mod splat;
     pub mod ssm;

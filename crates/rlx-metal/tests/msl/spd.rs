@@ -12,15 +12,12 @@
 //! its eigenvectors by ~1e-7 / gap) and the solve and products run in f32.
 
 use super::common::{assert_close, lib, uniform};
+use super::spd_common::{dec, enc, orthogonal, status_error, tag, with_spectrum};
 use msl_sim::Grid;
 use nalgebra::DMatrix;
 use rlx_metal::metal::args::{KernelArgs, SpdArgs, SpdBiMapArgs};
-use rlx_metal::metal::check::{
-    StatusCheck, CODE_NON_FINITE, CODE_NOT_PD, CODE_NOT_SYMMETRIC, STATUS_TAG,
-};
+use rlx_metal::metal::check::{CODE_NON_FINITE, CODE_NOT_PD, CODE_NOT_SYMMETRIC};
 use rlx_metal::metal::kernels::Family;
-use rlx_metal::metal::plan::BufferBinding;
-use rlx_metal::thunk::Buf;
 
 /// Eigenvalues `0.3 + 0.25·k` (shuffled by the seed), or for `repeat` all
 /// but the first equal.
@@ -41,15 +38,6 @@ fn spectrum(n: usize, seed: u64, repeat: bool) -> Vec<f64> {
                 }
         })
         .collect()
-}
-
-fn orthogonal(n: usize, seed: u64, identity: bool) -> DMatrix<f64> {
-    if identity {
-        return DMatrix::identity(n, n);
-    }
-    let r = uniform(seed, n * n, -1.0, 1.0);
-    let m = DMatrix::from_iterator(n, n, r.iter().map(|&v| f64::from(v)));
-    m.qr().q()
 }
 
 /// Divided difference of `f` (`kind` 0 re_eig, 1 log_eig) at two eigenvalues.
@@ -90,7 +78,11 @@ fn spd_eig_bwd_matches_daleckii_krein() {
         for b in 0..batch {
             let seed = 1300 + (case * 64 + b) as u64;
             let lam = spectrum(n, seed, repeat);
-            let q = orthogonal(n, seed + 1, diag);
+            let q = if diag {
+                DMatrix::identity(n, n)
+            } else {
+                orthogonal(n, seed + 1)
+            };
             let xm = &q
                 * DMatrix::from_diagonal(&nalgebra::DVector::from_vec(lam.clone()))
                 * q.transpose();
@@ -103,44 +95,11 @@ fn spd_eig_bwd_matches_daleckii_krein() {
             let g = &q * l.component_mul(&inner) * q.transpose();
             want.extend((0..n * n).map(|e| g[(e / n, e % n)]));
         }
-        let args = SpdArgs {
-            batch: batch as u32,
-            n: n as u32,
-            kind,
-            eps,
-        };
-        let enc = |v: &[f32]| -> Vec<u8> { v.iter().flat_map(|x| x.to_le_bytes()).collect() };
-        let mut bufs = [enc(&x), enc(&dy), vec![0xFF; batch * n * n * 4]];
-        let mut refs: Vec<&mut [u8]> = bufs.iter_mut().map(|b| b.as_mut_slice()).collect();
-        lib(Family::Spd)
-            .dispatch(
-                "spd_eig_bwd_f32",
-                args.as_bytes(),
-                &mut refs,
-                Grid::d1((batch as u32).div_ceil(32), 32),
-                &[],
-            )
-            .unwrap_or_else(|e| panic!("spd_eig_bwd_f32: {e}"));
-        let got: Vec<f32> = bufs[2]
-            .chunks_exact(4)
-            .map(|c| f32::from_le_bytes(c.try_into().unwrap()))
-            .collect();
+        let got = dec(&eig(batch, n, kind, eps, &x, &dy));
         let big = want.iter().fold(0.0f64, |a, v| a.max(v.abs()));
         let what = format!("spd_eig_bwd n {n} batch {batch} kind {kind}");
         assert_close(&what, &got, &want, 2e-5 * big, 1e-4);
     }
-}
-
-/// f32 little-endian bytes.
-fn enc(v: &[f32]) -> Vec<u8> {
-    v.iter().flat_map(|x| x.to_le_bytes()).collect()
-}
-
-/// f32 values of little-endian bytes.
-fn dec(b: &[u8]) -> Vec<f32> {
-    b.chunks_exact(4)
-        .map(|c| f32::from_le_bytes(c.try_into().unwrap()))
-        .collect()
 }
 
 /// Runs `spd_bimap_bwd_f32` (one 64-thread threadgroup per output row);
@@ -244,42 +203,6 @@ fn spd_bimap_bwd_matches_w_dy_wt() {
     }
 }
 
-/// The `StatusCheck` of a `[batch, n, n]` output at offset 0.
-fn status(op: &str, operands: Vec<&'static str>, batch: usize, n: usize) -> StatusCheck {
-    StatusCheck {
-        thunk: 0,
-        op: op.into(),
-        operands,
-        status: BufferBinding {
-            buffer: Buf::Arena,
-            offset: 0,
-        },
-        stride: (n * n) as u32,
-        count: batch as u32,
-    }
-}
-
-/// Tag word 0 of matrix `b` of an `[.., n, n]` output (`None` untagged).
-fn tag(out: &[u8], b: usize, n: usize) -> Option<u32> {
-    let at = b * n * n * 4;
-    let w = u32::from_le_bytes(out[at..at + 4].try_into().unwrap());
-    (w & 0xFFFF_FF00 == STATUS_TAG).then_some(w & 0xFF)
-}
-
-/// `Q diag(lam) Qᵀ` as f32, `Q` a random orthogonal matrix.
-fn with_spectrum(lam: &[f64], seed: u64) -> Vec<f32> {
-    let n = lam.len();
-    let q = orthogonal(n, seed, false);
-    let x = &q * DMatrix::from_diagonal(&nalgebra::DVector::from_vec(lam.to_vec())) * q.transpose();
-    // exactly symmetric in f32
-    (0..n * n)
-        .map(|e| {
-            let (i, j) = (e / n, e % n);
-            (0.5 * (x[(i, j)] + x[(j, i)])) as f32
-        })
-        .collect()
-}
-
 #[test]
 fn spd_eig_bwd_tags_non_symmetric_indefinite_and_non_finite() {
     let n = 4;
@@ -304,10 +227,7 @@ fn spd_eig_bwd_tags_non_symmetric_indefinite_and_non_finite() {
         "λmin {}",
         vals[2 * n * n + 1]
     );
-    let e = status("log_eig backward", vec!["x", "dy"], 3, n)
-        .verify(&out)
-        .unwrap_err()
-        .to_string();
+    let e = status_error("log_eig backward", vec!["x", "dy"], &out, 3, n);
     assert!(
         e.contains("[spd] log_eig backward: x[1] is not symmetric"),
         "{e}"
@@ -318,10 +238,7 @@ fn spd_eig_bwd_tags_non_symmetric_indefinite_and_non_finite() {
     assert_eq!(&vals[..n * n], &one[..]);
     // indefinite alone: the PD error with its smallest eigenvalue
     let out = eig(1, n, 1, 0.0, &indefinite, &dy[..n * n]);
-    let e = status("log_eig backward", vec!["x", "dy"], 1, n)
-        .verify(&out)
-        .unwrap_err()
-        .to_string();
+    let e = status_error("log_eig backward", vec!["x", "dy"], &out, 1, n);
     assert!(
         e.contains("x[0] is not positive definite (smallest eigenvalue -5.000e-1)"),
         "{e}"
@@ -344,10 +261,7 @@ fn spd_eig_bwd_tags_non_symmetric_indefinite_and_non_finite() {
     bad_dy[7] = f32::INFINITY;
     let out = eig(1, n, 1, 0.0, &good, &bad_dy);
     assert_eq!(tag(&out, 0, n), Some(CODE_NON_FINITE | 1));
-    let e = status("log_eig backward", vec!["x", "dy"], 1, n)
-        .verify(&out)
-        .unwrap_err()
-        .to_string();
+    let e = status_error("log_eig backward", vec!["x", "dy"], &out, 1, n);
     assert!(
         e.contains("dy holds a non-finite value (inf; matrix 0)"),
         "{e}"
@@ -366,10 +280,7 @@ fn spd_bimap_bwd_tags_non_symmetric_and_non_finite() {
         (tag(&out, 0, n), tag(&out, 1, n), tag(&out, 2, n)),
         (None, Some(CODE_NOT_SYMMETRIC), None)
     );
-    let e = status("bi_map backward", vec!["x", "w", "dy"], batch, n)
-        .verify(&out)
-        .unwrap_err()
-        .to_string();
+    let e = status_error("bi_map backward", vec!["x", "w", "dy"], &out, batch, n);
     assert!(
         e.contains("bi_map backward: x[1] is not symmetric (max |x - xᵀ| = 5.000e-1)"),
         "{e}"
@@ -398,9 +309,6 @@ fn spd_bimap_bwd_tags_non_symmetric_and_non_finite() {
     assert_eq!(tag(&out, 1, n), Some(CODE_NON_FINITE));
     // n = 1 (no detail word)
     let out = bimap(1, 1, 1, &[f32::NAN], &[1.0], &[1.0]);
-    let e = status("bi_map backward", vec!["x", "w", "dy"], 1, 1)
-        .verify(&out)
-        .unwrap_err()
-        .to_string();
+    let e = status_error("bi_map backward", vec!["x", "w", "dy"], &out, 1, 1);
     assert!(e.contains("x holds a non-finite value (matrix 0)"), "{e}");
 }

@@ -10,15 +10,13 @@
 //! validation tags.
 
 use super::common::{lib, uniform};
+use super::spd_common::{dec, enc, status_error, tag, with_spectrum};
 use msl_sim::Grid;
-use nalgebra::DMatrix;
 use rlx_ir::op::SpdOp;
 use rlx_metal::host::kernels::spd::{spd_backward, spd_forward, Operand};
 use rlx_metal::metal::args::{KernelArgs, SpdArgs};
-use rlx_metal::metal::check::{StatusCheck, CODE_NOT_PD, CODE_NOT_SYMMETRIC, STATUS_TAG};
+use rlx_metal::metal::check::{CODE_NOT_PD, CODE_NOT_SYMMETRIC};
 use rlx_metal::metal::kernels::Family;
-use rlx_metal::metal::plan::BufferBinding;
-use rlx_metal::thunk::Buf;
 
 /// `[batch, n, n]` SPD matrices `Q diag(λ) Qᵀ`, `λ` in [0.5, 2.5], exactly
 /// symmetric in f32.
@@ -31,26 +29,13 @@ fn spd_in(batch: usize, n: usize, seed: u64, lo: f32, hi: f32) -> Vec<f32> {
     let mut out = Vec::with_capacity(batch * n * n);
     for b in 0..batch {
         let s = seed + 7 * b as u64;
-        let r = uniform(s, n * n, -1.0, 1.0);
-        let q = DMatrix::from_iterator(n, n, r.iter().map(|&v| f64::from(v)))
-            .qr()
-            .q();
-        let lam = uniform(s + 1, n, lo, hi);
-        let d = DMatrix::from_diagonal(&nalgebra::DVector::from_iterator(
-            n,
-            lam.iter().map(|&v| f64::from(v)),
-        ));
-        let x = &q * d * q.transpose();
-        out.extend((0..n * n).map(|e| {
-            let (i, j) = (e / n, e % n);
-            (0.5 * (x[(i, j)] + x[(j, i)])) as f32
-        }));
+        let lam: Vec<f64> = uniform(s + 1, n, lo, hi)
+            .into_iter()
+            .map(f64::from)
+            .collect();
+        out.extend(with_spectrum(&lam, s));
     }
     out
-}
-
-fn enc(v: &[f32]) -> Vec<u8> {
-    v.iter().flat_map(|x| x.to_le_bytes()).collect()
 }
 
 /// Runs `kernel` on one thread over `ins`; returns dx's bytes.
@@ -68,12 +53,6 @@ fn run(kernel: &str, kind: u32, batch: usize, n: usize, eps: f32, ins: &[&[f32]]
         .dispatch(kernel, args.as_bytes(), &mut refs, Grid::d1(1, 1), &[])
         .unwrap_or_else(|e| panic!("{kernel}: {e}"));
     bufs.pop().unwrap()
-}
-
-fn dec(b: &[u8]) -> Vec<f32> {
-    b.chunks_exact(4)
-        .map(|c| f32::from_le_bytes(c.try_into().unwrap()))
-        .collect()
 }
 
 /// The host's f64 gradient of `kind` at the f32 operands `(values, dims)`.
@@ -270,30 +249,6 @@ fn spd_mean_bwd_matches_central_differences_of_the_forward() {
     }
 }
 
-/// Tag word 0 of matrix `b` (`None` untagged).
-fn tag(out: &[u8], b: usize, n: usize) -> Option<u32> {
-    let at = b * n * n * 4;
-    let w = u32::from_le_bytes(out[at..at + 4].try_into().unwrap());
-    (w & 0xFFFF_FF00 == STATUS_TAG).then_some(w & 0xFF)
-}
-
-fn verify(op: &str, operands: Vec<&'static str>, out: &[u8], batch: usize, n: usize) -> String {
-    StatusCheck {
-        thunk: 0,
-        op: op.into(),
-        operands,
-        status: BufferBinding {
-            buffer: Buf::Arena,
-            offset: 0,
-        },
-        stride: (n * n) as u32,
-        count: batch as u32,
-    }
-    .verify(out)
-    .unwrap_err()
-    .to_string()
-}
-
 #[test]
 fn spd_mean_bwd_tags_invalid_operands() {
     let (batch, n) = (3, 3);
@@ -314,7 +269,7 @@ fn spd_mean_bwd_tags_invalid_operands() {
         (tag(&out, 0, n), tag(&out, 2, n)),
         (None, Some(CODE_NOT_PD))
     );
-    let e = verify("karcher_mean backward", vec!["x", "dy"], &out, batch, n);
+    let e = status_error("karcher_mean backward", vec!["x", "dy"], &out, batch, n);
     assert!(
         e.contains("karcher_mean backward: x[2] is not positive definite"),
         "{e}"
@@ -339,7 +294,7 @@ fn spd_mean_bwd_tags_invalid_operands() {
     bias[1] += 0.5;
     let out = run("spd_bn_bwd_f32", 3, batch, n, 1e-6, &[&good, &bias, &dy]);
     assert_eq!(tag(&out, 0, n), Some(CODE_NOT_SYMMETRIC | 1));
-    let e = verify(
+    let e = status_error(
         "batch_norm backward",
         vec!["x", "bias", "dy"],
         &out,
@@ -364,7 +319,7 @@ fn spd_mean_bwd_tags_invalid_operands() {
         1e-6,
         &[&good, &spd(1, n, 2402), &nan_dy],
     );
-    let e = verify(
+    let e = status_error(
         "batch_norm backward",
         vec!["x", "bias", "dy"],
         &out,
