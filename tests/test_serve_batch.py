@@ -172,7 +172,63 @@ def test_batch_engine_streams_equal_each_request_alone(model: Any, temperature: 
     got, eng = asyncio.run(main())
     assert got == want
     assert eng.batched_tokens > eng.steps  # some steps ran several streams
-    assert eng.batched_tokens == sum(budgets) - 4  # first tokens come from the prefill
+    assert eng.solo_tokens > 0  # the last stream finished alone on its session
+    # first tokens come from the prefill; the rest from batched or lone steps
+    assert eng.batched_tokens + eng.solo_tokens == sum(budgets) - 4
+
+
+def test_lone_stream_moves_between_its_session_and_the_batch(model: Any) -> None:
+    """A stream that runs alone decodes on its session; when a second one
+    joins mid-stream its keys / values move into the batched cache, and back
+    to its session when the other has left. Driven step by step on the
+    scheduler's own methods (no thread, so the order is fixed); both texts
+    equal their requests served alone."""
+    pytest.importorskip("starlette")
+    import threading
+
+    from rlx.serve.batching import BatchEngine, _Stream
+    from rlx.serve.engine import Done, Job, Piece
+
+    tok = model.tokenizer
+    params = SamplingParams(1.0)
+    jobs = [Job(tok.encode(PROMPTS[0]), 24, params, 3, (), True),
+            Job(tok.encode(PROMPTS[1]), 6, params, 4, (), True)]  # fmt: skip
+    want = [_alone(model, j.ids, j.budget, params, j.seed) for j in jobs]
+    eng = BatchEngine(model, slots=2)
+    events: list[list[Any]] = [[], []]
+    ended: list[Any] = [None, None]
+
+    def stream(i: int) -> _Stream:
+        def finish(outcome: Any) -> None:
+            ended[i] = outcome
+
+        return _Stream(i, jobs[i], threading.Event(), events[i].append, finish)
+
+    a, b = stream(0), stream(1)
+    assert eng._admit(a, 0)
+    running = [a]
+    for _ in range(4):  # alone: on its session
+        running = eng._step(running)
+    assert (eng.solo_tokens, eng.steps, a.alone) == (4, 0, True)
+    assert eng._admit(b, 1)
+    running.append(b)
+    running = eng._step(running)  # both: a's cache moves into row 0
+    assert (eng.steps, a.alone, b.alone) == (1, False, False)
+    while len(running) == 2:
+        running = eng._step(running)
+    assert running == [a] and ended[1] == "length"
+    while running:  # alone again: its rows back into its session
+        running = eng._step(running)
+    eng.close()
+    assert ended == ["length", "length"]
+    for i, j in enumerate(jobs):
+        pieces = [e for e in events[i] if isinstance(e, Piece)]
+        assert isinstance(events[i][-1], Done) and events[i][-1].tokens == j.budget
+        dec = tok.stream()
+        text = "".join(dec.push(t) for t in want[i]) + dec.flush()
+        assert "".join(p.text for p in pieces) == text, f"stream {i}"
+    assert eng.batched_tokens == 2 * (jobs[1].budget - 1)
+    assert eng.solo_tokens == jobs[0].budget - 1 - (jobs[1].budget - 1)
 
 
 def test_batch_decoder_refuses_a_hybrid_model() -> None:

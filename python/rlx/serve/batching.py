@@ -9,7 +9,11 @@ scheduler thread loops:
    token is sampled, and its keys / values are copied into the next free
    row of the batched cache (:class:`rlx.models.batch.BatchDecoder`);
 2. one decode step for every running stream at once (B rows in one graph:
-   the weights are read once per step, not once per stream);
+   the weights are read once per step, not once per stream). A stream that
+   runs alone decodes on its own session instead (the single-sequence fast
+   path, faster than a batched step of one row): its keys / values move
+   into the batched cache only when a second stream joins, and back to the
+   session when it is alone again;
 3. each stream samples its token (its own sampling settings and seeded
    generator), cuts stop strings, and leaves when it is done, cancelled
    (client gone) or failed; the last row moves into its place.
@@ -54,6 +58,9 @@ class _Stream:
     #: the token to feed next and its position
     tok: int = 0
     pos: int = 0
+    #: whether its keys / values are current in its session's cache (True)
+    #: or in its row of the batched cache (False)
+    alone: bool = True
     logits: Optional[np.ndarray] = field(default=None, repr=False)
 
 
@@ -74,10 +81,13 @@ class BatchEngine(Engine):
         #: batched decode steps run / stream-tokens they produced
         self.steps = 0
         self.batched_tokens = 0
+        #: tokens decoded by a lone stream on its own session
+        self.solo_tokens = 0
 
     def stats(self) -> dict[str, int]:
         out = super().stats()
         out["batch_steps"] = self.steps
+        out["solo_tokens"] = self.solo_tokens
         return out
 
     def warm(self) -> None:
@@ -157,8 +167,7 @@ class BatchEngine(Engine):
                 logits = s._feed(prompt)
                 outcome = self._advance(st, logits)
                 if outcome is None:
-                    st.pos = len(prompt)
-                    self.batch.load(row, s, len(prompt))
+                    st.pos = len(prompt)  # its cache: the session's, until it batches
         except BaseException as e:  # handed to the consumer (an HTTP error)
             st.emit(Failed(e))
             self._end(st, "failed")
@@ -212,14 +221,12 @@ class BatchEngine(Engine):
         if not running:
             return running
         try:
-            logits = self.batch.step([st.tok for st in running], [st.pos for st in running])
+            logits = self._logits(running)
         except BaseException as e:
             for st in running:
                 st.emit(Failed(e))
                 self._end(st, "failed")
             return []
-        self.steps += 1
-        self.batched_tokens += len(running)
         stay: list[_Stream] = []
         for b, st in enumerate(running):
             st.pos += 1
@@ -229,6 +236,30 @@ class BatchEngine(Engine):
             else:
                 self._end(st, outcome)
         return self._compact(running, stay)
+
+    def _logits(self, running: list[_Stream]) -> np.ndarray:
+        """Logits ``[B, vocab]`` of every running stream's next token: on
+        its session when one stream runs alone, else one batched step (the
+        cache rows ``0..B`` hold each stream's keys / values: a stream whose
+        cache is its session's copies it into its row first)."""
+        if len(running) == 1:
+            st = running[0]
+            s = st.session
+            with s._lock:
+                if not st.alone:  # back from the batch: its rows into the session
+                    self.batch.unload(0, s, st.pos)
+                    s._n = st.pos
+                    st.alone = True
+                out = s._feed([st.tok])
+            self.solo_tokens += 1
+            return out[None]
+        for row, st in enumerate(running):
+            if st.alone:
+                self.batch.load(row, st.session, st.pos)
+                st.alone = False
+        self.steps += 1
+        self.batched_tokens += len(running)
+        return self.batch.step([st.tok for st in running], [st.pos for st in running])
 
     def _compact(self, rows: list[_Stream], stay: list[_Stream]) -> list[_Stream]:
         """``stay`` (a subset of ``rows``, whose index is the cache row) moved
@@ -244,6 +275,7 @@ class BatchEngine(Engine):
         holes = [i for i in free if i < n]
         for src, dst in zip(movers, holes):
             st = rows[src]
-            self.batch.move(src, dst, st.pos)
+            if not st.alone:  # a session-cached stream is copied when it batches
+                self.batch.move(src, dst, st.pos)
             out[dst] = st
         return out[:n]
