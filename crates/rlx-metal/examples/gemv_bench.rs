@@ -16,6 +16,9 @@
 //! `RLX_NUM_THREADS=1` they are the thread's CPU time (so other processes
 //! on a shared machine do not count), else wall time. Not asserted anywhere.
 
+mod common;
+
+use common::median;
 use std::time::Instant;
 
 use half::f16;
@@ -83,11 +86,6 @@ fn env_usize(name: &str, default: usize) -> usize {
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(default)
-}
-
-fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(f64::total_cmp);
-    v[v.len() / 2]
 }
 
 /// This thread's CPU time in seconds (`/proc/thread-self/schedstat`), or

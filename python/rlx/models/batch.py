@@ -135,8 +135,9 @@ class BatchDecoder:
 
     def unload(self, row: int, session: Any, n: int) -> None:
         """The reverse of :meth:`load`: sequence ``row``'s first ``n`` cache
-        rows into ``session``'s cache (which must hold ``n`` positions), so
-        that the session can decode the sequence on alone."""
+        rows into ``session``'s cache (which must hold ``n`` positions), which
+        then holds those ``n`` positions, so that the session can decode the
+        sequence on alone."""
         owner = session._owners.get(session._cap)
         if not 0 <= row < self.slots or not 0 < n <= min(self.ctx, session._cap) or owner is None:
             raise RlxError(f"[batch] unload of {n} positions from row {row}")
@@ -145,6 +146,7 @@ class BatchDecoder:
             for kv in ("k", "v"):
                 name = f"{kv}{i}"
                 dst._view(dst.states[name])[:n] = self._cache(name)[row, :n]
+        session._n = n
 
     def move(self, src: int, dst: int, n: int) -> None:
         """Sequence ``src``'s first ``n`` cache rows to sequence ``dst``."""

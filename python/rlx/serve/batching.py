@@ -248,7 +248,6 @@ class BatchEngine(Engine):
             with s._lock:
                 if not st.alone:  # back from the batch: its rows into the session
                     self.batch.unload(0, s, st.pos)
-                    s._n = st.pos
                     st.alone = True
                 out = s._feed([st.tok])
             self.solo_tokens += 1

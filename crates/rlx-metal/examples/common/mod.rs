@@ -1,7 +1,11 @@
-//! Helpers shared by the timing examples (`attn_bwd_bench`, `sdpa_bench`):
+//! Helpers shared by the timing examples (`attn_bwd_bench`, `sdpa_bench`,
+//! `gemv_bench`):
 //! deterministic inputs, the repetition count and median timing. A
 //! directory module without a `main.rs`, so cargo does not build it as an
 //! example of its own.
+
+// each example compiles its own copy of this module and uses a subset
+#![allow(dead_code)]
 
 use std::time::Instant;
 
